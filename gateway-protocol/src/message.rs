@@ -1,0 +1,584 @@
+//! Message types and their byte layout (docs/protocol.md, "Messages").
+//!
+//! Every message is one transport message: SCTP keeps the boundary, and the
+//! framed-TCP backend adds its own length prefix below this layer. So a message is
+//! decoded from a complete byte slice; there is no "need more bytes" state here.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::error::{DecodeError, ErrorCode};
+use crate::{HEADER_LEN, MAX_CHUNK, MAX_FEEDBACK_ENTRIES, MAX_HEAD, MAX_REASON};
+
+/// Identifies one request and its response within an association. Chosen by the
+/// gateway, never 0 (0 marks control messages that concern no request).
+pub type RequestId = u32;
+
+/// Flag bit: no more bytes follow for this request (REQUEST, REQUEST_BODY).
+pub const FLAG_END: u8 = 0x01;
+/// Flag bit: this message answers one of the same type (HELLO, PING).
+pub const FLAG_ACK: u8 = 0x01;
+
+/// The one-byte type code in the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MessageType {
+    /// Control: version, stream count, capabilities.
+    Hello = 0x01,
+    /// Control: per-stream backlog at the gateway.
+    Feedback = 0x02,
+    /// Control: stop sending the response to a request.
+    Cancel = 0x03,
+    /// Control: the association is closing; no new requests.
+    GoAway = 0x04,
+    /// Control: liveness probe and round-trip measurement.
+    Ping = 0x05,
+    /// Data: an HTTP/1.1 request head with urgency and class.
+    Request = 0x10,
+    /// Data: a chunk of a request body.
+    RequestBody = 0x11,
+    /// Data: an HTTP/1.1 response head.
+    ResponseHead = 0x20,
+    /// Data: a chunk of a response body.
+    ResponseBody = 0x21,
+    /// Data: the response is complete; carries the body length for verification.
+    ResponseEnd = 0x22,
+    /// Data: the request or response was abandoned, with a reason.
+    Reset = 0x23,
+}
+
+impl MessageType {
+    /// Maps a wire code to a type; `None` for codes this version does not know.
+    pub fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            0x01 => Self::Hello,
+            0x02 => Self::Feedback,
+            0x03 => Self::Cancel,
+            0x04 => Self::GoAway,
+            0x05 => Self::Ping,
+            0x10 => Self::Request,
+            0x11 => Self::RequestBody,
+            0x20 => Self::ResponseHead,
+            0x21 => Self::ResponseBody,
+            0x22 => Self::ResponseEnd,
+            0x23 => Self::Reset,
+            _ => return None,
+        })
+    }
+
+    /// Control messages travel on stream 0 only; data messages never do.
+    pub fn is_control(self) -> bool {
+        (self as u8) < 0x10
+    }
+}
+
+/// Whether a request is for a browser waiting now, or speculative.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum RequestClass {
+    /// A browser asked for it.
+    Demand = 0,
+    /// The gateway's prefetch queue asked for it; served after demand.
+    Prefetch = 1,
+}
+
+/// RFC 9218 urgency: 0 is the most urgent, 7 the least; 3 is the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Urgency(u8);
+
+impl Urgency {
+    /// The most urgent level.
+    pub const HIGHEST: Urgency = Urgency(0);
+    /// RFC 9218's default.
+    pub const DEFAULT: Urgency = Urgency(3);
+    /// The least urgent level.
+    pub const LOWEST: Urgency = Urgency(7);
+
+    /// `None` above 7.
+    pub fn new(level: u8) -> Option<Self> {
+        (level <= 7).then_some(Self(level))
+    }
+
+    /// The numeric level, 0..=7.
+    pub fn level(self) -> u8 {
+        self.0
+    }
+}
+
+impl Default for Urgency {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// HELLO: sent first by each side on stream 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// Set on the origin's answer to the gateway's HELLO.
+    pub ack: bool,
+    /// Protocol version; see [`crate::VERSION`].
+    pub version: u16,
+    /// Data streams (1..=n) this side will use; the association may grant fewer.
+    pub data_streams: u16,
+    /// Largest body chunk this side will accept, bytes.
+    pub max_chunk: u32,
+    /// Bit set of [`Capabilities`].
+    pub capabilities: Capabilities,
+}
+
+/// Optional features, one bit each. Unknown bits are ignored on receipt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Capabilities(pub u32);
+
+impl Capabilities {
+    /// The sender sends (gateway) or acts on (origin) FEEDBACK.
+    pub const FEEDBACK: Capabilities = Capabilities(1 << 0);
+    /// The sender distinguishes demand from prefetch requests.
+    pub const PREFETCH_CLASS: Capabilities = Capabilities(1 << 1);
+
+    /// True if every bit of `other` is set.
+    pub fn contains(self, other: Capabilities) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Capabilities {
+    type Output = Capabilities;
+    fn bitor(self, rhs: Self) -> Self {
+        Capabilities(self.0 | rhs.0)
+    }
+}
+
+/// One stream's backlog at the gateway: bytes received from the association and
+/// not yet delivered to the browser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamBacklog {
+    /// The data stream.
+    pub stream: u16,
+    /// Backlog in bytes, saturated at `u32::MAX`.
+    pub bytes: u32,
+}
+
+/// GOAWAY: the sender will accept no new requests; requests with an id above
+/// `last_request` were not processed and may be retried elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoAway {
+    /// Highest request id the sender processed or will finish.
+    pub last_request: RequestId,
+    /// Why.
+    pub code: ErrorCode,
+    /// Human-readable detail, at most [`MAX_REASON`] bytes of UTF-8.
+    pub reason: String,
+}
+
+/// REQUEST: an HTTP/1.1 request head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The request id.
+    pub id: RequestId,
+    /// RFC 9218 urgency.
+    pub urgency: Urgency,
+    /// Demand or prefetch.
+    pub class: RequestClass,
+    /// True if no REQUEST_BODY follows.
+    pub end: bool,
+    /// The request line and header fields, CRLF-separated, ending with an empty line.
+    pub head: Bytes,
+}
+
+/// One protocol message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// See [`Hello`].
+    Hello(Hello),
+    /// Backlog per stream, at most [`MAX_FEEDBACK_ENTRIES`] entries.
+    Feedback(Vec<StreamBacklog>),
+    /// Stop the response to `id` at the next chunk.
+    Cancel {
+        /// The request whose response to stop.
+        id: RequestId,
+    },
+    /// See [`GoAway`].
+    GoAway(GoAway),
+    /// Liveness probe; answered with the same `opaque` and `ack` set.
+    Ping {
+        /// Set on the answer.
+        ack: bool,
+        /// Echoed back unchanged.
+        opaque: u64,
+    },
+    /// See [`Request`].
+    Request(Request),
+    /// A chunk of the request body.
+    RequestBody {
+        /// The request id.
+        id: RequestId,
+        /// True on the last chunk.
+        end: bool,
+        /// At most [`MAX_CHUNK`] bytes.
+        data: Bytes,
+    },
+    /// The response status line and header fields.
+    ResponseHead {
+        /// The request id.
+        id: RequestId,
+        /// Status line and header fields, CRLF-separated, ending with an empty line.
+        head: Bytes,
+    },
+    /// A chunk of the response body.
+    ResponseBody {
+        /// The request id.
+        id: RequestId,
+        /// At most [`MAX_CHUNK`] bytes.
+        data: Bytes,
+    },
+    /// The response is complete.
+    ResponseEnd {
+        /// The request id.
+        id: RequestId,
+        /// Total body bytes sent in RESPONSE_BODY messages; the receiver checks it.
+        body_len: u64,
+    },
+    /// The request (or its response) was abandoned.
+    Reset {
+        /// The request id.
+        id: RequestId,
+        /// Why.
+        code: ErrorCode,
+        /// Human-readable detail, at most [`MAX_REASON`] bytes of UTF-8.
+        reason: String,
+    },
+}
+
+impl Message {
+    /// The type code this message is sent with.
+    pub fn message_type(&self) -> MessageType {
+        match self {
+            Message::Hello(_) => MessageType::Hello,
+            Message::Feedback(_) => MessageType::Feedback,
+            Message::Cancel { .. } => MessageType::Cancel,
+            Message::GoAway(_) => MessageType::GoAway,
+            Message::Ping { .. } => MessageType::Ping,
+            Message::Request(_) => MessageType::Request,
+            Message::RequestBody { .. } => MessageType::RequestBody,
+            Message::ResponseHead { .. } => MessageType::ResponseHead,
+            Message::ResponseBody { .. } => MessageType::ResponseBody,
+            Message::ResponseEnd { .. } => MessageType::ResponseEnd,
+            Message::Reset { .. } => MessageType::Reset,
+        }
+    }
+
+    /// The request this message concerns; 0 for HELLO, FEEDBACK, GOAWAY and PING.
+    pub fn request_id(&self) -> RequestId {
+        match self {
+            Message::Hello(_)
+            | Message::Feedback(_)
+            | Message::GoAway(_)
+            | Message::Ping { .. } => 0,
+            Message::Cancel { id }
+            | Message::RequestBody { id, .. }
+            | Message::ResponseHead { id, .. }
+            | Message::ResponseBody { id, .. }
+            | Message::ResponseEnd { id, .. }
+            | Message::Reset { id, .. } => *id,
+            Message::Request(r) => r.id,
+        }
+    }
+
+    /// Bytes [`Message::encode`] will write.
+    pub fn encoded_len(&self) -> usize {
+        HEADER_LEN
+            + match self {
+                Message::Hello(_) => 12,
+                Message::Feedback(entries) => 2 + 6 * entries.len(),
+                Message::Cancel { .. } => 0,
+                Message::GoAway(g) => 6 + g.reason.len(),
+                Message::Ping { .. } => 8,
+                Message::Request(r) => 4 + r.head.len(),
+                Message::RequestBody { data, .. } | Message::ResponseBody { data, .. } => {
+                    data.len()
+                }
+                Message::ResponseHead { head, .. } => head.len(),
+                Message::ResponseEnd { .. } => 8,
+                Message::Reset { reason, .. } => 2 + reason.len(),
+            }
+    }
+
+    /// Appends the wire form to `out`.
+    ///
+    /// Encoding never fails: a message that breaks a limit (an oversized chunk, a
+    /// reason longer than [`MAX_REASON`]) is a bug in the sender, caught by
+    /// `debug_assert` here and by [`Message::decode`] at the peer.
+    pub fn encode(&self, out: &mut BytesMut) {
+        debug_assert!(
+            self.check_limits().is_ok(),
+            "encoding {self:?} breaks a limit"
+        );
+        out.reserve(self.encoded_len());
+        let flags = match self {
+            Message::Hello(h) if h.ack => FLAG_ACK,
+            Message::Ping { ack: true, .. } => FLAG_ACK,
+            Message::Request(r) if r.end => FLAG_END,
+            Message::RequestBody { end: true, .. } => FLAG_END,
+            _ => 0,
+        };
+        out.put_u8(self.message_type() as u8);
+        out.put_u8(flags);
+        out.put_u16(0);
+        out.put_u32(self.request_id());
+        match self {
+            Message::Hello(h) => {
+                out.put_u16(h.version);
+                out.put_u16(h.data_streams);
+                out.put_u32(h.max_chunk);
+                out.put_u32(h.capabilities.0);
+            }
+            Message::Feedback(entries) => {
+                out.put_u16(entries.len() as u16);
+                for e in entries {
+                    out.put_u16(e.stream);
+                    out.put_u32(e.bytes);
+                }
+            }
+            Message::Cancel { .. } => {}
+            Message::GoAway(g) => {
+                out.put_u32(g.last_request);
+                out.put_u16(g.code.to_code());
+                out.put_slice(g.reason.as_bytes());
+            }
+            Message::Ping { opaque, .. } => out.put_u64(*opaque),
+            Message::Request(r) => {
+                out.put_u8(r.urgency.level());
+                out.put_u8(r.class as u8);
+                out.put_u16(0);
+                out.put_slice(&r.head);
+            }
+            Message::RequestBody { data, .. } | Message::ResponseBody { data, .. } => {
+                out.put_slice(data)
+            }
+            Message::ResponseHead { head, .. } => out.put_slice(head),
+            Message::ResponseEnd { body_len, .. } => out.put_u64(*body_len),
+            Message::Reset { code, reason, .. } => {
+                out.put_u16(code.to_code());
+                out.put_slice(reason.as_bytes());
+            }
+        }
+    }
+
+    /// The wire form as a new buffer.
+    pub fn to_bytes(&self) -> Bytes {
+        let mut out = BytesMut::with_capacity(self.encoded_len());
+        self.encode(&mut out);
+        out.freeze()
+    }
+
+    /// Decodes one complete message. `Bytes` payloads share `input`'s buffer.
+    ///
+    /// Every error carries the reaction the receiver owes the peer; see
+    /// [`DecodeError::reaction`].
+    pub fn decode(input: &Bytes) -> Result<Message, DecodeError> {
+        if input.len() < HEADER_LEN {
+            return Err(DecodeError::ShortHeader { len: input.len() });
+        }
+        let mut buf = input.clone();
+        let code = buf.get_u8();
+        let flags = buf.get_u8();
+        let _reserved = buf.get_u16();
+        let id = buf.get_u32();
+        let Some(kind) = MessageType::from_code(code) else {
+            return Err(DecodeError::UnknownType { code, id });
+        };
+        let bad = |what: &'static str| DecodeError::BadPayload { kind, id, what };
+        let needs_id = !matches!(
+            kind,
+            MessageType::Hello | MessageType::Feedback | MessageType::GoAway | MessageType::Ping
+        );
+        if needs_id && id == 0 {
+            return Err(bad("request id 0"));
+        }
+        let exact = |buf: &Bytes, n: usize| {
+            if buf.len() == n {
+                Ok(())
+            } else {
+                Err(bad("payload length does not match the type's layout"))
+            }
+        };
+        let message = match kind {
+            MessageType::Hello => {
+                exact(&buf, 12)?;
+                Message::Hello(Hello {
+                    ack: flags & FLAG_ACK != 0,
+                    version: buf.get_u16(),
+                    data_streams: buf.get_u16(),
+                    max_chunk: buf.get_u32(),
+                    capabilities: Capabilities(buf.get_u32()),
+                })
+            }
+            MessageType::Feedback => {
+                if buf.len() < 2 {
+                    return Err(bad("missing entry count"));
+                }
+                let count = usize::from(buf.get_u16());
+                if count > MAX_FEEDBACK_ENTRIES {
+                    return Err(bad("more entries than MAX_FEEDBACK_ENTRIES"));
+                }
+                exact(&buf, count * 6)?;
+                let entries = (0..count)
+                    .map(|_| StreamBacklog {
+                        stream: buf.get_u16(),
+                        bytes: buf.get_u32(),
+                    })
+                    .collect();
+                Message::Feedback(entries)
+            }
+            MessageType::Cancel => {
+                exact(&buf, 0)?;
+                Message::Cancel { id }
+            }
+            MessageType::GoAway => {
+                if buf.len() < 6 {
+                    return Err(bad("GOAWAY shorter than 6 bytes"));
+                }
+                let last_request = buf.get_u32();
+                let code = ErrorCode::from_code(buf.get_u16());
+                let reason = reason(buf).map_err(bad)?;
+                Message::GoAway(GoAway {
+                    last_request,
+                    code,
+                    reason,
+                })
+            }
+            MessageType::Ping => {
+                exact(&buf, 8)?;
+                Message::Ping {
+                    ack: flags & FLAG_ACK != 0,
+                    opaque: buf.get_u64(),
+                }
+            }
+            MessageType::Request => {
+                if buf.len() < 4 {
+                    return Err(bad("REQUEST shorter than 4 bytes"));
+                }
+                let urgency = Urgency::new(buf.get_u8()).ok_or_else(|| bad("urgency above 7"))?;
+                let class = match buf.get_u8() {
+                    0 => RequestClass::Demand,
+                    1 => RequestClass::Prefetch,
+                    _ => return Err(bad("unknown request class")),
+                };
+                let _reserved = buf.get_u16();
+                if buf.is_empty() {
+                    return Err(bad("empty request head"));
+                }
+                if buf.len() > MAX_HEAD {
+                    return Err(DecodeError::TooLarge {
+                        kind,
+                        id,
+                        len: buf.len(),
+                        limit: MAX_HEAD,
+                    });
+                }
+                Message::Request(Request {
+                    id,
+                    urgency,
+                    class,
+                    end: flags & FLAG_END != 0,
+                    head: buf,
+                })
+            }
+            MessageType::RequestBody | MessageType::ResponseBody => {
+                if buf.len() > MAX_CHUNK {
+                    return Err(DecodeError::TooLarge {
+                        kind,
+                        id,
+                        len: buf.len(),
+                        limit: MAX_CHUNK,
+                    });
+                }
+                if kind == MessageType::RequestBody {
+                    Message::RequestBody {
+                        id,
+                        end: flags & FLAG_END != 0,
+                        data: buf,
+                    }
+                } else {
+                    Message::ResponseBody { id, data: buf }
+                }
+            }
+            MessageType::ResponseHead => {
+                if buf.is_empty() {
+                    return Err(bad("empty response head"));
+                }
+                if buf.len() > MAX_HEAD {
+                    return Err(DecodeError::TooLarge {
+                        kind,
+                        id,
+                        len: buf.len(),
+                        limit: MAX_HEAD,
+                    });
+                }
+                Message::ResponseHead { id, head: buf }
+            }
+            MessageType::ResponseEnd => {
+                exact(&buf, 8)?;
+                Message::ResponseEnd {
+                    id,
+                    body_len: buf.get_u64(),
+                }
+            }
+            MessageType::Reset => {
+                if buf.len() < 2 {
+                    return Err(bad("RESET shorter than 2 bytes"));
+                }
+                let code = ErrorCode::from_code(buf.get_u16());
+                Message::Reset {
+                    id,
+                    code,
+                    reason: reason(buf).map_err(bad)?,
+                }
+            }
+        };
+        Ok(message)
+    }
+
+    /// Checks the limits a sender must respect; used by `encode` in debug builds
+    /// and by tests.
+    pub fn check_limits(&self) -> Result<(), &'static str> {
+        match self {
+            Message::Feedback(e) if e.len() > MAX_FEEDBACK_ENTRIES => {
+                Err("too many FEEDBACK entries")
+            }
+            Message::GoAway(GoAway { reason, .. }) | Message::Reset { reason, .. }
+                if reason.len() > MAX_REASON =>
+            {
+                Err("reason longer than MAX_REASON")
+            }
+            Message::Request(r) if r.head.is_empty() || r.head.len() > MAX_HEAD => {
+                Err("request head empty or above MAX_HEAD")
+            }
+            Message::ResponseHead { head, .. } if head.is_empty() || head.len() > MAX_HEAD => {
+                Err("response head empty or above MAX_HEAD")
+            }
+            Message::RequestBody { data, .. } | Message::ResponseBody { data, .. }
+                if data.len() > MAX_CHUNK =>
+            {
+                Err("chunk above MAX_CHUNK")
+            }
+            m if m.message_type() != MessageType::Hello
+                && !matches!(
+                    m,
+                    Message::Feedback(_) | Message::GoAway(_) | Message::Ping { .. }
+                )
+                && m.request_id() == 0 =>
+            {
+                Err("request id 0")
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn reason(buf: Bytes) -> Result<String, &'static str> {
+    if buf.len() > MAX_REASON {
+        return Err("reason longer than MAX_REASON");
+    }
+    String::from_utf8(buf.to_vec()).map_err(|_| "reason is not UTF-8")
+}

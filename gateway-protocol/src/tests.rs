@@ -1,0 +1,431 @@
+//! Codec round trips, exact byte layouts, and the reaction table of docs/protocol.md.
+
+use bytes::Bytes;
+
+use crate::*;
+
+fn hello(ack: bool, streams: u16) -> Message {
+    Message::Hello(Hello {
+        ack,
+        version: VERSION,
+        data_streams: streams,
+        max_chunk: MAX_CHUNK as u32,
+        capabilities: Capabilities::FEEDBACK,
+    })
+}
+
+fn request(id: RequestId, end: bool) -> Message {
+    Message::Request(Request {
+        id,
+        urgency: Urgency::DEFAULT,
+        class: RequestClass::Demand,
+        end,
+        head: Bytes::from_static(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+    })
+}
+
+fn every_kind() -> Vec<Message> {
+    vec![
+        hello(false, 10),
+        hello(true, 3),
+        Message::Feedback(vec![]),
+        Message::Feedback(vec![
+            StreamBacklog {
+                stream: 1,
+                bytes: 0,
+            },
+            StreamBacklog {
+                stream: 65535,
+                bytes: u32::MAX,
+            },
+        ]),
+        Message::Cancel { id: 7 },
+        Message::GoAway(GoAway {
+            last_request: 99,
+            code: ErrorCode::NoError,
+            reason: "bye ✓".into(),
+        }),
+        Message::Ping {
+            ack: true,
+            opaque: u64::MAX - 1,
+        },
+        request(1, true),
+        Message::Request(Request {
+            id: u32::MAX,
+            urgency: Urgency::LOWEST,
+            class: RequestClass::Prefetch,
+            end: false,
+            head: Bytes::from_static(b"POST /x HTTP/1.1\r\n\r\n"),
+        }),
+        Message::RequestBody {
+            id: 3,
+            end: true,
+            data: Bytes::new(),
+        },
+        Message::RequestBody {
+            id: 3,
+            end: false,
+            data: Bytes::from(vec![0xab; MAX_CHUNK]),
+        },
+        Message::ResponseHead {
+            id: 4,
+            head: Bytes::from_static(b"HTTP/1.1 200 OK\r\n\r\n"),
+        },
+        Message::ResponseBody {
+            id: 4,
+            data: Bytes::from_static(b"\0\x01\x02"),
+        },
+        Message::ResponseEnd {
+            id: 4,
+            body_len: 1 << 40,
+        },
+        Message::Reset {
+            id: 5,
+            code: ErrorCode::Unknown(0xbeef),
+            reason: String::new(),
+        },
+    ]
+}
+
+#[test]
+fn every_message_round_trips_with_its_declared_length() {
+    for message in every_kind() {
+        let bytes = message.to_bytes();
+        assert_eq!(bytes.len(), message.encoded_len(), "{message:?}");
+        assert_eq!(Message::decode(&bytes), Ok(message.clone()));
+    }
+}
+
+#[test]
+fn header_and_payload_layout_is_exact() {
+    let bytes = request(0x0102_0304, true).to_bytes();
+    assert_eq!(&bytes[..12], &[0x10, 0x01, 0, 0, 1, 2, 3, 4, 3, 0, 0, 0]);
+    assert_eq!(&bytes[12..], b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+
+    let bytes = hello(true, 0x0a0b).to_bytes();
+    assert_eq!(
+        &bytes[..],
+        &[
+            1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0x0a, 0x0b, 0, 1, 0, 0, 0, 0, 0, 1
+        ]
+    );
+
+    let bytes = Message::ResponseEnd {
+        id: 9,
+        body_len: 258,
+    }
+    .to_bytes();
+    assert_eq!(
+        &bytes[..],
+        &[0x22, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 1, 2]
+    );
+}
+
+#[test]
+fn reserved_bits_and_unknown_flags_are_ignored() {
+    let mut raw = Message::Cancel { id: 1 }.to_bytes().to_vec();
+    raw[1] = 0xfe;
+    raw[2] = 0xff;
+    assert_eq!(
+        Message::decode(&Bytes::from(raw)),
+        Ok(Message::Cancel { id: 1 })
+    );
+}
+
+/// Each malformed input with the error kind and reaction docs/protocol.md gives.
+#[test]
+fn malformed_messages_get_the_documented_reaction() {
+    let protocol_goaway = Reaction::GoAway {
+        code: ErrorCode::ProtocolError,
+    };
+    let cases: Vec<(&str, Vec<u8>, Reaction)> = vec![
+        ("empty", vec![], protocol_goaway.clone()),
+        ("short header", vec![0x10, 0, 0], protocol_goaway.clone()),
+        (
+            "unknown type",
+            vec![0x7f, 0, 0, 0, 0, 0, 0, 1, 9],
+            Reaction::Ignore,
+        ),
+        (
+            "hello too short",
+            vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            protocol_goaway.clone(),
+        ),
+        (
+            "feedback count larger than payload",
+            vec![2, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0, 0, 0, 0],
+            protocol_goaway.clone(),
+        ),
+        (
+            "cancel with payload",
+            vec![3, 0, 0, 0, 0, 0, 0, 1, 0],
+            protocol_goaway.clone(),
+        ),
+        (
+            "cancel of request 0",
+            vec![3, 0, 0, 0, 0, 0, 0, 0],
+            protocol_goaway.clone(),
+        ),
+        (
+            "goaway reason not utf-8",
+            vec![4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0xff],
+            protocol_goaway.clone(),
+        ),
+        (
+            "request urgency 8",
+            [
+                vec![0x10, 0, 0, 0, 0, 0, 0, 5, 8, 0, 0, 0],
+                b"GET /".to_vec(),
+            ]
+            .concat(),
+            Reaction::Reset {
+                id: 5,
+                code: ErrorCode::ProtocolError,
+            },
+        ),
+        (
+            "request class 2",
+            [
+                vec![0x10, 0, 0, 0, 0, 0, 0, 5, 3, 2, 0, 0],
+                b"GET /".to_vec(),
+            ]
+            .concat(),
+            Reaction::Reset {
+                id: 5,
+                code: ErrorCode::ProtocolError,
+            },
+        ),
+        (
+            "request with empty head",
+            vec![0x10, 0, 0, 0, 0, 0, 0, 5, 3, 0, 0, 0],
+            Reaction::Reset {
+                id: 5,
+                code: ErrorCode::ProtocolError,
+            },
+        ),
+        (
+            "response body of request 0",
+            vec![0x21, 0, 0, 0, 0, 0, 0, 0, 1],
+            protocol_goaway.clone(),
+        ),
+        (
+            "response body above MAX_CHUNK",
+            [vec![0x21, 0, 0, 0, 0, 0, 0, 6], vec![0; MAX_CHUNK + 1]].concat(),
+            Reaction::Reset {
+                id: 6,
+                code: ErrorCode::TooLarge,
+            },
+        ),
+        (
+            "response end too short",
+            vec![0x22, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0],
+            Reaction::Reset {
+                id: 6,
+                code: ErrorCode::ProtocolError,
+            },
+        ),
+    ];
+    for (name, raw, reaction) in cases {
+        let error = Message::decode(&Bytes::from(raw)).expect_err(name);
+        assert_eq!(error.reaction(), reaction, "{name}: {error}");
+    }
+}
+
+/// A gateway and an origin session fed each other's messages, the way the
+/// drivers will, through one request's whole life.
+fn open_pair(gateway_streams: u16, origin_streams: u16) -> (Session, Session) {
+    let mut gateway = Session::new(
+        Role::Gateway,
+        SessionConfig {
+            data_streams: gateway_streams,
+            ..SessionConfig::default()
+        },
+    );
+    let mut origin = Session::new(
+        Role::Origin,
+        SessionConfig {
+            data_streams: origin_streams,
+            ..SessionConfig::default()
+        },
+    );
+    let to_origin = gateway.hello().to_bytes();
+    origin
+        .handle_message(0, &to_origin)
+        .expect("origin accepts HELLO");
+    let to_gateway = origin.hello().to_bytes();
+    gateway
+        .handle_message(0, &to_gateway)
+        .expect("gateway accepts HELLO ack");
+    (gateway, origin)
+}
+
+#[test]
+fn handshake_settles_on_the_smaller_stream_count() {
+    let (gateway, origin) = open_pair(16, 4);
+    assert_eq!(gateway.data_streams(), 4);
+    assert_eq!(origin.data_streams(), 4);
+    assert!(gateway.is_open() && origin.is_open());
+}
+
+#[test]
+fn a_request_and_its_response_pass_both_sessions() {
+    let (mut gateway, mut origin) = open_pair(4, 4);
+    gateway.handle_request_sent(1, 2).expect("valid request");
+    let got = origin.handle_message(2, &request(1, true).to_bytes());
+    assert_eq!(got, Ok(request(1, true)));
+    for m in [
+        Message::ResponseHead {
+            id: 1,
+            head: Bytes::from_static(b"HTTP/1.1 200 OK\r\n\r\n"),
+        },
+        Message::ResponseBody {
+            id: 1,
+            data: Bytes::from_static(b"abc"),
+        },
+        Message::ResponseBody {
+            id: 1,
+            data: Bytes::from_static(b"de"),
+        },
+        Message::ResponseEnd { id: 1, body_len: 5 },
+    ] {
+        assert_eq!(gateway.handle_message(2, &m.to_bytes()), Ok(m));
+    }
+    origin.handle_request_finished(1);
+    assert_eq!(gateway.open_requests(), 0);
+    assert_eq!(origin.open_requests(), 0);
+}
+
+#[test]
+fn misplaced_and_out_of_order_messages_get_the_documented_reaction() {
+    let goaway = Err(Reaction::GoAway {
+        code: ErrorCode::ProtocolError,
+    });
+    let reset = |id| {
+        Err(Reaction::Reset {
+            id,
+            code: ErrorCode::ProtocolError,
+        })
+    };
+    let head = |id| Message::ResponseHead {
+        id,
+        head: Bytes::from_static(b"HTTP/1.1 204 No Content\r\n\r\n"),
+    };
+
+    // Anything before HELLO.
+    let mut origin = Session::new(Role::Origin, SessionConfig::default());
+    assert_eq!(
+        origin.handle_message(1, &request(1, true).to_bytes()),
+        goaway
+    );
+
+    // A HELLO without ack reaching the gateway; a wrong version.
+    let mut gateway = Session::new(Role::Gateway, SessionConfig::default());
+    assert_eq!(
+        gateway.handle_message(0, &hello(false, 1).to_bytes()),
+        goaway
+    );
+    let mut old = hello(true, 1);
+    if let Message::Hello(h) = &mut old {
+        h.version = 0;
+    }
+    assert_eq!(
+        gateway.handle_message(0, &old.to_bytes()),
+        Err(Reaction::GoAway {
+            code: ErrorCode::VersionMismatch
+        })
+    );
+
+    let (mut gateway, mut origin) = open_pair(4, 4);
+    // Control on a data stream, data on the control stream, a stream out of range.
+    assert_eq!(
+        origin.handle_message(1, &Message::Cancel { id: 1 }.to_bytes()),
+        goaway
+    );
+    assert_eq!(
+        origin.handle_message(0, &request(1, true).to_bytes()),
+        goaway
+    );
+    assert_eq!(
+        origin.handle_message(5, &request(1, true).to_bytes()),
+        goaway
+    );
+    // A second HELLO.
+    assert_eq!(
+        origin.handle_message(0, &hello(false, 4).to_bytes()),
+        goaway
+    );
+    // A request id reused on its stream.
+    assert!(
+        origin
+            .handle_message(1, &request(3, true).to_bytes())
+            .is_ok()
+    );
+    assert_eq!(
+        origin.handle_message(1, &request(3, true).to_bytes()),
+        reset(3)
+    );
+    assert_eq!(
+        origin.handle_message(1, &request(2, true).to_bytes()),
+        reset(2)
+    );
+    // Request body after the request ended, and for a request never seen.
+    let body = |id| Message::RequestBody {
+        id,
+        end: true,
+        data: Bytes::new(),
+    };
+    assert_eq!(origin.handle_message(1, &body(3).to_bytes()), reset(3));
+    assert_eq!(origin.handle_message(1, &body(9).to_bytes()), reset(9));
+    // Requests reaching the gateway.
+    assert_eq!(
+        gateway.handle_message(1, &request(1, true).to_bytes()),
+        goaway
+    );
+
+    // Response messages out of order, on the wrong stream, for unknown requests.
+    gateway.handle_request_sent(1, 1).expect("valid");
+    let body = Message::ResponseBody {
+        id: 1,
+        data: Bytes::from_static(b"x"),
+    };
+    assert_eq!(gateway.handle_message(1, &body.to_bytes()), reset(1));
+    // Request 1 is gone now: its late messages are ignored.
+    assert_eq!(
+        gateway.handle_message(1, &head(1).to_bytes()),
+        Err(Reaction::Ignore)
+    );
+    gateway.handle_request_sent(2, 1).expect("valid");
+    assert_eq!(gateway.handle_message(2, &head(2).to_bytes()), reset(2));
+    // Never issued on this stream.
+    assert_eq!(gateway.handle_message(3, &head(7).to_bytes()), goaway);
+    // A body length that disagrees with the chunks: a truncated response.
+    gateway.handle_request_sent(3, 1).expect("valid");
+    assert!(gateway.handle_message(1, &head(3).to_bytes()).is_ok());
+    assert_eq!(
+        gateway.handle_message(1, &Message::ResponseEnd { id: 3, body_len: 1 }.to_bytes()),
+        reset(3)
+    );
+    // The gateway refuses to issue ids that go backwards on a stream.
+    assert!(gateway.handle_request_sent(3, 1).is_err());
+    assert!(gateway.handle_request_sent(4, 0).is_err());
+    assert!(gateway.handle_request_sent(4, 5).is_err());
+}
+
+#[test]
+fn after_goaway_the_origin_refuses_new_requests() {
+    let (_gateway, mut origin) = open_pair(2, 2);
+    let goaway = Message::GoAway(GoAway {
+        last_request: 0,
+        code: ErrorCode::NoError,
+        reason: String::new(),
+    });
+    assert!(origin.handle_message(0, &goaway.to_bytes()).is_ok());
+    assert!(origin.peer_going_away());
+    assert_eq!(
+        origin.handle_message(1, &request(1, true).to_bytes()),
+        Err(Reaction::Reset {
+            id: 1,
+            code: ErrorCode::Refused
+        })
+    );
+}

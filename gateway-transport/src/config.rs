@@ -1,0 +1,174 @@
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::TransportError;
+
+/// A concrete backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendKind {
+    /// Linux kernel SCTP.
+    Kernel,
+    /// `sctp-proto` over UDP (RFC 6951 framing).
+    Userspace,
+    /// The protocol multiplexed over one TCP connection.
+    FramedTcp,
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::Kernel => "kernel",
+            BackendKind::Userspace => "userspace",
+            BackendKind::FramedTcp => "framed-tcp",
+        })
+    }
+}
+
+/// What the configuration asks for: a backend, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendChoice {
+    /// Kernel SCTP if this host can open an SCTP socket, else userspace.
+    #[default]
+    Auto,
+    /// Always kernel SCTP.
+    Kernel,
+    /// Always userspace SCTP.
+    Userspace,
+    /// Always framed TCP.
+    FramedTcp,
+}
+
+impl BackendChoice {
+    /// The backend to use on this host. `Auto` probes for kernel SCTP by opening
+    /// (and closing) one socket.
+    pub fn resolve(self) -> BackendKind {
+        match self {
+            BackendChoice::Auto if crate::kernel::available() => BackendKind::Kernel,
+            BackendChoice::Auto => BackendKind::Userspace,
+            BackendChoice::Kernel => BackendKind::Kernel,
+            BackendChoice::Userspace => BackendKind::Userspace,
+            BackendChoice::FramedTcp => BackendKind::FramedTcp,
+        }
+    }
+}
+
+impl FromStr for BackendChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(BackendChoice::Auto),
+            "kernel" => Ok(BackendChoice::Kernel),
+            "userspace" => Ok(BackendChoice::Userspace),
+            "framed-tcp" => Ok(BackendChoice::FramedTcp),
+            other => Err(format!(
+                "unknown transport `{other}` (expected auto, kernel, userspace or framed-tcp)"
+            )),
+        }
+    }
+}
+
+/// Default UDP port for SCTP over UDP (RFC 6951, IANA `sctp-tunneling`).
+pub const SCTP_UDP_PORT: u16 = 9899;
+
+/// Settings common to every backend. Field names match the `[transport]` table of
+/// the gateway's and origin's config files.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AssociationConfig {
+    /// Outbound streams to ask for, counting stream 0 (1..=65535).
+    pub streams: u16,
+    /// Most inbound streams to grant the peer, counting stream 0.
+    pub max_inbound_streams: u16,
+    /// Give up connecting after this long.
+    #[serde(with = "duration_ms")]
+    pub connect_timeout: Duration,
+    /// Probe an idle peer this often (SCTP HEARTBEAT; framed TCP: a ping frame).
+    #[serde(with = "duration_ms")]
+    pub heartbeat_interval: Duration,
+    /// Declare the peer unreachable after this long without hearing from it.
+    #[serde(with = "duration_ms")]
+    pub idle_timeout: Duration,
+    /// `send` waits while a stream's queued bytes exceed this, bytes. Kept small so
+    /// that the sender's scheduler, not the transport's queue, decides the order.
+    pub max_buffered_per_stream: usize,
+    /// Largest message sent or accepted, bytes.
+    pub max_message: usize,
+    /// Socket send buffer, bytes; `None` keeps the system default.
+    pub send_buffer: Option<usize>,
+    /// Socket receive buffer, bytes; `None` keeps the system default.
+    pub recv_buffer: Option<usize>,
+    /// Kernel backend only: encapsulate in UDP to this remote port (RFC 6951,
+    /// Linux >= 5.11); `None` sends native SCTP (IP protocol 132).
+    pub udp_encapsulation_port: Option<u16>,
+}
+
+impl Default for AssociationConfig {
+    fn default() -> Self {
+        Self {
+            streams: 32,
+            max_inbound_streams: 32,
+            connect_timeout: Duration::from_secs(5),
+            heartbeat_interval: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(30),
+            max_buffered_per_stream: 64 * 1024,
+            max_message: 4 * 1024 * 1024 + 64 * 1024,
+            send_buffer: None,
+            recv_buffer: None,
+            udp_encapsulation_port: None,
+        }
+    }
+}
+
+impl AssociationConfig {
+    /// Rejects values no backend can honour, naming the setting.
+    pub fn validate(&self) -> Result<(), TransportError> {
+        let bad = |key, reason: &str| {
+            Err(TransportError::Config {
+                key,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.streams == 0 {
+            return bad("streams", "must be at least 1 (stream 0 carries control)");
+        }
+        if self.max_inbound_streams == 0 {
+            return bad("max_inbound_streams", "must be at least 1");
+        }
+        if self.connect_timeout.is_zero() {
+            return bad("connect_timeout", "must be above zero");
+        }
+        if self.heartbeat_interval.is_zero() {
+            return bad("heartbeat_interval", "must be above zero");
+        }
+        if self.idle_timeout <= self.heartbeat_interval {
+            return bad("idle_timeout", "must be longer than heartbeat_interval");
+        }
+        if self.max_buffered_per_stream == 0 {
+            return bad("max_buffered_per_stream", "must be above zero");
+        }
+        if self.max_message == 0 || self.max_message > 64 * 1024 * 1024 {
+            return bad("max_message", "must be between 1 byte and 64 MiB");
+        }
+        Ok(())
+    }
+}
+
+mod duration_ms {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}

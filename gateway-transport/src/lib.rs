@@ -1,0 +1,203 @@
+//! The association layer: whole messages on numbered streams between one gateway
+//! and one origin, over one of three backends.
+//!
+//! - [`BackendKind::Kernel`]: Linux SCTP, one-to-one sockets (`kernel` module).
+//! - [`BackendKind::Userspace`]: `sctp-proto` (sans-IO SCTP) on a UDP socket, RFC 6951
+//!   framing, for hosts without the SCTP module (`userspace` module).
+//! - [`BackendKind::FramedTcp`]: the same API multiplexed on one TCP connection; the
+//!   head-of-line-blocking baseline (`framed_tcp` module).
+//!
+//! Every backend keeps message boundaries and per-stream order, imposes no order
+//! across streams, negotiates stream counts (a peer that grants fewer is used with
+//! fewer) and reports abort, close and time-out as [`TransportError`]s.
+//!
+//! It never parses what it carries: the protocol lives in `gateway-protocol`.
+//! Start reading at [`connect`], [`Listener`] and [`Association`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+mod config;
+mod error;
+pub mod framed_tcp;
+pub mod kernel;
+pub mod userspace;
+
+pub use config::{AssociationConfig, BackendChoice, BackendKind, SCTP_UDP_PORT};
+pub use error::TransportError;
+
+/// One received message and the stream it arrived on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Stream number, below [`StreamCounts::inbound`].
+    pub stream: u16,
+    /// The message, boundaries as sent.
+    pub data: Bytes,
+}
+
+/// Streams usable after negotiation, counting stream 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamCounts {
+    /// Streams this side may send on: 0..outbound.
+    pub outbound: u16,
+    /// Streams the peer may send on: 0..inbound.
+    pub inbound: u16,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Kernel(kernel::Association),
+    Userspace(userspace::Association),
+    FramedTcp(framed_tcp::Association),
+}
+
+/// Calls the same method on whichever backend is inside.
+macro_rules! dispatch {
+    ($self:expr, $assoc:ident => $body:expr) => {
+        match &*$self.inner {
+            Inner::Kernel($assoc) => $body,
+            Inner::Userspace($assoc) => $body,
+            Inner::FramedTcp($assoc) => $body,
+        }
+    };
+}
+
+/// An established association. Cheap to clone; all clones share it.
+///
+/// Any number of tasks may [`send`](Self::send) at once; messages on one stream
+/// keep the order in which their `send` calls completed. [`recv`](Self::recv) is
+/// meant for one task (the driver); concurrent callers each get distinct messages.
+#[derive(Debug, Clone)]
+pub struct Association {
+    inner: Arc<Inner>,
+}
+
+impl Association {
+    /// Which backend carries it.
+    pub fn kind(&self) -> BackendKind {
+        match &*self.inner {
+            Inner::Kernel(_) => BackendKind::Kernel,
+            Inner::Userspace(_) => BackendKind::Userspace,
+            Inner::FramedTcp(_) => BackendKind::FramedTcp,
+        }
+    }
+
+    /// Negotiated stream counts.
+    pub fn streams(&self) -> StreamCounts {
+        dispatch!(self, a => a.streams())
+    }
+
+    /// The peer's address (for the userspace backend, its UDP address).
+    pub fn peer_addr(&self) -> SocketAddr {
+        dispatch!(self, a => a.peer_addr())
+    }
+
+    /// Queues `data` as one message on `stream`. Waits while the stream's send
+    /// queue holds more than [`AssociationConfig::max_buffered_per_stream`] bytes.
+    pub async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
+        dispatch!(self, a => a.send(stream, data).await)
+    }
+
+    /// The next message from any stream. Cancel-safe: a message is never lost
+    /// because the future was dropped. `Err(Closed)` after a graceful close by
+    /// either side, `Err(Aborted)` if the peer aborted.
+    pub async fn recv(&self) -> Result<Message, TransportError> {
+        dispatch!(self, a => a.recv().await)
+    }
+
+    /// Bytes accepted by [`send`](Self::send) on `stream` and not yet acknowledged
+    /// by the peer (userspace, framed TCP: not yet written to the socket). `None`
+    /// where the backend cannot tell per stream (kernel).
+    pub fn buffered(&self, stream: u16) -> Option<usize> {
+        dispatch!(self, a => a.buffered(stream))
+    }
+
+    /// Graceful close: what was sent is delivered, then the association ends. The
+    /// peer's `recv` returns `Err(Closed)` after its last message.
+    pub async fn close(&self) -> Result<(), TransportError> {
+        dispatch!(self, a => a.close().await)
+    }
+
+    /// Ends the association at once; queued data is dropped and the peer's `recv`
+    /// returns `Err(Aborted)`.
+    pub fn abort(&self) {
+        dispatch!(self, a => a.abort())
+    }
+}
+
+/// Accepts associations on one local address.
+#[derive(Debug)]
+pub enum Listener {
+    /// Kernel SCTP one-to-one listening socket.
+    Kernel(kernel::Listener),
+    /// UDP socket driving `sctp-proto`.
+    Userspace(userspace::Listener),
+    /// TCP listening socket.
+    FramedTcp(framed_tcp::Listener),
+}
+
+impl Listener {
+    /// Binds `addr` with the given backend (resolve [`BackendChoice`] first).
+    pub async fn bind(
+        kind: BackendKind,
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Self, TransportError> {
+        config.validate()?;
+        Ok(match kind {
+            BackendKind::Kernel => Listener::Kernel(kernel::Listener::bind(addr, config)?),
+            BackendKind::Userspace => {
+                Listener::Userspace(userspace::Listener::bind(addr, config).await?)
+            }
+            BackendKind::FramedTcp => {
+                Listener::FramedTcp(framed_tcp::Listener::bind(addr, config).await?)
+            }
+        })
+    }
+
+    /// The bound address (useful after binding port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+        match self {
+            Listener::Kernel(l) => l.local_addr(),
+            Listener::Userspace(l) => l.local_addr(),
+            Listener::FramedTcp(l) => l.local_addr(),
+        }
+    }
+
+    /// The next established association.
+    pub async fn accept(&self) -> Result<Association, TransportError> {
+        let inner = match self {
+            Listener::Kernel(l) => Inner::Kernel(l.accept().await?),
+            Listener::Userspace(l) => Inner::Userspace(l.accept().await?),
+            Listener::FramedTcp(l) => Inner::FramedTcp(l.accept().await?),
+        };
+        Ok(Association {
+            inner: Arc::new(inner),
+        })
+    }
+}
+
+/// Opens an association to `addr`, giving up after
+/// [`AssociationConfig::connect_timeout`].
+pub async fn connect(
+    kind: BackendKind,
+    addr: SocketAddr,
+    config: &AssociationConfig,
+) -> Result<Association, TransportError> {
+    config.validate()?;
+    let connecting = async {
+        Ok::<_, TransportError>(match kind {
+            BackendKind::Kernel => Inner::Kernel(kernel::connect(addr, config).await?),
+            BackendKind::Userspace => Inner::Userspace(userspace::connect(addr, config).await?),
+            BackendKind::FramedTcp => Inner::FramedTcp(framed_tcp::connect(addr, config).await?),
+        })
+    };
+    let inner = tokio::time::timeout(config.connect_timeout, connecting)
+        .await
+        .map_err(|_| TransportError::ConnectTimeout(config.connect_timeout))??;
+    Ok(Association {
+        inner: Arc::new(inner),
+    })
+}

@@ -1,0 +1,2 @@
+//! `cargo xtask`: set up, build, test, run and benchmark the project.
+fn main() {}
