@@ -1,2 +1,43 @@
-//! `cargo xtask`: set up, build, test, run and benchmark the project.
-fn main() {}
+//! `cargo xtask`: set up the machine, build the eBPF programs, run the tests, the
+//! kernel-SCTP VM tests, the demo topology and the benchmarks.
+//!
+//! Every subcommand prints what it is doing before long steps, and every step that
+//! installs something first checks whether it is already there.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+mod ebpf;
+mod setup;
+mod test;
+mod vm;
+
+#[derive(Debug, Parser)]
+#[command(about = "Build, test and run the gateway project")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Install what the project needs (Debian packages, nightly rust-src,
+    /// bpf-linker, virtme-ng, cargo-fuzz); skips what is present.
+    Setup,
+    /// Build the eBPF programs for bpfel-unknown-none.
+    BuildEbpf(ebpf::BuildOptions),
+    /// Run the whole test suite: set-up, lints, unit and namespace tests, the
+    /// kernel-SCTP VM tests, a short fuzz run.
+    Test(test::TestOptions),
+    /// Run only the kernel-SCTP tests inside a virtme-ng VM with Debian's kernel.
+    VmTest(vm::VmOptions),
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Setup => setup::run(),
+        Command::BuildEbpf(options) => ebpf::build(&options).map(|_| ()),
+        Command::Test(options) => test::run(&options),
+        Command::VmTest(options) => vm::run(&options),
+    }
+}
