@@ -7,6 +7,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod ebpf;
 mod setup;
 mod test;
@@ -29,6 +30,8 @@ enum Command {
     /// Run the whole test suite: set-up, lints, unit and namespace tests, the
     /// kernel-SCTP VM tests, a short fuzz run.
     Test(test::TestOptions),
+    /// Run a benchmark and write its report to bench/results/.
+    Bench(bench::BenchOptions),
     /// Run only the kernel-SCTP tests inside a virtme-ng VM with Debian's kernel.
     VmTest(vm::VmOptions),
 }
@@ -39,5 +42,6 @@ fn main() -> Result<()> {
         Command::BuildEbpf(options) => ebpf::build(&options).map(|_| ()),
         Command::Test(options) => test::run(&options),
         Command::VmTest(options) => vm::run(&options),
+        Command::Bench(options) => bench::run(&options),
     }
 }

@@ -1,10 +1,125 @@
-//! `cargo xtask test`: the whole suite, in the order that fails fastest.
-use anyhow::Result;
+//! `cargo xtask test`: the whole suite, cheapest and fastest-failing steps first.
+//!
+//! 1. set-up (installs what is missing);
+//! 2. rustfmt and clippy;
+//! 3. the eBPF build;
+//! 4. `cargo test` for the workspace: unit, deterministic, namespace and eBPF load
+//!    tests (needs root);
+//! 5. the kernel-SCTP tests in a VM;
+//! 6. a short fuzz run of every fuzz target.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+use crate::{ebpf, setup, vm};
 
 /// Options for `cargo xtask test`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct TestOptions {}
+pub(crate) struct TestOptions {
+    /// Skip the kernel-SCTP VM tests (about a minute under software emulation).
+    #[arg(long)]
+    pub skip_vm: bool,
+    /// Skip the fuzz run.
+    #[arg(long)]
+    pub skip_fuzz: bool,
+    /// Seconds each fuzz target runs.
+    #[arg(long, default_value_t = 20)]
+    pub fuzz_seconds: u32,
+    /// Skip `cargo xtask setup` (when you know everything is installed).
+    #[arg(long)]
+    pub skip_setup: bool,
+}
 
-pub(crate) fn run(_options: &TestOptions) -> Result<()> {
+/// Fuzz targets in fuzz/Cargo.toml, run in this order.
+const FUZZ_TARGETS: [&str; 2] = ["decode", "session"];
+
+pub(crate) fn run(options: &TestOptions) -> Result<()> {
+    let root = workspace_root();
+    let started = Instant::now();
+    if !options.skip_setup {
+        step("set-up");
+        setup::run()?;
+    }
+
+    step("rustfmt");
+    cargo(root, &["fmt", "--all", "--", "--check"])?;
+    step("clippy");
+    cargo(
+        root,
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+
+    step("eBPF build");
+    let object = ebpf::build(&ebpf::BuildOptions { release: true })?;
+
+    step("workspace tests (unit, namespaces, eBPF load)");
+    run_command(
+        Command::new("cargo")
+            .current_dir(root)
+            .args(["test", "--workspace"])
+            .env("GATEWAY_EBPF_OBJECT", &object),
+    )?;
+
+    if options.skip_vm {
+        println!("xtask: kernel-SCTP VM tests SKIPPED (--skip-vm)");
+    } else {
+        step("kernel-SCTP tests in a VM");
+        vm::run(&vm::VmOptions::default())?;
+    }
+
+    if options.skip_fuzz {
+        println!("xtask: fuzzing SKIPPED (--skip-fuzz)");
+    } else {
+        for target in FUZZ_TARGETS {
+            step(&format!("fuzz {target} for {} s", options.fuzz_seconds));
+            run_command(
+                Command::new("cargo")
+                    .current_dir(root.join("fuzz"))
+                    .args(["+nightly", "fuzz", "run", target, "--"])
+                    .arg(format!("-max_total_time={}", options.fuzz_seconds)),
+            )?;
+        }
+    }
+    println!(
+        "xtask: all test steps passed in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn step(name: &str) {
+    println!("\n==> xtask test: {name}");
+}
+
+/// The directory holding the workspace's Cargo.toml.
+pub(crate) fn workspace_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+}
+
+fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+    run_command(Command::new("cargo").current_dir(root).args(args))
+}
+
+/// Runs a command with inherited output, failing with its command line.
+pub(crate) fn run_command(command: &mut Command) -> Result<()> {
+    let line = format!("{command:?}");
+    let status = command
+        .status()
+        .with_context(|| format!("starting {line}"))?;
+    if !status.success() {
+        bail!("{line} failed with {status}");
+    }
     Ok(())
 }

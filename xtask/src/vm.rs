@@ -2,7 +2,7 @@
 use anyhow::Result;
 
 /// Options for `cargo xtask vm-test`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, clap::Args, Default)]
 pub(crate) struct VmOptions {}
 
 pub(crate) fn run(_options: &VmOptions) -> Result<()> {

@@ -1,0 +1,300 @@
+//! `cargo xtask bench transport`: every association backend against plain TCP on
+//! the same veth path between two namespaces, in one run, reported as ratios.
+//!
+//! The measuring program is `gateway-transport/examples/transport_bench.rs`; this
+//! module builds it, creates the namespaces (removed on drop, also on error), runs
+//! each cell, and writes a markdown report to bench/results/.
+
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use crate::test::{run_command, workspace_root};
+
+/// Options for `cargo xtask bench`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct BenchOptions {
+    /// Which benchmark.
+    #[arg(value_enum)]
+    pub which: Which,
+    /// Bytes per bulk cell.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub bytes: u64,
+    /// Also run every cell over a 100 Mbit/s token-bucket link.
+    #[arg(long)]
+    pub rate_limited: bool,
+}
+
+/// The benchmarks this command knows.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum Which {
+    /// Bulk throughput and small-message rate of each backend against plain TCP.
+    Transport,
+}
+
+const BACKENDS: [&str; 3] = ["tcp", "framed-tcp", "userspace"];
+
+/// (label, message size, streams, share of --bytes)
+const CELLS: [(&str, usize, u16, u64); 3] = [
+    ("bulk 16 KiB messages, 8 streams", 16 * 1024, 8, 1),
+    ("bulk 64 KiB messages, 8 streams", 64 * 1024, 8, 1),
+    ("small 64 B messages, 8 streams", 64, 8, 256),
+];
+
+/// Two namespaces joined by a veth pair; deleted on drop.
+struct Namespaces {
+    server: String,
+    client: String,
+}
+
+impl Namespaces {
+    fn create() -> Result<Self> {
+        let tag = std::process::id();
+        let ns = Namespaces {
+            server: format!("gwb-srv-{tag}"),
+            client: format!("gwb-cli-{tag}"),
+        };
+        let ip = |args: &[&str]| run_command(Command::new("ip").args(args));
+        ip(&["netns", "add", &ns.server])?;
+        ip(&["netns", "add", &ns.client])?;
+        ip(&[
+            "link", "add", "veth0", "netns", &ns.server, "type", "veth", "peer", "name", "veth0",
+            "netns", &ns.client,
+        ])?;
+        for (name, addr) in [(&ns.server, "10.78.0.1/24"), (&ns.client, "10.78.0.2/24")] {
+            ip(&["-n", name, "addr", "add", addr, "dev", "veth0"])?;
+            ip(&["-n", name, "link", "set", "veth0", "up"])?;
+            ip(&["-n", name, "link", "set", "lo", "up"])?;
+        }
+        Ok(ns)
+    }
+
+    fn rate_limit(&self, rate: &str) -> Result<()> {
+        for name in [&self.server, &self.client] {
+            run_command(Command::new("tc").args([
+                "-n", name, "qdisc", "replace", "dev", "veth0", "root", "tbf", "rate", rate,
+                "burst", "64kb", "latency", "100ms",
+            ]))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for name in [&self.server, &self.client] {
+            let _ = Command::new("ip").args(["netns", "del", name]).status();
+        }
+    }
+}
+
+/// One side's JSON line, read with the few fields we need.
+#[derive(Debug, Default, Clone, Copy)]
+struct Measured {
+    mbit_per_s: f64,
+    messages_per_s: f64,
+    bytes: f64,
+    cpu_seconds: f64,
+}
+
+fn field(line: &str, name: &str) -> Option<f64> {
+    let start = line.find(&format!("\"{name}\":"))? + name.len() + 3;
+    let rest = &line[start..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    rest[..end].trim().parse().ok()
+}
+
+fn spawn_side(ns: &str, binary: &PathBuf, args: &[String]) -> Result<Child> {
+    Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(binary)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {} in {ns}", binary.display()))
+}
+
+fn run_cell(
+    ns: &Namespaces,
+    binary: &PathBuf,
+    backend: &str,
+    size: usize,
+    streams: u16,
+    bytes: u64,
+) -> Result<(Measured, f64)> {
+    let common = |role: &str| {
+        vec![
+            role.to_owned(),
+            "--backend".into(),
+            backend.into(),
+            "--addr".into(),
+            "10.78.0.1:9899".into(),
+            "--size".into(),
+            size.to_string(),
+            "--streams".into(),
+            streams.to_string(),
+            "--bytes".into(),
+            bytes.to_string(),
+        ]
+    };
+    let mut server = spawn_side(&ns.server, binary, &common("--server"))?;
+    let mut server_out = BufReader::new(server.stdout.take().context("server stdout")?);
+    let mut ready = String::new();
+    server_out.read_line(&mut ready)?;
+    if !ready.contains("ready") {
+        let _ = server.kill();
+        bail!("{backend} server did not start");
+    }
+    let client = spawn_side(&ns.client, binary, &common("--client"))?;
+    let client_out = client.wait_with_output()?;
+    let mut line = String::new();
+    server_out.read_line(&mut line)?;
+    let status = server.wait()?;
+    if !client_out.status.success() || !status.success() {
+        bail!(
+            "{backend} with {size}-byte messages failed (client {}, server {status})",
+            client_out.status
+        );
+    }
+    let client_line = String::from_utf8_lossy(&client_out.stdout);
+    let measured = Measured {
+        mbit_per_s: field(&line, "mbit_per_s").unwrap_or(0.0),
+        messages_per_s: field(&line, "messages_per_s").unwrap_or(0.0),
+        bytes: field(&line, "bytes").unwrap_or(0.0),
+        cpu_seconds: field(&line, "cpu_seconds").unwrap_or(0.0),
+    };
+    let client_cpu = field(&client_line, "cpu_seconds").unwrap_or(0.0);
+    Ok((measured, client_cpu))
+}
+
+pub(crate) fn run(options: &BenchOptions) -> Result<()> {
+    let Which::Transport = options.which;
+    let root = workspace_root();
+    println!("==> building the benchmark program (release)");
+    run_command(Command::new("cargo").current_dir(root).args([
+        "build",
+        "--release",
+        "-p",
+        "gateway-transport",
+        "--example",
+        "transport_bench",
+    ]))?;
+    let binary = root.join("target/release/examples/transport_bench");
+
+    let mut report = String::new();
+    let machine = machine_description();
+    let date = command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    writeln!(report, "# Transport benchmark\n")?;
+    writeln!(
+        report,
+        "- command: `cargo xtask bench transport{}`",
+        if options.rate_limited {
+            " --rate-limited"
+        } else {
+            ""
+        }
+    )?;
+    writeln!(report, "- date: {date}")?;
+    writeln!(report, "- machine: {machine}")?;
+    writeln!(
+        report,
+        "- path: two network namespaces joined by one veth pair; each side one process, single-threaded tokio runtime"
+    )?;
+    writeln!(
+        report,
+        "- bulk cells send {} MiB; small-message cells send 1/256 of that",
+        options.bytes >> 20
+    )?;
+    writeln!(
+        report,
+        "- CPU s/GB: user+system CPU of both processes per 10^9 payload bytes\n"
+    )?;
+
+    let links: Vec<Option<&str>> = if options.rate_limited {
+        vec![None, Some("100mbit")]
+    } else {
+        vec![None]
+    };
+    for link in links {
+        let ns = Namespaces::create()?;
+        if let Some(rate) = link {
+            ns.rate_limit(rate)?;
+        }
+        let link_name = link.map_or("unlimited veth".to_owned(), |r| {
+            format!("veth with TBF {r}")
+        });
+        for (label, size, streams, divisor) in CELLS {
+            let bytes = (options.bytes / divisor).max(size as u64);
+            let bytes = if link.is_some() {
+                bytes.min(200 << 20)
+            } else {
+                bytes
+            };
+            writeln!(report, "## {label}, {link_name}\n")?;
+            writeln!(
+                report,
+                "| backend | Mbit/s | messages/s | ratio to TCP | CPU s/GB |"
+            )?;
+            writeln!(report, "|---|---|---|---|---|")?;
+            let mut tcp_rate = None;
+            for backend in BACKENDS {
+                println!("==> {label}, {link_name}: {backend}");
+                match run_cell(&ns, &binary, backend, size, streams, bytes) {
+                    Ok((m, client_cpu)) => {
+                        let rate = m.mbit_per_s;
+                        let base = *tcp_rate.get_or_insert(rate);
+                        let cpu_per_gb = (m.cpu_seconds + client_cpu) / (m.bytes / 1e9).max(1e-9);
+                        println!("    {rate:.0} Mbit/s, {:.0} msg/s", m.messages_per_s);
+                        writeln!(
+                            report,
+                            "| {backend} | {rate:.0} | {:.0} | {:.2} | {cpu_per_gb:.2} |",
+                            m.messages_per_s,
+                            rate / base.max(1e-9)
+                        )?;
+                    }
+                    Err(e) => {
+                        println!("    failed: {e:#}");
+                        writeln!(report, "| {backend} | failed: {e} | | | |")?;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            writeln!(report)?;
+        }
+    }
+    let dir = root.join("bench/results");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("transport.md");
+    std::fs::write(&path, &report)?;
+    println!("\n{report}\nxtask: report written to bench/results/transport.md");
+    Ok(())
+}
+
+fn command_output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn machine_description() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!(
+        "{} cores ({cpu}), Linux {}",
+        command_output("nproc", &[]),
+        command_output("uname", &["-r"])
+    )
+}
