@@ -125,11 +125,16 @@ pub(crate) fn build(options: &BuildOptions) -> Result<PathBuf> {
 /// Fails with a pointer to `cargo xtask setup` if the build cannot work.
 fn check_prerequisites() -> Result<()> {
     let mut missing = Vec::new();
-    if !setup::rust_src_installed()? {
-        missing.push("the nightly toolchain with its rust-src component".to_owned());
-    }
-    if let Some(problem) = setup::bpf_linker_problem(None)? {
-        missing.push(format!("a usable bpf-linker ({problem})"));
+    if !setup::nightly_installed()? {
+        missing.push("the nightly toolchain".to_owned());
+    } else {
+        if !setup::rust_src_installed()? {
+            missing.push("nightly's rust-src component".to_owned());
+        }
+        // Checking bpf-linker needs nightly: it must use nightly's LLVM.
+        if let Some(problem) = setup::bpf_linker_problem(None)? {
+            missing.push(format!("a usable bpf-linker ({problem})"));
+        }
     }
     if !missing.is_empty() {
         bail!(
