@@ -24,7 +24,7 @@ struct Cli {
 enum Command {
     /// Install what the project needs (Debian packages, nightly rust-src,
     /// bpf-linker, virtme-ng, cargo-fuzz); skips what is present.
-    Setup,
+    Setup(setup::SetupOptions),
     /// Build the eBPF programs for bpfel-unknown-none.
     BuildEbpf(ebpf::BuildOptions),
     /// Run the whole test suite: set-up, lints, unit and namespace tests, the
@@ -40,7 +40,7 @@ enum Command {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Command::Setup => setup::run(),
+        Command::Setup(options) => setup::run(&options),
         Command::BuildEbpf(options) => ebpf::build(&options).map(|_| ()),
         Command::Test(options) => test::run(&options),
         Command::VmTest(options) => vm::run(&options),
