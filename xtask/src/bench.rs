@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::test::{run_command, workspace_root};
+use crate::cmd::{run_command, workspace_root};
 
 /// Options for `cargo xtask bench`.
 #[derive(Debug, clap::Args)]
@@ -173,7 +173,7 @@ fn run_cell(
 
 pub(crate) fn run(options: &BenchOptions) -> Result<()> {
     let Which::Transport = options.which;
-    let root = workspace_root();
+    let root = &workspace_root();
     println!("==> building the benchmark program (release)");
     run_command(Command::new("cargo").current_dir(root).args([
         "build",

@@ -19,7 +19,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::setup;
+use crate::{cmd, setup};
 
 /// The target triple the eBPF programs are built for (little-endian BPF).
 const BPF_TARGET: &str = "bpfel-unknown-none";
@@ -57,7 +57,7 @@ impl Default for BuildOptions {
 /// Builds the eBPF object and returns its path; runs the load test if asked.
 pub(crate) fn build(options: &BuildOptions) -> Result<PathBuf> {
     check_prerequisites()?;
-    let crate_dir = setup::workspace_root().join("gateway-ebpf");
+    let crate_dir = cmd::workspace_root().join("gateway-ebpf");
     let target_dir = crate_dir.join("target");
     let profile = if options.release { "release" } else { "dev" };
     println!("[build-ebpf] building gateway-ebpf ({profile}) for {BPF_TARGET} with nightly");
@@ -86,7 +86,7 @@ pub(crate) fn build(options: &BuildOptions) -> Result<PathBuf> {
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env_remove("CARGO_TARGET_DIR");
     let started = Instant::now();
-    setup::run_command(&mut cargo).with_context(|| {
+    cmd::run_command(&mut cargo).with_context(|| {
         format!(
             "building gateway-ebpf failed; if the error is about bpf-linker, rust-src or \
              the {BPF_TARGET} target, run `cargo xtask setup`"
@@ -152,9 +152,9 @@ pub(crate) fn run_load_test(object: &Path) -> Result<()> {
     println!("[build-ebpf] load test: attach xdp_count in a namespace, count, detach");
     // The cargo running this xtask, so the test builds with the same toolchain.
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    setup::run_command(
+    cmd::run_command(
         Command::new(cargo)
-            .current_dir(setup::workspace_root())
+            .current_dir(cmd::workspace_root())
             .args([
                 "test",
                 "--package",

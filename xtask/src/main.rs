@@ -8,6 +8,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod cmd;
 mod ebpf;
 mod setup;
 mod test;

@@ -12,8 +12,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 
+use crate::cmd::{run_command, workspace_root};
 use crate::{ebpf, setup, vm};
 
 /// Options for `cargo xtask test`.
@@ -37,11 +38,11 @@ pub(crate) struct TestOptions {
 const FUZZ_TARGETS: [&str; 2] = ["decode", "session"];
 
 pub(crate) fn run(options: &TestOptions) -> Result<()> {
-    let root = workspace_root();
+    let root = &workspace_root();
     let started = Instant::now();
     if !options.skip_setup {
         step("set-up");
-        setup::run()?;
+        setup::run(&setup::SetupOptions::default())?;
     }
 
     step("rustfmt");
@@ -60,15 +61,13 @@ pub(crate) fn run(options: &TestOptions) -> Result<()> {
     )?;
 
     step("eBPF build");
-    let object = ebpf::build(&ebpf::BuildOptions { release: true })?;
+    let object = ebpf::build(&ebpf::BuildOptions::default())?;
 
-    step("workspace tests (unit, namespaces, eBPF load)");
-    run_command(
-        Command::new("cargo")
-            .current_dir(root)
-            .args(["test", "--workspace"])
-            .env("GATEWAY_EBPF_OBJECT", &object),
-    )?;
+    step("workspace tests (unit, deterministic, namespaces)");
+    cargo(root, &["test", "--workspace"])?;
+
+    step("eBPF load test (XDP on a veth in a namespace)");
+    ebpf::run_load_test(&object)?;
 
     if options.skip_vm {
         println!("xtask: kernel-SCTP VM tests SKIPPED (--skip-vm)");
@@ -101,25 +100,6 @@ fn step(name: &str) {
     println!("\n==> xtask test: {name}");
 }
 
-/// The directory holding the workspace's Cargo.toml.
-pub(crate) fn workspace_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives one level below the workspace root")
-}
-
 fn cargo(root: &Path, args: &[&str]) -> Result<()> {
     run_command(Command::new("cargo").current_dir(root).args(args))
-}
-
-/// Runs a command with inherited output, failing with its command line.
-pub(crate) fn run_command(command: &mut Command) -> Result<()> {
-    let line = format!("{command:?}");
-    let status = command
-        .status()
-        .with_context(|| format!("starting {line}"))?;
-    if !status.success() {
-        bail!("{line} failed with {status}");
-    }
-    Ok(())
 }

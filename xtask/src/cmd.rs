@@ -1,0 +1,111 @@
+//! Running commands: echoed before they run, failing with their command line.
+
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context as _, Result, bail};
+
+/// The workspace root (the directory holding the top-level Cargo.toml).
+pub(crate) fn workspace_root() -> PathBuf {
+    let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask.parent().unwrap_or(xtask).to_owned()
+}
+
+/// `command` as a shell-like line, with the environment it sets, for messages.
+pub(crate) fn display(command: &Command) -> String {
+    let mut line = String::new();
+    for (key, value) in command.get_envs() {
+        if let Some(value) = value {
+            let _ = write!(line, "{}={} ", key.to_string_lossy(), quote(value));
+        }
+    }
+    line.push_str(&quote(command.get_program()));
+    for arg in command.get_args() {
+        line.push(' ');
+        line.push_str(&quote(arg));
+    }
+    line
+}
+
+fn quote(word: &OsStr) -> String {
+    let word = word.to_string_lossy();
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:+,@^%".contains(c))
+    {
+        word.into_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// Runs `command` with inherited stdio, echoing it first; fails unless it exits 0.
+pub(crate) fn run_command(command: &mut Command) -> Result<()> {
+    let line = display(command);
+    println!("  $ {line}");
+    let status = command
+        .status()
+        .with_context(|| format!("cannot start `{line}`"))?;
+    if !status.success() {
+        bail!("`{line}` failed ({status})");
+    }
+    Ok(())
+}
+
+/// Runs `command` and returns its stdout; fails (with its stderr) unless it exits 0.
+pub(crate) fn output(command: &mut Command) -> Result<String> {
+    let line = display(command);
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot start `{line}`"))?;
+    if !output.status.success() {
+        bail!(
+            "`{line}` failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    String::from_utf8(output.stdout).with_context(|| format!("`{line}` printed non-UTF-8"))
+}
+
+/// Runs `command` quietly; its stdout if it ran and exited 0, `None` otherwise
+/// (including when it cannot be started at all).
+pub(crate) fn probe(command: &mut Command) -> Option<String> {
+    let output = command
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The first `name` on PATH that is a file.
+pub(crate) fn which(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|path| path.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn displayed_commands_quote_what_a_shell_would_split() {
+        let mut command = Command::new("apt-get");
+        command
+            .args(["install", "-f=${Status}", "a b"])
+            .env("K", "v");
+        assert_eq!(
+            display(&command),
+            "K=v apt-get install '-f=${Status}' 'a b'"
+        );
+    }
+}
