@@ -1,0 +1,316 @@
+//! Stream scheduling: which pending response sends its next chunk.
+//!
+//! I/O-free and clock-free: the driver reports arrivals, readiness, bytes sent,
+//! completions and depth measurements through `handle_*` calls and asks
+//! [`Scheduler::poll_next`] for the job whose next chunk goes out. It is called once
+//! per chunk, so every policy can preempt at chunk granularity.
+//!
+//! Policies ([`Policy`]):
+//! - **FCFS**: the earliest arrival runs to completion.
+//! - **RR**: round robin over streams, one chunk per stream per turn.
+//! - **SCF**: shortest remaining bytes first (SRPT at chunk granularity); the
+//!   thesis's Shortest Connection First made preemptive.
+//! - **Priority**: demand before prefetch, then RFC 9218 urgency, then arrival.
+//! - **WFQ**: weighted fair queueing between classes by bytes sent, FCFS inside a
+//!   class.
+//! - **Queue-aware**: another policy's order, skipping streams whose backlog at the
+//!   gateway (FEEDBACK) is above a window or whose bytes in the transport are above
+//!   a per-stream target.
+//!
+//! Independently of the policy, nothing is handed out while the bytes waiting in
+//! the transport are at or above [`SchedulerConfig::transport_target`]: a deep
+//! transport queue would send in its own FIFO order, not the scheduler's.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::str::FromStr;
+
+use gateway_protocol::{RequestClass, RequestId, Urgency};
+use serde::{Deserialize, Serialize};
+
+/// Which policy orders the chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyKind {
+    /// First come, first served.
+    Fcfs,
+    /// Round robin over streams.
+    Rr,
+    /// Shortest remaining bytes first.
+    Scf,
+    /// Class, then urgency, then arrival.
+    Priority,
+    /// Weighted fair queueing between demand and prefetch.
+    Wfq,
+    /// SCF order, skipping streams whose queues are too deep.
+    QueueAware,
+}
+
+impl FromStr for PolicyKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "fcfs" => PolicyKind::Fcfs,
+            "rr" => PolicyKind::Rr,
+            "scf" => PolicyKind::Scf,
+            "priority" => PolicyKind::Priority,
+            "wfq" => PolicyKind::Wfq,
+            "queue-aware" => PolicyKind::QueueAware,
+            other => {
+                return Err(format!(
+                    "unknown scheduler `{other}` (expected fcfs, rr, scf, priority, wfq or queue-aware)"
+                ));
+            }
+        })
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PolicyKind::Fcfs => "fcfs",
+            PolicyKind::Rr => "rr",
+            PolicyKind::Scf => "scf",
+            PolicyKind::Priority => "priority",
+            PolicyKind::Wfq => "wfq",
+            PolicyKind::QueueAware => "queue-aware",
+        })
+    }
+}
+
+/// Scheduler settings; the `[scheduler]` table of origin.toml.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerConfig {
+    /// The policy.
+    pub policy: PolicyKind,
+    /// Nothing is handed out while this many bytes or more wait in the transport.
+    pub transport_target: u64,
+    /// WFQ: share of demand against prefetch (`demand_weight : prefetch_weight`).
+    pub demand_weight: u32,
+    /// WFQ: see `demand_weight`.
+    pub prefetch_weight: u32,
+    /// Queue-aware: skip a stream whose backlog at the gateway exceeds this, bytes.
+    pub backlog_window: u64,
+    /// Queue-aware: skip a stream with more than this many bytes in the transport.
+    pub stream_transport_target: u64,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            policy: PolicyKind::Scf,
+            transport_target: 128 * 1024,
+            demand_weight: 8,
+            prefetch_weight: 1,
+            backlog_window: 1024 * 1024,
+            stream_transport_target: 64 * 1024,
+        }
+    }
+}
+
+/// What the driver knows about a response when its request arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobSpec {
+    /// The request.
+    pub id: RequestId,
+    /// The stream it came on, and its response goes on.
+    pub stream: u16,
+    /// Demand or prefetch.
+    pub class: RequestClass,
+    /// RFC 9218 urgency.
+    pub urgency: Urgency,
+    /// Response bytes still to send (head and body); `None` while unknown (a proxied
+    /// response without Content-Length), which SCF treats as larger than any known.
+    pub remaining: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Job {
+    spec: JobSpec,
+    /// Arrival order, the tie-breaker of every policy.
+    seq: u64,
+    /// False while the job has no chunk to send (file read or upstream pending).
+    ready: bool,
+}
+
+/// Picks the next chunk. See the module docs.
+#[derive(Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    jobs: BTreeMap<RequestId, Job>,
+    next_seq: u64,
+    /// RR: the stream served last.
+    last_stream: Option<u16>,
+    /// WFQ: bytes sent per class divided by the class weight (virtual time), kept
+    /// exact by scaling with the product of both weights.
+    class_virtual: [u128; 2],
+    /// Queue-aware inputs.
+    gateway_backlog: HashMap<u16, u64>,
+    stream_in_transport: HashMap<u16, u64>,
+    transport_queued: u64,
+}
+
+impl Scheduler {
+    /// An empty scheduler.
+    pub fn new(config: SchedulerConfig) -> Self {
+        Self {
+            config,
+            jobs: BTreeMap::new(),
+            next_seq: 0,
+            last_stream: None,
+            class_virtual: [0; 2],
+            gateway_backlog: HashMap::new(),
+            stream_in_transport: HashMap::new(),
+            transport_queued: 0,
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> PolicyKind {
+        self.config.policy
+    }
+
+    /// Jobs not yet done.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// True if no job is pending.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// A request arrived; its job starts not ready (no chunk yet).
+    pub fn handle_arrival(&mut self, spec: JobSpec) {
+        let class = class_index(spec.class);
+        if !self
+            .jobs
+            .values()
+            .any(|j| class_index(j.spec.class) == class)
+        {
+            // A class becoming active starts at the least virtual time of the
+            // active ones, so idle time earns it no burst.
+            let floor = self
+                .jobs
+                .values()
+                .map(|j| self.class_virtual[class_index(j.spec.class)])
+                .min();
+            if let Some(floor) = floor {
+                self.class_virtual[class] = self.class_virtual[class].max(floor);
+            }
+        }
+        self.jobs.insert(
+            spec.id,
+            Job {
+                spec,
+                seq: self.next_seq,
+                ready: false,
+            },
+        );
+        self.next_seq += 1;
+    }
+
+    /// Whether the job has a chunk waiting to be sent.
+    pub fn handle_ready(&mut self, id: RequestId, ready: bool) {
+        if let Some(job) = self.jobs.get_mut(&id) {
+            job.ready = ready;
+        }
+    }
+
+    /// The total response size became known (or changed, as for a proxied response
+    /// whose head arrived).
+    pub fn handle_size(&mut self, id: RequestId, remaining: u64) {
+        if let Some(job) = self.jobs.get_mut(&id) {
+            job.spec.remaining = Some(remaining);
+        }
+    }
+
+    /// A chunk of `bytes` of job `id` was handed to the transport.
+    pub fn handle_sent(&mut self, id: RequestId, bytes: u64) {
+        if let Some(job) = self.jobs.get_mut(&id) {
+            if let Some(remaining) = &mut job.spec.remaining {
+                *remaining = remaining.saturating_sub(bytes);
+            }
+            let class = class_index(job.spec.class);
+            // bytes / own weight, times (demand weight * prefetch weight).
+            let other_weight = match job.spec.class {
+                RequestClass::Demand => self.config.prefetch_weight,
+                RequestClass::Prefetch => self.config.demand_weight,
+            };
+            self.class_virtual[class] += u128::from(bytes) * u128::from(other_weight);
+            self.last_stream = Some(job.spec.stream);
+        }
+    }
+
+    /// The job finished, was cancelled or failed: forget it.
+    pub fn handle_done(&mut self, id: RequestId) {
+        self.jobs.remove(&id);
+    }
+
+    /// FEEDBACK from the gateway: bytes of `stream` not yet delivered to browsers.
+    pub fn handle_gateway_backlog(&mut self, stream: u16, bytes: u64) {
+        self.gateway_backlog.insert(stream, bytes);
+    }
+
+    /// Bytes waiting in the transport: in total, and for each stream where known
+    /// (the eBPF egress counters give it; userspace accounting gives the total).
+    pub fn handle_transport_queued(&mut self, total: u64, per_stream: &[(u16, u64)]) {
+        self.transport_queued = total;
+        self.stream_in_transport.clear();
+        self.stream_in_transport.extend(per_stream.iter().copied());
+    }
+
+    /// The job whose next chunk should be sent now, if any may be.
+    pub fn poll_next(&mut self) -> Option<RequestId> {
+        if self.transport_queued >= self.config.transport_target {
+            return None;
+        }
+        let ready = self.jobs.values().filter(|j| j.ready);
+        let chosen = match self.config.policy {
+            PolicyKind::Fcfs => ready.min_by_key(|j| j.seq),
+            PolicyKind::Scf => ready.min_by_key(|j| scf_key(j)),
+            PolicyKind::Priority => ready.min_by_key(|j| (j.spec.class, j.spec.urgency, j.seq)),
+            PolicyKind::Rr => {
+                let last = self.last_stream;
+                // The first stream after the last one served, cyclically; within a
+                // stream, the earliest arrival.
+                ready.min_by_key(|j| {
+                    let after = last.is_none_or(|l| j.spec.stream > l);
+                    (!after, j.spec.stream, j.seq)
+                })
+            }
+            PolicyKind::Wfq => {
+                let virt = self.class_virtual;
+                ready.min_by_key(|j| (virt[class_index(j.spec.class)], j.seq))
+            }
+            PolicyKind::QueueAware => {
+                let (backlog, in_transport) = (&self.gateway_backlog, &self.stream_in_transport);
+                let window = self.config.backlog_window;
+                let target = self.config.stream_transport_target;
+                ready
+                    .filter(|j| {
+                        backlog.get(&j.spec.stream).is_none_or(|b| *b <= window)
+                            && in_transport.get(&j.spec.stream).is_none_or(|t| *t < target)
+                    })
+                    .min_by_key(|j| scf_key(j))
+            }
+        };
+        chosen.map(|j| j.spec.id)
+    }
+}
+
+fn scf_key(job: &Job) -> (u64, u64) {
+    (job.spec.remaining.unwrap_or(u64::MAX), job.seq)
+}
+
+fn class_index(class: RequestClass) -> usize {
+    match class {
+        RequestClass::Demand => 0,
+        RequestClass::Prefetch => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests;
