@@ -3,4 +3,5 @@
 //!
 //! Start with [`scheduler`]: the I/O-free core every response passes through.
 
+pub mod config;
 pub mod scheduler;

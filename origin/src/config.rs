@@ -1,0 +1,230 @@
+//! The origin's configuration: serde structs with defaults, read from a TOML file,
+//! then command-line overrides, then one [`OriginConfig::validate`] that names the
+//! offending key. Unknown keys are errors.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gateway_transport::{AssociationConfig, BackendChoice};
+use serde::{Deserialize, Serialize};
+
+use crate::scheduler::SchedulerConfig;
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this structure (unknown keys included).
+    #[error("{path}: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, which names the key and line.
+        source: toml::de::Error,
+    },
+    /// A value is out of range.
+    #[error("invalid `{key}`: {reason}")]
+    Invalid {
+        /// Dotted key, as in the file.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Everything the origin needs to run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OriginConfig {
+    /// Where to accept associations.
+    pub listen: ListenConfig,
+    /// Association settings shared with the gateway's.
+    pub transport: AssociationConfig,
+    /// Chunk ordering.
+    pub scheduler: SchedulerConfig,
+    /// Request limits.
+    pub limits: LimitsConfig,
+}
+
+/// `[listen]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ListenConfig {
+    /// Addresses to listen on, IPv4 and IPv6 (for userspace SCTP, UDP addresses).
+    pub addresses: Vec<SocketAddr>,
+    /// Transport backend: auto, kernel, userspace or framed-tcp.
+    pub backend: BackendChoice,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        Self {
+            addresses: vec![
+                SocketAddr::from(([0, 0, 0, 0], gateway_transport::SCTP_UDP_PORT)),
+                SocketAddr::from(([0u16; 8], gateway_transport::SCTP_UDP_PORT)),
+            ],
+            backend: BackendChoice::Auto,
+        }
+    }
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Associations served at once; further peers wait in the backlog.
+    pub max_associations: usize,
+    /// Requests open at once on one association; more are refused (RESET REFUSED).
+    pub max_open_requests: usize,
+    /// Body bytes per RESPONSE_BODY message (at most 64 KiB, the protocol's limit).
+    pub chunk_size: usize,
+    /// Largest request body accepted, bytes (413 above it).
+    pub max_request_body: u64,
+    /// A request whose response has not started within this long is answered 504.
+    #[serde(with = "duration_ms")]
+    pub response_timeout: Duration,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_associations: 64,
+            max_open_requests: 1024,
+            chunk_size: 16 * 1024,
+            max_request_body: 16 * 1024 * 1024,
+            response_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl OriginConfig {
+    /// Reads `path`; unknown keys and type mismatches are errors naming the key.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    /// Parses TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// Rejects values that cannot work, naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: &str| {
+            Err(ConfigError::Invalid {
+                key: key.to_owned(),
+                reason: reason.to_owned(),
+            })
+        };
+        if self.listen.addresses.is_empty() {
+            return invalid("listen.addresses", "at least one address is needed");
+        }
+        if let Err(gateway_transport::TransportError::Config { key, reason }) =
+            self.transport.validate()
+        {
+            return invalid(&format!("transport.{key}"), &reason);
+        }
+        if self.transport.streams < 2 {
+            return invalid(
+                "transport.streams",
+                "at least 2: stream 0 carries control, data needs one more",
+            );
+        }
+        let s = &self.scheduler;
+        if s.demand_weight == 0 {
+            return invalid("scheduler.demand_weight", "must be at least 1");
+        }
+        if s.prefetch_weight == 0 {
+            return invalid("scheduler.prefetch_weight", "must be at least 1");
+        }
+        if s.transport_target == 0 {
+            return invalid("scheduler.transport_target", "must be above zero");
+        }
+        let l = &self.limits;
+        if l.chunk_size == 0 || l.chunk_size > gateway_protocol::MAX_CHUNK {
+            return invalid("limits.chunk_size", "must be between 1 and 65536 bytes");
+        }
+        if l.max_associations == 0 {
+            return invalid("limits.max_associations", "must be at least 1");
+        }
+        if l.max_open_requests == 0 {
+            return invalid("limits.max_open_requests", "must be at least 1");
+        }
+        if l.response_timeout.is_zero() {
+            return invalid("limits.response_timeout", "must be above zero");
+        }
+        Ok(())
+    }
+}
+
+mod duration_ms {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        OriginConfig::default()
+            .validate()
+            .expect("defaults validate");
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_that_name_the_key() {
+        let err = OriginConfig::from_toml("[scheduler]\npolicy = \"scf\"\nwieght = 3\n")
+            .expect_err("unknown key");
+        assert!(err.to_string().contains("wieght"), "{err}");
+        let err = OriginConfig::from_toml("[listne]\n").expect_err("unknown table");
+        assert!(err.to_string().contains("listne"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let cases = [
+            ("[scheduler]\npolicy = \"fastest\"\n", "fastest"),
+            ("[limits]\nchunk_size = 100000\n", "limits.chunk_size"),
+            ("[transport]\nstreams = 1\n", "transport.streams"),
+            ("[transport]\nidle_timeout = 1\n", "transport.idle_timeout"),
+            ("[listen]\naddresses = []\n", "listen.addresses"),
+            (
+                "[scheduler]\nprefetch_weight = 0\n",
+                "scheduler.prefetch_weight",
+            ),
+        ];
+        for (text, key) in cases {
+            let message = match OriginConfig::from_toml(text) {
+                Err(e) => e.to_string(),
+                Ok(config) => config.validate().expect_err(text).to_string(),
+            };
+            assert!(message.contains(key), "{text}: {message}");
+        }
+    }
+}
