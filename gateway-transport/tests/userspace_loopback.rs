@@ -458,7 +458,23 @@ async fn one_listener_serves_many_associations() -> Result<()> {
     .await?
 }
 
-/// Bulk transfer over loopback: prints Mbit/s per message size.
+/// User plus system CPU time of this process, from `/proc/self/stat` (in clock
+/// ticks of 10 ms).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are 14 and 15.
+    let rest = stat.rsplit(')').next().unwrap_or_default();
+    let ticks: f64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
+}
+
+/// Bulk transfer over loopback: prints Mbit/s per message size, and Mbit per
+/// CPU second, which shared machines disturb less.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a check; run with --release --ignored --nocapture"]
 async fn throughput_probe() -> Result<()> {
@@ -470,8 +486,20 @@ async fn throughput_probe() -> Result<()> {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
+    let buffered: usize = std::env::var("PROBE_BUFFERED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64 * 1024);
     for size in [16 * 1024, 64 * 1024] {
-        let cfg = config();
+        let max_message: usize = std::env::var("PROBE_MAX_MESSAGE")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(AssociationConfig::default().max_message);
+        let cfg = AssociationConfig {
+            max_buffered_per_stream: buffered,
+            max_message,
+            ..config()
+        };
         let (_listener, server, client) = pair(V4, &cfg, &cfg).await?;
         let stop = Arc::new(AtomicBool::new(false));
         let received = Arc::new(AtomicU64::new(0));
@@ -497,14 +525,27 @@ async fn throughput_probe() -> Result<()> {
         }
         // Skip slow start, then measure.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let (t0, b0) = (Instant::now(), received.load(Ordering::Relaxed));
+        let (t0, c0, b0) = (
+            Instant::now(),
+            cpu_seconds(),
+            received.load(Ordering::Relaxed),
+        );
         tokio::time::sleep(Duration::from_secs(secs)).await;
-        let (t1, b1) = (Instant::now(), received.load(Ordering::Relaxed));
+        let (t1, c1, b1) = (
+            Instant::now(),
+            cpu_seconds(),
+            received.load(Ordering::Relaxed),
+        );
         stop.store(true, Ordering::Relaxed);
-        let mbit = (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64() / 1e6;
+        let mbits = (b1 - b0) as f64 * 8.0 / 1e6;
         println!(
-            "userspace loopback: {streams} streams x {} KiB messages: {mbit:.0} Mbit/s",
-            size / 1024
+            "userspace loopback: {streams} streams x {} KiB messages, {} KiB queue per stream: \
+             {:.0} Mbit/s, {:.0} Mbit per CPU second ({:.2} CPUs busy)",
+            size / 1024,
+            buffered / 1024,
+            mbits / (t1 - t0).as_secs_f64(),
+            mbits / (c1 - c0),
+            (c1 - c0) / (t1 - t0).as_secs_f64(),
         );
         for w in writers {
             w.await?;

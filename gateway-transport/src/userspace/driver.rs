@@ -279,6 +279,7 @@ impl Driver {
             }
         };
         let stray = summary.first_is_shutdown_ack.then(|| packet.clone());
+        let header = packet_header(&packet);
         match self.endpoint.handle(now, from, None, None, packet) {
             None => {
                 if let Some(reply) = stray.as_deref().and_then(wire::shutdown_complete_for) {
@@ -297,6 +298,9 @@ impl Driver {
                     return;
                 }
                 st.last_heard = now;
+                if st.inbound_header.is_none() && st.established {
+                    st.inbound_header = header;
+                }
                 st.abort_seen |= summary.abort;
                 st.shutdown_seen |= summary.shutdown;
                 if let Some((true, init)) = summary.init
@@ -367,7 +371,7 @@ impl Driver {
             let mut guard = lock(&assoc.state);
             let st = &mut *guard;
             if st.ended.is_none() {
-                self.handle_requests(st);
+                self.handle_requests(st, now);
             }
             if st.ended.is_none() {
                 self.check_liveness(st, now);
@@ -403,7 +407,10 @@ impl Driver {
         }
     }
 
-    fn handle_requests(&mut self, st: &mut AssocState) {
+    fn handle_requests(&mut self, st: &mut AssocState, now: Instant) {
+        if std::mem::take(&mut st.window_update_wanted) {
+            self.request_sack(st, now);
+        }
         if st.abort_requested {
             self.abort(st, Ended::Closed);
         } else if st.close_requested && !st.shutdown_started {
@@ -419,6 +426,21 @@ impl Driver {
                     tracing::debug!(error = %e, "SCTP shutdown not started");
                 }
             }
+        }
+    }
+
+    /// Makes `sctp-proto` send a SACK now, to announce a window the application
+    /// opened (see `AssocState::note_read`).
+    fn request_sack(&mut self, st: &mut AssocState, now: Instant) {
+        let (Some(header), Some((cumulative_tsn, _))) = (st.inbound_header, st.last_sack) else {
+            return;
+        };
+        let remote = st.proto.remote_addr();
+        let packet = wire::sack_request(&header, cumulative_tsn);
+        if let Some((_, DatagramEvent::AssociationEvent(event))) =
+            self.endpoint.handle(now, remote, None, None, packet)
+        {
+            st.proto.handle_event(event);
         }
     }
 
@@ -497,6 +519,10 @@ impl Driver {
                         st.peer_header = PeerHeader::from_outgoing(&packet);
                     }
                     sent_shutdown_complete |= wire::is_shutdown_complete(&packet);
+                    if let Some(sack) = wire::sack_of(&packet) {
+                        st.last_sack = Some(sack);
+                        st.read_since_sack = 0;
+                    }
                     self.outq.push_back((transmit.remote, packet));
                 }
             }
@@ -614,6 +640,11 @@ impl Driver {
     }
 }
 
+/// The first 8 bytes of a packet (ports and verification tag), if it has them.
+fn packet_header(packet: &[u8]) -> Option<[u8; 8]> {
+    packet.get(..8).and_then(|h| h.try_into().ok())
+}
+
 /// Stream counts both ends agree on, computed from the peer's INIT or INIT ACK
 /// as RFC 9260 section 5.1.1 defines them: we send on at most as many streams as
 /// the peer accepts, and accept at most as many as it announced.
@@ -672,6 +703,7 @@ mod tests {
             max_message: 1,
             heartbeat_interval: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(2),
+            recv_window: 1,
             handshake_timeout: Duration::from_secs(1),
         }
     }

@@ -85,6 +85,8 @@ struct Settings {
     max_message: usize,
     heartbeat_interval: Duration,
     idle_timeout: Duration,
+    /// Receive window we advertise, bytes.
+    recv_window: usize,
     /// A half-open incoming association is dropped after this long.
     handshake_timeout: Duration,
 }
@@ -98,18 +100,24 @@ impl Settings {
             max_message: config.max_message,
             heartbeat_interval: config.heartbeat_interval,
             idle_timeout: config.idle_timeout,
+            recv_window: recv_window(config),
             handshake_timeout: config.connect_timeout,
         }
     }
 }
 
+/// The receive window for `config`, bytes.
+fn recv_window(config: &AssociationConfig) -> usize {
+    config
+        .max_message
+        .saturating_add(RECV_WINDOW_HEADROOM)
+        .clamp(MIN_RECV_WINDOW, u32::MAX as usize)
+}
+
 /// `sctp-proto`'s per-association settings for `config`.
 fn transport_config(config: &AssociationConfig) -> TransportConfig {
     let max_message = u32::try_from(config.max_message).unwrap_or(u32::MAX);
-    let window = config
-        .max_message
-        .saturating_add(RECV_WINDOW_HEADROOM)
-        .max(MIN_RECV_WINDOW);
+    let window = recv_window(config);
     TransportConfig::default()
         .with_max_num_outbound_streams(config.streams)
         .with_max_num_inbound_streams(config.max_inbound_streams)
@@ -238,6 +246,15 @@ struct AssocState {
     shutdown_seen: bool,
     /// Learnt from our outgoing packets; needed for our own ABORT and HEARTBEAT.
     peer_header: Option<wire::PeerHeader>,
+    /// The first 8 bytes (ports, our tag) of the peer's packets; needed to
+    /// hand `sctp-proto` a packet of our own making.
+    inbound_header: Option<[u8; 8]>,
+    /// Cumulative TSN ack and window of the last SACK we sent.
+    last_sack: Option<(u32, u32)>,
+    /// Bytes the application read since that SACK.
+    read_since_sack: usize,
+    /// The application opened a window the peer does not know about.
+    window_update_wanted: bool,
     created: Instant,
     last_heard: Instant,
     last_heartbeat: Option<Instant>,
@@ -265,6 +282,10 @@ impl AssocState {
             abort_seen: false,
             shutdown_seen: false,
             peer_header: None,
+            inbound_header: None,
+            last_sack: None,
+            read_since_sack: 0,
+            window_update_wanted: false,
             created: now,
             last_heard: now,
             last_heartbeat: None,
@@ -297,6 +318,23 @@ impl AssocState {
             }
         }
         None
+    }
+
+    /// Counts `len` bytes read by the application. True when the peer should
+    /// hear of the window this opened: our last SACK offered less than half
+    /// the window, and a quarter has been read since. `sctp-proto` only SACKs
+    /// on arriving DATA, so without this a sender facing a closed window waits
+    /// for its probe's delayed SACK (200 ms) every time the window fills.
+    fn note_read(&mut self, len: usize, window: usize) -> bool {
+        self.read_since_sack += len;
+        let Some((_, advertised)) = self.last_sack else {
+            return false;
+        };
+        let wanted = !self.window_update_wanted
+            && (advertised as usize) < window / 2
+            && self.read_since_sack >= window / 4;
+        self.window_update_wanted |= wanted;
+        wanted
     }
 
     /// Whether everything written has been acknowledged. `sctp-proto`'s
@@ -515,13 +553,17 @@ impl Association {
             let notified = self.shared.readable.notified();
             let mut notified = pin!(notified);
             notified.as_mut().enable();
+            let mut wake = false;
             let taken = {
                 let mut st = lock(&self.shared.state);
                 if let Some(m) = st.tail.pop_front() {
                     return Ok(m);
                 }
                 match st.take_message() {
-                    Some(taken) => Some((taken, st.counts.inbound)),
+                    Some((stream, chunks)) => {
+                        wake = st.note_read(chunks.len(), self.shared.settings.recv_window);
+                        Some((stream, chunks, st.counts.inbound))
+                    }
                     None => {
                         if let Some(ended) = &st.ended {
                             return Err(ended.to_error());
@@ -530,10 +572,11 @@ impl Association {
                     }
                 }
             };
+            if wake {
+                self.shared.wake_driver();
+            }
             match taken {
-                Some(((stream, chunks), inbound)) => {
-                    // Reading freed receive window: the driver may owe a SACK.
-                    self.shared.wake_driver();
+                Some((stream, chunks, inbound)) => {
                     if stream >= inbound {
                         tracing::warn!(
                             stream,
@@ -710,4 +753,61 @@ pub(crate) async fn connect(
     // Dropped by the caller's time-out, this handle closes the half-open
     // association and so ends the driver.
     Association { shared: assoc }.established().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WINDOW: usize = 8 * 1024 * 1024;
+
+    fn state() -> AssocState {
+        AssocState::new(sctp_proto::Association::default(), Instant::now())
+    }
+
+    #[test]
+    fn window_update_is_asked_for_only_after_a_low_window_was_announced() {
+        let mut st = state();
+        assert!(!st.note_read(WINDOW, WINDOW), "no SACK sent yet");
+
+        st.last_sack = Some((7, WINDOW as u32));
+        st.read_since_sack = 0;
+        assert!(
+            !st.note_read(WINDOW, WINDOW),
+            "the peer already knows the window is open"
+        );
+
+        st.last_sack = Some((8, (WINDOW / 8) as u32));
+        st.read_since_sack = 0;
+        assert!(
+            !st.note_read(WINDOW / 8, WINDOW),
+            "an eighth read is not worth a SACK"
+        );
+        assert!(st.note_read(WINDOW / 8, WINDOW), "a quarter read is");
+        assert!(st.window_update_wanted);
+        assert!(
+            !st.note_read(WINDOW, WINDOW),
+            "asked once until the driver acts"
+        );
+    }
+
+    #[test]
+    fn stream_set_tracks_membership() {
+        let mut set = StreamSet::new();
+        assert!(set.insert(0) && set.insert(65535) && !set.insert(0));
+        assert!(set.contains(65535) && !set.contains(64));
+        set.remove(65535);
+        assert!(!set.contains(65535) && set.contains(0));
+    }
+
+    #[test]
+    fn receive_window_holds_the_largest_message() {
+        let config = AssociationConfig::default();
+        assert!(recv_window(&config) >= config.max_message + RECV_WINDOW_HEADROOM);
+        let small = AssociationConfig {
+            max_message: 1,
+            ..AssociationConfig::default()
+        };
+        assert_eq!(recv_window(&small), MIN_RECV_WINDOW);
+    }
 }

@@ -11,8 +11,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 pub(super) const COMMON_HEADER_LEN: usize = 12;
 const CHUNK_HEADER_LEN: usize = 4;
 
+const CT_DATA: u8 = 0;
 const CT_INIT: u8 = 1;
 const CT_INIT_ACK: u8 = 2;
+const CT_SACK: u8 = 3;
 const CT_HEARTBEAT: u8 = 4;
 const CT_HEARTBEAT_ACK: u8 = 5;
 const CT_ABORT: u8 = 6;
@@ -23,6 +25,8 @@ const CT_SHUTDOWN_COMPLETE: u8 = 14;
 /// ABORT / SHUTDOWN COMPLETE flag: the verification tag is the receiver's own
 /// ("reflected"), used when we do not know the peer's tag.
 const FLAG_T: u8 = 1;
+/// DATA flags: I (SACK immediately), B (first fragment), E (last fragment).
+const DATA_FLAGS_IMMEDIATE_WHOLE: u8 = 0b1011;
 /// Error cause "User-Initiated Abort" (RFC 9260 section 3.3.10.12).
 const CAUSE_USER_INITIATED_ABORT: u16 = 12;
 /// Heartbeat Info parameter type (RFC 9260 section 3.3.5).
@@ -105,6 +109,40 @@ pub(super) fn first_chunk_type(packet: &[u8]) -> Option<u8> {
 /// alone).
 pub(super) fn is_shutdown_complete(packet: &[u8]) -> bool {
     first_chunk_type(packet) == Some(CT_SHUTDOWN_COMPLETE)
+}
+
+/// Cumulative TSN ack and advertised window of a packet that begins with a
+/// SACK (`sctp-proto` sends its SACKs alone).
+pub(super) fn sack_of(packet: &[u8]) -> Option<(u32, u32)> {
+    if first_chunk_type(packet) != Some(CT_SACK) {
+        return None;
+    }
+    let at = COMMON_HEADER_LEN + CHUNK_HEADER_LEN;
+    let b = packet.get(at..at + 8)?;
+    Some((
+        u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+        u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+    ))
+}
+
+/// A one-byte DATA chunk with the I bit, carrying an already acknowledged
+/// `tsn`, as if the peer had sent it (`inbound_header`: the first 8 bytes of a
+/// packet from the peer). Fed to our own `sctp-proto`, which discards it as a
+/// duplicate but answers with a SACK at once: the only way to make it announce
+/// a window the application just opened by reading.
+pub(super) fn sack_request(inbound_header: &[u8; 8], tsn: u32) -> Bytes {
+    let mut buf = BytesMut::with_capacity(COMMON_HEADER_LEN + 20);
+    buf.extend_from_slice(inbound_header);
+    buf.put_u32(0);
+    buf.put_u8(CT_DATA);
+    buf.put_u8(DATA_FLAGS_IMMEDIATE_WHOLE);
+    buf.put_u16(17);
+    buf.put_u32(tsn);
+    buf.put_u16(0); // stream
+    buf.put_u16(0); // stream sequence number
+    buf.put_u32(0); // payload protocol identifier
+    buf.extend_from_slice(&[0, 0, 0, 0]); // one byte of data, padded
+    seal(buf)
 }
 
 /// Walks the chunk headers of `packet`, stopping at the first malformed one.
@@ -291,6 +329,26 @@ mod tests {
         HEADER.put(&mut only);
         only.extend_from_slice(&[5, 0, 0, 8, 1, 2, 3, 4]);
         assert_eq!(without_heartbeat_acks(&only), None);
+    }
+
+    #[test]
+    fn sack_fields_are_read_and_sack_request_is_well_formed() {
+        let mut sack = BytesMut::new();
+        HEADER.put(&mut sack);
+        sack.extend_from_slice(&[3, 0, 0, 16, 0, 0, 1, 0, 0, 2, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(sack_of(&sack), Some((256, 0x20000)));
+        assert_eq!(sack_of(&abort(&HEADER)), None);
+
+        let header = [0x13, 0x88, 0x26, 0xab, 0, 0, 0, 7];
+        let p = sack_request(&header, 0x0102_0304);
+        assert_eq!(&p[..8], &header);
+        assert_eq!(
+            &p[12..],
+            &[
+                0, 0b1011, 0, 17, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+            ]
+        );
+        assert!(checksum_ok(&p));
     }
 
     #[test]
