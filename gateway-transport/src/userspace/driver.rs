@@ -9,6 +9,9 @@
 //! needs it. Polling once per batch, not per datagram, matters: several
 //! `sctp-proto` polls walk the whole in-flight queue.
 //!
+//! Finding due timers walks every association each turn: right for the handful
+//! of associations a gateway or origin holds, not for thousands.
+//!
 //! It never blocks on a handle (locks are held only around `sctp-proto` calls)
 //! and never drops an [`Association`] handle while holding that association's
 //! lock, since a handle's `Drop` takes it.

@@ -2,9 +2,9 @@
 //! with RFC 6951 framing, i.e. each UDP payload is one whole SCTP packet, CRC32c
 //! included, so a Linux kernel peer with UDP encapsulation can talk to it.
 //!
-//! One driver task per UDP socket ([`driver`]) owns the socket and the
+//! One driver task per UDP socket (`driver`) owns the socket and the
 //! `sctp-proto` `Endpoint`; every association's protocol state sits in an
-//! [`AssocShared`] that the driver and the [`Association`] handle both lock. Handles
+//! `AssocShared` that the driver and the [`Association`] handle both lock. Handles
 //! write and read straight into and out of `sctp-proto` and wake the driver; the
 //! driver feeds datagrams and timers in, drains events and transmits, and sleeps
 //! until the socket, a handle or the next timer needs it. It never spins, never
@@ -17,9 +17,9 @@
 //! What `sctp-proto` lacks and this module adds: HEARTBEAT and idle detection,
 //! ABORT, per-stream backpressure through `buffered_amount`, negotiated stream
 //! counts as RFC 9260 defines them, and keeping received data across a graceful
-//! close. The raw packets for those live in [`wire`].
+//! close. The raw packets for those live in `wire`.
 //!
-//! Start reading at [`connect`], [`Listener::bind`] and then `driver::Driver::run`.
+//! Start reading at `connect`, `Listener::bind` and then `driver::Driver::run`.
 
 mod driver;
 mod wire;
@@ -460,14 +460,19 @@ impl Drop for Association {
 }
 
 impl Association {
+    /// Negotiated stream counts (see [`crate::Association::streams`]).
     pub(crate) fn streams(&self) -> StreamCounts {
         lock(&self.shared.state).counts
     }
 
+    /// The peer's UDP address.
     pub(crate) fn peer_addr(&self) -> SocketAddr {
         self.shared.peer_addr
     }
 
+    /// Queues one message; waits while the stream's buffered amount exceeds
+    /// `max_buffered_per_stream` (see [`crate::Association::send`]). An empty
+    /// message travels as one byte marked by its payload protocol identifier.
     pub(crate) async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
         let settings = &self.shared.settings;
         if data.len() > settings.max_message {
@@ -548,6 +553,9 @@ impl Association {
             .map_err(protocol)
     }
 
+    /// The next message, streams served round robin; cancel-safe, since a
+    /// message leaves `sctp-proto` only inside one synchronous critical section
+    /// (see [`crate::Association::recv`]).
     pub(crate) async fn recv(&self) -> Result<Message, TransportError> {
         loop {
             let notified = self.shared.readable.notified();
@@ -592,6 +600,7 @@ impl Association {
         }
     }
 
+    /// Bytes written on `stream` and not yet acknowledged by the peer.
     pub(crate) fn buffered(&self, stream: u16) -> Option<usize> {
         let mut st = lock(&self.shared.state);
         Some(
@@ -602,6 +611,8 @@ impl Association {
         )
     }
 
+    /// Graceful close: waits until everything sent is acknowledged and the
+    /// SHUTDOWN exchange is complete (see [`crate::Association::close`]).
     pub(crate) async fn close(&self) -> Result<(), TransportError> {
         {
             let mut st = lock(&self.shared.state);
@@ -623,6 +634,8 @@ impl Association {
         }
     }
 
+    /// Sends ABORT and ends the association; our own calls then see `Closed`,
+    /// the peer's `Aborted`.
     pub(crate) fn abort(&self) {
         {
             let mut st = lock(&self.shared.state);
@@ -672,6 +685,7 @@ impl Drop for Listener {
 }
 
 impl Listener {
+    /// Binds the UDP socket and starts its driver.
     pub(crate) async fn bind(
         addr: SocketAddr,
         config: &AssociationConfig,
@@ -693,10 +707,12 @@ impl Listener {
         Ok(Listener { shared })
     }
 
+    /// The bound UDP address.
     pub(crate) fn local_addr(&self) -> Result<SocketAddr, TransportError> {
         Ok(self.shared.local_addr)
     }
 
+    /// The next established association, oldest first.
     pub(crate) async fn accept(&self) -> Result<Association, TransportError> {
         loop {
             let notified = self.shared.accept_ready.notified();
@@ -716,6 +732,8 @@ impl Listener {
     }
 }
 
+/// Opens an association from an ephemeral UDP port to `addr`; the caller
+/// bounds it with the connect time-out.
 pub(crate) async fn connect(
     addr: SocketAddr,
     config: &AssociationConfig,
