@@ -173,7 +173,12 @@ fn parallel_streams(kind: BackendKind, v6: bool) -> Result<()> {
             done.stream == 0 && &done.data[..] == b"done",
             "bad final message"
         );
-        Ok(())
+        // Stay until the server's close completes: leaving earlier looks like a
+        // dead peer to a userspace stack, which nothing answers for.
+        match assoc.recv().await {
+            Err(TransportError::Closed) => Ok(()),
+            other => bail!("expected Closed after done, got {other:?}"),
+        }
     };
     run_pair(
         kind,

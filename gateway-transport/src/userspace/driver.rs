@@ -63,6 +63,10 @@ pub(super) struct EndpointShared {
     pub(super) accept: Mutex<AcceptQueue>,
     /// Something arrived in `accept`.
     pub(super) accept_ready: Notify,
+    /// A second descriptor of the driver's socket, so that `abort` can put the
+    /// ABORT chunk on the wire from the caller at once: a process that aborts and
+    /// exits must not leave its peer waiting for the idle time-out.
+    pub(super) abort_socket: std::net::UdpSocket,
 }
 
 /// Established, not yet accepted associations of a listener.
@@ -76,8 +80,13 @@ pub(super) struct AcceptQueue {
 
 impl EndpointShared {
     /// Shared state for a socket bound to `local_addr`.
-    pub(super) fn new(local_addr: SocketAddr, listening: bool) -> Arc<Self> {
+    pub(super) fn new(
+        local_addr: SocketAddr,
+        listening: bool,
+        abort_socket: std::net::UdpSocket,
+    ) -> Arc<Self> {
         Arc::new(EndpointShared {
+            abort_socket,
             local_addr,
             notify: Notify::new(),
             dirty: Mutex::new(Vec::new()),

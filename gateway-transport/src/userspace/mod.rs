@@ -637,11 +637,22 @@ impl Association {
     /// Sends ABORT and ends the association; our own calls then see `Closed`,
     /// the peer's `Aborted`.
     pub(crate) fn abort(&self) {
-        {
+        let abort_packet = {
             let mut st = lock(&self.shared.state);
             if st.ended.is_none() {
                 st.abort_requested = true;
+                st.peer_header
+                    .map(|header| (st.proto.remote_addr(), wire::abort(&header)))
+            } else {
+                None
             }
+        };
+        // Sent here rather than by the driver, which may never run again if the
+        // caller is about to exit; the driver sends another, which is harmless.
+        if let Some((to, packet)) = abort_packet
+            && let Err(e) = self.shared.endpoint.abort_socket.send_to(&packet, to)
+        {
+            tracing::debug!(error = %e, %to, "sending ABORT directly failed; the driver retries");
         }
         self.shared.wake_driver();
     }
@@ -695,7 +706,7 @@ impl Listener {
         let mut server = ServerConfig::new();
         server.transport = Arc::new(transport_config(config));
         let endpoint = Endpoint::new(endpoint_config(), Some(Arc::new(server)));
-        let shared = driver::EndpointShared::new(local_addr, true);
+        let shared = driver::EndpointShared::new(local_addr, true, duplicate(&socket)?);
         driver::Driver::spawn(
             socket,
             endpoint,
@@ -732,6 +743,11 @@ impl Listener {
     }
 }
 
+/// A second descriptor of `socket` (same socket, same non-blocking mode).
+fn duplicate(socket: &tokio::net::UdpSocket) -> Result<std::net::UdpSocket, TransportError> {
+    Ok(socket2::SockRef::from(socket).try_clone()?.into())
+}
+
 /// Opens an association from an ephemeral UDP port to `addr`; the caller
 /// bounds it with the connect time-out.
 pub(crate) async fn connect(
@@ -758,7 +774,7 @@ pub(crate) async fn connect(
     let (handle, proto) = endpoint.connect(client, addr).map_err(|e| {
         TransportError::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
     })?;
-    let shared = driver::EndpointShared::new(local_addr, false);
+    let shared = driver::EndpointShared::new(local_addr, false, duplicate(&socket)?);
     let settings = Arc::new(Settings::new(config));
     let assoc = AssocShared::new(
         handle.0,
