@@ -150,6 +150,9 @@ pub struct Scheduler {
     gateway_backlog: HashMap<u16, u64>,
     stream_in_transport: HashMap<u16, u64>,
     transport_queued: u64,
+    /// Every policy skips a stream with this many bytes or more in the transport:
+    /// the transport's own per-stream limit, beyond which sending would block.
+    stream_limit: u64,
 }
 
 impl Scheduler {
@@ -164,7 +167,14 @@ impl Scheduler {
             gateway_backlog: HashMap::new(),
             stream_in_transport: HashMap::new(),
             transport_queued: 0,
+            stream_limit: u64::MAX,
         }
+    }
+
+    /// Sets the per-stream transport limit every policy respects (see
+    /// `stream_limit`); by default there is none.
+    pub fn set_stream_limit(&mut self, bytes: u64) {
+        self.stream_limit = bytes;
     }
 
     /// The policy in force.
@@ -267,7 +277,11 @@ impl Scheduler {
         if self.transport_queued >= self.config.transport_target {
             return None;
         }
-        let ready = self.jobs.values().filter(|j| j.ready);
+        let (in_transport, limit) = (&self.stream_in_transport, self.stream_limit);
+        let ready = self
+            .jobs
+            .values()
+            .filter(|j| j.ready && in_transport.get(&j.spec.stream).is_none_or(|t| *t < limit));
         let chosen = match self.config.policy {
             PolicyKind::Fcfs => ready.min_by_key(|j| j.seq),
             PolicyKind::Scf => ready.min_by_key(|j| scf_key(j)),
@@ -286,7 +300,7 @@ impl Scheduler {
                 ready.min_by_key(|j| (virt[class_index(j.spec.class)], j.seq))
             }
             PolicyKind::QueueAware => {
-                let (backlog, in_transport) = (&self.gateway_backlog, &self.stream_in_transport);
+                let backlog = &self.gateway_backlog;
                 let window = self.config.backlog_window;
                 let target = self.config.stream_transport_target;
                 ready

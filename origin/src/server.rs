@@ -1,0 +1,587 @@
+//! The association driver: one task per association that feeds the protocol
+//! [`Session`], starts a producer per request, and sends response chunks in the
+//! order the [`Scheduler`] picks.
+//!
+//! ```text
+//!  reader task ──(stream, bytes)──┐
+//!                                 ▼
+//!  producer tasks ──chunks──► driver loop ──► Association::send
+//!  (one per request,          (Session, Scheduler, jobs)
+//!   bounded by permits)
+//! ```
+//!
+//! Control messages (HELLO answer, PING answer, RESET, GOAWAY) bypass the
+//! scheduler. Response messages go one chunk at a time, and only while the bytes
+//! waiting in the transport are below the scheduler's target, so the order on the
+//! wire is the scheduler's. CANCEL stops a response before its next chunk.
+//!
+//! What produces a response is a [`Handler`]; the origin binary's handler serves
+//! files or proxies, tests use their own.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use gateway_protocol::{
+    Capabilities, ErrorCode, GoAway, Message, Reaction, Request, RequestId, Role, Session,
+    SessionConfig,
+};
+use gateway_transport::{Association, TransportError};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::AbortHandle;
+
+use crate::scheduler::{JobSpec, Scheduler, SchedulerConfig};
+
+/// Chunks a producer may have queued ahead of the sender, per request.
+const CHUNKS_AHEAD: usize = 4;
+/// Events queued toward the driver loop (received messages and produced chunks).
+const EVENT_QUEUE: usize = 1024;
+/// How often the driver re-checks a full transport queue.
+const TRANSPORT_POLL: Duration = Duration::from_millis(1);
+
+/// A request as the handler sees it.
+#[derive(Debug, Clone)]
+pub struct IncomingRequest {
+    /// Its id on the association.
+    pub id: RequestId,
+    /// The stream it came on.
+    pub stream: u16,
+    /// The REQUEST message (urgency, class, head).
+    pub request: Request,
+    /// The request body, complete.
+    pub body: Bytes,
+}
+
+/// What a handler produces for one request.
+#[derive(Debug)]
+pub struct Reply<B> {
+    /// The rendered response head (status line, fields, empty line).
+    pub head: Bytes,
+    /// Body bytes that will follow, if known (SCF orders by it).
+    pub body_len: Option<u64>,
+    /// The body, pulled chunk by chunk.
+    pub body: B,
+}
+
+/// A response body that yields chunks of at most `max` bytes.
+pub trait BodySource: Send + 'static {
+    /// The next chunk, or `None` at the end.
+    fn next_chunk(
+        &mut self,
+        max: usize,
+    ) -> impl Future<Output = std::io::Result<Option<Bytes>>> + Send;
+}
+
+/// A body held in memory.
+impl BodySource for Bytes {
+    async fn next_chunk(&mut self, max: usize) -> std::io::Result<Option<Bytes>> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let n = max.min(self.len());
+        Ok(Some(self.split_to(n)))
+    }
+}
+
+/// Produces responses. Implemented by the origin's file and proxy service and by
+/// tests.
+pub trait Handler: Send + Sync + 'static {
+    /// The body type of its replies.
+    type Body: BodySource;
+
+    /// Answers one request. Failures are replies too (a 4xx or 5xx head); an
+    /// error of the body source later becomes a RESET.
+    fn handle(&self, request: IncomingRequest) -> impl Future<Output = Reply<Self::Body>> + Send;
+}
+
+/// Per-association settings, from the origin's config.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    /// Scheduler settings.
+    pub scheduler: SchedulerConfig,
+    /// Body bytes per RESPONSE_BODY.
+    pub chunk_size: usize,
+    /// Requests open at once; more are refused.
+    pub max_open_requests: usize,
+    /// Largest request body accepted, bytes.
+    pub max_request_body: u64,
+    /// The transport's per-stream send queue limit: a stream at or above it is
+    /// skipped, so that `send` never blocks the driver.
+    pub stream_queue_limit: u64,
+}
+
+/// Counters for one association, reported when it ends.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct AssociationStats {
+    /// Requests received.
+    pub requests: u64,
+    /// Responses completed with RESPONSE_END.
+    pub completed: u64,
+    /// Responses stopped by CANCEL.
+    pub cancelled: u64,
+    /// Requests answered with RESET (refused, malformed, failed).
+    pub reset: u64,
+    /// Body bytes sent.
+    pub body_bytes: u64,
+}
+
+/// Why the association ended.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The transport failed or the peer went away without closing.
+    #[error("transport: {0}")]
+    Transport(#[from] TransportError),
+    /// The peer broke the protocol; GOAWAY was sent.
+    #[error("peer broke the protocol ({0:?}); sent GOAWAY")]
+    Protocol(ErrorCode),
+}
+
+enum Event {
+    Received(u16, Bytes),
+    ReceiveEnded(TransportError),
+    Produced(RequestId, Produced),
+}
+
+enum Produced {
+    Head { head: Bytes, body_len: Option<u64> },
+    Body(Bytes),
+    End,
+    Failed(String),
+}
+
+struct Job {
+    stream: u16,
+    ready: VecDeque<Produced>,
+    producer: Option<AbortHandle>,
+    permits: Arc<Semaphore>,
+    body_sent: u64,
+    head_len: u64,
+}
+
+struct PendingBody {
+    request: Request,
+    stream: u16,
+    body: BytesMut,
+}
+
+/// Serves one association until it ends. Returns its counters on a clean close.
+pub async fn drive<H: Handler>(
+    assoc: Association,
+    handler: Arc<H>,
+    config: DriverConfig,
+) -> Result<AssociationStats, DriverError> {
+    let streams = assoc.streams();
+    let data_streams = streams
+        .outbound
+        .min(streams.inbound)
+        .saturating_sub(1)
+        .max(1);
+    let session = Session::new(
+        Role::Origin,
+        SessionConfig {
+            data_streams,
+            max_chunk: gateway_protocol::MAX_CHUNK as u32,
+            capabilities: Capabilities::FEEDBACK | Capabilities::PREFETCH_CLASS,
+        },
+    );
+    let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+    let reader = tokio::spawn(read_loop(assoc.clone(), events_tx.clone()));
+    let mut scheduler = Scheduler::new(config.scheduler.clone());
+    scheduler.set_stream_limit(config.stream_queue_limit);
+    let mut driver = Driver {
+        assoc,
+        handler,
+        session,
+        scheduler,
+        config,
+        jobs: HashMap::new(),
+        pending_bodies: HashMap::new(),
+        events_tx,
+        stats: AssociationStats::default(),
+    };
+    let result = driver.run(events_rx).await;
+    reader.abort();
+    for job in driver.jobs.values() {
+        if let Some(producer) = &job.producer {
+            producer.abort();
+        }
+    }
+    result.map(|()| driver.stats)
+}
+
+async fn read_loop(assoc: Association, events: mpsc::Sender<Event>) {
+    loop {
+        let event = match assoc.recv().await {
+            Ok(m) => Event::Received(m.stream, m.data),
+            Err(e) => Event::ReceiveEnded(e),
+        };
+        let ended = matches!(event, Event::ReceiveEnded(_));
+        if events.send(event).await.is_err() || ended {
+            return;
+        }
+    }
+}
+
+struct Driver<H: Handler> {
+    assoc: Association,
+    handler: Arc<H>,
+    session: Session,
+    scheduler: Scheduler,
+    config: DriverConfig,
+    jobs: HashMap<RequestId, Job>,
+    pending_bodies: HashMap<RequestId, PendingBody>,
+    events_tx: mpsc::Sender<Event>,
+    stats: AssociationStats,
+}
+
+impl<H: Handler> Driver<H> {
+    async fn run(&mut self, mut events: mpsc::Receiver<Event>) -> Result<(), DriverError> {
+        loop {
+            // Drain everything that is already waiting before deciding what to send.
+            let first = if self.has_sendable() {
+                match events.try_recv() {
+                    Ok(event) => Some(event),
+                    Err(mpsc::error::TryRecvError::Empty) => None,
+                    Err(mpsc::error::TryRecvError::Disconnected) => return Ok(()),
+                }
+            } else if self.scheduler.is_empty() || !self.transport_full() {
+                match events.recv().await {
+                    Some(event) => Some(event),
+                    None => return Ok(()),
+                }
+            } else {
+                // Ready work, but the transport is full: look again shortly.
+                tokio::select! {
+                    event = events.recv() => match event {
+                        Some(event) => Some(event),
+                        None => return Ok(()),
+                    },
+                    () = tokio::time::sleep(TRANSPORT_POLL) => None,
+                }
+            };
+            if let Some(event) = first {
+                if let Some(done) = self.handle_event(event).await? {
+                    return done;
+                }
+                continue;
+            }
+            self.send_next_chunk().await?;
+        }
+    }
+
+    fn refresh_transport_depth(&mut self) -> u64 {
+        let mut total = 0;
+        let mut per_stream = Vec::new();
+        for job in self.jobs.values() {
+            if let Some(depth) = self.assoc.buffered(job.stream) {
+                per_stream.push((job.stream, depth as u64));
+            }
+        }
+        per_stream.sort_unstable();
+        per_stream.dedup();
+        for (_, depth) in &per_stream {
+            total += depth;
+        }
+        self.scheduler.handle_transport_queued(total, &per_stream);
+        total
+    }
+
+    fn transport_full(&mut self) -> bool {
+        self.refresh_transport_depth() >= self.config.scheduler.transport_target
+    }
+
+    fn has_sendable(&mut self) -> bool {
+        self.refresh_transport_depth();
+        self.scheduler.poll_next().is_some()
+    }
+
+    /// `Some(result)` when the association is over.
+    async fn handle_event(
+        &mut self,
+        event: Event,
+    ) -> Result<Option<Result<(), DriverError>>, DriverError> {
+        match event {
+            Event::Received(stream, bytes) => self.handle_received(stream, bytes).await,
+            Event::ReceiveEnded(TransportError::Closed) => Ok(Some(Ok(()))),
+            Event::ReceiveEnded(e) => Ok(Some(Err(DriverError::Transport(e)))),
+            Event::Produced(id, produced) => {
+                if let Some(job) = self.jobs.get_mut(&id) {
+                    if let Produced::Head { head, body_len } = &produced {
+                        job.head_len = head.len() as u64;
+                        if let Some(len) = body_len {
+                            self.scheduler.handle_size(id, job.head_len + len);
+                        }
+                    }
+                    job.ready.push_back(produced);
+                    self.scheduler.handle_ready(id, true);
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    async fn handle_received(
+        &mut self,
+        stream: u16,
+        bytes: Bytes,
+    ) -> Result<Option<Result<(), DriverError>>, DriverError> {
+        let message = match self.session.handle_message(stream, &bytes) {
+            Ok(message) => message,
+            Err(Reaction::Ignore) => return Ok(None),
+            Err(Reaction::Reset { id, code }) => {
+                self.pending_bodies.remove(&id);
+                self.stats.reset += 1;
+                self.send_reset(stream, id, code, "malformed or unexpected message")
+                    .await?;
+                return Ok(None);
+            }
+            Err(Reaction::GoAway { code }) => {
+                tracing::warn!(?code, stream, "peer broke the protocol; sending GOAWAY");
+                let goaway = Message::GoAway(GoAway {
+                    last_request: 0,
+                    code,
+                    reason: "protocol error".into(),
+                });
+                let _ = self.assoc.send(0, goaway.to_bytes()).await;
+                let _ = self.assoc.close().await;
+                return Ok(Some(Err(DriverError::Protocol(code))));
+            }
+        };
+        match message {
+            Message::Hello(_) => self.assoc.send(0, self.session.hello().to_bytes()).await?,
+            Message::Ping { ack: false, opaque } => {
+                let pong = Message::Ping { ack: true, opaque };
+                self.assoc.send(0, pong.to_bytes()).await?;
+            }
+            Message::Ping { ack: true, .. } | Message::GoAway(_) => {}
+            Message::Feedback(entries) => {
+                for e in entries {
+                    self.scheduler
+                        .handle_gateway_backlog(e.stream, u64::from(e.bytes));
+                }
+            }
+            Message::Cancel { id } => self.cancel(id, true).await?,
+            Message::Reset { id, .. } => self.cancel(id, false).await?,
+            Message::Request(request) => {
+                self.stats.requests += 1;
+                if self.jobs.len() + self.pending_bodies.len() >= self.config.max_open_requests {
+                    self.session.handle_request_finished(request.id);
+                    self.stats.reset += 1;
+                    self.send_reset(
+                        stream,
+                        request.id,
+                        ErrorCode::Refused,
+                        "too many open requests",
+                    )
+                    .await?;
+                } else if request.end {
+                    self.start(stream, request, Bytes::new());
+                } else {
+                    self.pending_bodies.insert(
+                        request.id,
+                        PendingBody {
+                            request,
+                            stream,
+                            body: BytesMut::new(),
+                        },
+                    );
+                }
+            }
+            Message::RequestBody { id, end, data } => {
+                let Some(pending) = self.pending_bodies.get_mut(&id) else {
+                    return Ok(None);
+                };
+                if pending.body.len() as u64 + data.len() as u64 > self.config.max_request_body {
+                    self.pending_bodies.remove(&id);
+                    self.session.handle_request_finished(id);
+                    self.stats.reset += 1;
+                    self.send_reset(stream, id, ErrorCode::TooLarge, "request body too large")
+                        .await?;
+                    return Ok(None);
+                }
+                pending.body.extend_from_slice(&data);
+                if end && let Some(p) = self.pending_bodies.remove(&id) {
+                    self.start(p.stream, p.request, p.body.freeze());
+                }
+            }
+            Message::ResponseHead { .. }
+            | Message::ResponseBody { .. }
+            | Message::ResponseEnd { .. } => {
+                // The session refuses these at the origin; nothing reaches here.
+            }
+        }
+        Ok(None)
+    }
+
+    fn start(&mut self, stream: u16, request: Request, body: Bytes) {
+        let id = request.id;
+        let permits = Arc::new(Semaphore::new(CHUNKS_AHEAD));
+        self.scheduler.handle_arrival(JobSpec {
+            id,
+            stream,
+            class: request.class,
+            urgency: request.urgency,
+            remaining: None,
+        });
+        let incoming = IncomingRequest {
+            id,
+            stream,
+            request,
+            body,
+        };
+        let producer = tokio::spawn(produce(
+            Arc::clone(&self.handler),
+            incoming,
+            self.events_tx.clone(),
+            Arc::clone(&permits),
+            self.config.chunk_size,
+        ));
+        self.jobs.insert(
+            id,
+            Job {
+                stream,
+                ready: VecDeque::new(),
+                producer: Some(producer.abort_handle()),
+                permits,
+                body_sent: 0,
+                head_len: 0,
+            },
+        );
+    }
+
+    /// Stops a response at the next chunk. `answer` sends RESET CANCELLED (for
+    /// CANCEL); a RESET from the gateway needs no answer.
+    async fn cancel(&mut self, id: RequestId, answer: bool) -> Result<(), DriverError> {
+        self.pending_bodies.remove(&id);
+        let Some(job) = self.jobs.remove(&id) else {
+            return Ok(());
+        };
+        if let Some(producer) = job.producer {
+            producer.abort();
+        }
+        self.scheduler.handle_done(id);
+        self.session.handle_request_finished(id);
+        self.stats.cancelled += 1;
+        if answer {
+            self.send_reset(job.stream, id, ErrorCode::Cancelled, "cancelled")
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn send_reset(
+        &mut self,
+        stream: u16,
+        id: RequestId,
+        code: ErrorCode,
+        reason: &str,
+    ) -> Result<(), DriverError> {
+        let reset = Message::Reset {
+            id,
+            code,
+            reason: reason.to_owned(),
+        };
+        self.assoc.send(stream, reset.to_bytes()).await?;
+        Ok(())
+    }
+
+    async fn send_next_chunk(&mut self) -> Result<(), DriverError> {
+        let Some(id) = self.scheduler.poll_next() else {
+            return Ok(());
+        };
+        let Some(job) = self.jobs.get_mut(&id) else {
+            self.scheduler.handle_done(id);
+            return Ok(());
+        };
+        let Some(produced) = job.ready.pop_front() else {
+            self.scheduler.handle_ready(id, false);
+            return Ok(());
+        };
+        job.permits.add_permits(1);
+        let stream = job.stream;
+        let (message, sent, finished) = match produced {
+            Produced::Head { head, .. } => {
+                let len = head.len() as u64;
+                (Message::ResponseHead { id, head }, len, false)
+            }
+            Produced::Body(data) => {
+                let len = data.len() as u64;
+                job.body_sent += len;
+                self.stats.body_bytes += len;
+                (Message::ResponseBody { id, data }, len, false)
+            }
+            Produced::End => (
+                Message::ResponseEnd {
+                    id,
+                    body_len: job.body_sent,
+                },
+                0,
+                true,
+            ),
+            Produced::Failed(reason) => (
+                Message::Reset {
+                    id,
+                    code: ErrorCode::InternalError,
+                    reason,
+                },
+                0,
+                true,
+            ),
+        };
+        if job.ready.is_empty() {
+            self.scheduler.handle_ready(id, false);
+        }
+        let is_reset = matches!(message, Message::Reset { .. });
+        self.assoc.send(stream, message.to_bytes()).await?;
+        self.scheduler.handle_sent(id, sent);
+        if finished {
+            self.jobs.remove(&id);
+            self.scheduler.handle_done(id);
+            self.session.handle_request_finished(id);
+            if is_reset {
+                self.stats.reset += 1;
+            } else {
+                self.stats.completed += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs the handler and pulls its body, at most [`CHUNKS_AHEAD`] chunks ahead
+/// of the sender.
+async fn produce<H: Handler>(
+    handler: Arc<H>,
+    request: IncomingRequest,
+    events: mpsc::Sender<Event>,
+    permits: Arc<Semaphore>,
+    chunk_size: usize,
+) {
+    let id = request.id;
+    let reply = handler.handle(request).await;
+    let mut body = reply.body;
+    let mut next = Some(Produced::Head {
+        head: reply.head,
+        body_len: reply.body_len,
+    });
+    while let Some(item) = next.take() {
+        let last = matches!(item, Produced::End | Produced::Failed(_));
+        match permits.acquire().await {
+            Ok(permit) => permit.forget(),
+            Err(_) => return,
+        }
+        if events.send(Event::Produced(id, item)).await.is_err() || last {
+            return;
+        }
+        next = Some(match body.next_chunk(chunk_size).await {
+            Ok(Some(chunk)) => Produced::Body(chunk),
+            Ok(None) => Produced::End,
+            Err(e) => {
+                tracing::warn!(id, error = %e, "reading the response body failed");
+                Produced::Failed(format!("body read failed: {e}"))
+            }
+        });
+    }
+}

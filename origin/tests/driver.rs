@@ -1,0 +1,338 @@
+//! The association driver on a real association over loopback (framed TCP and
+//! userspace SCTP), with a test handler whose response sizes are known: exact
+//! bytes, scheduling order visible on the wire, cancellation, refusals.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use bytes::Bytes;
+use gateway_protocol::{
+    ErrorCode, Message, Request, RequestClass, RequestId, Role, Session, SessionConfig, Urgency,
+};
+use gateway_transport::{Association, AssociationConfig, BackendKind, Listener, connect};
+use origin::scheduler::{PolicyKind, SchedulerConfig};
+use origin::server::{BodySource, DriverConfig, Handler, IncomingRequest, Reply, drive};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves `GET /bytes/N` with N pattern bytes; `/endless` never ends (for
+/// cancellation). Counts the body bytes its sources produced.
+#[derive(Default)]
+struct TestHandler {
+    produced: Arc<AtomicU64>,
+}
+
+struct Pattern {
+    left: Option<u64>,
+    offset: u64,
+    produced: Arc<AtomicU64>,
+}
+
+fn pattern_byte(i: u64) -> u8 {
+    (i.wrapping_mul(31) % 251) as u8
+}
+
+impl BodySource for Pattern {
+    async fn next_chunk(&mut self, max: usize) -> std::io::Result<Option<Bytes>> {
+        let n = match self.left {
+            Some(0) => return Ok(None),
+            Some(left) => left.min(max as u64),
+            None => max as u64,
+        };
+        let chunk: Vec<u8> = (self.offset..self.offset + n).map(pattern_byte).collect();
+        self.offset += n;
+        if let Some(left) = &mut self.left {
+            *left -= n;
+        }
+        self.produced.fetch_add(n, Ordering::Relaxed);
+        Ok(Some(Bytes::from(chunk)))
+    }
+}
+
+impl Handler for TestHandler {
+    type Body = Pattern;
+
+    async fn handle(&self, request: IncomingRequest) -> Reply<Pattern> {
+        let head = String::from_utf8_lossy(&request.request.head).into_owned();
+        let path = head.split(' ').nth(1).unwrap_or("/");
+        let len = path
+            .strip_prefix("/bytes/")
+            .and_then(|n| n.parse::<u64>().ok());
+        Reply {
+            head: Bytes::from(format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n",
+                len.map_or("0".into(), |l| l.to_string())
+            )),
+            body_len: len,
+            body: Pattern {
+                left: len,
+                offset: 0,
+                produced: Arc::clone(&self.produced),
+            },
+        }
+    }
+}
+
+/// One response as the gateway saw it.
+#[derive(Debug, Default)]
+struct Seen {
+    head: bool,
+    body: Vec<u8>,
+    end: Option<u64>,
+    reset: Option<ErrorCode>,
+}
+
+/// A minimal gateway: the real protocol session over a real association.
+struct TestGateway {
+    assoc: Association,
+    session: Session,
+    next_id: RequestId,
+    seen: HashMap<RequestId, Seen>,
+    /// Ids in the order their RESPONSE_END (or RESET) arrived.
+    finished: Vec<RequestId>,
+}
+
+impl TestGateway {
+    async fn open(assoc: Association) -> Result<Self> {
+        let data_streams = assoc.streams().outbound.saturating_sub(1);
+        let mut session = Session::new(
+            Role::Gateway,
+            SessionConfig {
+                data_streams,
+                ..SessionConfig::default()
+            },
+        );
+        assoc.send(0, session.hello().to_bytes()).await?;
+        let answer = assoc.recv().await?;
+        session
+            .handle_message(answer.stream, &answer.data)
+            .map_err(|r| anyhow::anyhow!("HELLO answer refused: {r:?}"))?;
+        Ok(Self {
+            assoc,
+            session,
+            next_id: 1,
+            seen: HashMap::new(),
+            finished: Vec::new(),
+        })
+    }
+
+    async fn request(&mut self, stream: u16, path: &str, class: RequestClass) -> Result<RequestId> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.session
+            .handle_request_sent(id, stream)
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let request = Message::Request(Request {
+            id,
+            urgency: Urgency::DEFAULT,
+            class,
+            end: true,
+            head: Bytes::from(format!("GET {path} HTTP/1.1\r\nhost: test\r\n\r\n")),
+        });
+        self.assoc.send(stream, request.to_bytes()).await?;
+        self.seen.insert(id, Seen::default());
+        Ok(id)
+    }
+
+    /// Handles one message; returns the id it concerned.
+    async fn receive_one(&mut self) -> Result<Option<RequestId>> {
+        let m = self.assoc.recv().await?;
+        let message = match self.session.handle_message(m.stream, &m.data) {
+            Ok(message) => message,
+            Err(reaction) => bail!("gateway session refused a message: {reaction:?}"),
+        };
+        let id = message.request_id();
+        let seen = self.seen.entry(id).or_default();
+        match message {
+            Message::ResponseHead { .. } => seen.head = true,
+            Message::ResponseBody { data, .. } => seen.body.extend_from_slice(&data),
+            Message::ResponseEnd { body_len, .. } => {
+                seen.end = Some(body_len);
+                self.finished.push(id);
+            }
+            Message::Reset { code, .. } => {
+                seen.reset = Some(code);
+                self.finished.push(id);
+            }
+            other => bail!("unexpected {other:?}"),
+        }
+        Ok(Some(id))
+    }
+
+    async fn until_finished(&mut self, count: usize) -> Result<()> {
+        while self.finished.len() < count {
+            self.receive_one().await?;
+        }
+        Ok(())
+    }
+}
+
+fn driver_config(policy: PolicyKind) -> DriverConfig {
+    DriverConfig {
+        scheduler: SchedulerConfig {
+            policy,
+            transport_target: 32 * 1024,
+            ..SchedulerConfig::default()
+        },
+        chunk_size: 16 * 1024,
+        max_open_requests: 64,
+        max_request_body: 1 << 20,
+        stream_queue_limit: 64 * 1024,
+    }
+}
+
+/// Starts a listener with the driver and returns the gateway side.
+async fn start(
+    kind: BackendKind,
+    policy: PolicyKind,
+    handler: Arc<TestHandler>,
+) -> Result<TestGateway> {
+    let config = AssociationConfig {
+        streams: 9,
+        max_inbound_streams: 9,
+        ..AssociationConfig::default()
+    };
+    let listener = Listener::bind(kind, SocketAddr::from(([127, 0, 0, 1], 0)), &config).await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Ok(assoc) = listener.accept().await {
+            let _ = drive(assoc, handler, driver_config(policy)).await;
+        }
+    });
+    let assoc = connect(kind, addr, &config).await?;
+    TestGateway::open(assoc).await
+}
+
+async fn exact_bytes(kind: BackendKind) -> Result<()> {
+    let mut gw = start(kind, PolicyKind::Scf, Arc::default()).await?;
+    let sizes = [0u64, 1, 16 * 1024, 16 * 1024 + 1, 300_000, 2 << 20];
+    let mut ids = Vec::new();
+    for (i, size) in sizes.iter().enumerate() {
+        let stream = 1 + (i as u16 % 8);
+        ids.push((
+            gw.request(stream, &format!("/bytes/{size}"), RequestClass::Demand)
+                .await?,
+            *size,
+        ));
+    }
+    gw.until_finished(sizes.len()).await?;
+    for (id, size) in ids {
+        let seen = &gw.seen[&id];
+        ensure!(seen.head && seen.reset.is_none(), "{id}: {seen:?}");
+        ensure!(
+            seen.end == Some(size),
+            "{id}: end {:?}, want {size}",
+            seen.end
+        );
+        let want: Vec<u8> = (0..size).map(pattern_byte).collect();
+        ensure!(
+            seen.body == want,
+            "{id}: body of {} bytes differs",
+            seen.body.len()
+        );
+    }
+    Ok(())
+}
+
+/// One large and several small responses requested together: SCF sends the small
+/// ones first (the large one started first and is preempted); FCFS finishes the
+/// large one first.
+async fn order_on_the_wire(kind: BackendKind, policy: PolicyKind) -> Result<Vec<RequestId>> {
+    let mut gw = start(kind, policy, Arc::default()).await?;
+    let big = gw
+        .request(1, "/bytes/8000000", RequestClass::Demand)
+        .await?;
+    ensure!(big == 1);
+    for stream in 2..=6 {
+        gw.request(stream, "/bytes/20000", RequestClass::Demand)
+            .await?;
+    }
+    gw.until_finished(6).await?;
+    Ok(gw.finished.clone())
+}
+
+async fn cancellation(kind: BackendKind) -> Result<()> {
+    let handler = Arc::new(TestHandler::default());
+    let mut gw = start(kind, PolicyKind::Scf, Arc::clone(&handler)).await?;
+    let endless = gw.request(1, "/endless", RequestClass::Demand).await?;
+    // Wait until body bytes flow, then cancel.
+    while gw.seen[&endless].body.len() < 100_000 {
+        gw.receive_one().await?;
+    }
+    gw.assoc
+        .send(0, Message::Cancel { id: endless }.to_bytes())
+        .await?;
+    gw.until_finished(1).await?;
+    ensure!(
+        gw.seen[&endless].reset == Some(ErrorCode::Cancelled),
+        "cancel answered with {:?}",
+        gw.seen[&endless]
+    );
+    // The producer stops: what it made stays bounded, now and a little later.
+    let produced = handler.produced.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let later = handler.produced.load(Ordering::Relaxed);
+    ensure!(
+        later == produced,
+        "producer kept going: {produced} then {later}"
+    );
+    let received = gw.seen[&endless].body.len() as u64;
+    ensure!(
+        produced - received <= 8 * 16 * 1024,
+        "{} bytes produced beyond what was sent",
+        produced - received
+    );
+    // The stream is free: a new request on it completes.
+    let next = gw.request(1, "/bytes/5000", RequestClass::Demand).await?;
+    gw.until_finished(2).await?;
+    ensure!(gw.seen[&next].end == Some(5000), "{:?}", gw.seen[&next]);
+    Ok(())
+}
+
+async fn bounded<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout(TIMEOUT, f)
+        .await
+        .context("test timed out")?
+}
+
+macro_rules! backend_tests {
+    ($module:ident, $kind:expr) => {
+        mod $module {
+            use super::*;
+
+            #[tokio::test]
+            async fn responses_arrive_byte_for_byte() -> Result<()> {
+                bounded(exact_bytes($kind)).await
+            }
+
+            #[tokio::test]
+            async fn scf_preempts_a_large_response_on_the_wire() -> Result<()> {
+                let order = bounded(order_on_the_wire($kind, PolicyKind::Scf)).await?;
+                ensure!(order.last() == Some(&1), "SCF finished in order {order:?}");
+                Ok(())
+            }
+
+            #[tokio::test]
+            async fn fcfs_finishes_the_first_request_first() -> Result<()> {
+                let order = bounded(order_on_the_wire($kind, PolicyKind::Fcfs)).await?;
+                ensure!(
+                    order.first() == Some(&1),
+                    "FCFS finished in order {order:?}"
+                );
+                Ok(())
+            }
+
+            #[tokio::test]
+            async fn cancel_stops_the_bytes_and_frees_the_stream() -> Result<()> {
+                bounded(cancellation($kind)).await
+            }
+        }
+    };
+}
+
+backend_tests!(framed_tcp, BackendKind::FramedTcp);
+backend_tests!(userspace, BackendKind::Userspace);
