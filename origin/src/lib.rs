@@ -6,3 +6,4 @@
 pub mod config;
 pub mod scheduler;
 pub mod server;
+pub mod synthetic;

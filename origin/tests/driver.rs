@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
@@ -15,67 +15,10 @@ use gateway_protocol::{
 };
 use gateway_transport::{Association, AssociationConfig, BackendKind, Listener, connect};
 use origin::scheduler::{PolicyKind, SchedulerConfig};
-use origin::server::{BodySource, DriverConfig, Handler, IncomingRequest, Reply, drive};
+use origin::server::{DriverConfig, drive};
+use origin::synthetic::{SyntheticHandler as TestHandler, pattern_byte};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Serves `GET /bytes/N` with N pattern bytes; `/endless` never ends (for
-/// cancellation). Counts the body bytes its sources produced.
-#[derive(Default)]
-struct TestHandler {
-    produced: Arc<AtomicU64>,
-}
-
-struct Pattern {
-    left: Option<u64>,
-    offset: u64,
-    produced: Arc<AtomicU64>,
-}
-
-fn pattern_byte(i: u64) -> u8 {
-    (i.wrapping_mul(31) % 251) as u8
-}
-
-impl BodySource for Pattern {
-    async fn next_chunk(&mut self, max: usize) -> std::io::Result<Option<Bytes>> {
-        let n = match self.left {
-            Some(0) => return Ok(None),
-            Some(left) => left.min(max as u64),
-            None => max as u64,
-        };
-        let chunk: Vec<u8> = (self.offset..self.offset + n).map(pattern_byte).collect();
-        self.offset += n;
-        if let Some(left) = &mut self.left {
-            *left -= n;
-        }
-        self.produced.fetch_add(n, Ordering::Relaxed);
-        Ok(Some(Bytes::from(chunk)))
-    }
-}
-
-impl Handler for TestHandler {
-    type Body = Pattern;
-
-    async fn handle(&self, request: IncomingRequest) -> Reply<Pattern> {
-        let head = String::from_utf8_lossy(&request.request.head).into_owned();
-        let path = head.split(' ').nth(1).unwrap_or("/");
-        let len = path
-            .strip_prefix("/bytes/")
-            .and_then(|n| n.parse::<u64>().ok());
-        Reply {
-            head: Bytes::from(format!(
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n",
-                len.map_or("0".into(), |l| l.to_string())
-            )),
-            body_len: len,
-            body: Pattern {
-                left: len,
-                offset: 0,
-                produced: Arc::clone(&self.produced),
-            },
-        }
-    }
-}
 
 /// One response as the gateway saw it.
 #[derive(Debug, Default)]
