@@ -34,6 +34,9 @@ pub(crate) struct BenchOptions {
 pub(crate) enum Which {
     /// Bulk throughput and small-message rate of each backend against plain TCP.
     Transport,
+    /// The origin's schedulers on the wire: SCF vs RR vs FCFS on Zipf sizes,
+    /// demand during a bulk prefetch (FCFS vs priority), the thesis's 6,000 requests.
+    Scheduler,
 }
 
 const BACKENDS: [&str; 3] = ["tcp", "framed-tcp", "userspace"];
@@ -172,7 +175,196 @@ fn run_cell(
 }
 
 pub(crate) fn run(options: &BenchOptions) -> Result<()> {
-    let Which::Transport = options.which;
+    match options.which {
+        Which::Transport => transport(options),
+        Which::Scheduler => scheduler(options),
+    }
+}
+
+/// Starts the server side, waits for its ready line, runs the client side to its
+/// end, and returns both sides' last JSON lines.
+fn run_pair(
+    ns: &Namespaces,
+    binary: &PathBuf,
+    server_args: &[String],
+    client_args: &[String],
+) -> Result<(String, String)> {
+    let mut server = spawn_side(&ns.server, binary, server_args)?;
+    let mut server_out = BufReader::new(server.stdout.take().context("server stdout")?);
+    let mut ready = String::new();
+    server_out.read_line(&mut ready)?;
+    if !ready.contains("ready") {
+        let _ = server.kill();
+        bail!("server did not start");
+    }
+    let client = spawn_side(&ns.client, binary, client_args)?;
+    let client_out = client.wait_with_output()?;
+    if !client_out.status.success() {
+        let _ = server.kill();
+        let _ = server.wait();
+        bail!("client failed ({})", client_out.status);
+    }
+    let mut line = String::new();
+    server_out.read_line(&mut line)?;
+    let status = server.wait()?;
+    if !status.success() {
+        bail!("server failed ({status})");
+    }
+    let client_line = String::from_utf8_lossy(&client_out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_owned();
+    Ok((line, client_line))
+}
+
+/// One table of the scheduling report.
+struct Section {
+    title: &'static str,
+    workload: &'static str,
+    loads: &'static [f64],
+    policies: &'static [&'static str],
+    seconds: f64,
+}
+
+/// Link rate of the scheduling benchmarks.
+const SCHEDULER_RATE: &str = "20mbit";
+
+fn scheduler(_options: &BenchOptions) -> Result<()> {
+    let root = &workspace_root();
+    println!("==> building the scheduling benchmark program (release)");
+    run_command(Command::new("cargo").current_dir(root).args([
+        "build",
+        "--release",
+        "-p",
+        "origin",
+        "--example",
+        "sched_bench",
+    ]))?;
+    let binary = root.join("target/release/examples/sched_bench");
+    let mut report = String::new();
+    writeln!(report, "# Scheduling benchmark\n")?;
+    writeln!(report, "- command: `cargo xtask bench scheduler`")?;
+    writeln!(
+        report,
+        "- date: {}",
+        command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
+    )?;
+    writeln!(report, "- machine: {}", machine_description())?;
+    writeln!(
+        report,
+        "- path: origin and load generator in two namespaces, one veth with TBF {SCHEDULER_RATE} on both ends; userspace SCTP, 64 data streams, 16 KiB chunks"
+    )?;
+    writeln!(
+        report,
+        "- response time: REQUEST sent to RESPONSE_END received, at the load generator\n"
+    )?;
+
+    let sections = [
+        Section {
+            title: "Zipf sizes (1 KiB to 4 MiB, alpha 1), Poisson arrivals",
+            workload: "zipf",
+            loads: &[0.5, 0.8],
+            policies: &["fcfs", "rr", "scf"],
+            seconds: 40.0,
+        },
+        Section {
+            title: "Demand (50 KiB every 200 ms) during a 16 MiB prefetch",
+            workload: "prefetch",
+            loads: &[0.0],
+            policies: &["fcfs", "priority", "wfq"],
+            seconds: 6.0,
+        },
+        Section {
+            title: "The thesis's experiment: 6,000 requests, 1-256 KiB uniform, 64 outstanding",
+            workload: "thesis",
+            loads: &[0.0],
+            policies: &["scf", "rr"],
+            seconds: 0.0,
+        },
+    ];
+    for Section {
+        title,
+        workload,
+        loads,
+        policies,
+        seconds,
+    } in sections
+    {
+        writeln!(report, "## {title}\n")?;
+        writeln!(
+            report,
+            "| load | policy | completed | mean s | p95 s | small (<=64 KiB) mean s | demand mean s | demand p95 s | Mbit/s | mean / first policy |"
+        )?;
+        writeln!(report, "|---|---|---|---|---|---|---|---|---|---|")?;
+        for load in loads {
+            let mut first_mean = None;
+            for policy in policies {
+                let ns = Namespaces::create()?;
+                ns.rate_limit(SCHEDULER_RATE)?;
+                println!("==> {workload} load {load}: {policy}");
+                let common = |role: &str| -> Vec<String> {
+                    [
+                        role,
+                        "--addr",
+                        "10.78.0.1:9899",
+                        "--policy",
+                        policy,
+                        "--workload",
+                        workload,
+                    ]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain([
+                        "--load".into(),
+                        load.to_string(),
+                        "--rate-mbit".into(),
+                        "20".into(),
+                        "--seconds".into(),
+                        seconds.to_string(),
+                    ])
+                    .collect()
+                };
+                match run_pair(&ns, &binary, &common("--server"), &common("--client")) {
+                    Ok((_, c)) => {
+                        let get = |k| field(&c, k).unwrap_or(f64::NAN);
+                        let mean = if workload == "prefetch" {
+                            get("demand_mean_s")
+                        } else {
+                            get("mean_s")
+                        };
+                        let base = *first_mean.get_or_insert(mean);
+                        println!("    {c}");
+                        writeln!(
+                            report,
+                            "| {load} | {policy} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.2} |",
+                            get("completed"),
+                            get("mean_s"),
+                            get("p95_s"),
+                            get("small_mean_s"),
+                            get("demand_mean_s"),
+                            get("demand_p95_s"),
+                            get("mbit_per_s"),
+                            mean / base
+                        )?;
+                    }
+                    Err(e) => {
+                        println!("    failed: {e:#}");
+                        writeln!(report, "| {load} | {policy} | failed: {e} | | | | | | | |")?;
+                    }
+                }
+            }
+        }
+        writeln!(report)?;
+    }
+    let dir = root.join("bench/results");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("scheduler.md"), &report)?;
+    println!("\n{report}\nxtask: report written to bench/results/scheduler.md");
+    Ok(())
+}
+
+fn transport(options: &BenchOptions) -> Result<()> {
     let root = &workspace_root();
     println!("==> building the benchmark program (release)");
     run_command(Command::new("cargo").current_dir(root).args([
