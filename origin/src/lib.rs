@@ -3,4 +3,6 @@
 //!
 //! Start with [`scheduler`]: the I/O-free core every response passes through.
 
+pub mod files;
+pub mod http;
 pub mod scheduler;
