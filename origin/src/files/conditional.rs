@@ -595,4 +595,52 @@ mod tests {
         assert_eq!(From(0).resolve(0), None);
         assert_eq!(Suffix(5).resolve(0), None);
     }
+
+    /// Random Range values: parsing never panics, and a resolved single range
+    /// always lies inside the file.
+    #[test]
+    fn random_ranges_resolve_inside_the_file() {
+        const NUMBERS: &[&str] = &[
+            "",
+            "0",
+            "1",
+            "7",
+            "12",
+            "13",
+            "14",
+            "007",
+            "18446744073709551615",
+            "99999999999999999999",
+            "x",
+            " 3",
+        ];
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut number = move || NUMBERS[(next() % NUMBERS.len() as u64) as usize];
+        let mut singles = 0;
+        for i in 0..20_000 {
+            let mut value = format!("bytes={}-{}", number(), number());
+            if i % 4 == 0 {
+                value.push_str(&format!(",{}-{}", number(), number()));
+            }
+            let Some(RangeRequest::Single(spec)) = parse_range(value.as_bytes()) else {
+                continue;
+            };
+            singles += 1;
+            for len in [0u64, 1, 13, u64::MAX] {
+                if let Some((first, last)) = spec.resolve(len) {
+                    assert!(first <= last && last < len, "{value}: {spec:?} in {len}");
+                }
+            }
+        }
+        assert!(
+            singles > 1_000,
+            "the generator produced only {singles} single ranges"
+        );
+    }
 }

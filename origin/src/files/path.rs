@@ -302,4 +302,73 @@ mod tests {
         assert_eq!(path.directory_location(None), "/q%3F%23/");
         Ok(())
     }
+
+    /// Random targets over an alphabet of the characters that matter: whatever is
+    /// accepted has only segments that are safe to join under a root.
+    #[test]
+    fn accepted_segments_are_always_safe() {
+        const ALPHABET: &[&str] = &[
+            "/",
+            ".",
+            "..",
+            "%",
+            "2",
+            "e",
+            "E",
+            "f",
+            "F",
+            "5",
+            "c",
+            "C",
+            "0",
+            "a",
+            "\\",
+            "#",
+            "?",
+            "%2e",
+            "%2f",
+            "%5c",
+            "%00",
+            "%c0%ae",
+            "%25",
+            "well-known",
+            "x",
+            "\u{e9}",
+        ];
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut accepted = 0;
+        for _ in 0..20_000 {
+            let len = next() % 12;
+            let mut target = String::from("/");
+            for _ in 0..len {
+                target.push_str(ALPHABET[(next() % ALPHABET.len() as u64) as usize]);
+            }
+            let Ok((path, _)) = UrlPath::from_target(&target) else {
+                continue;
+            };
+            accepted += 1;
+            for segment in path.segments() {
+                assert!(!segment.is_empty(), "{target}");
+                assert!(segment != "." && segment != "..", "{target}");
+                assert!(!segment.contains(['/', '\\', '\0']), "{target}");
+                assert!(!is_hidden(segment), "{target}");
+                assert!(!segment.chars().any(char::is_control), "{target}");
+            }
+            let location = path.directory_location(None);
+            assert!(
+                location.starts_with('/') && !location.starts_with("//"),
+                "{target}"
+            );
+        }
+        assert!(
+            accepted > 1_000,
+            "the generator should produce valid paths too"
+        );
+    }
 }
