@@ -4,6 +4,8 @@
 //! Start with [`scheduler`]: the I/O-free core every response passes through.
 
 pub mod config;
+pub mod files;
+pub mod http;
 pub mod scheduler;
 pub mod server;
 pub mod synthetic;
