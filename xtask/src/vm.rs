@@ -90,7 +90,12 @@ pub(crate) fn run(options: &VmOptions) -> Result<()> {
     )
     .with_context(|| format!("write {}", script.display()))?;
 
-    println!("booting Debian kernel {release} in a VM (software emulation, ~30 s)…");
+    println!("booting Debian kernel {release} in a VM (software emulation, ~30-60 s to boot)…");
+    // The VM console (kernel messages, terminal control codes) goes to a file,
+    // shown only if the guest never reports a result.
+    let console_file = shared.join("console");
+    let console = fs::File::create(&console_file)
+        .with_context(|| format!("create {}", console_file.display()))?;
     let started = Instant::now();
     let mut child = Command::new(&vng)
         .arg("--disable-kvm")
@@ -103,6 +108,8 @@ pub(crate) fn run(options: &VmOptions) -> Result<()> {
         .arg("--exec")
         .arg(format!("bash {}", script.display()))
         .stdin(Stdio::null())
+        .stdout(console.try_clone()?)
+        .stderr(console)
         .process_group(0)
         .spawn()
         .with_context(|| format!("start {}", vng.display()))?;
@@ -128,9 +135,17 @@ pub(crate) fn run(options: &VmOptions) -> Result<()> {
     };
     let elapsed = started.elapsed();
 
-    let status = fs::read_to_string(&status_file).with_context(|| {
-        format!("the VM ended ({vng_status}) without reporting a result: the guest did not get to run the tests")
-    })?;
+    let Ok(status) = fs::read_to_string(&status_file) else {
+        let console = fs::read(&console_file).unwrap_or_default();
+        let tail = &console[console.len().saturating_sub(4000)..];
+        eprintln!(
+            "--- VM console (last lines) ---\n{}",
+            String::from_utf8_lossy(tail)
+        );
+        bail!(
+            "the VM ended ({vng_status}) without reporting a result: the guest did not get to run the tests"
+        );
+    };
     let code: i32 = status
         .trim()
         .parse()

@@ -127,7 +127,8 @@ pub struct Association {
     /// (see `size_send_buffer`), at most `max_message`.
     send_limit: usize,
     idle_timeout: Duration,
-    recv_state: tokio::sync::Mutex<RecvState>,
+    /// Boxed to keep this type small beside the other backends in `lib.rs`.
+    recv_state: tokio::sync::Mutex<Box<RecvState>>,
     ended: Mutex<Option<Ended>>,
     /// Set once by [`abort`](Self::abort); every pending call selects on it, since
     /// an aborted socket gives no more readiness events.
@@ -164,13 +165,13 @@ impl Association {
             max_message: config.max_message,
             send_limit,
             idle_timeout: config.idle_timeout,
-            recv_state: tokio::sync::Mutex::new(RecvState {
+            recv_state: tokio::sync::Mutex::new(Box::new(RecvState {
                 partial: BytesMut::new(),
                 stream: 0,
                 discarding: false,
                 shutting_down: false,
                 scratch: vec![0; RECV_CHUNK],
-            }),
+            })),
             ended: Mutex::new(None),
             aborted: watch::Sender::new(false),
         })
@@ -352,10 +353,10 @@ impl Association {
         }
         self.end(Ended::Aborted);
         let socket = self.socket.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(socket) = socket {
-            if let Err(e) = socket.get_ref().set_linger(Some(Duration::ZERO)) {
-                tracing::warn!(error = %e, "SO_LINGER 0 failed: the association closes gracefully");
-            }
+        if let Some(socket) = socket
+            && let Err(e) = socket.get_ref().set_linger(Some(Duration::ZERO))
+        {
+            tracing::warn!(error = %e, "SO_LINGER 0 failed: the association closes gracefully");
         }
     }
 
