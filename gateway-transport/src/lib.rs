@@ -84,6 +84,15 @@ impl Association {
         }
     }
 
+    /// The kernel backend's association, for what only kernel SCTP offers (its
+    /// stream schedulers); `None` for the other backends.
+    pub fn kernel(&self) -> Option<&kernel::Association> {
+        match &*self.inner {
+            Inner::Kernel(a) => Some(a),
+            _ => None,
+        }
+    }
+
     /// Negotiated stream counts.
     pub fn streams(&self) -> StreamCounts {
         dispatch!(self, a => a.streams())

@@ -1,10 +1,365 @@
-//! Placeholder: runs the kernel-SCTP tests in a virtme-ng VM.
-use anyhow::Result;
+//! `cargo xtask vm-test`: runs test binaries that need kernel SCTP inside a
+//! virtme-ng VM booting Debian's kernel over this host's root filesystem.
+//!
+//! The host kernel has no SCTP, so the tests are built here (`cargo test --no-run
+//! --message-format=json` names the executables), and the VM, booted with
+//! `vng --disable-kvm` (software emulation; KVM does not work on these hosts),
+//! loads `sctp`, sets `net.sctp.udp_port` to 9899 for RFC 6951 encapsulation,
+//! lowers the loopback MTU to 1500 so messages span many packets, and runs each
+//! binary with `--include-ignored`. The guest writes its exit status into a
+//! directory shared read-write with the host; that file, not vng's own exit code,
+//! decides the result (a VM that dies early leaves no file, which fails too).
+//!
+//! It never changes the host's network or modules, and never leaves a VM behind:
+//! vng runs in its own process group, killed as a whole at the time-out.
+//!
+//! Any integration-test target can be run (`--test NAME`, repeatable, and
+//! `--package`), so that other kernel-dependent tests can join this runner.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::cmd::{which, workspace_root};
+
+/// UDP port the guest kernel listens on for SCTP over UDP (`net.sctp.udp_port`),
+/// the IANA `sctp-tunneling` port the tests expect.
+const GUEST_SCTP_UDP_PORT: u16 = 9899;
+/// Loopback MTU inside the VM, bytes: Ethernet-sized, so that large messages
+/// are fragmented into many DATA chunks as on a real path.
+const GUEST_LO_MTU: u32 = 1500;
+/// Exit status the guest script reports when the VM set-up (not a test) failed.
+const SETUP_FAILED: i32 = 97;
 
 /// Options for `cargo xtask vm-test`.
-#[derive(Debug, clap::Args, Default)]
-pub(crate) struct VmOptions {}
+#[derive(Debug, clap::Args)]
+pub(crate) struct VmOptions {
+    /// Kernel image to boot; default: the newest /boot/vmlinuz-* whose modules
+    /// include sctp.ko, never the running kernel.
+    #[arg(long)]
+    kernel: Option<PathBuf>,
+    /// Package whose integration tests to run.
+    #[arg(long, default_value = "gateway-transport")]
+    package: String,
+    /// Integration-test target to run (repeatable).
+    #[arg(long = "test", default_values = ["kernel_sctp", "interop_udp"])]
+    tests: Vec<String>,
+    /// Run only tests whose name contains this (passed to each test binary).
+    filter: Option<String>,
+    /// Test threads inside the VM.
+    #[arg(long, default_value_t = 2)]
+    test_threads: u32,
+    /// Guest memory (qemu `-m` syntax).
+    #[arg(long, default_value = "2G")]
+    memory: String,
+    /// Give up (and kill the VM) after this many seconds.
+    #[arg(long, default_value_t = 900)]
+    timeout: u64,
+}
 
-pub(crate) fn run(_options: &VmOptions) -> Result<()> {
-    anyhow::bail!("not written yet")
+impl Default for VmOptions {
+    /// The command line's defaults: every kernel test of gateway-transport.
+    fn default() -> Self {
+        #[derive(clap::Parser)]
+        struct Defaults {
+            #[command(flatten)]
+            options: VmOptions,
+        }
+        <Defaults as clap::Parser>::parse_from(["vm-test"]).options
+    }
+}
+
+pub(crate) fn run(options: &VmOptions) -> Result<()> {
+    let workspace = workspace_root();
+    let vng =
+        which("vng").context("virtme-ng (`vng`) is not installed: run `cargo xtask setup`")?;
+    let kernel = match &options.kernel {
+        Some(path) => path.clone(),
+        None => find_sctp_kernel()?,
+    };
+    let release = kernel_release(&kernel)?;
+
+    println!(
+        "building test binaries: {} --test {}",
+        options.package,
+        options.tests.join(" --test ")
+    );
+    let binaries = build_tests(&workspace, &options.package, &options.tests)?;
+
+    let shared = workspace.join("target").join("vm-test");
+    fs::create_dir_all(&shared).with_context(|| format!("create {}", shared.display()))?;
+    let status_file = shared.join("status");
+    let log_file = shared.join("log");
+    let _ = fs::remove_file(&status_file);
+    fs::write(&log_file, "").with_context(|| format!("create {}", log_file.display()))?;
+    let script = shared.join("run.sh");
+    fs::write(
+        &script,
+        guest_script(options, &binaries, &status_file, &log_file),
+    )
+    .with_context(|| format!("write {}", script.display()))?;
+
+    println!("booting Debian kernel {release} in a VM (software emulation, ~30-60 s to boot)…");
+    // The VM console (kernel messages, terminal control codes) goes to a file,
+    // shown only if the guest never reports a result.
+    let console_file = shared.join("console");
+    let console = fs::File::create(&console_file)
+        .with_context(|| format!("create {}", console_file.display()))?;
+    let started = Instant::now();
+    let mut child = Command::new(&vng)
+        .arg("--disable-kvm")
+        .args(["--memory", &options.memory, "--cpus", "2"])
+        .arg("-r")
+        .arg(&kernel)
+        .arg(format!("--rwdir={}", shared.display()))
+        .arg("--cwd")
+        .arg(&workspace)
+        .arg("--exec")
+        .arg(format!("bash {}", script.display()))
+        .stdin(Stdio::null())
+        .stdout(console.try_clone()?)
+        .stderr(console)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("start {}", vng.display()))?;
+    let limit = Duration::from_secs(options.timeout);
+    // The guest writes its output to the shared log, which is followed here: the
+    // VM's console drops output when the guest powers off right after writing.
+    let mut log = LogFollower::new(&log_file);
+    let vng_status = loop {
+        log.print_new();
+        if let Some(status) = child.try_wait()? {
+            log.print_new();
+            break status;
+        }
+        if started.elapsed() > limit {
+            // The whole group: vng, qemu and anything they started.
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
+            let _ = child.wait();
+            bail!("the VM did not finish within {limit:?}; killed it");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let elapsed = started.elapsed();
+
+    let Ok(status) = fs::read_to_string(&status_file) else {
+        let console = fs::read(&console_file).unwrap_or_default();
+        let tail = &console[console.len().saturating_sub(4000)..];
+        eprintln!(
+            "--- VM console (last lines) ---\n{}",
+            String::from_utf8_lossy(tail)
+        );
+        bail!(
+            "the VM ended ({vng_status}) without reporting a result: the guest did not get to run the tests"
+        );
+    };
+    let code: i32 = status
+        .trim()
+        .parse()
+        .with_context(|| format!("unreadable guest status {status:?}"))?;
+    println!(
+        "VM finished in {:.0} s (boot included)",
+        elapsed.as_secs_f64()
+    );
+    match code {
+        0 => {
+            println!("kernel SCTP tests passed inside the VM ({release})");
+            Ok(())
+        }
+        SETUP_FAILED => bail!("setting up the VM failed (see the output above)"),
+        code => bail!("tests failed inside the VM (exit status {code})"),
+    }
+}
+
+/// Prints what is appended to a file, as it grows.
+#[derive(Debug)]
+struct LogFollower {
+    path: PathBuf,
+    printed: usize,
+}
+
+impl LogFollower {
+    fn new(path: &Path) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            printed: 0,
+        }
+    }
+
+    /// Prints the complete lines added since the last call.
+    fn print_new(&mut self) {
+        let Ok(bytes) = fs::read(&self.path) else {
+            return;
+        };
+        let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else {
+            return;
+        };
+        if end + 1 > self.printed {
+            print!("{}", String::from_utf8_lossy(&bytes[self.printed..=end]));
+            self.printed = end + 1;
+        }
+    }
+}
+
+/// The shell script the guest runs: set-up, each binary, then the status file.
+fn guest_script(
+    options: &VmOptions,
+    binaries: &[PathBuf],
+    status_file: &Path,
+    log_file: &Path,
+) -> String {
+    let mut runs = String::new();
+    for binary in binaries {
+        let mut line = format!(
+            "echo \"== {name}\" >>\"$log\"\n{bin} --include-ignored --test-threads {threads}",
+            name = binary
+                .file_name()
+                .map(OsStr::to_string_lossy)
+                .unwrap_or_default(),
+            bin = quote(&binary.to_string_lossy()),
+            threads = options.test_threads,
+        );
+        if let Some(filter) = &options.filter {
+            line.push(' ');
+            line.push_str(&quote(filter));
+        }
+        line.push_str(" >>\"$log\" 2>&1 || rc=$?\n");
+        runs.push_str(&line);
+    }
+    format!(
+        r#"# Written by `cargo xtask vm-test`; runs inside the VM.
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# Panics show where; anyhow errors stay short.
+export RUST_BACKTRACE=1 RUST_LIB_BACKTRACE=0
+status={status}
+log={log}
+fail() {{ echo "vm-test set-up: $*" >>"$log"; echo {setup_failed} > "$status"; exit {setup_failed}; }}
+echo "guest kernel $(uname -r), $(nproc) CPUs, up $(cut -d' ' -f1 /proc/uptime) s" >>"$log"
+modprobe sctp >>"$log" 2>&1 || fail "modprobe sctp"
+sysctl -qw net.sctp.udp_port={udp_port} >>"$log" 2>&1 || fail "sysctl net.sctp.udp_port"
+ip link set lo up >>"$log" 2>&1 || fail "loopback up"
+ip link set lo mtu {mtu} >>"$log" 2>&1 || fail "loopback mtu"
+rc=0
+{runs}echo "$rc" > "$status"
+exit "$rc"
+"#,
+        status = quote(&status_file.to_string_lossy()),
+        log = quote(&log_file.to_string_lossy()),
+        setup_failed = SETUP_FAILED,
+        udp_port = GUEST_SCTP_UDP_PORT,
+        mtu = GUEST_LO_MTU,
+    )
+}
+
+/// Single-quotes `s` for sh.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Builds the test targets and returns their executables, in order.
+fn build_tests(workspace: &Path, package: &str, tests: &[String]) -> Result<Vec<PathBuf>> {
+    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo
+        .current_dir(workspace)
+        .args(["test", "-p", package, "--no-run", "--message-format=json"]);
+    for test in tests {
+        cargo.args(["--test", test]);
+    }
+    let output = cargo
+        .stderr(Stdio::inherit())
+        .output()
+        .context("run cargo test --no-run")?;
+    if !output.status.success() {
+        bail!("building the tests failed ({})", output.status);
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    tests
+        .iter()
+        .map(|test| {
+            stdout
+                .lines()
+                .filter(|l| l.contains(r#""reason":"compiler-artifact""#))
+                .filter(|l| {
+                    l.contains(&format!(
+                        r#""kind":["test"],"crate_types":["bin"],"name":"{test}""#
+                    ))
+                })
+                .find_map(|l| json_string_field(l, "executable"))
+                .map(PathBuf::from)
+                .with_context(|| format!("cargo named no executable for test target `{test}`"))
+        })
+        .collect()
+}
+
+/// The value of `"field":"..."` in one line of cargo's JSON (paths only: handles
+/// the escapes cargo emits for them).
+fn json_string_field(line: &str, field: &str) -> Option<String> {
+    let start = line.find(&format!(r#""{field}":""#))? + field.len() + 4;
+    let mut value = String::new();
+    let mut chars = line[start..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(value),
+            '\\' => value.push(match chars.next()? {
+                'n' => '\n',
+                't' => '\t',
+                other => other,
+            }),
+            c => value.push(c),
+        }
+    }
+    None
+}
+
+/// The newest /boot/vmlinuz-* with sctp.ko among its modules, except the running
+/// kernel (which, on these hosts, has no SCTP).
+fn find_sctp_kernel() -> Result<PathBuf> {
+    let running = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut candidates: Vec<(String, PathBuf)> = fs::read_dir("/boot")
+        .context("read /boot")?
+        .filter_map(|entry| {
+            let path = entry.ok()?.path();
+            let release = path
+                .file_name()?
+                .to_str()?
+                .strip_prefix("vmlinuz-")?
+                .to_owned();
+            (release != running.trim() && has_sctp_module(&release)).then_some((release, path))
+        })
+        .collect();
+    candidates.sort();
+    candidates.pop().map(|(_, path)| path).context(
+        "no /boot/vmlinuz-* with sctp.ko in /lib/modules (install Debian's linux-image-amd64: `cargo xtask setup`)",
+    )
+}
+
+fn has_sctp_module(release: &str) -> bool {
+    let dir = Path::new("/lib/modules")
+        .join(release)
+        .join("kernel/net/sctp");
+    fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n == "sctp.ko" || n.starts_with("sctp.ko."))
+        })
+    })
+}
+
+fn kernel_release(kernel: &Path) -> Result<String> {
+    let name = kernel
+        .file_name()
+        .and_then(OsStr::to_str)
+        .with_context(|| format!("not a kernel image path: {}", kernel.display()))?;
+    if !kernel.exists() {
+        bail!("no kernel image at {}", kernel.display());
+    }
+    Ok(name.strip_prefix("vmlinuz-").unwrap_or(name).to_owned())
 }

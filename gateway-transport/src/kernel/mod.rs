@@ -1,0 +1,711 @@
+//! The kernel backend: Linux SCTP through one-to-one (`SOCK_STREAM`,
+//! `IPPROTO_SCTP`) sockets, driven by tokio's reactor.
+//!
+//! One socket is one association. Each [`Association::send`] is one `sendmsg` with
+//! an `SCTP_SNDINFO` cmsg naming the stream, so a message is handed to the kernel
+//! whole and concurrent senders never interleave bytes; the kernel's send buffer
+//! is the backpressure (`EAGAIN` waits for writability). [`Association::recv`]
+//! reads with `recvmsg`, learns the stream from the `SCTP_RCVINFO` cmsg and glues
+//! partial reads together until `MSG_EOR`. Stream counts are asked for with
+//! `SCTP_INITMSG` and read back with `SCTP_STATUS`. Optional RFC 6951 UDP
+//! encapsulation and the kernel's stream schedulers are exposed as socket options.
+//! `docs/kernel-sctp.md` explains the choices; `sys` holds every C definition.
+//!
+//! It never parses the messages it carries, never spawns tasks or threads, and
+//! never blocks a runtime thread: all sockets are non-blocking.
+//!
+//! Start reading at [`connect`] and [`Listener::accept`] (both end in
+//! `Association::establish`), then [`Association::recv`].
+
+use std::io;
+use std::net::{Shutdown, SocketAddr};
+use std::os::fd::AsFd;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::watch;
+
+use crate::{AssociationConfig, Message, StreamCounts, TransportError};
+
+mod sys;
+
+/// Bytes read per `recvmsg`; longer messages arrive in several pieces.
+const RECV_CHUNK: usize = 64 * 1024;
+/// Pending associations the kernel queues for `accept`.
+const LISTEN_BACKLOG: i32 = 128;
+/// How often `connect` and `close` re-read `SCTP_STATUS` while the handshake or
+/// the shutdown is in flight (the socket gives no readiness edge for either).
+const STATUS_POLL: Duration = Duration::from_millis(2);
+
+/// True if this host can open a kernel SCTP socket (the `sctp` module is built in
+/// or loadable). Opens and closes one socket.
+pub fn available() -> bool {
+    Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::SCTP)).is_ok()
+}
+
+/// A kernel stream scheduler: which stream's queued data the kernel sends next
+/// (`enum sctp_sched_type` in linux/sctp.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StreamScheduler {
+    /// `SCTP_SS_FCFS`: first come, first served, the default.
+    Fcfs,
+    /// `SCTP_SS_PRIO`: strict priority by the stream's value (lower goes first),
+    /// round robin among equals.
+    Priority,
+    /// `SCTP_SS_RR`: round robin over the streams with data, one message each.
+    RoundRobin,
+    /// `SCTP_SS_FC`: fair capacity (Linux >= 6.2): the stream that sent the fewest
+    /// bytes goes next.
+    FairCapacity,
+    /// `SCTP_SS_WFQ`: weighted fair queueing by the stream's value (Linux >= 6.2).
+    WeightedFair,
+}
+
+impl StreamScheduler {
+    /// Every scheduler, in the kernel's numbering.
+    pub const ALL: [StreamScheduler; 5] = [
+        StreamScheduler::Fcfs,
+        StreamScheduler::Priority,
+        StreamScheduler::RoundRobin,
+        StreamScheduler::FairCapacity,
+        StreamScheduler::WeightedFair,
+    ];
+
+    fn to_raw(self) -> u32 {
+        match self {
+            StreamScheduler::Fcfs => 0,
+            StreamScheduler::Priority => 1,
+            StreamScheduler::RoundRobin => 2,
+            StreamScheduler::FairCapacity => 3,
+            StreamScheduler::WeightedFair => 4,
+        }
+    }
+
+    fn from_raw(raw: u32) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.to_raw() == raw)
+    }
+}
+
+/// How an association ended, remembered so that every later call reports the
+/// same thing (the kernel reports `ECONNRESET` once, then only `ENOTCONN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Closed,
+    Aborted,
+    Unreachable,
+}
+
+/// Reassembly state of `recv`, kept across cancelled `recv` futures.
+#[derive(Debug)]
+struct RecvState {
+    /// Bytes of a message whose end (`MSG_EOR`) has not arrived yet.
+    partial: BytesMut,
+    /// The stream of `partial`.
+    stream: u16,
+    /// Skipping the rest of a message already reported as too large.
+    discarding: bool,
+    /// A shutdown notification arrived: once the queue is empty, it is closed.
+    shutting_down: bool,
+    /// The `recvmsg` buffer.
+    scratch: Vec<u8>,
+}
+
+/// An established association over one one-to-one kernel SCTP socket.
+#[derive(Debug)]
+pub struct Association {
+    /// The socket; emptied by [`abort`](Self::abort). Calls in flight hold their
+    /// own `Arc`, so the socket closes when the last of them lets go.
+    socket: Mutex<Option<Arc<AsyncFd<Socket>>>>,
+    streams: StreamCounts,
+    peer: SocketAddr,
+    max_message: usize,
+    /// Longest message the kernel accepts in one send: the send buffer's size
+    /// (see `size_send_buffer`), at most `max_message`.
+    send_limit: usize,
+    idle_timeout: Duration,
+    /// Boxed to keep this type small beside the other backends in `lib.rs`.
+    recv_state: tokio::sync::Mutex<Box<RecvState>>,
+    ended: Mutex<Option<Ended>>,
+    /// Set once by [`abort`](Self::abort); every pending call selects on it, since
+    /// an aborted socket gives no more readiness events.
+    aborted: watch::Sender<bool>,
+}
+
+impl Association {
+    /// Wraps a connected socket: per-association options, then `SCTP_STATUS` for
+    /// the negotiated stream counts.
+    fn establish(socket: Socket, config: &AssociationConfig) -> Result<Self, TransportError> {
+        set_peer_params(&socket, config)?;
+        subscribe_events(&socket)?;
+        let status = status(&socket)?;
+        let peer = socket
+            .peer_addr()?
+            .as_socket()
+            .ok_or_else(|| TransportError::Protocol("peer address is not IP".into()))?;
+        let send_limit = socket.send_buffer_size()?.min(config.max_message);
+        if send_limit < config.max_message {
+            tracing::warn!(
+                send_limit,
+                max_message = config.max_message,
+                "the kernel send buffer cannot hold max_message; longer messages will be \
+                 refused (raise net.core.wmem_max or grant CAP_NET_ADMIN)"
+            );
+        }
+        Ok(Self {
+            socket: Mutex::new(Some(Arc::new(register(socket)?))),
+            streams: StreamCounts {
+                outbound: status.sstat_outstrms,
+                inbound: status.sstat_instrms,
+            },
+            peer,
+            max_message: config.max_message,
+            send_limit,
+            idle_timeout: config.idle_timeout,
+            recv_state: tokio::sync::Mutex::new(Box::new(RecvState {
+                partial: BytesMut::new(),
+                stream: 0,
+                discarding: false,
+                shutting_down: false,
+                scratch: vec![0; RECV_CHUNK],
+            })),
+            ended: Mutex::new(None),
+            aborted: watch::Sender::new(false),
+        })
+    }
+
+    pub(crate) fn streams(&self) -> StreamCounts {
+        self.streams
+    }
+
+    pub(crate) fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    pub(crate) async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
+        if data.len() > self.send_limit {
+            return Err(TransportError::MessageTooLarge {
+                len: data.len(),
+                limit: self.send_limit,
+            });
+        }
+        if stream >= self.streams.outbound {
+            return Err(TransportError::InvalidStream {
+                stream,
+                outbound: self.streams.outbound,
+            });
+        }
+        if data.is_empty() {
+            // The kernel refuses zero-length DATA (RFC 9260 forbids empty chunks).
+            return Err(TransportError::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "SCTP cannot carry an empty message",
+            )));
+        }
+        self.until_aborted(async {
+            let fd = self.socket()?;
+            loop {
+                self.check_ended()?;
+                let mut ready = fd.writable().await?;
+                match ready.try_io(|fd| sys::send_message(fd.get_ref().as_fd(), stream, &data)) {
+                    Err(_would_block) => continue,
+                    Ok(Ok(sent)) if sent == data.len() => return Ok(()),
+                    Ok(Ok(sent)) => {
+                        return Err(TransportError::Protocol(format!(
+                            "kernel took {sent} of {} bytes of one message",
+                            data.len()
+                        )));
+                    }
+                    Ok(Err(e)) => return Err(self.end_with(e)),
+                }
+            }
+        })
+        .await
+    }
+
+    pub(crate) async fn recv(&self) -> Result<Message, TransportError> {
+        self.until_aborted(self.recv_message()).await
+    }
+
+    /// Reads pieces until one ends a message. All progress lives in `recv_state`,
+    /// so dropping this future loses nothing.
+    async fn recv_message(&self) -> Result<Message, TransportError> {
+        let mut guard = self.recv_state.lock().await;
+        let state = &mut *guard;
+        let fd = self.socket()?;
+        loop {
+            self.check_ended()?;
+            let mut ready = fd.readable().await?;
+            let piece = match ready
+                .try_io(|fd| sys::recv_piece(fd.get_ref().as_fd(), &mut state.scratch))
+            {
+                // After SHUTDOWN every message is already queued, so empty means
+                // done (a socket whose association is gone may not say EOF).
+                Err(_would_block) if state.shutting_down => return Err(self.end(Ended::Closed)),
+                Err(_would_block) => continue,
+                Ok(Ok(piece)) => piece,
+                Ok(Err(e)) => return Err(self.end_with(e)),
+            };
+            if piece.notification {
+                match sys::parse_notification(&state.scratch[..piece.len]) {
+                    sys::Notification::PeerShutdown | sys::Notification::ShutdownComplete => {
+                        state.shutting_down = true;
+                    }
+                    sys::Notification::CommunicationLost => {
+                        // The socket error (ECONNRESET, ETIMEDOUT) says why.
+                        return Err(match fd.get_ref().take_error()? {
+                            Some(e) => self.end_with(e),
+                            None => self.end(Ended::Aborted),
+                        });
+                    }
+                    sys::Notification::Other => {}
+                }
+                continue;
+            }
+            if piece.len == 0 {
+                return Err(self.end(Ended::Closed));
+            }
+            let bytes = &state.scratch[..piece.len];
+            if state.discarding {
+                state.discarding = !piece.end_of_record;
+                continue;
+            }
+            if state.partial.is_empty() {
+                state.stream = piece.stream.ok_or_else(|| {
+                    TransportError::Protocol("recvmsg returned no SCTP_RCVINFO".into())
+                })?;
+            }
+            let total = state.partial.len() + piece.len;
+            if total > self.max_message {
+                state.partial = BytesMut::new();
+                state.discarding = !piece.end_of_record;
+                return Err(TransportError::MessageTooLarge {
+                    len: total,
+                    limit: self.max_message,
+                });
+            }
+            if !piece.end_of_record {
+                state.partial.extend_from_slice(bytes);
+                continue;
+            }
+            let data = if state.partial.is_empty() {
+                Bytes::copy_from_slice(bytes)
+            } else {
+                state.partial.extend_from_slice(bytes);
+                std::mem::take(&mut state.partial).freeze()
+            };
+            return Ok(Message {
+                stream: state.stream,
+                data,
+            });
+        }
+    }
+
+    pub(crate) fn buffered(&self, _stream: u16) -> Option<usize> {
+        // The kernel queues per association; no socket option tells per stream.
+        None
+    }
+
+    /// `shutdown(SHUT_WR)` starts the SCTP SHUTDOWN exchange, which the kernel
+    /// completes after every queued message is acknowledged; this waits for that
+    /// (the association disappears from `SCTP_STATUS`) for up to `idle_timeout`.
+    /// Keep reading meanwhile if the peer may still be sending: its data must fit
+    /// in this side's receive window for its half of the shutdown to finish.
+    pub(crate) async fn close(&self) -> Result<(), TransportError> {
+        self.until_aborted(async {
+            let fd = self.socket()?;
+            match fd.get_ref().shutdown(Shutdown::Write) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Ok(()),
+                Err(e) => return Err(self.end_with(e)),
+            }
+            let finished = async {
+                loop {
+                    match status(fd.get_ref()) {
+                        Ok(s) if s.sstat_state != sys::SCTP_STATE_CLOSED => {
+                            tokio::time::sleep(STATUS_POLL).await;
+                        }
+                        _ => return,
+                    }
+                }
+            };
+            tokio::time::timeout(self.idle_timeout, finished)
+                .await
+                .map_err(|_| TransportError::PeerUnreachable(self.idle_timeout))?;
+            if let Some(e) = fd.get_ref().take_error()? {
+                return Err(self.end_with(e));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Sends ABORT at once. A one-to-one socket refuses the `SCTP_ABORT` send flag,
+    /// so this sets `SO_LINGER` to zero and lets go of the socket: the kernel
+    /// aborts when the descriptor closes, which is at once unless another task is
+    /// inside a call, and then as soon as that call sees the abort and returns.
+    pub(crate) fn abort(&self) {
+        if self.aborted.send_replace(true) {
+            return;
+        }
+        self.end(Ended::Aborted);
+        let socket = self.socket.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(socket) = socket
+            && let Err(e) = socket.get_ref().set_linger(Some(Duration::ZERO))
+        {
+            tracing::warn!(error = %e, "SO_LINGER 0 failed: the association closes gracefully");
+        }
+    }
+
+    /// Chooses the kernel's stream scheduler for this association
+    /// (`SCTP_STREAM_SCHEDULER`). `Unavailable` if this kernel lacks it.
+    pub fn set_stream_scheduler(&self, scheduler: StreamScheduler) -> Result<(), TransportError> {
+        let fd = self.socket()?;
+        let value = sys::SctpAssocValue {
+            assoc_id: 0,
+            assoc_value: scheduler.to_raw(),
+        };
+        sys::set_opt(
+            fd.get_ref().as_fd(),
+            sys::SOL_SCTP,
+            sys::SCTP_STREAM_SCHEDULER,
+            &value,
+        )
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EINVAL) => TransportError::Unavailable(format!(
+                "this kernel has no {scheduler:?} stream scheduler"
+            )),
+            _ => TransportError::Io(e),
+        })
+    }
+
+    /// The kernel's stream scheduler for this association.
+    pub fn stream_scheduler(&self) -> Result<StreamScheduler, TransportError> {
+        let fd = self.socket()?;
+        let mut value = sys::SctpAssocValue::default();
+        sys::get_sctp_opt(fd.get_ref().as_fd(), sys::SCTP_STREAM_SCHEDULER, &mut value)?;
+        StreamScheduler::from_raw(value.assoc_value).ok_or_else(|| {
+            TransportError::Unavailable(format!(
+                "unknown kernel stream scheduler {}",
+                value.assoc_value
+            ))
+        })
+    }
+
+    /// Sets `stream`'s scheduler parameter (`SCTP_STREAM_SCHEDULER_VALUE`): the
+    /// priority for [`StreamScheduler::Priority`] (0 first), the weight for
+    /// [`StreamScheduler::WeightedFair`]. Set the scheduler first.
+    pub fn set_stream_scheduler_value(
+        &self,
+        stream: u16,
+        value: u16,
+    ) -> Result<(), TransportError> {
+        let fd = self.check_stream(stream)?;
+        let value = sys::SctpStreamValue {
+            assoc_id: 0,
+            stream_id: stream,
+            stream_value: value,
+        };
+        sys::set_opt(
+            fd.get_ref().as_fd(),
+            sys::SOL_SCTP,
+            sys::SCTP_STREAM_SCHEDULER_VALUE,
+            &value,
+        )?;
+        Ok(())
+    }
+
+    /// `stream`'s scheduler parameter.
+    pub fn stream_scheduler_value(&self, stream: u16) -> Result<u16, TransportError> {
+        let fd = self.check_stream(stream)?;
+        let mut value = sys::SctpStreamValue {
+            assoc_id: 0,
+            stream_id: stream,
+            stream_value: 0,
+        };
+        sys::get_sctp_opt(
+            fd.get_ref().as_fd(),
+            sys::SCTP_STREAM_SCHEDULER_VALUE,
+            &mut value,
+        )?;
+        Ok(value.stream_value)
+    }
+
+    /// The socket, if `stream` is one this side may send on.
+    fn check_stream(&self, stream: u16) -> Result<Arc<AsyncFd<Socket>>, TransportError> {
+        if stream >= self.streams.outbound {
+            return Err(TransportError::InvalidStream {
+                stream,
+                outbound: self.streams.outbound,
+            });
+        }
+        self.socket()
+    }
+
+    /// The socket, unless the association was aborted here.
+    fn socket(&self) -> Result<Arc<AsyncFd<Socket>>, TransportError> {
+        self.socket
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or(TransportError::Aborted)
+    }
+
+    /// Runs `op` unless and until [`abort`](Self::abort) is called.
+    async fn until_aborted<T>(
+        &self,
+        op: impl Future<Output = Result<T, TransportError>>,
+    ) -> Result<T, TransportError> {
+        let mut aborted = self.aborted.subscribe();
+        tokio::select! {
+            biased;
+            _ = aborted.wait_for(|aborted| *aborted) => Err(TransportError::Aborted),
+            result = op => result,
+        }
+    }
+
+    /// How the association ended, if it has.
+    fn ended(&self) -> Option<Ended> {
+        *self.ended.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `Err` if the association has ended.
+    fn check_ended(&self) -> Result<(), TransportError> {
+        match self.ended() {
+            None => Ok(()),
+            Some(ended) => Err(ended_error(ended, self.idle_timeout)),
+        }
+    }
+
+    /// Records how the association ended (the first record wins) and returns it.
+    fn end(&self, how: Ended) -> TransportError {
+        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        let how = *ended.get_or_insert(how);
+        ended_error(how, self.idle_timeout)
+    }
+
+    /// Maps a socket error; the ones that mean the association is gone are
+    /// remembered.
+    fn end_with(&self, e: io::Error) -> TransportError {
+        match e.raw_os_error() {
+            Some(libc::ECONNRESET | libc::ECONNABORTED) => self.end(Ended::Aborted),
+            Some(libc::ETIMEDOUT | libc::EHOSTUNREACH) => self.end(Ended::Unreachable),
+            Some(libc::EPIPE | libc::ENOTCONN | libc::ESHUTDOWN) => self.end(Ended::Closed),
+            _ => TransportError::Io(e),
+        }
+    }
+}
+
+fn ended_error(how: Ended, idle_timeout: Duration) -> TransportError {
+    match how {
+        Ended::Closed => TransportError::Closed,
+        Ended::Aborted => TransportError::Aborted,
+        Ended::Unreachable => TransportError::PeerUnreachable(idle_timeout),
+    }
+}
+
+/// A listening one-to-one SCTP socket; accepted associations inherit its options.
+#[derive(Debug)]
+pub struct Listener {
+    fd: AsyncFd<Socket>,
+    config: AssociationConfig,
+}
+
+impl Listener {
+    pub(crate) fn bind(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Self, TransportError> {
+        let socket = new_socket(addr, config)?;
+        socket.set_reuse_address(true)?;
+        socket.bind(&SockAddr::from(addr))?;
+        socket.listen(LISTEN_BACKLOG)?;
+        Ok(Self {
+            fd: register(socket)?,
+            config: config.clone(),
+        })
+    }
+
+    pub(crate) fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+        self.fd
+            .get_ref()
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| TransportError::Protocol("local address is not IP".into()))
+    }
+
+    pub(crate) async fn accept(&self) -> Result<Association, TransportError> {
+        loop {
+            let mut ready = self.fd.readable().await?;
+            match ready.try_io(|fd| fd.get_ref().accept()) {
+                Err(_would_block) => continue,
+                Ok(Ok((socket, _))) => {
+                    socket.set_nonblocking(true)?;
+                    return Association::establish(socket, &self.config);
+                }
+                Ok(Err(e)) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+pub(crate) async fn connect(
+    addr: SocketAddr,
+    config: &AssociationConfig,
+) -> Result<Association, TransportError> {
+    let socket = new_socket(addr, config)?;
+    match socket.connect(&SockAddr::from(addr)) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let fd = register(socket)?;
+    // Writable means the INIT went out, not that the association is up (the
+    // socket is writable in COOKIE_WAIT already), so poll SCTP_STATUS after it;
+    // the caller's connect time-out bounds the loop.
+    drop(fd.writable().await?);
+    loop {
+        if let Some(e) = fd.get_ref().take_error()? {
+            return Err(e.into());
+        }
+        match status(fd.get_ref()) {
+            Ok(s) if s.sstat_state == sys::SCTP_STATE_ESTABLISHED => break,
+            Ok(_) => tokio::time::sleep(STATUS_POLL).await,
+            Err(e) => {
+                // The association is gone; SO_ERROR says why, if it was set in
+                // the meantime.
+                return Err(fd.get_ref().take_error()?.unwrap_or(e).into());
+            }
+        }
+    }
+    Association::establish(fd.into_inner(), config)
+}
+
+/// A non-blocking one-to-one SCTP socket for `addr`'s family with the options
+/// that must precede `connect`/`listen`: stream counts, no-delay, `SCTP_RCVINFO`,
+/// buffer sizes, heartbeat and UDP encapsulation.
+fn new_socket(addr: SocketAddr, config: &AssociationConfig) -> Result<Socket, TransportError> {
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM,
+        Some(Protocol::SCTP),
+    )
+    .map_err(|e| match e.raw_os_error() {
+        Some(libc::EPROTONOSUPPORT | libc::ESOCKTNOSUPPORT | libc::EAFNOSUPPORT) => {
+            TransportError::Unavailable(format!("no kernel SCTP on this host: {e}"))
+        }
+        _ => TransportError::Io(e),
+    })?;
+    socket.set_nonblocking(true)?;
+    let fd = socket.as_fd();
+    let initmsg = sys::SctpInitmsg {
+        sinit_num_ostreams: config.streams,
+        sinit_max_instreams: config.max_inbound_streams,
+        ..sys::SctpInitmsg::default()
+    };
+    sys::set_opt(fd, sys::SOL_SCTP, sys::SCTP_INITMSG, &initmsg)?;
+    sys::set_opt(fd, sys::SOL_SCTP, sys::SCTP_NODELAY, &1)?;
+    sys::set_opt(fd, sys::SOL_SCTP, sys::SCTP_RECVRCVINFO, &1)?;
+    subscribe_events(&socket)?;
+    size_send_buffer(&socket, config)?;
+    if let Some(bytes) = config.recv_buffer {
+        socket.set_recv_buffer_size(bytes)?;
+    }
+    if let Some(port) = config.udp_encapsulation_port {
+        // SAFETY: all-zero is a valid sockaddr_storage (AF_UNSPEC: "every address").
+        let any: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let encaps = sys::SctpUdpencaps {
+            sue_assoc_id: 0,
+            sue_address: any,
+            sue_port: port.to_be(),
+        };
+        sys::set_opt(fd, sys::SOL_SCTP, sys::SCTP_REMOTE_UDP_ENCAPS_PORT, &encaps).map_err(
+            |e| match e.raw_os_error() {
+                Some(libc::ENOPROTOOPT | libc::EINVAL) => TransportError::Unavailable(format!(
+                    "this kernel has no SCTP over UDP (Linux >= 5.11): {e}"
+                )),
+                _ => TransportError::Io(e),
+            },
+        )?;
+    }
+    set_peer_params(&socket, config)?;
+    Ok(socket)
+}
+
+/// Sets `SO_SNDBUF` from the config, raised so that one whole `max_message` fits:
+/// Linux refuses a message longer than the send buffer with `EMSGSIZE` (the
+/// buffer bounds a single send, RFC 6458 8.1.26). The kernel doubles the value
+/// asked for and caps it at `net.core.wmem_max`; a process with `CAP_NET_ADMIN`
+/// may exceed the cap with `SO_SNDBUFFORCE`, which is tried next. If the buffer
+/// still ends up smaller, `send` refuses longer messages as too large.
+fn size_send_buffer(socket: &Socket, config: &AssociationConfig) -> Result<(), TransportError> {
+    let needed = config.max_message;
+    if config.send_buffer.is_none() && socket.send_buffer_size()? >= needed {
+        return Ok(());
+    }
+    let asked = config.send_buffer.unwrap_or(0).max(needed.div_ceil(2));
+    socket.set_send_buffer_size(asked)?;
+    if socket.send_buffer_size()? < needed {
+        let forced = libc::c_int::try_from(asked).unwrap_or(libc::c_int::MAX);
+        if let Err(e) = sys::set_opt(
+            socket.as_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUFFORCE,
+            &forced,
+        ) {
+            tracing::debug!(error = %e, "SO_SNDBUFFORCE refused; keeping the capped send buffer");
+        }
+    }
+    Ok(())
+}
+
+/// Asks for the notifications that end an association (`SCTP_EVENT`): the
+/// peer's SHUTDOWN and association changes. Besides naming the cause, they wake
+/// a waiting reader; Linux 6.1 does not make a one-to-one socket readable when the
+/// peer's SHUTDOWN arrives while a reader waits, so without them `recv` would
+/// wait forever.
+fn subscribe_events(socket: &Socket) -> Result<(), TransportError> {
+    for se_type in [sys::SCTP_SHUTDOWN_EVENT, sys::SCTP_ASSOC_CHANGE] {
+        let event = sys::SctpEvent {
+            se_assoc_id: 0,
+            se_type,
+            se_on: 1,
+        };
+        sys::set_opt(socket.as_fd(), sys::SOL_SCTP, sys::SCTP_EVENT, &event)?;
+    }
+    Ok(())
+}
+
+/// Heartbeat interval (`SCTP_PEER_ADDR_PARAMS`, every path): on a listening or
+/// unconnected socket it is the default for future associations.
+fn set_peer_params(socket: &Socket, config: &AssociationConfig) -> Result<(), TransportError> {
+    let params = sys::SctpPaddrparams {
+        spp_hbinterval: u32::try_from(config.heartbeat_interval.as_millis()).unwrap_or(u32::MAX),
+        spp_flags: sys::SPP_HB_ENABLE,
+        ..<sys::SctpPaddrparams as sys::Pod>::zeroed()
+    };
+    sys::set_opt(
+        socket.as_fd(),
+        sys::SOL_SCTP,
+        sys::SCTP_PEER_ADDR_PARAMS,
+        &params,
+    )?;
+    Ok(())
+}
+
+/// Registers `socket` with tokio's reactor.
+fn register(socket: Socket) -> Result<AsyncFd<Socket>, TransportError> {
+    // SAFETY: `Socket` owns its descriptor, and nothing here closes or replaces it
+    // while the `AsyncFd` lives (abort only drops the `AsyncFd`, closing it last).
+    unsafe { AsyncFd::register(socket) }.map_err(|e| TransportError::Io(e.into()))
+}
+
+/// `SCTP_STATUS` of the socket's association.
+fn status(socket: &Socket) -> io::Result<sys::SctpStatus> {
+    let mut status = <sys::SctpStatus as sys::Pod>::zeroed();
+    sys::get_sctp_opt(socket.as_fd(), sys::SCTP_STATUS, &mut status)?;
+    Ok(status)
+}
