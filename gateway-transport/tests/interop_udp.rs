@@ -79,8 +79,9 @@ async fn userspace_client_talks_to_a_kernel_listener_over_udp() -> Result<()> {
             ..config()
         };
         let listener = Listener::bind(BackendKind::Kernel, addr, &kernel_config).await?;
+        let userspace_config = config();
         let (client, server) = tokio::join!(
-            connect(BackendKind::Userspace, addr, &config()),
+            connect(BackendKind::Userspace, addr, &userspace_config),
             listener.accept()
         );
         let (client, server) = (
