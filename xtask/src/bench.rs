@@ -24,9 +24,13 @@ pub(crate) struct BenchOptions {
     /// Bytes per bulk cell.
     #[arg(long, default_value_t = 1 << 30)]
     pub bytes: u64,
-    /// Also run every cell over a 100 Mbit/s token-bucket link.
+    /// Also run every cell over a 100 Mbit/s token-bucket link (transport).
     #[arg(long)]
     pub rate_limited: bool,
+    /// Run only the sections whose workload is named here (scheduler: zipf,
+    /// prefetch, thesis); all by default.
+    #[arg(long)]
+    pub only: Vec<String>,
 }
 
 /// The benchmarks this command knows.
@@ -225,12 +229,14 @@ struct Section {
     loads: &'static [f64],
     policies: &'static [&'static str],
     seconds: f64,
+    /// Whether the link is rate-limited to [`SCHEDULER_RATE`].
+    limited: bool,
 }
 
 /// Link rate of the scheduling benchmarks.
 const SCHEDULER_RATE: &str = "20mbit";
 
-fn scheduler(_options: &BenchOptions) -> Result<()> {
+fn scheduler(options: &BenchOptions) -> Result<()> {
     let root = &workspace_root();
     println!("==> building the scheduling benchmark program (release)");
     run_command(Command::new("cargo").current_dir(root).args([
@@ -244,7 +250,12 @@ fn scheduler(_options: &BenchOptions) -> Result<()> {
     let binary = root.join("target/release/examples/sched_bench");
     let mut report = String::new();
     writeln!(report, "# Scheduling benchmark\n")?;
-    writeln!(report, "- command: `cargo xtask bench scheduler`")?;
+    let only: String = options
+        .only
+        .iter()
+        .map(|w| format!(" --only {w}"))
+        .collect();
+    writeln!(report, "- command: `cargo xtask bench scheduler{only}`")?;
     writeln!(
         report,
         "- date: {}",
@@ -267,6 +278,7 @@ fn scheduler(_options: &BenchOptions) -> Result<()> {
             loads: &[0.5, 0.8],
             policies: &["fcfs", "rr", "scf"],
             seconds: 40.0,
+            limited: true,
         },
         Section {
             title: "Demand (50 KiB every 200 ms) during a 16 MiB prefetch",
@@ -274,13 +286,15 @@ fn scheduler(_options: &BenchOptions) -> Result<()> {
             loads: &[0.0],
             policies: &["fcfs", "priority", "wfq"],
             seconds: 6.0,
+            limited: true,
         },
         Section {
-            title: "The thesis's experiment: 6,000 requests, 1-256 KiB uniform, 64 outstanding",
+            title: "The thesis's experiment: 6,000 requests, 1-256 KiB uniform, 64 outstanding, unlimited veth",
             workload: "thesis",
             loads: &[0.0],
             policies: &["scf", "rr"],
             seconds: 0.0,
+            limited: false,
         },
     ];
     for Section {
@@ -289,8 +303,12 @@ fn scheduler(_options: &BenchOptions) -> Result<()> {
         loads,
         policies,
         seconds,
+        limited,
     } in sections
     {
+        if !options.only.is_empty() && !options.only.iter().any(|w| w == workload) {
+            continue;
+        }
         writeln!(report, "## {title}\n")?;
         writeln!(
             report,
@@ -301,7 +319,9 @@ fn scheduler(_options: &BenchOptions) -> Result<()> {
             let mut first_mean = None;
             for policy in policies {
                 let ns = Namespaces::create()?;
-                ns.rate_limit(SCHEDULER_RATE)?;
+                if limited {
+                    ns.rate_limit(SCHEDULER_RATE)?;
+                }
                 println!("==> {workload} load {load}: {policy}");
                 let common = |role: &str| -> Vec<String> {
                     [
@@ -359,8 +379,13 @@ fn scheduler(_options: &BenchOptions) -> Result<()> {
     }
     let dir = root.join("bench/results");
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("scheduler.md"), &report)?;
-    println!("\n{report}\nxtask: report written to bench/results/scheduler.md");
+    let name = if options.only.is_empty() {
+        "scheduler.md".to_owned()
+    } else {
+        format!("scheduler-{}.md", options.only.join("-"))
+    };
+    std::fs::write(dir.join(&name), &report)?;
+    println!("\n{report}\nxtask: report written to bench/results/{name}");
     Ok(())
 }
 
