@@ -9,6 +9,7 @@ use std::time::Duration;
 use gateway_transport::{AssociationConfig, BackendChoice};
 use serde::{Deserialize, Serialize};
 
+use crate::files::FilesConfig;
 use crate::scheduler::SchedulerConfig;
 
 /// Why the configuration cannot be used.
@@ -41,7 +42,7 @@ pub enum ConfigError {
 }
 
 /// Everything the origin needs to run.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OriginConfig {
     /// Where to accept associations.
@@ -52,6 +53,8 @@ pub struct OriginConfig {
     pub scheduler: SchedulerConfig,
     /// Request limits.
     pub limits: LimitsConfig,
+    /// The document root; `root` relative to the config file's directory.
+    pub files: Option<FilesConfig>,
 }
 
 /// `[listen]`.
@@ -112,10 +115,16 @@ impl OriginConfig {
             path: path.to_owned(),
             source,
         })?;
-        Self::from_toml(&text).map_err(|source| ConfigError::Parse {
+        let mut config = Self::from_toml(&text).map_err(|source| ConfigError::Parse {
             path: path.to_owned(),
             source,
-        })
+        })?;
+        if let (Some(files), Some(dir)) = (&mut config.files, path.parent())
+            && files.root.is_relative()
+        {
+            files.root = dir.join(&files.root);
+        }
+        Ok(config)
     }
 
     /// Parses TOML text.
@@ -131,6 +140,14 @@ impl OriginConfig {
                 reason: reason.to_owned(),
             })
         };
+        match &self.files {
+            None => return invalid("files", "a [files] table with a root is needed"),
+            Some(files) => {
+                if let Err(e) = files.validate() {
+                    return invalid("files", &e.to_string());
+                }
+            }
+        }
         if self.listen.addresses.is_empty() {
             return invalid("listen.addresses", "at least one address is needed");
         }
@@ -191,10 +208,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_are_valid() {
-        OriginConfig::default()
-            .validate()
-            .expect("defaults validate");
+    fn defaults_with_a_root_are_valid() {
+        let config = OriginConfig {
+            files: Some(FilesConfig::new("/srv/www")),
+            ..OriginConfig::default()
+        };
+        config.validate().expect("defaults validate");
+        let err = OriginConfig::default().validate().expect_err("no root");
+        assert!(err.to_string().contains("files"), "{err}");
     }
 
     #[test]
@@ -220,9 +241,10 @@ mod tests {
             ),
         ];
         for (text, key) in cases {
-            let message = match OriginConfig::from_toml(text) {
+            let text = format!("{text}[files]\nroot = \"/srv/www\"\n");
+            let message = match OriginConfig::from_toml(&text) {
                 Err(e) => e.to_string(),
-                Ok(config) => config.validate().expect_err(text).to_string(),
+                Ok(config) => config.validate().expect_err(&text).to_string(),
             };
             assert!(message.contains(key), "{text}: {message}");
         }

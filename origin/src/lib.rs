@@ -8,4 +8,5 @@ pub mod files;
 pub mod http;
 pub mod scheduler;
 pub mod server;
+pub mod service;
 pub mod synthetic;

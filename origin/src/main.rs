@@ -1,10 +1,219 @@
-//! The SCTP origin server and its stream schedulers.
+//! `origin`: serves a document root to gateways over SCTP associations (kernel or
+//! userspace), ordering response chunks with a stream scheduler.
 //!
-//! Today it is a skeleton: the foundation (protocol and association layer) lives
-//! in `gateway-protocol` and `gateway-transport`; static files, reverse proxy and
-//! schedulers arrive with the origin issue.
+//! Configuration: config/origin.toml (or `--config`), then command-line
+//! overrides, then validation. See `origin --help`.
 
-fn main() {
-    eprintln!("origin: not implemented yet; see the README for what works today");
-    std::process::exit(2);
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use gateway_transport::{Association, BackendChoice, Listener};
+use origin::config::OriginConfig;
+use origin::files::{FilesConfig, StaticFiles};
+use origin::scheduler::PolicyKind;
+use origin::server::{DriverConfig, drive};
+use origin::service::Service;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+/// How long associations get to close when the origin stops.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+#[derive(Debug, Parser)]
+#[command(about = "SCTP origin server with stream schedulers")]
+struct Cli {
+    /// Configuration file (TOML). Without it, the built-in defaults apply.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Address to listen on (repeatable; replaces `listen.addresses`).
+    #[arg(long = "listen")]
+    listen: Vec<SocketAddr>,
+    /// Transport: auto, kernel, userspace or framed-tcp.
+    #[arg(long)]
+    transport: Option<BackendChoice>,
+    /// Streams to offer, counting stream 0.
+    #[arg(long)]
+    streams: Option<u16>,
+    /// Scheduler: fcfs, rr, scf, priority, wfq or queue-aware.
+    #[arg(long)]
+    scheduler: Option<PolicyKind>,
+    /// Document root (replaces `files.root`).
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// Body bytes per chunk.
+    #[arg(long)]
+    chunk_size: Option<usize>,
+}
+
+fn load_config(cli: &Cli) -> Result<OriginConfig> {
+    let mut config = match &cli.config {
+        Some(path) => OriginConfig::from_file(path)?,
+        None => OriginConfig::default(),
+    };
+    if !cli.listen.is_empty() {
+        config.listen.addresses = cli.listen.clone();
+    }
+    if let Some(backend) = cli.transport {
+        config.listen.backend = backend;
+    }
+    if let Some(streams) = cli.streams {
+        config.transport.streams = streams;
+        config.transport.max_inbound_streams = streams;
+    }
+    if let Some(policy) = cli.scheduler {
+        config.scheduler.policy = policy;
+    }
+    if let Some(root) = &cli.root {
+        match &mut config.files {
+            Some(files) => files.root = root.clone(),
+            None => config.files = Some(FilesConfig::new(root.clone())),
+        }
+    }
+    if let Some(chunk) = cli.chunk_size {
+        config.limits.chunk_size = chunk;
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let config = load_config(&cli)?;
+    let files_config = config.files.as_ref().context("no [files] table")?;
+    let files = StaticFiles::new(files_config)
+        .with_context(|| format!("opening document root {}", files_config.root.display()))?;
+    let service = Arc::new(Service::new(files));
+
+    let backend = config.listen.backend.resolve();
+    tracing::info!(
+        "transport: {backend} (asked for {:?}); scheduler: {}; root: {}",
+        config.listen.backend,
+        config.scheduler.policy,
+        files_config.root.display()
+    );
+    let mut listeners = Vec::new();
+    for addr in &config.listen.addresses {
+        match Listener::bind(backend, *addr, &config.transport).await {
+            Ok(listener) => {
+                tracing::info!("listening on {}", listener.local_addr()?);
+                listeners.push(listener);
+            }
+            // One family may be missing on a host (no IPv6, say); all missing is fatal.
+            Err(e) => tracing::warn!("cannot listen on {addr}: {e}"),
+        }
+    }
+    if listeners.is_empty() {
+        bail!("could not listen on any of {:?}", config.listen.addresses);
+    }
+
+    let driver_config = DriverConfig {
+        scheduler: config.scheduler.clone(),
+        chunk_size: config.limits.chunk_size,
+        max_open_requests: config.limits.max_open_requests,
+        max_request_body: config.limits.max_request_body,
+        stream_queue_limit: config.transport.max_buffered_per_stream as u64,
+    };
+    let slots = Arc::new(Semaphore::new(config.limits.max_associations));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    for listener in listeners {
+        tasks.spawn(accept_loop(
+            listener,
+            Arc::clone(&service),
+            driver_config.clone(),
+            Arc::clone(&slots),
+            stop_rx.clone(),
+        ));
+    }
+    shutdown_signal().await?;
+    tracing::info!("stopping: closing associations");
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    Ok(())
+}
+
+async fn accept_loop(
+    listener: Listener,
+    service: Arc<Service>,
+    config: DriverConfig,
+    slots: Arc<Semaphore>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut associations: JoinSet<()> = JoinSet::new();
+    // The open associations, so that stopping can close them; each removes
+    // itself when its driver returns.
+    let live: Arc<Mutex<HashMap<u64, Association>>> = Arc::default();
+    let mut next_key = 0u64;
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&slots).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            _ = stop.changed() => break,
+        };
+        let assoc = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(assoc) => assoc,
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    continue;
+                }
+            },
+            _ = stop.changed() => break,
+        };
+        let peer = assoc.peer_addr();
+        tracing::info!(%peer, streams = ?assoc.streams(), "association up");
+        let key = next_key;
+        next_key += 1;
+        lock(&live).insert(key, assoc.clone());
+        let (service, config, live) = (Arc::clone(&service), config.clone(), Arc::clone(&live));
+        associations.spawn(async move {
+            match drive(assoc, service, config).await {
+                Ok(stats) => tracing::info!(%peer, ?stats, "association closed"),
+                Err(e) => tracing::warn!(%peer, "association ended: {e}"),
+            }
+            lock(&live).remove(&key);
+            drop(permit);
+        });
+    }
+    // Stopping: close what is open, in parallel, within the grace period.
+    let mut closing = JoinSet::new();
+    let open: Vec<Association> = lock(&live).values().cloned().collect();
+    for assoc in open {
+        closing.spawn(async move { assoc.close().await });
+    }
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while closing.join_next().await.is_some() {}
+    })
+    .await;
+    associations.abort_all();
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn shutdown_signal() -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    Ok(())
 }
