@@ -4,5 +4,6 @@
 //! Start with [`scheduler`]: the I/O-free core every response passes through.
 
 pub mod config;
+pub mod proxy;
 pub mod scheduler;
 pub mod server;
