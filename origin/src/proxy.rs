@@ -336,6 +336,8 @@ impl Proxy {
                 },
                 pending: Bytes::new(),
                 timeout: self.config.body_timeout,
+                expected: body_len,
+                received: 0,
             },
         })
     }
@@ -370,6 +372,10 @@ pub struct ProxyBody {
     /// Bytes of the last frame not yet handed out (frames can exceed `max`).
     pending: Bytes,
     timeout: Duration,
+    /// The length the upstream announced, if it did.
+    expected: Option<u64>,
+    /// Bytes received from the upstream so far.
+    received: u64,
 }
 
 #[derive(Debug)]
@@ -387,6 +393,8 @@ impl ProxyBody {
             state: BodyState::Done,
             pending: bytes,
             timeout: Duration::ZERO,
+            expected: None,
+            received: 0,
         }
     }
 }
@@ -414,6 +422,7 @@ impl BodySource for ProxyBody {
                 Ok(Some(Ok(frame))) => {
                     // Trailers have no place on this protocol; they are dropped.
                     if let Ok(data) = frame.into_data() {
+                        self.received += data.len() as u64;
                         self.pending = data;
                     }
                     continue;
@@ -424,10 +433,13 @@ impl BodySource for ProxyBody {
             self.state = BodyState::Failed;
             let kind = match failure {
                 BodyError::Timeout(_) => io::ErrorKind::TimedOut,
-                BodyError::Upstream(ref e) if e.is_incomplete_message() => {
+                BodyError::Upstream(ref e)
+                    if e.is_incomplete_message()
+                        || self.expected.is_some_and(|n| self.received < n) =>
+                {
                     io::ErrorKind::UnexpectedEof
                 }
-                BodyError::Upstream(_) => io::ErrorKind::Other,
+                BodyError::Upstream(ref e) => io_kind(e).unwrap_or(io::ErrorKind::Other),
             };
             return Err(io::Error::new(kind, failure));
         }
@@ -648,6 +660,18 @@ fn error_reply(error: &ProxyError, head_only: bool) -> Reply<ProxyBody> {
 
 fn is_head_request(head: &[u8]) -> bool {
     head.starts_with(b"HEAD ")
+}
+
+/// The kind of the first I/O error among `error`'s sources.
+fn io_kind(error: &dyn std::error::Error) -> Option<io::ErrorKind> {
+    let mut source = error.source();
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            return Some(io.kind());
+        }
+        source = e.source();
+    }
+    None
 }
 
 /// True if an I/O timeout is somewhere in `error`'s sources.
