@@ -541,7 +541,10 @@ fn build_request(
             }
             continue;
         }
-        if is_hop_by_hop(&name, &named) {
+        // The body is already complete: the gateway dealt with any
+        // `Expect: 100-continue`, and an interim response would only add a
+        // round trip upstream.
+        if is_hop_by_hop(&name, &named) || name == header::EXPECT {
             continue;
         }
         headers.append(name, value);
@@ -753,12 +756,13 @@ mod tests {
     #[test]
     fn body_is_framed_by_content_length_whatever_the_head_said() {
         let request = build(
-            "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n",
             b"hello",
         )
         .expect("valid head");
         assert_eq!(request.headers()[header::CONTENT_LENGTH], "5");
         assert!(request.headers().get(header::TRANSFER_ENCODING).is_none());
+        assert!(request.headers().get(header::EXPECT).is_none());
         let request = build(
             "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",
             b"",
