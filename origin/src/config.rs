@@ -10,6 +10,7 @@ use gateway_transport::{AssociationConfig, BackendChoice};
 use serde::{Deserialize, Serialize};
 
 use crate::files::FilesConfig;
+use crate::proxy::{ProxyConfig, ProxyConfigError};
 use crate::scheduler::SchedulerConfig;
 
 /// Why the configuration cannot be used.
@@ -55,6 +56,8 @@ pub struct OriginConfig {
     pub limits: LimitsConfig,
     /// The document root; `root` relative to the config file's directory.
     pub files: Option<FilesConfig>,
+    /// Reverse-proxy mode: the upstream to forward to (instead of `[files]`).
+    pub upstream: Option<ProxyConfig>,
 }
 
 /// `[listen]`.
@@ -140,11 +143,24 @@ impl OriginConfig {
                 reason: reason.to_owned(),
             })
         };
-        match &self.files {
-            None => return invalid("files", "a [files] table with a root is needed"),
-            Some(files) => {
+        match (&self.files, &self.upstream) {
+            (None, None) => {
+                return invalid(
+                    "files",
+                    "a [files] table (document root) or an [upstream] table (reverse proxy) is needed",
+                );
+            }
+            (Some(_), Some(_)) => {
+                return invalid("upstream", "[files] and [upstream] exclude each other");
+            }
+            (Some(files), None) => {
                 if let Err(e) = files.validate() {
                     return invalid("files", &e.to_string());
+                }
+            }
+            (None, Some(upstream)) => {
+                if let Err(ProxyConfigError::Invalid { key, reason }) = upstream.validate() {
+                    return invalid(&format!("upstream.{key}"), &reason);
                 }
             }
         }

@@ -6,6 +6,7 @@
 pub mod config;
 pub mod files;
 pub mod http;
+pub mod proxy;
 pub mod scheduler;
 pub mod server;
 pub mod service;

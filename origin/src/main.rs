@@ -15,6 +15,7 @@ use clap::Parser;
 use gateway_transport::{Association, BackendChoice, Listener};
 use origin::config::OriginConfig;
 use origin::files::{FilesConfig, StaticFiles};
+use origin::proxy::Proxy;
 use origin::scheduler::PolicyKind;
 use origin::server::{DriverConfig, drive};
 use origin::service::Service;
@@ -45,6 +46,10 @@ struct Cli {
     /// Document root (replaces `files.root`).
     #[arg(long)]
     root: Option<PathBuf>,
+    /// Reverse-proxy mode: forward to this TCP HTTP/1.1 upstream (host:port)
+    /// instead of serving files.
+    #[arg(long, conflicts_with = "root")]
+    upstream: Option<String>,
     /// Body bytes per chunk.
     #[arg(long)]
     chunk_size: Option<usize>,
@@ -74,6 +79,12 @@ fn load_config(cli: &Cli) -> Result<OriginConfig> {
             None => config.files = Some(FilesConfig::new(root.clone())),
         }
     }
+    if let Some(address) = &cli.upstream {
+        config.files = None;
+        let mut upstream = config.upstream.take().unwrap_or_default();
+        upstream.address = address.clone();
+        config.upstream = Some(upstream);
+    }
     if let Some(chunk) = cli.chunk_size {
         config.limits.chunk_size = chunk;
     }
@@ -90,17 +101,27 @@ async fn main() -> Result<()> {
         .init();
     let cli = Cli::parse();
     let config = load_config(&cli)?;
-    let files_config = config.files.as_ref().context("no [files] table")?;
-    let files = StaticFiles::new(files_config)
-        .with_context(|| format!("opening document root {}", files_config.root.display()))?;
-    let service = Arc::new(Service::new(files));
+    let (service, source) = match (&config.files, &config.upstream) {
+        (Some(files), _) => (
+            Service::Files(
+                StaticFiles::new(files)
+                    .with_context(|| format!("opening document root {}", files.root.display()))?,
+            ),
+            format!("root {}", files.root.display()),
+        ),
+        (None, Some(upstream)) => (
+            Service::Proxy(Box::new(Proxy::new(upstream.clone())?)),
+            format!("upstream {}", upstream.address),
+        ),
+        (None, None) => bail!("nothing to serve: no [files] and no [upstream]"),
+    };
+    let service = Arc::new(service);
 
     let backend = config.listen.backend.resolve();
     tracing::info!(
-        "transport: {backend} (asked for {:?}); scheduler: {}; root: {}",
+        "transport: {backend} (asked for {:?}); scheduler: {}; serving {source}",
         config.listen.backend,
         config.scheduler.policy,
-        files_config.root.display()
     );
     let mut listeners = Vec::new();
     for addr in &config.listen.addresses {

@@ -1,5 +1,5 @@
-//! The origin's request handler: parses the head and answers from the document
-//! root. (Reverse-proxy mode joins here as a second source.)
+//! The origin's request handler: answers from the document root, or forwards to
+//! a TCP HTTP/1.1 upstream (reverse-proxy mode); one of the two, per config.
 
 use std::time::SystemTime;
 
@@ -7,19 +7,16 @@ use bytes::Bytes;
 
 use crate::files::{FileBody, StaticFiles};
 use crate::http::{RequestHead, ResponseHead};
+use crate::proxy::{Proxy, ProxyBody};
 use crate::server::{BodySource, Handler, IncomingRequest, Reply};
 
-/// Answers requests from a document root.
+/// Answers requests from a document root or an upstream.
 #[derive(Debug)]
-pub struct Service {
-    files: StaticFiles,
-}
-
-impl Service {
-    /// A service over an opened document root.
-    pub fn new(files: StaticFiles) -> Self {
-        Self { files }
-    }
+pub enum Service {
+    /// Static files.
+    Files(StaticFiles),
+    /// Reverse proxy; one pool of upstream connections for all associations.
+    Proxy(Box<Proxy>),
 }
 
 /// The body of any reply the service gives.
@@ -27,12 +24,15 @@ impl Service {
 pub enum ServiceBody {
     /// A file region or a generated body.
     File(FileBody),
+    /// An upstream's body, streamed.
+    Upstream(ProxyBody),
 }
 
 impl BodySource for ServiceBody {
     async fn next_chunk(&mut self, max: usize) -> std::io::Result<Option<Bytes>> {
         match self {
             ServiceBody::File(body) => body.read_chunk(max).await,
+            ServiceBody::Upstream(body) => body.next_chunk(max).await,
         }
     }
 }
@@ -50,6 +50,17 @@ impl Handler for Service {
     type Body = ServiceBody;
 
     async fn handle(&self, request: IncomingRequest) -> Reply<ServiceBody> {
+        let files = match self {
+            Service::Files(files) => files,
+            Service::Proxy(proxy) => {
+                let reply = proxy.handle(request).await;
+                return Reply {
+                    head: reply.head,
+                    body_len: reply.body_len,
+                    body: ServiceBody::Upstream(reply.body),
+                };
+            }
+        };
         let head = match RequestHead::parse(&request.request.head) {
             Ok(head) => head,
             Err(e) => {
@@ -58,7 +69,7 @@ impl Handler for Service {
                 return reply(head, FileBody::Bytes(body));
             }
         };
-        let response = self.files.respond(&head).await;
+        let response = files.respond(&head).await;
         tracing::debug!(
             id = request.id,
             stream = request.stream,
