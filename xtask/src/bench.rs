@@ -60,6 +60,7 @@ struct Namespaces {
 
 impl Namespaces {
     fn create() -> Result<Self> {
+        remove_stale();
         let tag = std::process::id();
         let ns = Namespaces {
             server: format!("gwb-srv-{tag}"),
@@ -88,6 +89,27 @@ impl Namespaces {
             ]))?;
         }
         Ok(())
+    }
+}
+
+/// Deletes namespaces left by a benchmark run that was killed (its process id,
+/// the name's suffix, no longer exists): a killed process runs no destructors.
+fn remove_stale() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        let Some(pid) = name
+            .strip_prefix("gwb-srv-")
+            .or_else(|| name.strip_prefix("gwb-cli-"))
+        else {
+            continue;
+        };
+        if !std::path::Path::new("/proc").join(pid).exists() {
+            println!("==> removing namespace {name} left by a killed run");
+            let _ = Command::new("ip").args(["netns", "del", name]).status();
+        }
     }
 }
 
