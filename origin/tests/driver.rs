@@ -2,117 +2,22 @@
 //! userspace SCTP), with a test handler whose response sizes are known: exact
 //! bytes, scheduling order visible on the wire, cancellation, refusals.
 
-use std::collections::HashMap;
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
-use bytes::Bytes;
-use gateway_protocol::{
-    ErrorCode, Message, Request, RequestClass, RequestId, Role, Session, SessionConfig, Urgency,
-};
-use gateway_transport::{Association, AssociationConfig, BackendKind, Listener, connect};
+use anyhow::{Context, Result, ensure};
+use gateway_protocol::{ErrorCode, Message, RequestClass, RequestId};
+use gateway_transport::{AssociationConfig, BackendKind, Listener, connect};
 use origin::scheduler::{PolicyKind, SchedulerConfig};
 use origin::server::{DriverConfig, drive};
 use origin::synthetic::{SyntheticHandler as TestHandler, pattern_byte};
+use support::TestGateway;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// One response as the gateway saw it.
-#[derive(Debug, Default)]
-struct Seen {
-    head: bool,
-    body: Vec<u8>,
-    end: Option<u64>,
-    reset: Option<ErrorCode>,
-}
-
-/// A minimal gateway: the real protocol session over a real association.
-struct TestGateway {
-    assoc: Association,
-    session: Session,
-    next_id: RequestId,
-    seen: HashMap<RequestId, Seen>,
-    /// Ids in the order their RESPONSE_END (or RESET) arrived.
-    finished: Vec<RequestId>,
-}
-
-impl TestGateway {
-    async fn open(assoc: Association) -> Result<Self> {
-        let data_streams = assoc.streams().outbound.saturating_sub(1);
-        let mut session = Session::new(
-            Role::Gateway,
-            SessionConfig {
-                data_streams,
-                ..SessionConfig::default()
-            },
-        );
-        assoc.send(0, session.hello().to_bytes()).await?;
-        let answer = assoc.recv().await?;
-        session
-            .handle_message(answer.stream, &answer.data)
-            .map_err(|r| anyhow::anyhow!("HELLO answer refused: {r:?}"))?;
-        Ok(Self {
-            assoc,
-            session,
-            next_id: 1,
-            seen: HashMap::new(),
-            finished: Vec::new(),
-        })
-    }
-
-    async fn request(&mut self, stream: u16, path: &str, class: RequestClass) -> Result<RequestId> {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.session
-            .handle_request_sent(id, stream)
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        let request = Message::Request(Request {
-            id,
-            urgency: Urgency::DEFAULT,
-            class,
-            end: true,
-            head: Bytes::from(format!("GET {path} HTTP/1.1\r\nhost: test\r\n\r\n")),
-        });
-        self.assoc.send(stream, request.to_bytes()).await?;
-        self.seen.insert(id, Seen::default());
-        Ok(id)
-    }
-
-    /// Handles one message; returns the id it concerned.
-    async fn receive_one(&mut self) -> Result<Option<RequestId>> {
-        let m = self.assoc.recv().await?;
-        let message = match self.session.handle_message(m.stream, &m.data) {
-            Ok(message) => message,
-            Err(reaction) => bail!("gateway session refused a message: {reaction:?}"),
-        };
-        let id = message.request_id();
-        let seen = self.seen.entry(id).or_default();
-        match message {
-            Message::ResponseHead { .. } => seen.head = true,
-            Message::ResponseBody { data, .. } => seen.body.extend_from_slice(&data),
-            Message::ResponseEnd { body_len, .. } => {
-                seen.end = Some(body_len);
-                self.finished.push(id);
-            }
-            Message::Reset { code, .. } => {
-                seen.reset = Some(code);
-                self.finished.push(id);
-            }
-            other => bail!("unexpected {other:?}"),
-        }
-        Ok(Some(id))
-    }
-
-    async fn until_finished(&mut self, count: usize) -> Result<()> {
-        while self.finished.len() < count {
-            self.receive_one().await?;
-        }
-        Ok(())
-    }
-}
 
 fn driver_config(policy: PolicyKind) -> DriverConfig {
     DriverConfig {
@@ -165,7 +70,10 @@ async fn exact_bytes(kind: BackendKind) -> Result<()> {
     gw.until_finished(sizes.len()).await?;
     for (id, size) in ids {
         let seen = &gw.seen[&id];
-        ensure!(seen.head && seen.reset.is_none(), "{id}: {seen:?}");
+        ensure!(
+            seen.head.is_some() && seen.reset.is_none(),
+            "{id}: {seen:?}"
+        );
         ensure!(
             seen.end == Some(size),
             "{id}: end {:?}, want {size}",

@@ -1,0 +1,235 @@
+//! The real `origin` binary with the shipped config/origin.toml, over userspace
+//! SCTP on loopback, driven by a test gateway speaking the real protocol: file
+//! bytes, HEAD, conditional and range requests, 404s, a traversal sample,
+//! reverse-proxy failure, and a clean stop on SIGTERM.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use gateway_protocol::{RequestClass, RequestId};
+use gateway_transport::{AssociationConfig, BackendKind, connect};
+use support::TestGateway;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// The origin process, killed on drop if still running.
+struct OriginProcess {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for OriginProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("origin is one level below the workspace")
+        .to_owned()
+}
+
+fn free_udp_port() -> Result<u16> {
+    Ok(std::net::UdpSocket::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn start_origin(extra: &[&str]) -> Result<OriginProcess> {
+    let port = free_udp_port()?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let child = Command::new(env!("CARGO_BIN_EXE_origin"))
+        .arg("--config")
+        .arg(workspace().join("config/origin.toml"))
+        .args(["--listen", &addr.to_string(), "--transport", "userspace"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting the origin binary")?;
+    Ok(OriginProcess { child, addr })
+}
+
+async fn gateway(origin: &OriginProcess) -> Result<TestGateway> {
+    let config = AssociationConfig {
+        connect_timeout: Duration::from_millis(500),
+        ..AssociationConfig::default()
+    };
+    // The process needs a moment to bind; retry until it answers.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match connect(BackendKind::Userspace, origin.addr, &config).await {
+            Ok(assoc) => return TestGateway::open(assoc).await,
+            Err(e) if tokio::time::Instant::now() > deadline => {
+                return Err(e).context("origin never answered");
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+fn status(gw: &TestGateway, id: RequestId) -> Result<u16> {
+    let head = gw.seen[&id].head.as_ref().context("no response head")?;
+    let line = std::str::from_utf8(head)?
+        .lines()
+        .next()
+        .unwrap_or_default();
+    line.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("bad status line {line:?}"))
+}
+
+fn field(gw: &TestGateway, id: RequestId, name: &str) -> Option<String> {
+    let head = std::str::from_utf8(gw.seen[&id].head.as_ref()?).ok()?;
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+    })
+}
+
+async fn get(gw: &mut TestGateway, stream: u16, head: String) -> Result<RequestId> {
+    let id = gw.request_head(stream, head, RequestClass::Demand).await?;
+    let done = gw.finished.len() + 1;
+    gw.until_finished(done).await?;
+    Ok(id)
+}
+
+fn simple(method: &str, path: &str, extra: &str) -> String {
+    format!("{method} {path} HTTP/1.1\r\nHost: demo\r\n{extra}\r\n")
+}
+
+#[tokio::test]
+async fn serves_the_demo_site_byte_for_byte() -> Result<()> {
+    let origin = start_origin(&[])?;
+    tokio::time::timeout(LIMIT, async {
+        let mut gw = gateway(&origin).await?;
+        let site = workspace().join("config/demo-site");
+
+        let index = get(&mut gw, 1, simple("GET", "/", "")).await?;
+        ensure!(status(&gw, index)? == 200);
+        ensure!(
+            gw.seen[&index].body == std::fs::read(site.join("index.html"))?,
+            "index differs"
+        );
+        ensure!(field(&gw, index, "cache-control").as_deref() == Some("no-cache"));
+
+        let tile = get(&mut gw, 2, simple("GET", "/assets/tile-07.svg", "")).await?;
+        ensure!(gw.seen[&tile].body == std::fs::read(site.join("assets/tile-07.svg"))?);
+        ensure!(field(&gw, tile, "content-type").is_some_and(|t| t.starts_with("image/svg+xml")));
+
+        let head = get(&mut gw, 3, simple("HEAD", "/assets/site.css", "")).await?;
+        let len = std::fs::metadata(site.join("assets/site.css"))?.len();
+        ensure!(status(&gw, head)? == 200 && gw.seen[&head].body.is_empty());
+        ensure!(field(&gw, head, "content-length") == Some(len.to_string()));
+
+        let etag = field(&gw, index, "etag").context("no ETag")?;
+        let cond = get(
+            &mut gw,
+            4,
+            simple("GET", "/", &format!("If-None-Match: {etag}\r\n")),
+        )
+        .await?;
+        ensure!(status(&gw, cond)? == 304 && gw.seen[&cond].body.is_empty());
+
+        let range = get(
+            &mut gw,
+            5,
+            simple("GET", "/index.html", "Range: bytes=10-109\r\n"),
+        )
+        .await?;
+        ensure!(status(&gw, range)? == 206);
+        ensure!(gw.seen[&range].body == std::fs::read(site.join("index.html"))?[10..110]);
+
+        let missing = get(&mut gw, 6, simple("GET", "/nope.html", "")).await?;
+        ensure!(status(&gw, missing)? == 404);
+
+        for (i, path) in [
+            "/../origin.toml",
+            "/%2e%2e/origin.toml",
+            "/assets/..%2f..%2forigin.toml",
+            "/%00",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let id = get(&mut gw, 7 + i as u16 % 8, simple("GET", path, "")).await?;
+            let code = status(&gw, id)?;
+            ensure!(matches!(code, 400 | 403 | 404), "{path} answered {code}");
+            ensure!(
+                !String::from_utf8_lossy(&gw.seen[&id].body).contains("[listen]"),
+                "{path} leaked the config file"
+            );
+        }
+        Ok(())
+    })
+    .await
+    .context("test timed out")?
+}
+
+#[tokio::test]
+async fn reverse_proxy_to_a_dead_upstream_answers_502() -> Result<()> {
+    // A port nothing listens on: bind, note, close.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let origin = start_origin(&["--upstream", &dead.to_string()])?;
+    tokio::time::timeout(LIMIT, async {
+        let mut gw = gateway(&origin).await?;
+        let id = get(&mut gw, 1, simple("GET", "/", "")).await?;
+        ensure!(status(&gw, id)? == 502, "got {}", status(&gw, id)?);
+        Ok(())
+    })
+    .await
+    .context("test timed out")?
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_origin_cleanly() -> Result<()> {
+    let mut origin = start_origin(&[])?;
+    tokio::time::timeout(LIMIT, async {
+        let _gw = gateway(&origin).await?;
+        let pid = i32::try_from(origin.child.id())?;
+        // SAFETY: kill(2) on our own child's pid.
+        if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+            bail!("kill: {}", std::io::Error::last_os_error());
+        }
+        for _ in 0..100 {
+            if let Some(status) = origin.child.try_wait()? {
+                ensure!(status.success(), "origin exited with {status}");
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!("origin still running 10 s after SIGTERM")
+    })
+    .await
+    .context("test timed out")?
+}
+
+#[test]
+fn a_config_with_an_unknown_key_is_refused_with_its_name() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("origin.toml");
+    std::fs::write(
+        &path,
+        "[files]\nroot = \".\"\n[scheduler]\npolicy = \"scf\"\nweigth = 2\n",
+    )?;
+    let out = Command::new(env!("CARGO_BIN_EXE_origin"))
+        .arg("--config")
+        .arg(&path)
+        .output()?;
+    ensure!(!out.status.success(), "origin accepted the config");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        stderr.contains("weigth"),
+        "error does not name the key: {stderr}"
+    );
+    Ok(())
+}

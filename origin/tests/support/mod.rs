@@ -1,0 +1,126 @@
+//! A minimal gateway for tests: the real protocol session over a real
+//! association, issuing requests and collecting responses.
+
+#![allow(
+    dead_code,
+    reason = "a module of each test binary; each uses a different part"
+)]
+
+use std::collections::HashMap;
+
+use anyhow::{Result, bail};
+use bytes::Bytes;
+use gateway_protocol::{
+    ErrorCode, Message, Request, RequestClass, RequestId, Role, Session, SessionConfig, Urgency,
+};
+use gateway_transport::Association;
+
+/// One response as the gateway saw it.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    pub(crate) head: Option<Bytes>,
+    pub(crate) body: Vec<u8>,
+    pub(crate) end: Option<u64>,
+    pub(crate) reset: Option<ErrorCode>,
+}
+
+/// A minimal gateway: the real protocol session over a real association.
+pub(crate) struct TestGateway {
+    pub(crate) assoc: Association,
+    session: Session,
+    next_id: RequestId,
+    pub(crate) seen: HashMap<RequestId, Seen>,
+    /// Ids in the order their RESPONSE_END (or RESET) arrived.
+    pub(crate) finished: Vec<RequestId>,
+}
+
+impl TestGateway {
+    pub(crate) async fn open(assoc: Association) -> Result<Self> {
+        let data_streams = assoc.streams().outbound.saturating_sub(1);
+        let mut session = Session::new(
+            Role::Gateway,
+            SessionConfig {
+                data_streams,
+                ..SessionConfig::default()
+            },
+        );
+        assoc.send(0, session.hello().to_bytes()).await?;
+        let answer = assoc.recv().await?;
+        session
+            .handle_message(answer.stream, &answer.data)
+            .map_err(|r| anyhow::anyhow!("HELLO answer refused: {r:?}"))?;
+        Ok(Self {
+            assoc,
+            session,
+            next_id: 1,
+            seen: HashMap::new(),
+            finished: Vec::new(),
+        })
+    }
+
+    pub(crate) async fn request(
+        &mut self,
+        stream: u16,
+        path: &str,
+        class: RequestClass,
+    ) -> Result<RequestId> {
+        let head = format!("GET {path} HTTP/1.1\r\nhost: test\r\n\r\n");
+        self.request_head(stream, head, class).await
+    }
+
+    /// Sends `head` (a whole HTTP/1.1 request head) as a REQUEST without body.
+    pub(crate) async fn request_head(
+        &mut self,
+        stream: u16,
+        head: String,
+        class: RequestClass,
+    ) -> Result<RequestId> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.session
+            .handle_request_sent(id, stream)
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let request = Message::Request(Request {
+            id,
+            urgency: Urgency::DEFAULT,
+            class,
+            end: true,
+            head: Bytes::from(head),
+        });
+        self.assoc.send(stream, request.to_bytes()).await?;
+        self.seen.insert(id, Seen::default());
+        Ok(id)
+    }
+
+    /// Handles one message; returns the id it concerned.
+    pub(crate) async fn receive_one(&mut self) -> Result<Option<RequestId>> {
+        let m = self.assoc.recv().await?;
+        let message = match self.session.handle_message(m.stream, &m.data) {
+            Ok(message) => message,
+            Err(reaction) => bail!("gateway session refused a message: {reaction:?}"),
+        };
+        let id = message.request_id();
+        let seen = self.seen.entry(id).or_default();
+        match message {
+            Message::ResponseHead { head, .. } => seen.head = Some(head),
+            Message::ResponseBody { data, .. } => seen.body.extend_from_slice(&data),
+            Message::ResponseEnd { body_len, .. } => {
+                seen.end = Some(body_len);
+                self.finished.push(id);
+            }
+            Message::Reset { code, .. } => {
+                seen.reset = Some(code);
+                self.finished.push(id);
+            }
+            other => bail!("unexpected {other:?}"),
+        }
+        Ok(Some(id))
+    }
+
+    pub(crate) async fn until_finished(&mut self, count: usize) -> Result<()> {
+        while self.finished.len() < count {
+            self.receive_one().await?;
+        }
+        Ok(())
+    }
+}
