@@ -272,7 +272,14 @@ async fn client(args: &Args) -> Result<()> {
                 assoc.send(stream, request.to_bytes()).await?;
                 in_flight.insert(id, InFlight { sent: Instant::now(), size: p.size, class: p.class });
             }
-            m = assoc.recv() => {
+            m = tokio::time::timeout(Duration::from_secs(5), assoc.recv()) => {
+                let Ok(m) = m else {
+                    let mut waiting: Vec<(RequestId, u64)> =
+                        in_flight.iter().map(|(id, f)| (*id, f.size)).collect();
+                    waiting.sort_unstable();
+                    tracing::warn!(?waiting, sent = next, "nothing received for 5 s");
+                    continue;
+                };
                 let m = m?;
                 match session.handle_message(m.stream, &m.data) {
                     Ok(Message::ResponseBody { data, .. }) => body_bytes += data.len() as u64,
@@ -322,6 +329,12 @@ async fn client(args: &Args) -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let args = parse_args()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -40,6 +40,9 @@ const CHUNKS_AHEAD: usize = 4;
 const EVENT_QUEUE: usize = 1024;
 /// How often the driver re-checks a full transport queue.
 const TRANSPORT_POLL: Duration = Duration::from_millis(1);
+/// A transport queue that stays full without draining this long is logged: the
+/// association is alive but not moving data.
+const STALL_WARNING: Duration = Duration::from_secs(2);
 
 /// A request as the handler sees it.
 #[derive(Debug, Clone)]
@@ -200,6 +203,7 @@ pub async fn drive<H: Handler>(
         pending_bodies: HashMap::new(),
         events_tx,
         stats: AssociationStats::default(),
+        stall: None,
     };
     let result = driver.run(events_rx).await;
     reader.abort();
@@ -234,6 +238,8 @@ struct Driver<H: Handler> {
     pending_bodies: HashMap<RequestId, PendingBody>,
     events_tx: mpsc::Sender<Event>,
     stats: AssociationStats,
+    /// Since when, and at what depth, the transport has been full.
+    stall: Option<(tokio::time::Instant, u64)>,
 }
 
 impl<H: Handler> Driver<H> {
@@ -253,6 +259,7 @@ impl<H: Handler> Driver<H> {
                 }
             } else {
                 // Ready work, but the transport is full: look again shortly.
+                self.watch_for_stall();
                 tokio::select! {
                     event = events.recv() => match event {
                         Some(event) => Some(event),
@@ -268,6 +275,29 @@ impl<H: Handler> Driver<H> {
                 continue;
             }
             self.send_next_chunk().await?;
+        }
+    }
+
+    fn watch_for_stall(&mut self) {
+        let depth = self.refresh_transport_depth();
+        let now = tokio::time::Instant::now();
+        match self.stall {
+            Some((since, at_depth)) if at_depth == depth => {
+                if now.duration_since(since) >= STALL_WARNING {
+                    let streams: Vec<(u16, Option<usize>)> = self
+                        .jobs
+                        .values()
+                        .map(|j| (j.stream, self.assoc.buffered(j.stream)))
+                        .collect();
+                    tracing::warn!(
+                        depth,
+                        ?streams,
+                        "transport queue has not drained for {STALL_WARNING:?}"
+                    );
+                    self.stall = Some((now, depth));
+                }
+            }
+            _ => self.stall = Some((now, depth)),
         }
     }
 
