@@ -517,6 +517,24 @@ impl<H: Handler> Driver<H> {
         Ok(())
     }
 
+    /// `Association::send`, warning when it blocks for long: the scheduler keeps
+    /// streams below the transport's limit, so a long wait means the transport
+    /// itself is stuck.
+    async fn send_watched(&self, stream: u16, data: Bytes) -> Result<(), DriverError> {
+        let send = self.assoc.send(stream, data);
+        tokio::pin!(send);
+        loop {
+            match tokio::time::timeout(STALL_WARNING, &mut send).await {
+                Ok(result) => return Ok(result?),
+                Err(_) => tracing::warn!(
+                    stream,
+                    buffered = ?self.assoc.buffered(stream),
+                    "send blocked for {STALL_WARNING:?}"
+                ),
+            }
+        }
+    }
+
     async fn send_next_chunk(&mut self) -> Result<(), DriverError> {
         let Some(id) = self.scheduler.poll_next() else {
             return Ok(());
@@ -564,7 +582,7 @@ impl<H: Handler> Driver<H> {
             self.scheduler.handle_ready(id, false);
         }
         let is_reset = matches!(message, Message::Reset { .. });
-        self.assoc.send(stream, message.to_bytes()).await?;
+        self.send_watched(stream, message.to_bytes()).await?;
         self.scheduler.handle_sent(id, sent);
         if finished {
             self.jobs.remove(&id);
