@@ -279,6 +279,13 @@ impl Driver {
 
     fn handle_datagram(&mut self, now: Instant, from: SocketAddr, packet: Bytes) {
         let summary = wire::scan(&packet);
+        if summary.abort {
+            tracing::debug!(
+                peer = %from,
+                causes = wire::abort_causes(&packet).unwrap_or_default(),
+                "SCTP ABORT received"
+            );
+        }
         // `sctp-proto` cannot parse HEARTBEAT ACK (it would drop the whole
         // packet), so answers to our heartbeats are taken out first; a packet of
         // nothing else is still routed, to learn that the peer is alive.
@@ -319,6 +326,7 @@ impl Driver {
                     && !st.established
                 {
                     st.peer_init = Some(init);
+                    st.peer_initial_tsn = summary.initial_tsn;
                 }
                 if summary.shutdown_complete {
                     // The last step of a close the peer started: `sctp-proto`
@@ -354,10 +362,10 @@ impl Driver {
             return;
         }
         let mut state = AssocState::new(proto, now);
-        state.peer_init = match summary.init {
-            Some((false, init)) => Some(init),
-            _ => None,
-        };
+        if let Some((false, init)) = summary.init {
+            state.peer_init = Some(init);
+            state.peer_initial_tsn = summary.initial_tsn;
+        }
         let assoc = AssocShared::new(
             handle.0,
             from,
@@ -433,6 +441,10 @@ impl Driver {
                 let _ = st.proto.close();
             } else if st.outbound_drained() {
                 st.shutdown_started = true;
+                // Acknowledge everything received first: a delayed SACK still
+                // pending now goes out just before the SHUTDOWN, whose
+                // Cumulative TSN Ack `poll_association` sets from it.
+                self.request_sack(st, now);
                 if let Err(e) = st.proto.shutdown() {
                     // Already shutting down because the peer asked first.
                     tracing::debug!(error = %e, "SCTP shutdown not started");
@@ -442,9 +454,12 @@ impl Driver {
     }
 
     /// Makes `sctp-proto` send a SACK now, to announce a window the application
-    /// opened (see `AssocState::note_read`).
+    /// opened (see `AssocState::note_read`) or to acknowledge everything
+    /// received before a SHUTDOWN. Does nothing before a packet from the peer
+    /// after the handshake gave us `inbound_header`.
     fn request_sack(&mut self, st: &mut AssocState, now: Instant) {
-        let (Some(header), Some((cumulative_tsn, _))) = (st.inbound_header, st.last_sack) else {
+        let (Some(header), Some(cumulative_tsn)) = (st.inbound_header, st.peer_cumulative_tsn())
+        else {
             return;
         };
         let remote = st.proto.remote_addr();
@@ -526,7 +541,17 @@ impl Driver {
                 let Payload::RawEncode(packets) = transmit.payload else {
                     continue;
                 };
-                for packet in packets {
+                for mut packet in packets {
+                    if let Some(cumulative_tsn) = st.peer_cumulative_tsn()
+                        && let Some(fixed) =
+                            wire::with_shutdown_cumulative_tsn_ack(&packet, cumulative_tsn)
+                    {
+                        // `sctp-proto` puts our own ack point there; a Linux
+                        // peer aborts or ignores such a SHUTDOWN (see `wire`).
+                        // Packets come in order, so a SACK sent with this
+                        // SHUTDOWN has already updated `last_sack`.
+                        packet = fixed;
+                    }
                     if st.peer_header.is_none() {
                         st.peer_header = PeerHeader::from_outgoing(&packet);
                     }

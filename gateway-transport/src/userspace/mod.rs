@@ -225,6 +225,8 @@ struct AssocState {
     counts: StreamCounts,
     /// Stream counts from the peer's INIT (server side) or INIT ACK (client).
     peer_init: Option<wire::InitStreams>,
+    /// Initial TSN from the peer's INIT or INIT ACK.
+    peer_initial_tsn: Option<u32>,
     /// Streams that may have a complete message, in round-robin order.
     ready: VecDeque<u16>,
     ready_set: StreamSet,
@@ -271,6 +273,7 @@ impl AssocState {
                 inbound: 0,
             },
             peer_init: None,
+            peer_initial_tsn: None,
             ready: VecDeque::new(),
             ready_set: StreamSet::new(),
             opened: StreamSet::new(),
@@ -318,6 +321,14 @@ impl AssocState {
             }
         }
         None
+    }
+
+    /// The last of the peer's TSNs we acknowledged: that of our last SACK, or
+    /// the one before the peer's first before we sent any.
+    fn peer_cumulative_tsn(&self) -> Option<u32> {
+        self.last_sack
+            .map(|(cumulative, _)| cumulative)
+            .or_else(|| self.peer_initial_tsn.map(|t| t.wrapping_sub(1)))
     }
 
     /// Counts `len` bytes read by the application. True when the peer should

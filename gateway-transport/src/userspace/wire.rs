@@ -1,6 +1,8 @@
 //! The few raw SCTP packet operations that `sctp-proto` does not offer: a glance at
-//! the chunk types of a packet, and the handful of control packets the driver
-//! builds itself (ABORT, HEARTBEAT, SHUTDOWN COMPLETE for a stray SHUTDOWN ACK).
+//! the chunk types of a packet, the handful of control packets the driver
+//! builds itself (ABORT, HEARTBEAT, SHUTDOWN COMPLETE for a stray SHUTDOWN ACK),
+//! the correction of `sctp-proto`'s SHUTDOWN, and a readable account of the
+//! error causes in a peer's ABORT.
 //!
 //! It never parses payload and never holds state; every function is a pure
 //! transformation of bytes, tested below. Layouts are RFC 9260 section 3.
@@ -29,6 +31,10 @@ const FLAG_T: u8 = 1;
 const DATA_FLAGS_IMMEDIATE_WHOLE: u8 = 0b1011;
 /// Error cause "User-Initiated Abort" (RFC 9260 section 3.3.10.12).
 const CAUSE_USER_INITIATED_ABORT: u16 = 12;
+/// Error cause "Protocol Violation" (RFC 9260 section 3.3.10.13).
+const CAUSE_PROTOCOL_VIOLATION: u16 = 13;
+/// Length of a SHUTDOWN chunk: header and Cumulative TSN Ack.
+const SHUTDOWN_LEN: usize = CHUNK_HEADER_LEN + 4;
 /// Heartbeat Info parameter type (RFC 9260 section 3.3.5).
 const PARAM_HEARTBEAT_INFO: u16 = 1;
 
@@ -63,6 +69,8 @@ pub(super) struct ChunkSummary {
     pub(super) heartbeat_acks: usize,
     /// Stream counts of an INIT (false) or INIT ACK (true).
     pub(super) init: Option<(bool, InitStreams)>,
+    /// Initial TSN of that INIT or INIT ACK: the peer's first DATA carries it.
+    pub(super) initial_tsn: Option<u32>,
 }
 
 /// The header fields our own packets to one peer carry, learnt from the
@@ -163,6 +171,7 @@ pub(super) fn scan(packet: &[u8]) -> ChunkSummary {
             CT_HEARTBEAT_ACK => summary.heartbeat_acks += 1,
             CT_INIT | CT_INIT_ACK if len >= 20 => {
                 let be16 = |at: usize| u16::from_be_bytes([packet[at], packet[at + 1]]);
+                summary.initial_tsn = Some(be32(&packet[offset + 16..]));
                 summary.init = Some((
                     typ == CT_INIT_ACK,
                     InitStreams {
@@ -175,6 +184,99 @@ pub(super) fn scan(packet: &[u8]) -> ChunkSummary {
         }
     }
     summary
+}
+
+/// The big-endian `u32` at the start of `b` (which holds at least 4 bytes).
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// A copy of `packet` whose SHUTDOWN chunks carry `cumulative_tsn_ack`,
+/// checksummed anew; `None` if it has no SHUTDOWN.
+///
+/// `sctp-proto` 0.10 fills that field with the wrong counter: the last of *our*
+/// TSNs the peer acknowledged, instead of the last of the *peer's* TSNs we
+/// received (RFC 9260 section 3.3.8). A Linux peer takes it as a SACK in its
+/// own TSN space: it silently drops the SHUTDOWN when the value lies behind its
+/// acknowledged TSNs, and answers with ABORT ("Protocol Violation: the
+/// cumulative tsn ack beyond the max tsn currently sent") when it lies ahead of
+/// what it has sent; which one happens depends on the random initial TSNs.
+pub(super) fn with_shutdown_cumulative_tsn_ack(
+    packet: &[u8],
+    cumulative_tsn_ack: u32,
+) -> Option<Bytes> {
+    let mut out: Option<BytesMut> = None;
+    for (offset, typ, len) in chunks(packet) {
+        if typ == CT_SHUTDOWN && len >= SHUTDOWN_LEN {
+            let buf = out.get_or_insert_with(|| {
+                let mut b = BytesMut::from(packet);
+                b[8..12].fill(0);
+                b
+            });
+            let at = offset + CHUNK_HEADER_LEN;
+            buf[at..at + 4].copy_from_slice(&cumulative_tsn_ack.to_be_bytes());
+        }
+    }
+    out.map(seal)
+}
+
+/// The error causes of the first ABORT chunk in `packet`, readably (for the
+/// log); `None` without an ABORT.
+pub(super) fn abort_causes(packet: &[u8]) -> Option<String> {
+    let (offset, _, len) = chunks(packet).find(|&(_, typ, _)| typ == CT_ABORT)?;
+    let mut causes = Vec::new();
+    let body = &packet[offset + CHUNK_HEADER_LEN..offset + len];
+    let mut at = 0;
+    while let Some(header) = body.get(at..at + 4) {
+        let code = u16::from_be_bytes([header[0], header[1]]);
+        let cause_len = usize::from(u16::from_be_bytes([header[2], header[3]]));
+        let Some(info) = body.get(at + 4..at + cause_len.max(4)) else {
+            causes.push(format!("malformed cause {code} of length {cause_len}"));
+            break;
+        };
+        causes.push(describe_cause(code, info));
+        at += cause_len.max(4).next_multiple_of(4);
+    }
+    Some(if causes.is_empty() {
+        "no error cause".to_owned()
+    } else {
+        causes.join("; ")
+    })
+}
+
+/// One error cause (RFC 9260 section 3.3.10): its name and its information,
+/// as text up to the first NUL when that much is printable (Linux puts a
+/// sentence there, then the header of the offending chunk), the rest in hex.
+fn describe_cause(code: u16, info: &[u8]) -> String {
+    let name = match code {
+        1 => "Invalid Stream Identifier",
+        2 => "Missing Mandatory Parameter",
+        3 => "Stale Cookie Error",
+        4 => "Out of Resource",
+        5 => "Unresolvable Address",
+        6 => "Unrecognized Chunk Type",
+        7 => "Invalid Mandatory Parameter",
+        8 => "Unrecognized Parameters",
+        9 => "No User Data",
+        10 => "Cookie Received While Shutting Down",
+        11 => "Restart of an Association with New Addresses",
+        CAUSE_USER_INITIATED_ABORT => "User-Initiated Abort",
+        CAUSE_PROTOCOL_VIOLATION => "Protocol Violation",
+        _ => "unknown cause",
+    };
+    let hex = |b: &[u8]| -> String { b.iter().map(|b| format!("{b:02x}")).collect() };
+    let text_len = info.iter().position(|&b| b == 0).unwrap_or(info.len());
+    let (text, rest) = info.split_at(text_len);
+    let mut out = format!("{name} ({code})");
+    if !text.is_empty() && text.iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
+        out.push_str(&format!(": {:?}", String::from_utf8_lossy(text)));
+        if rest.iter().any(|&b| b != 0) {
+            out.push_str(&format!(", then 0x{}", hex(rest)));
+        }
+    } else if !info.is_empty() {
+        out.push_str(&format!(": 0x{}", hex(info)));
+    }
+    out
 }
 
 /// Iterates `(offset, type, length)` over the well-formed chunks of `packet`.
@@ -352,6 +454,46 @@ mod tests {
     }
 
     #[test]
+    fn shutdown_gets_the_cumulative_tsn_ack_it_is_given() {
+        let mut p = BytesMut::new();
+        HEADER.put(&mut p);
+        p.extend_from_slice(&[7, 0, 0, 8, 0xaa, 0xbb, 0xcc, 0xdd]);
+        let p = seal(p);
+        let fixed = with_shutdown_cumulative_tsn_ack(&p, 0x0102_0304).expect("a SHUTDOWN");
+        assert_eq!(&fixed[..8], &p[..8]);
+        assert_eq!(&fixed[12..], &[7, 0, 0, 8, 1, 2, 3, 4]);
+        assert!(checksum_ok(&fixed));
+        assert_eq!(with_shutdown_cumulative_tsn_ack(&abort(&HEADER), 1), None);
+    }
+
+    #[test]
+    fn abort_causes_are_described() {
+        assert_eq!(
+            abort_causes(&abort(&HEADER)).as_deref(),
+            Some("User-Initiated Abort (12)")
+        );
+        let mut p = BytesMut::new();
+        HEADER.put(&mut p);
+        // ABORT as Linux 6.1 sends it for a SHUTDOWN acknowledging TSNs it never
+        // sent (bytes as captured): a Protocol Violation with a sentence, a NUL
+        // and more; then a cause with binary information.
+        let sentence = b"The cumulative tsn ack beyond the max tsn currently sent:";
+        p.extend_from_slice(&[6, 0, 0, 78, 0, 13, 0, 66]);
+        p.extend_from_slice(sentence);
+        p.extend_from_slice(&[0, 0, 7, 0, 8, 0, 0]);
+        p.extend_from_slice(&[0, 1, 0, 6, 0, 7, 0, 0]);
+        assert_eq!(
+            abort_causes(&p).as_deref(),
+            Some(
+                "Protocol Violation (13): \"The cumulative tsn ack beyond the max tsn \
+                 currently sent:\", then 0x0000070008; \
+                 Invalid Stream Identifier (1): 0x0007"
+            )
+        );
+        assert_eq!(abort_causes(&heartbeat(&HEADER, 1)), None);
+    }
+
+    #[test]
     fn init_stream_counts_are_read() {
         let mut p = BytesMut::new();
         p.extend_from_slice(&[0; 12]);
@@ -368,6 +510,7 @@ mod tests {
                 }
             ))
         );
+        assert_eq!(s.initial_tsn, Some(9));
     }
 
     #[test]
@@ -377,6 +520,8 @@ mod tests {
             let _ = scan(&junk);
             let _ = without_heartbeat_acks(&junk);
             let _ = shutdown_complete_for(&junk);
+            let _ = with_shutdown_cumulative_tsn_ack(&junk, 1);
+            let _ = abort_causes(&junk);
             let _ = PeerHeader::from_outgoing(&junk);
         }
         // A chunk claiming to be longer than the packet ends the walk.
