@@ -192,6 +192,12 @@ impl Scheduler {
         self.jobs.is_empty()
     }
 
+    /// True if some job has a chunk waiting, whether or not a queue limit holds it
+    /// back now.
+    pub fn has_ready(&self) -> bool {
+        self.jobs.values().any(|j| j.ready)
+    }
+
     /// A request arrived; its job starts not ready (no chunk yet).
     pub fn handle_arrival(&mut self, spec: JobSpec) {
         let class = class_index(spec.class);

@@ -252,13 +252,14 @@ impl<H: Handler> Driver<H> {
                     Err(mpsc::error::TryRecvError::Empty) => None,
                     Err(mpsc::error::TryRecvError::Disconnected) => return Ok(()),
                 }
-            } else if self.scheduler.is_empty() || !self.transport_full() {
+            } else if !self.scheduler.has_ready() {
                 match events.recv().await {
                     Some(event) => Some(event),
                     None => return Ok(()),
                 }
             } else {
-                // Ready work, but the transport is full: look again shortly.
+                // Ready work held back by a full transport queue (in total or on
+                // its stream): look again shortly.
                 self.watch_for_stall();
                 tokio::select! {
                     event = events.recv() => match event {
@@ -316,10 +317,6 @@ impl<H: Handler> Driver<H> {
         }
         self.scheduler.handle_transport_queued(total, &per_stream);
         total
-    }
-
-    fn transport_full(&mut self) -> bool {
-        self.refresh_transport_depth() >= self.config.scheduler.transport_target
     }
 
     fn has_sendable(&mut self) -> bool {
@@ -447,6 +444,7 @@ impl<H: Handler> Driver<H> {
 
     fn start(&mut self, stream: u16, request: Request, body: Bytes) {
         let id = request.id;
+        tracing::debug!(id, stream, class = ?request.class, "request");
         let permits = Arc::new(Semaphore::new(CHUNKS_AHEAD));
         self.scheduler.handle_arrival(JobSpec {
             id,
@@ -582,9 +580,17 @@ impl<H: Handler> Driver<H> {
             self.scheduler.handle_ready(id, false);
         }
         let is_reset = matches!(message, Message::Reset { .. });
+        let job_body_sent = job.body_sent;
         self.send_watched(stream, message.to_bytes()).await?;
         self.scheduler.handle_sent(id, sent);
         if finished {
+            tracing::debug!(
+                id,
+                stream,
+                body_bytes = job_body_sent,
+                reset = is_reset,
+                "response done"
+            );
             self.jobs.remove(&id);
             self.scheduler.handle_done(id);
             self.session.handle_request_finished(id);

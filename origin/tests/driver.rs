@@ -144,6 +144,39 @@ async fn cancellation(kind: BackendKind) -> Result<()> {
     Ok(())
 }
 
+/// With a per-stream transport limit of one byte, every chunk leaves the stream
+/// "full" until the transport drains it, and nothing else will wake the driver:
+/// it must look again by itself rather than wait for an event that never comes.
+async fn stream_limit_does_not_strand_a_response(kind: BackendKind) -> Result<()> {
+    let config = AssociationConfig {
+        streams: 3,
+        max_inbound_streams: 3,
+        ..AssociationConfig::default()
+    };
+    let listener = Listener::bind(kind, SocketAddr::from(([127, 0, 0, 1], 0)), &config).await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Ok(assoc) = listener.accept().await {
+            let driver = DriverConfig {
+                stream_queue_limit: 1,
+                ..driver_config(PolicyKind::Scf)
+            };
+            let _ = drive(assoc, Arc::new(TestHandler::default()), driver).await;
+        }
+    });
+    let mut gw = TestGateway::open(connect(kind, addr, &config).await?).await?;
+    let id = gw
+        .request(1, "/bytes/3000000", RequestClass::Demand)
+        .await?;
+    gw.until_finished(1).await?;
+    ensure!(
+        gw.seen[&id].end == Some(3_000_000),
+        "{:?}",
+        gw.seen[&id].end
+    );
+    Ok(())
+}
+
 async fn bounded<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
     tokio::time::timeout(TIMEOUT, f)
         .await
@@ -175,6 +208,11 @@ macro_rules! backend_tests {
                     "FCFS finished in order {order:?}"
                 );
                 Ok(())
+            }
+
+            #[tokio::test]
+            async fn a_response_held_by_its_stream_limit_still_completes() -> Result<()> {
+                bounded(stream_limit_does_not_strand_a_response($kind)).await
             }
 
             #[tokio::test]
