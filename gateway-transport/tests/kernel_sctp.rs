@@ -2,7 +2,7 @@
 //!
 //! They need a kernel with SCTP, which the development and CI hosts lack, so every
 //! test is `#[ignore]`d: a plain `cargo test` lists them as ignored (never as
-//! passed), and `cargo xtask vm-test` runs them with `--include-ignored` inside a
+//! passed), and `cargo xtask vm-test` runs them with `--ignored` inside a
 //! virtme-ng VM booting Debian's kernel, after `modprobe sctp`, with
 //! `net.sctp.udp_port` set to 9899 and the loopback MTU lowered to 1500 so that
 //! messages span many packets. Two tests talk to lksctp-tools' `sctp_darn`, a peer

@@ -185,15 +185,20 @@ async fn bounded<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T
 
 macro_rules! backend_tests {
     ($module:ident, $kind:expr) => {
+        backend_tests!($module, $kind, );
+    };
+    ($module:ident, $kind:expr, $(#[$attr:meta])*) => {
         mod $module {
             use super::*;
 
             #[tokio::test]
+            $(#[$attr])*
             async fn responses_arrive_byte_for_byte() -> Result<()> {
                 bounded(exact_bytes($kind)).await
             }
 
             #[tokio::test]
+            $(#[$attr])*
             async fn scf_preempts_a_large_response_on_the_wire() -> Result<()> {
                 let order = bounded(order_on_the_wire($kind, PolicyKind::Scf)).await?;
                 ensure!(order.last() == Some(&1), "SCF finished in order {order:?}");
@@ -201,6 +206,7 @@ macro_rules! backend_tests {
             }
 
             #[tokio::test]
+            $(#[$attr])*
             async fn fcfs_finishes_the_first_request_first() -> Result<()> {
                 let order = bounded(order_on_the_wire($kind, PolicyKind::Fcfs)).await?;
                 ensure!(
@@ -211,11 +217,13 @@ macro_rules! backend_tests {
             }
 
             #[tokio::test]
+            $(#[$attr])*
             async fn a_response_held_by_its_stream_limit_still_completes() -> Result<()> {
                 bounded(stream_limit_does_not_strand_a_response($kind)).await
             }
 
             #[tokio::test]
+            $(#[$attr])*
             async fn cancel_stops_the_bytes_and_frees_the_stream() -> Result<()> {
                 bounded(cancellation($kind)).await
             }
@@ -225,3 +233,8 @@ macro_rules! backend_tests {
 
 backend_tests!(framed_tcp, BackendKind::FramedTcp);
 backend_tests!(userspace, BackendKind::Userspace);
+backend_tests!(
+    kernel,
+    BackendKind::Kernel,
+    #[ignore = "needs kernel SCTP: run by cargo xtask vm-test --package origin --test driver"]
+);

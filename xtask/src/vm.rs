@@ -6,9 +6,11 @@
 //! `vng --disable-kvm` (software emulation; KVM does not work on these hosts),
 //! loads `sctp`, sets `net.sctp.udp_port` to 9899 for RFC 6951 encapsulation,
 //! lowers the loopback MTU to 1500 so messages span many packets, and runs each
-//! binary with `--include-ignored`. The guest writes its exit status into a
-//! directory shared read-write with the host; that file, not vng's own exit code,
-//! decides the result (a VM that dies early leaves no file, which fails too).
+//! binary with `--ignored` (the tests that need kernel SCTP are exactly the
+//! ignored ones; the rest already ran on the host). The guest writes its exit
+//! status into a directory shared read-write with the host; that file, not vng's
+//! own exit code, decides the result (a VM that dies early leaves no file, which
+//! fails too).
 //!
 //! It never changes the host's network or modules, and never leaves a VM behind:
 //! vng runs in its own process group, killed as a whole at the time-out.
@@ -43,11 +45,15 @@ pub(crate) struct VmOptions {
     /// include sctp.ko, never the running kernel.
     #[arg(long)]
     kernel: Option<PathBuf>,
-    /// Package whose integration tests to run.
+    /// Package of the `--test` targets that name none.
     #[arg(long, default_value = "gateway-transport")]
     package: String,
-    /// Integration-test target to run (repeatable).
-    #[arg(long = "test", default_values = ["kernel_sctp", "interop_udp"])]
+    /// Integration-test target to run, `TEST` (of `--package`) or `PACKAGE:TEST`
+    /// (repeatable).
+    #[arg(
+        long = "test",
+        default_values = ["kernel_sctp", "interop_udp", "origin:driver"]
+    )]
     tests: Vec<String>,
     /// Run only tests whose name contains this (passed to each test binary).
     filter: Option<String>,
@@ -89,7 +95,10 @@ pub(crate) fn run(options: &VmOptions) -> Result<()> {
         options.package,
         options.tests.join(" --test ")
     );
-    let binaries = build_tests(&workspace, &options.package, &options.tests)?;
+    let mut binaries = Vec::new();
+    for (package, tests) in group_by_package(&options.package, &options.tests) {
+        binaries.extend(build_tests(&workspace, &package, &tests)?);
+    }
 
     let shared = workspace.join("target").join("vm-test");
     fs::create_dir_all(&shared).with_context(|| format!("create {}", shared.display()))?;
@@ -218,7 +227,7 @@ fn guest_script(
     let mut runs = String::new();
     for binary in binaries {
         let mut line = format!(
-            "echo \"== {name}\" >>\"$log\"\n{bin} --include-ignored --test-threads {threads}",
+            "echo \"== {name}\" >>\"$log\"\n{bin} --ignored --test-threads {threads}",
             name = binary
                 .file_name()
                 .map(OsStr::to_string_lossy)
@@ -264,6 +273,19 @@ fn quote(s: &str) -> String {
 }
 
 /// Builds the test targets and returns their executables, in order.
+/// `TEST` and `PACKAGE:TEST` entries, grouped by package in first-seen order.
+fn group_by_package(default: &str, tests: &[String]) -> Vec<(String, Vec<String>)> {
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for entry in tests {
+        let (package, test) = entry.split_once(':').unwrap_or((default, entry));
+        match groups.iter_mut().find(|(p, _)| p == package) {
+            Some((_, list)) => list.push(test.to_owned()),
+            None => groups.push((package.to_owned(), vec![test.to_owned()])),
+        }
+    }
+    groups
+}
+
 fn build_tests(workspace: &Path, package: &str, tests: &[String]) -> Result<Vec<PathBuf>> {
     let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cargo
