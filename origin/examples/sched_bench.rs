@@ -12,6 +12,8 @@
 //!   objects (50 KiB, class demand) every 200 ms on other streams: demand latency.
 //! - `thesis`: 6,000 requests with sizes uniform in 1..=256 KiB, 64 outstanding:
 //!   total throughput (the thesis's SCF-vs-RR experiment).
+//! - `static`: `--count` requests for `--path`, 64 outstanding, against an origin
+//!   serving `--root` with the real file service: requests per second.
 //!
 //! Each side prints one JSON line. All loops are bounded in count and time.
 
@@ -26,8 +28,10 @@ use gateway_protocol::{
     Message, Request, RequestClass, RequestId, Role, Session, SessionConfig, Urgency,
 };
 use gateway_transport::{AssociationConfig, BackendKind, Listener, connect};
+use origin::files::{FilesConfig, StaticFiles};
 use origin::scheduler::{PolicyKind, SchedulerConfig};
 use origin::server::{DriverConfig, drive};
+use origin::service::Service;
 use origin::synthetic::SyntheticHandler;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -47,6 +51,9 @@ struct Args {
     rate_mbit: f64,
     seconds: f64,
     seed: u64,
+    root: Option<std::path::PathBuf>,
+    path: String,
+    count: usize,
 }
 
 fn parse_args() -> Result<Args> {
@@ -60,6 +67,9 @@ fn parse_args() -> Result<Args> {
         rate_mbit: 20.0,
         seconds: 30.0,
         seed: 1,
+        root: None,
+        path: "/assets/tile-01.svg".into(),
+        count: 20_000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -82,6 +92,9 @@ fn parse_args() -> Result<Args> {
             "--rate-mbit" => args.rate_mbit = value()?.parse()?,
             "--seconds" => args.seconds = value()?.parse()?,
             "--seed" => args.seed = value()?.parse()?,
+            "--root" => args.root = Some(value()?.into()),
+            "--path" => args.path = value()?,
+            "--count" => args.count = value()?.parse()?,
             other => bail!("unknown flag {other}"),
         }
     }
@@ -110,7 +123,13 @@ async fn server(args: &Args) -> Result<()> {
         max_request_body: 0,
         stream_queue_limit: transport_config().max_buffered_per_stream as u64,
     };
-    let stats = drive(assoc, Arc::new(SyntheticHandler::default()), config).await?;
+    let stats = match &args.root {
+        Some(root) => {
+            let files = StaticFiles::new(&FilesConfig::new(root.clone()))?;
+            drive(assoc, Arc::new(Service::Files(files)), config).await?
+        }
+        None => drive(assoc, Arc::new(SyntheticHandler::default()), config).await?,
+    };
     println!(
         "{{\"side\":\"server\",\"policy\":\"{}\",\"completed\":{},\"body_bytes\":{}}}",
         args.policy, stats.completed, stats.body_bytes
@@ -214,6 +233,17 @@ fn plan(args: &Args) -> Result<(Vec<Planned>, usize)> {
                 .collect();
             (plan, 64)
         }
+        "static" => {
+            let plan = (0..args.count)
+                .map(|_| Planned {
+                    at: Duration::ZERO,
+                    size: 0,
+                    class: RequestClass::Demand,
+                    urgency: 3,
+                })
+                .collect();
+            (plan, 64)
+        }
         other => bail!("unknown workload {other}"),
     })
 }
@@ -267,7 +297,11 @@ async fn client(args: &Args) -> Result<()> {
                     urgency: Urgency::new(p.urgency).unwrap_or_default(),
                     class: p.class,
                     end: true,
-                    head: Bytes::from(format!("GET /bytes/{} HTTP/1.1\r\nhost: bench\r\n\r\n", p.size)),
+                    head: Bytes::from(if args.workload == "static" {
+                        format!("GET {} HTTP/1.1\r\nhost: bench\r\n\r\n", args.path)
+                    } else {
+                        format!("GET /bytes/{} HTTP/1.1\r\nhost: bench\r\n\r\n", p.size)
+                    }),
                 });
                 assoc.send(stream, request.to_bytes()).await?;
                 in_flight.insert(id, InFlight { sent: Instant::now(), size: p.size, class: p.class });
@@ -316,10 +350,11 @@ async fn client(args: &Args) -> Result<()> {
     let (n_small, mean_small, _) = stats(&|s, _| s <= 64 * 1024);
     let (n_demand, mean_demand, p95_demand) = stats(&|_, c| c == RequestClass::Demand);
     println!(
-        "{{\"side\":\"client\",\"policy\":\"{}\",\"workload\":\"{}\",\"load\":{},\"completed\":{n},\"unfinished\":{unfinished},\"mean_s\":{mean:.4},\"p95_s\":{p95:.4},\"small_completed\":{n_small},\"small_mean_s\":{mean_small:.4},\"demand_completed\":{n_demand},\"demand_mean_s\":{mean_demand:.4},\"demand_p95_s\":{p95_demand:.4},\"seconds\":{elapsed:.3},\"mbit_per_s\":{:.2}}}",
+        "{{\"side\":\"client\",\"policy\":\"{}\",\"workload\":\"{}\",\"load\":{},\"completed\":{n},\"unfinished\":{unfinished},\"mean_s\":{mean:.4},\"p95_s\":{p95:.4},\"small_completed\":{n_small},\"small_mean_s\":{mean_small:.4},\"demand_completed\":{n_demand},\"demand_mean_s\":{mean_demand:.4},\"demand_p95_s\":{p95_demand:.4},\"seconds\":{elapsed:.3},\"requests_per_s\":{:.0},\"mbit_per_s\":{:.2}}}",
         args.policy,
         args.workload,
         args.load,
+        n as f64 / elapsed,
         body_bytes as f64 * 8.0 / elapsed / 1e6
     );
     if unfinished > 0 {

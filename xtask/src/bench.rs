@@ -41,6 +41,8 @@ pub(crate) enum Which {
     /// The origin's schedulers on the wire: SCF vs RR vs FCFS on Zipf sizes,
     /// demand during a bulk prefetch (FCFS vs priority), the thesis's 6,000 requests.
     Scheduler,
+    /// Static-file request rate: the origin against nginx on the same files.
+    Static,
 }
 
 const BACKENDS: [&str; 3] = ["tcp", "framed-tcp", "userspace"];
@@ -204,6 +206,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
     match options.which {
         Which::Transport => transport(options),
         Which::Scheduler => scheduler(options),
+        Which::Static => static_files(),
     }
 }
 
@@ -408,6 +411,139 @@ fn scheduler(options: &BenchOptions) -> Result<()> {
     };
     std::fs::write(dir.join(&name), &report)?;
     println!("\n{report}\nxtask: report written to bench/results/{name}");
+    Ok(())
+}
+
+/// The file both servers serve in the static benchmark, under config/demo-site.
+const STATIC_PATH: &str = "/assets/tile-01.svg";
+
+/// nginx with one worker (the origin's runtime is single-threaded too), killed on
+/// drop.
+struct Nginx {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn start_nginx(ns: &Namespaces, root: &std::path::Path, listen: &str) -> Result<Nginx> {
+    let dir = std::env::temp_dir().join(format!("gwb-nginx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let conf = format!(
+        "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid;\n\
+         error_log {d}/error.log;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{ access_log off; server {{ listen {listen}; root {root}; }} }}\n",
+        d = dir.display(),
+        root = root.display()
+    );
+    std::fs::write(dir.join("nginx.conf"), conf)?;
+    let child = Command::new("ip")
+        .args(["netns", "exec", &ns.server, "nginx", "-c"])
+        .arg(dir.join("nginx.conf"))
+        .spawn()
+        .context("starting nginx (package nginx-light)")?;
+    std::thread::sleep(Duration::from_millis(500));
+    Ok(Nginx { child, dir })
+}
+
+fn static_files() -> Result<()> {
+    let root = &workspace_root();
+    println!("==> building the benchmark program (release)");
+    run_command(Command::new("cargo").current_dir(root).args([
+        "build",
+        "--release",
+        "-p",
+        "origin",
+        "--example",
+        "sched_bench",
+    ]))?;
+    let binary = root.join("target/release/examples/sched_bench");
+    let site = root.join("config/demo-site");
+    let ns = Namespaces::create()?;
+    let mut rows = Vec::new();
+    for backend in ["userspace", "framed-tcp"] {
+        println!("==> origin over {backend}: 20,000 requests for {STATIC_PATH}, 64 outstanding");
+        let args = |role: &str| -> Vec<String> {
+            [
+                role,
+                "--addr",
+                "10.78.0.1:9899",
+                "--backend",
+                backend,
+                "--workload",
+                "static",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                "--root".into(),
+                site.display().to_string(),
+                "--path".into(),
+                STATIC_PATH.into(),
+            ])
+            .collect()
+        };
+        let (_, client) = run_pair(&ns, &binary, &args("--server"), &args("--client"))?;
+        let rate = field(&client, "requests_per_s").unwrap_or(f64::NAN);
+        println!("    {rate:.0} requests/s");
+        rows.push((
+            format!("origin over {backend} (one association, 64 streams)"),
+            rate,
+        ));
+    }
+    println!("==> nginx: wrk, 64 connections, 10 s");
+    let nginx = start_nginx(&ns, &site, "10.78.0.1:8080")?;
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.client, "wrk", "-t1", "-c64", "-d10s"])
+        .arg(format!("http://10.78.0.1:8080{STATIC_PATH}"))
+        .output()
+        .context("running wrk (package wrk)")?;
+    drop(nginx);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let nginx_rate = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .with_context(|| format!("no Requests/sec in wrk's output:\n{text}"))?;
+    println!("    {nginx_rate:.0} requests/s");
+    rows.push((
+        "nginx 1 worker, wrk 1 thread, 64 connections (TCP)".into(),
+        nginx_rate,
+    ));
+
+    let mut report = String::new();
+    writeln!(report, "# Static-file benchmark\n")?;
+    writeln!(report, "- command: `cargo xtask bench static`")?;
+    writeln!(
+        report,
+        "- date: {}",
+        command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
+    )?;
+    writeln!(report, "- machine: {}", machine_description())?;
+    writeln!(
+        report,
+        "- path: server and client in two namespaces joined by one veth, no rate limit"
+    )?;
+    writeln!(
+        report,
+        "- file: config/demo-site{STATIC_PATH}; the origin's load generator speaks the gateway protocol (64 requests outstanding); nginx is loaded by wrk\n"
+    )?;
+    writeln!(report, "| server | requests/s | ratio to nginx |")?;
+    writeln!(report, "|---|---|---|")?;
+    for (name, rate) in &rows {
+        writeln!(report, "| {name} | {rate:.0} | {:.2} |", rate / nginx_rate)?;
+    }
+    let dir = root.join("bench/results");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("static.md"), &report)?;
+    println!("\n{report}\nxtask: report written to bench/results/static.md");
     Ok(())
 }
 
