@@ -159,16 +159,20 @@ impl AssociationConfig {
     }
 }
 
-mod duration_ms {
+/// Serde for `Duration` as whole milliseconds, the unit of every duration in the
+/// project's config files. Use as `#[serde(with = "gateway_transport::duration_ms")]`.
+pub mod duration_ms {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    /// Writes whole milliseconds.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_u64(d.as_millis() as u64)
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    /// Reads whole milliseconds.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         u64::deserialize(d).map(Duration::from_millis)
     }
 }

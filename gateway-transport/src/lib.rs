@@ -25,7 +25,7 @@ pub mod framed_tcp;
 pub mod kernel;
 pub mod userspace;
 
-pub use config::{AssociationConfig, BackendChoice, BackendKind, SCTP_UDP_PORT};
+pub use config::{AssociationConfig, BackendChoice, BackendKind, SCTP_UDP_PORT, duration_ms};
 pub use error::TransportError;
 
 /// One received message and the stream it arrived on.

@@ -95,7 +95,7 @@ pub struct LimitsConfig {
     /// Largest request body accepted, bytes (413 above it).
     pub max_request_body: u64,
     /// A request whose response has not started within this long is answered 504.
-    #[serde(with = "duration_ms")]
+    #[serde(with = "gateway_transport::duration_ms")]
     pub response_timeout: Duration,
 }
 
@@ -202,20 +202,6 @@ impl OriginConfig {
             return invalid("limits.response_timeout", "must be above zero");
         }
         Ok(())
-    }
-}
-
-mod duration_ms {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.as_millis() as u64)
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_millis)
     }
 }
 

@@ -51,18 +51,18 @@ pub struct ProxyConfig {
     /// time). Plain HTTP/1.1 over TCP.
     pub address: String,
     /// Give up connecting to the upstream after this long (answered 504).
-    #[serde(with = "duration_ms")]
+    #[serde(with = "gateway_transport::duration_ms")]
     pub connect_timeout: Duration,
     /// Longest wait for the upstream's response head, counted from the moment the
     /// request is handed to the pool, so it includes connecting (answered 504).
-    #[serde(with = "duration_ms")]
+    #[serde(with = "gateway_transport::duration_ms")]
     pub response_timeout: Duration,
     /// Longest wait for the next body bytes once the head has arrived; past it
     /// the body fails (RESET).
-    #[serde(with = "duration_ms")]
+    #[serde(with = "gateway_transport::duration_ms")]
     pub body_timeout: Duration,
     /// Close a pooled keep-alive connection after it has been idle this long.
-    #[serde(with = "duration_ms")]
+    #[serde(with = "gateway_transport::duration_ms")]
     pub idle_timeout: Duration,
     /// Idle keep-alive connections kept per upstream; 0 disables reuse.
     pub max_idle_per_upstream: usize,
@@ -701,20 +701,6 @@ fn chain(error: &dyn std::error::Error) -> String {
         source = e.source();
     }
     text
-}
-
-mod duration_ms {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.as_millis() as u64)
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_millis)
-    }
 }
 
 #[cfg(test)]

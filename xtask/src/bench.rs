@@ -172,26 +172,8 @@ fn run_cell(
             bytes.to_string(),
         ]
     };
-    let mut server = spawn_side(&ns.server, binary, &common("--server"))?;
-    let mut server_out = BufReader::new(server.stdout.take().context("server stdout")?);
-    let mut ready = String::new();
-    server_out.read_line(&mut ready)?;
-    if !ready.contains("ready") {
-        let _ = server.kill();
-        bail!("{backend} server did not start");
-    }
-    let client = spawn_side(&ns.client, binary, &common("--client"))?;
-    let client_out = client.wait_with_output()?;
-    let mut line = String::new();
-    server_out.read_line(&mut line)?;
-    let status = server.wait()?;
-    if !client_out.status.success() || !status.success() {
-        bail!(
-            "{backend} with {size}-byte messages failed (client {}, server {status})",
-            client_out.status
-        );
-    }
-    let client_line = String::from_utf8_lossy(&client_out.stdout);
+    let (line, client_line) = run_pair(ns, binary, &common("--server"), &common("--client"))
+        .with_context(|| format!("{backend} with {size}-byte messages"))?;
     let measured = Measured {
         mbit_per_s: field(&line, "mbit_per_s").unwrap_or(0.0),
         messages_per_s: field(&line, "messages_per_s").unwrap_or(0.0),
