@@ -6,7 +6,8 @@
 //! per chunk, so every policy can preempt at chunk granularity.
 //!
 //! Policies ([`Policy`]):
-//! - **FCFS**: the earliest arrival runs to completion.
+//! - **FCFS**: the earliest arrival runs to completion; nothing passes it, not
+//!   even while its own stream is full.
 //! - **RR**: round robin over streams, one chunk per stream per turn.
 //! - **SCF**: shortest remaining bytes first (SRPT at chunk granularity); the
 //!   thesis's Shortest Connection First made preemptive.
@@ -150,8 +151,9 @@ pub struct Scheduler {
     gateway_backlog: HashMap<u16, u64>,
     stream_in_transport: HashMap<u16, u64>,
     transport_queued: u64,
-    /// Every policy skips a stream with this many bytes or more in the transport:
-    /// the transport's own per-stream limit, beyond which sending would block.
+    /// Every policy but FCFS skips a stream with this many bytes or more in the
+    /// transport (FCFS waits for it): the transport's own per-stream limit, beyond
+    /// which sending would block.
     stream_limit: u64,
 }
 
@@ -289,7 +291,15 @@ impl Scheduler {
             .values()
             .filter(|j| j.ready && in_transport.get(&j.spec.stream).is_none_or(|t| *t < limit));
         let chosen = match self.config.policy {
-            PolicyKind::Fcfs => ready.min_by_key(|j| j.seq),
+            // Strictly in order: when the oldest job's stream is full, FCFS waits
+            // rather than let a later job pass (that is what makes it the baseline
+            // a single transport FIFO would give).
+            PolicyKind::Fcfs => {
+                let oldest = self.jobs.values().filter(|j| j.ready).min_by_key(|j| j.seq);
+                return oldest
+                    .filter(|j| in_transport.get(&j.spec.stream).is_none_or(|t| *t < limit))
+                    .map(|j| j.spec.id);
+            }
             PolicyKind::Scf => ready.min_by_key(|j| scf_key(j)),
             PolicyKind::Priority => ready.min_by_key(|j| (j.spec.class, j.spec.urgency, j.seq)),
             PolicyKind::Rr => {

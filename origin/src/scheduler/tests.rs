@@ -294,3 +294,34 @@ fn nothing_is_handed_out_while_the_transport_is_full() {
         assert_eq!(kind.to_string().parse::<PolicyKind>(), Ok(kind));
     }
 }
+
+#[test]
+fn a_full_stream_holds_fcfs_but_other_policies_pass_it() {
+    for (kind, expected) in [
+        (PolicyKind::Fcfs, None),
+        (PolicyKind::Priority, Some(2)),
+        (PolicyKind::Scf, Some(2)),
+        (PolicyKind::Rr, Some(2)),
+    ] {
+        let mut s = Scheduler::new(policy(kind));
+        s.set_stream_limit(100);
+        for (id, size) in [(1, 1000), (2, 500)] {
+            s.handle_arrival(JobSpec {
+                id,
+                stream: id as u16,
+                class: RequestClass::Demand,
+                urgency: Urgency::DEFAULT,
+                remaining: Some(size),
+            });
+            s.handle_ready(id, true);
+        }
+        s.handle_sent(1, 10);
+        s.handle_transport_queued(100, &[(1, 100)]);
+        let next = s.poll_next();
+        // Priority would pick 1 (it arrived first) if its stream had room;
+        // FCFS waits for that room.
+        assert_eq!(next, expected, "{kind}");
+        s.handle_transport_queued(0, &[(1, 0)]);
+        assert!(s.poll_next().is_some(), "{kind}: room again");
+    }
+}
