@@ -284,28 +284,12 @@ async fn client(args: &Args) -> Result<()> {
         } else {
             MAX_RUN
         };
-        tokio::select! {
-            () = tokio::time::sleep(wait), if can_send => {
-                let p = plan[next];
-                next += 1;
-                let id = next_id;
-                next_id += 1;
-                let stream = 1 + ((id - 1) % u32::from(data_streams)) as u16;
-                session.handle_request_sent(id, stream).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-                let request = Message::Request(Request {
-                    id,
-                    urgency: Urgency::new(p.urgency).unwrap_or_default(),
-                    class: p.class,
-                    end: true,
-                    head: Bytes::from(if args.workload == "static" {
-                        format!("GET {} HTTP/1.1\r\nhost: bench\r\n\r\n", args.path)
-                    } else {
-                        format!("GET /bytes/{} HTTP/1.1\r\nhost: bench\r\n\r\n", p.size)
-                    }),
-                });
-                assoc.send(stream, request.to_bytes()).await?;
-                in_flight.insert(id, InFlight { sent: Instant::now(), size: p.size, class: p.class });
-            }
+        // A request already due goes out now: tokio rounds timer deadlines up to
+        // the next millisecond, so sleeping even for zero would cap the rate at
+        // about 1,000 requests per second.
+        let send_now = (can_send && wait.is_zero())
+            || tokio::select! {
+                () = tokio::time::sleep(wait), if can_send => true,
             m = tokio::time::timeout(Duration::from_secs(5), assoc.recv()) => {
                 let Ok(m) = m else {
                     let mut waiting: Vec<(RequestId, u64)> =
@@ -326,7 +310,38 @@ async fn client(args: &Args) -> Result<()> {
                     Ok(_) => {}
                     Err(reaction) => bail!("session refused a message: {reaction:?}"),
                 }
+                false
             }
+            };
+        if send_now {
+            let p = plan[next];
+            next += 1;
+            let id = next_id;
+            next_id += 1;
+            let stream = 1 + ((id - 1) % u32::from(data_streams)) as u16;
+            session
+                .handle_request_sent(id, stream)
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            let request = Message::Request(Request {
+                id,
+                urgency: Urgency::new(p.urgency).unwrap_or_default(),
+                class: p.class,
+                end: true,
+                head: Bytes::from(if args.workload == "static" {
+                    format!("GET {} HTTP/1.1\r\nhost: bench\r\n\r\n", args.path)
+                } else {
+                    format!("GET /bytes/{} HTTP/1.1\r\nhost: bench\r\n\r\n", p.size)
+                }),
+            });
+            assoc.send(stream, request.to_bytes()).await?;
+            in_flight.insert(
+                id,
+                InFlight {
+                    sent: Instant::now(),
+                    size: p.size,
+                    class: p.class,
+                },
+            );
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
