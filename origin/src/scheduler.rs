@@ -7,7 +7,7 @@
 //!
 //! Policies ([`Policy`]):
 //! - **FCFS**: the earliest arrival runs to completion; nothing passes it, not
-//!   even while its own stream is full.
+//!   even while it has no chunk ready or its stream is full.
 //! - **RR**: round robin over streams, one chunk per stream per turn.
 //! - **SCF**: shortest remaining bytes first (SRPT at chunk granularity); the
 //!   thesis's Shortest Connection First made preemptive.
@@ -291,13 +291,15 @@ impl Scheduler {
             .values()
             .filter(|j| j.ready && in_transport.get(&j.spec.stream).is_none_or(|t| *t < limit));
         let chosen = match self.config.policy {
-            // Strictly in order: when the oldest job's stream is full, FCFS waits
-            // rather than let a later job pass (that is what makes it the baseline
-            // a single transport FIFO would give).
+            // Strictly in order: while the oldest job has no chunk yet or its
+            // stream is full, FCFS waits rather than let a later job pass (that is
+            // what makes it the baseline a single transport FIFO would give).
             PolicyKind::Fcfs => {
-                let oldest = self.jobs.values().filter(|j| j.ready).min_by_key(|j| j.seq);
+                let oldest = self.jobs.values().min_by_key(|j| j.seq);
                 return oldest
-                    .filter(|j| in_transport.get(&j.spec.stream).is_none_or(|t| *t < limit))
+                    .filter(|j| {
+                        j.ready && in_transport.get(&j.spec.stream).is_none_or(|t| *t < limit)
+                    })
                     .map(|j| j.spec.id);
             }
             PolicyKind::Scf => ready.min_by_key(|j| scf_key(j)),

@@ -325,3 +325,21 @@ fn a_full_stream_holds_fcfs_but_other_policies_pass_it() {
         assert!(s.poll_next().is_some(), "{kind}: room again");
     }
 }
+
+#[test]
+fn fcfs_waits_for_an_oldest_job_that_has_no_chunk_yet() {
+    let mut s = Scheduler::new(policy(PolicyKind::Fcfs));
+    for id in [1, 2] {
+        s.handle_arrival(JobSpec {
+            id,
+            stream: id as u16,
+            class: RequestClass::Demand,
+            urgency: Urgency::DEFAULT,
+            remaining: Some(100),
+        });
+    }
+    s.handle_ready(2, true);
+    assert_eq!(s.poll_next(), None, "job 1 came first and is not ready");
+    s.handle_ready(1, true);
+    assert_eq!(s.poll_next(), Some(1));
+}
