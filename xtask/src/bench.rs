@@ -245,33 +245,16 @@ const SCHEDULER_RATE: &str = "20mbit";
 
 fn scheduler(options: &BenchOptions) -> Result<()> {
     let root = &workspace_root();
-    println!("==> building the scheduling benchmark program (release)");
-    run_command(Command::new("cargo").current_dir(root).args([
-        "build",
-        "--release",
-        "-p",
-        "origin",
-        "--example",
-        "sched_bench",
-    ]))?;
-    let binary = root.join("target/release/examples/sched_bench");
-    let mut report = String::new();
-    writeln!(report, "# Scheduling benchmark\n")?;
+    let binary = build_example("origin", "sched_bench")?;
     let only: String = options
         .only
         .iter()
         .map(|w| format!(" --only {w}"))
         .collect();
-    writeln!(report, "- command: `cargo xtask bench scheduler{only}`")?;
+    let mut report = report_header("Scheduling benchmark", &format!("scheduler{only}"))?;
     writeln!(
         report,
-        "- date: {}",
-        command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
-    )?;
-    writeln!(report, "- machine: {}", machine_description())?;
-    writeln!(
-        report,
-        "- path: origin and load generator in two namespaces, one veth with TBF {SCHEDULER_RATE} on both ends; userspace SCTP, 64 data streams, 16 KiB chunks"
+        "- path: origin and load generator in two namespaces joined by one veth, with TBF {SCHEDULER_RATE} on both ends unless a section says \"unlimited veth\"; userspace SCTP, 64 data streams, 16 KiB chunks"
     )?;
     writeln!(
         report,
@@ -437,16 +420,7 @@ fn start_nginx(ns: &Namespaces, root: &std::path::Path, listen: &str) -> Result<
 
 fn static_files() -> Result<()> {
     let root = &workspace_root();
-    println!("==> building the benchmark program (release)");
-    run_command(Command::new("cargo").current_dir(root).args([
-        "build",
-        "--release",
-        "-p",
-        "origin",
-        "--example",
-        "sched_bench",
-    ]))?;
-    let binary = root.join("target/release/examples/sched_bench");
+    let binary = build_example("origin", "sched_bench")?;
     let site = root.join("config/demo-site");
     let ns = Namespaces::create()?;
     let mut rows = Vec::new();
@@ -500,15 +474,7 @@ fn static_files() -> Result<()> {
         nginx_rate,
     ));
 
-    let mut report = String::new();
-    writeln!(report, "# Static-file benchmark\n")?;
-    writeln!(report, "- command: `cargo xtask bench static`")?;
-    writeln!(
-        report,
-        "- date: {}",
-        command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
-    )?;
-    writeln!(report, "- machine: {}", machine_description())?;
+    let mut report = report_header("Static-file benchmark", "static")?;
     writeln!(
         report,
         "- path: server and client in two namespaces joined by one veth, no rate limit"
@@ -531,32 +497,13 @@ fn static_files() -> Result<()> {
 
 fn transport(options: &BenchOptions) -> Result<()> {
     let root = &workspace_root();
-    println!("==> building the benchmark program (release)");
-    run_command(Command::new("cargo").current_dir(root).args([
-        "build",
-        "--release",
-        "-p",
-        "gateway-transport",
-        "--example",
-        "transport_bench",
-    ]))?;
-    let binary = root.join("target/release/examples/transport_bench");
-
-    let mut report = String::new();
-    let machine = machine_description();
-    let date = command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
-    writeln!(report, "# Transport benchmark\n")?;
-    writeln!(
-        report,
-        "- command: `cargo xtask bench transport{}`",
-        if options.rate_limited {
-            " --rate-limited"
-        } else {
-            ""
-        }
-    )?;
-    writeln!(report, "- date: {date}")?;
-    writeln!(report, "- machine: {machine}")?;
+    let binary = build_example("gateway-transport", "transport_bench")?;
+    let flags = if options.rate_limited {
+        " --rate-limited"
+    } else {
+        ""
+    };
+    let mut report = report_header("Transport benchmark", &format!("transport{flags}"))?;
     writeln!(
         report,
         "- path: two network namespaces joined by one veth pair; each side one process, single-threaded tokio runtime"
@@ -629,6 +576,36 @@ fn transport(options: &BenchOptions) -> Result<()> {
     std::fs::write(&path, &report)?;
     println!("\n{report}\nxtask: report written to bench/results/transport.md");
     Ok(())
+}
+
+/// Builds `example` of `package` in release mode; returns the executable's path.
+fn build_example(package: &str, example: &str) -> Result<PathBuf> {
+    println!("==> building {example} (release)");
+    let root = workspace_root();
+    run_command(Command::new("cargo").current_dir(&root).args([
+        "build",
+        "--release",
+        "-p",
+        package,
+        "--example",
+        example,
+    ]))?;
+    Ok(root.join("target/release/examples").join(example))
+}
+
+/// A report's title and the lines every report starts with: how to reproduce it,
+/// when, and on what.
+fn report_header(title: &str, subcommand: &str) -> Result<String> {
+    let mut report = String::new();
+    writeln!(report, "# {title}\n")?;
+    writeln!(report, "- command: `cargo xtask bench {subcommand}`")?;
+    writeln!(
+        report,
+        "- date: {}",
+        command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
+    )?;
+    writeln!(report, "- machine: {}", machine_description())?;
+    Ok(report)
 }
 
 fn command_output(program: &str, args: &[&str]) -> String {

@@ -100,6 +100,17 @@ fn simulate(config: SchedulerConfig, mut arrivals: Vec<Arrival>) -> Trace {
     trace
 }
 
+/// A demand job on stream `id`, of `remaining` bytes.
+fn demand_job(id: RequestId, remaining: Option<u64>) -> JobSpec {
+    JobSpec {
+        id,
+        stream: id as u16,
+        class: RequestClass::Demand,
+        urgency: Urgency::DEFAULT,
+        remaining,
+    }
+}
+
 fn policy(policy: PolicyKind) -> SchedulerConfig {
     SchedulerConfig {
         policy,
@@ -160,13 +171,7 @@ fn scf_mean_completion_beats_fcfs_on_the_same_jobs() {
 fn scf_treats_unknown_sizes_as_larger_than_any_known() {
     let mut s = Scheduler::new(policy(PolicyKind::Scf));
     for (id, remaining) in [(1, None), (2, Some(1 << 40))] {
-        s.handle_arrival(JobSpec {
-            id,
-            stream: id as u16,
-            class: RequestClass::Demand,
-            urgency: Urgency::DEFAULT,
-            remaining,
-        });
+        s.handle_arrival(demand_job(id, remaining));
         s.handle_ready(id, true);
     }
     assert_eq!(s.poll_next(), Some(2));
@@ -246,13 +251,7 @@ fn queue_aware_skips_streams_with_deep_queues() {
     };
     let mut s = Scheduler::new(config);
     for (id, size) in [(1, 10), (2, 20), (3, 30)] {
-        s.handle_arrival(JobSpec {
-            id,
-            stream: id as u16,
-            class: RequestClass::Demand,
-            urgency: Urgency::DEFAULT,
-            remaining: Some(size),
-        });
+        s.handle_arrival(demand_job(id, Some(size)));
         s.handle_ready(id, true);
     }
     assert_eq!(s.poll_next(), Some(1), "SCF order when queues are shallow");
@@ -278,13 +277,7 @@ fn nothing_is_handed_out_while_the_transport_is_full() {
             transport_target: 100,
             ..policy(kind)
         });
-        s.handle_arrival(JobSpec {
-            id: 1,
-            stream: 1,
-            class: RequestClass::Demand,
-            urgency: Urgency::DEFAULT,
-            remaining: Some(10),
-        });
+        s.handle_arrival(demand_job(1, Some(10)));
         assert_eq!(s.poll_next(), None, "{kind}: not ready yet");
         s.handle_ready(1, true);
         s.handle_transport_queued(100, &[]);
@@ -306,13 +299,7 @@ fn a_full_stream_holds_fcfs_but_other_policies_pass_it() {
         let mut s = Scheduler::new(policy(kind));
         s.set_stream_limit(100);
         for (id, size) in [(1, 1000), (2, 500)] {
-            s.handle_arrival(JobSpec {
-                id,
-                stream: id as u16,
-                class: RequestClass::Demand,
-                urgency: Urgency::DEFAULT,
-                remaining: Some(size),
-            });
+            s.handle_arrival(demand_job(id, Some(size)));
             s.handle_ready(id, true);
         }
         s.handle_sent(1, 10);
@@ -330,13 +317,7 @@ fn a_full_stream_holds_fcfs_but_other_policies_pass_it() {
 fn fcfs_waits_for_an_oldest_job_that_has_no_chunk_yet() {
     let mut s = Scheduler::new(policy(PolicyKind::Fcfs));
     for id in [1, 2] {
-        s.handle_arrival(JobSpec {
-            id,
-            stream: id as u16,
-            class: RequestClass::Demand,
-            urgency: Urgency::DEFAULT,
-            remaining: Some(100),
-        });
+        s.handle_arrival(demand_job(id, Some(100)));
     }
     s.handle_ready(2, true);
     assert_eq!(s.poll_next(), None, "job 1 came first and is not ready");
