@@ -1,10 +1,27 @@
-//! The gateway daemon's library half: the parts that tests and tools reach directly.
+//! The gateway daemon's library half. `src/main.rs` is a thin CLI over it; tests
+//! and tools reach the parts directly.
 //!
-//! Today that is [`ebpf`], the loader for the XDP programs built from
-//! `gateway-ebpf`. The binary (`src/main.rs`) is still a skeleton; interception,
-//! cache and prefetch arrive with their own issues.
+//! How a browser request travels (docs/gateway.md has the whole picture):
 //!
-//! What it never does: start anything on its own. Every attachment and every
-//! socket is made by an explicit call and undone by dropping what it returned.
+//! 1. [`intercept`] installs the nftables table and policy routes that make TPROXY
+//!    deliver browser TCP to port 80 to the gateway.
+//! 2. [`listener`] accepts it on `IP_TRANSPARENT` sockets; the accepted socket's
+//!    local address is the original destination.
+//! 3. [`front`] speaks HTTP/1.1 to the browser, enforces limits, checks Host
+//!    against the destination and asks [`route`] where the request goes.
+//! 4. Mapped requests travel over the origin's association ([`origin_link`]), on
+//!    the stream their browser flow is pinned to; the rest go over plain TCP to the
+//!    original destination ([`direct`]).
+//!
+//! What it never does: start anything on its own. Every socket, rule and
+//! attachment is made by an explicit call and undone by dropping what it returned
+//! (or by `gateway cleanup` after a crash).
 
+pub mod config;
+pub mod direct;
 pub mod ebpf;
+pub mod front;
+pub mod intercept;
+pub mod listener;
+pub mod origin_link;
+pub mod route;

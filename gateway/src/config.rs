@@ -1,0 +1,456 @@
+//! The gateway's configuration: serde structs with defaults, read from a TOML file,
+//! then one [`GatewayConfig::validate`] that names the offending key. Unknown keys
+//! are errors. Durations are milliseconds, as in the origin's file.
+//!
+//! `config/gateway.toml` documents every key with its default.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gateway_transport::{AssociationConfig, BackendChoice};
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this structure (unknown keys included).
+    #[error("{path}: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, which names the key and line.
+        source: toml::de::Error,
+    },
+    /// A value is out of range.
+    #[error("invalid `{key}`: {reason}")]
+    Invalid {
+        /// Dotted key, as in the file.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Everything the gateway needs to run.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// The transparent listener that TPROXY delivers to.
+    pub listen: ListenConfig,
+    /// The nftables table and policy routing the gateway installs.
+    pub intercept: InterceptConfig,
+    /// Traffic the gateway leaves alone.
+    pub bypass: BypassConfig,
+    /// The browser-facing HTTP/1.1 side: limits and time-outs.
+    pub http: HttpConfig,
+    /// Plain TCP toward original destinations (unmapped, bypassed, failed open).
+    pub direct: DirectConfig,
+    /// SCTP origins and the destinations they serve (`[[origin]]`).
+    #[serde(rename = "origin")]
+    pub origins: Vec<OriginEntry>,
+}
+
+/// `[listen]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ListenConfig {
+    /// The port TPROXY steers intercepted flows to. The listener binds it on every
+    /// address in `addresses` with `IP_TRANSPARENT`.
+    pub port: u16,
+    /// Addresses to bind; `0.0.0.0` and `::` (IPv6 only) by default.
+    pub addresses: Vec<IpAddr>,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        Self {
+            port: 3129,
+            addresses: vec![IpAddr::from([0, 0, 0, 0]), IpAddr::from([0u16; 8])],
+        }
+    }
+}
+
+/// `[intercept]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InterceptConfig {
+    /// Install the nftables table and policy routes at start and remove them at
+    /// exit. `false` for people who load `config/nftables.nft` themselves.
+    pub manage: bool,
+    /// LAN interfaces whose arriving TCP is intercepted. Empty means every
+    /// interface but loopback.
+    pub lan_interfaces: Vec<String>,
+    /// Destination TCP ports intercepted.
+    pub ports: Vec<u16>,
+    /// Name of the gateway's own nftables table (family `inet`).
+    pub table: String,
+    /// Mark TPROXY puts on intercepted packets; the policy rule routes it locally.
+    pub tproxy_mark: u32,
+    /// Routing table that holds the `local` default routes for `tproxy_mark`.
+    pub route_table: u32,
+    /// Priority of the policy routing rules (`ip rule ... priority`).
+    pub rule_priority: u32,
+    /// `SO_MARK` on the gateway's own upstream sockets; the rules let it pass.
+    pub upstream_mark: u32,
+}
+
+impl Default for InterceptConfig {
+    fn default() -> Self {
+        Self {
+            manage: true,
+            lan_interfaces: Vec::new(),
+            ports: vec![80],
+            table: "sctp_gateway".to_owned(),
+            tproxy_mark: 0x5c7_0001,
+            route_table: 3129,
+            rule_priority: 3129,
+            upstream_mark: 0x5c7_0002,
+        }
+    }
+}
+
+/// `[bypass]`: never intercepted (CIDRs, in the nft rules) or never sent to an
+/// origin or cache (Host names, decided per request).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BypassConfig {
+    /// Destination networks left untouched by the rules.
+    pub destinations: Vec<IpNet>,
+    /// Client networks left untouched by the rules.
+    pub clients: Vec<IpNet>,
+    /// Host names forwarded directly to the original destination. A leading `*.`
+    /// matches every subdomain.
+    pub hosts: Vec<String>,
+}
+
+/// `[http]`: the browser-facing side.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Largest request head (request line and headers), bytes; above it: 431.
+    pub max_header_bytes: usize,
+    /// Longest request target, bytes; above it: 414.
+    pub max_uri_bytes: usize,
+    /// Largest request body, bytes; above it: 413.
+    pub max_body_bytes: u64,
+    /// A client that has not sent a whole request head within this long is closed.
+    #[serde(with = "gateway_transport::duration_ms")]
+    pub header_timeout: Duration,
+    /// An idle keep-alive connection is closed after this long.
+    #[serde(with = "gateway_transport::duration_ms")]
+    pub idle_timeout: Duration,
+    /// Browser connections served at once; further ones wait in the backlog.
+    pub max_connections: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            max_header_bytes: 32 * 1024,
+            max_uri_bytes: 8 * 1024,
+            max_body_bytes: 16 * 1024 * 1024,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 4096,
+        }
+    }
+}
+
+/// `[direct]`: plain TCP to the original destination.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DirectConfig {
+    /// Give up connecting after this long (the browser gets 502).
+    #[serde(with = "gateway_transport::duration_ms")]
+    pub connect_timeout: Duration,
+    /// Give up when the response head has not arrived within this long (504).
+    #[serde(with = "gateway_transport::duration_ms")]
+    pub response_timeout: Duration,
+}
+
+impl Default for DirectConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(10),
+            response_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// One `[[origin]]`: an SCTP origin and what it serves.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OriginEntry {
+    /// Name used in logs.
+    pub name: String,
+    /// The origin's SCTP address (for userspace SCTP, its UDP address).
+    pub address: SocketAddr,
+    /// Destination networks whose requests go to this origin.
+    #[serde(default)]
+    pub destinations: Vec<IpNet>,
+    /// Host names whose requests go to this origin (only when the Host header
+    /// matches the original destination; see docs/gateway.md).
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Transport backend: auto, kernel, userspace or framed-tcp.
+    #[serde(default)]
+    pub backend: BackendChoice,
+    /// When the origin is unreachable, send its destinations straight to the
+    /// original destination over TCP instead of answering 502.
+    #[serde(default = "default_true")]
+    pub fail_open: bool,
+    /// First delay before reconnecting a dead association; doubles up to
+    /// `reconnect_max`.
+    #[serde(
+        default = "default_reconnect_min",
+        with = "gateway_transport::duration_ms"
+    )]
+    pub reconnect_min: Duration,
+    /// Longest delay between reconnection attempts.
+    #[serde(
+        default = "default_reconnect_max",
+        with = "gateway_transport::duration_ms"
+    )]
+    pub reconnect_max: Duration,
+    /// Association settings (streams, time-outs, buffers).
+    #[serde(default)]
+    pub transport: AssociationConfig,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_reconnect_min() -> Duration {
+    Duration::from_millis(250)
+}
+
+fn default_reconnect_max() -> Duration {
+    Duration::from_secs(10)
+}
+
+impl GatewayConfig {
+    /// Reads `path`; unknown keys and type mismatches are errors naming the key.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    /// Parses TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// Rejects values that cannot work, naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: &str| {
+            Err(ConfigError::Invalid {
+                key: key.to_owned(),
+                reason: reason.to_owned(),
+            })
+        };
+        if self.listen.port == 0 {
+            return invalid("listen.port", "must be a port number above 0");
+        }
+        if self.listen.addresses.is_empty() {
+            return invalid("listen.addresses", "at least one address is needed");
+        }
+        let i = &self.intercept;
+        if i.ports.is_empty() {
+            return invalid("intercept.ports", "at least one port is needed");
+        }
+        if i.ports.contains(&self.listen.port) {
+            return invalid("intercept.ports", "must not contain listen.port");
+        }
+        if i.table.is_empty()
+            || !i
+                .table
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return invalid("intercept.table", "letters, digits and `_` only");
+        }
+        if i.tproxy_mark == 0 || i.upstream_mark == 0 || i.tproxy_mark == i.upstream_mark {
+            return invalid(
+                "intercept.upstream_mark",
+                "tproxy_mark and upstream_mark must be distinct and non-zero",
+            );
+        }
+        // 0 is unspec, 253..=255 are default, main and local.
+        if i.route_table == 0 || (253..=255).contains(&i.route_table) {
+            return invalid("intercept.route_table", "0, 253, 254 and 255 are reserved");
+        }
+        if i.rule_priority == 0 {
+            return invalid("intercept.rule_priority", "0 is the local table's rule");
+        }
+        if let Some(bad) = i.lan_interfaces.iter().find(|n| !valid_ifname(n)) {
+            return invalid(
+                "intercept.lan_interfaces",
+                &format!("`{bad}` is no interface name"),
+            );
+        }
+        if let Some(bad) = self.bypass.hosts.iter().find(|h| !valid_host_pattern(h)) {
+            return invalid(
+                "bypass.hosts",
+                &format!("`{bad}` is no host name or `*.` pattern"),
+            );
+        }
+        let h = &self.http;
+        if h.max_header_bytes < 1024 {
+            return invalid("http.max_header_bytes", "at least 1024");
+        }
+        if h.max_uri_bytes < 64 {
+            return invalid("http.max_uri_bytes", "at least 64");
+        }
+        if h.max_connections == 0 {
+            return invalid("http.max_connections", "at least 1");
+        }
+        for (n, origin) in self.origins.iter().enumerate() {
+            let key = |k: &str| format!("origin[{n}].{k}");
+            if origin.name.is_empty() {
+                return invalid(&key("name"), "must not be empty");
+            }
+            if self.origins[..n].iter().any(|o| o.name == origin.name) {
+                return invalid(&key("name"), "names must be unique");
+            }
+            if origin.destinations.is_empty() && origin.hosts.is_empty() {
+                return invalid(
+                    &key("destinations"),
+                    "an origin needs destinations or hosts",
+                );
+            }
+            if let Some(bad) = origin.hosts.iter().find(|h| !valid_host_pattern(h)) {
+                return invalid(
+                    &key("hosts"),
+                    &format!("`{bad}` is no host name or `*.` pattern"),
+                );
+            }
+            if origin.reconnect_min.is_zero() || origin.reconnect_max < origin.reconnect_min {
+                return invalid(
+                    &key("reconnect_max"),
+                    "need 0 < reconnect_min <= reconnect_max",
+                );
+            }
+            if let Err(gateway_transport::TransportError::Config { key: k, reason }) =
+                origin.transport.validate()
+            {
+                return invalid(&key(&format!("transport.{k}")), &reason);
+            }
+            if origin.transport.streams < 2 {
+                return invalid(
+                    &key("transport.streams"),
+                    "at least 2: stream 0 carries control, data needs one more",
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Linux interface names: 1 to 15 bytes, no `/`, no whitespace.
+fn valid_ifname(name: &str) -> bool {
+    (1..16).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_graphic() && b != b'/')
+}
+
+/// A host name, optionally with a leading `*.`; ASCII letters, digits, `-` and `.`.
+pub(crate) fn valid_host_pattern(pattern: &str) -> bool {
+    let name = pattern.strip_prefix("*.").unwrap_or(pattern);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
+/// Whether `host` (lower-case, no port) matches `pattern` (`name` or `*.name`).
+pub(crate) fn host_matches(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => {
+            // Bytes, not str slices: `host` comes from the network and need not
+            // be ASCII.
+            let (h, s) = (host.as_bytes(), suffix.as_bytes());
+            h.len() > s.len() + 1
+                && h[h.len() - s.len() - 1] == b'.'
+                && h[h.len() - s.len()..].eq_ignore_ascii_case(s)
+        }
+        None => host.eq_ignore_ascii_case(pattern),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate() {
+        GatewayConfig::default()
+            .validate()
+            .expect("defaults are valid");
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = GatewayConfig::from_toml("[http]\nmax_headers = 3\n").unwrap_err();
+        assert!(err.to_string().contains("max_headers"), "{err}");
+    }
+
+    #[test]
+    fn origin_table_parses() {
+        let c = GatewayConfig::from_toml(
+            r#"
+            [[origin]]
+            name = "demo"
+            address = "192.0.2.2:9899"
+            destinations = ["203.0.113.0/24", "2001:db8:203::/48"]
+            hosts = ["*.demo.example"]
+            [origin.transport]
+            streams = 8
+            "#,
+        )
+        .expect("parses");
+        c.validate().expect("valid");
+        assert_eq!(c.origins.len(), 1);
+        assert!(c.origins[0].fail_open);
+        assert_eq!(c.origins[0].transport.streams, 8);
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        let mut c = GatewayConfig::default();
+        c.intercept.ports = vec![3129];
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("intercept.ports"), "{err}");
+
+        let mut c = GatewayConfig::default();
+        c.bypass.hosts = vec!["bad host".into()];
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("bypass.hosts"), "{err}");
+    }
+
+    #[test]
+    fn host_patterns() {
+        assert!(host_matches("demo.example", "DEMO.example"));
+        assert!(host_matches("*.demo.example", "a.demo.example"));
+        assert!(!host_matches("*.demo.example", "demo.example"));
+        assert!(!host_matches("*.demo.example", "xdemo.example"));
+        assert!(!host_matches("demo.example", "a.demo.example"));
+    }
+}
