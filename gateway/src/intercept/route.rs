@@ -18,7 +18,9 @@ use std::future::Future;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use futures_util::TryStreamExt as _;
-use rtnetlink::packet_route::route::{RouteAttribute, RouteMessage, RouteScope, RouteType};
+use rtnetlink::packet_route::route::{
+    RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
 use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
 use rtnetlink::{Handle, IpVersion, RouteMessageBuilder};
 
@@ -121,12 +123,19 @@ impl PolicyRouting {
                     }
                 }
             }
+            // Under strict checking the kernel filters a dump by the header's
+            // table, protocol and type; the builder's defaults (static, unicast)
+            // would hide our local routes.
             let queries = [
                 RouteMessageBuilder::<Ipv4Addr>::new()
                     .table_id(self.table)
+                    .protocol(RouteProtocol::Unspec)
+                    .kind(RouteType::Unspec)
                     .build(),
                 RouteMessageBuilder::<Ipv6Addr>::new()
                     .table_id(self.table)
+                    .protocol(RouteProtocol::Unspec)
+                    .kind(RouteType::Unspec)
                     .build(),
             ];
             for query in queries {
