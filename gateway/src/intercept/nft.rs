@@ -140,3 +140,29 @@ impl Feature {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permission_failures_name_the_capability() {
+        let error = classify(
+            "installing the table",
+            "Error: Could not process rule: Operation not permitted".to_owned(),
+        );
+        assert!(
+            matches!(error, InterceptError::PermissionDenied { what: "nftables" }),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn other_failures_keep_nft_s_message() {
+        let error = classify("installing the table", "Error: syntax error".to_owned());
+        assert_eq!(
+            error.to_string(),
+            "nft failed installing the table: Error: syntax error"
+        );
+    }
+}
