@@ -88,8 +88,8 @@ impl Interception {
     /// and IPv6.
     ///
     /// Routing goes first, so that the first packet the table marks already has
-    /// its route; if the table fails, the routing is taken back. The daemon calls
-    /// this only when `intercept.manage` is set.
+    /// its route; if anything fails, what was added is taken back. The daemon
+    /// calls this only when `intercept.manage` is set.
     pub fn install(config: &GatewayConfig) -> Result<Interception, InterceptError> {
         let ruleset = Ruleset::new(config);
         let routing = PolicyRouting::new(&config.intercept);
@@ -101,14 +101,15 @@ impl Interception {
                 "removed policy routing left by an earlier run"
             );
         }
-        routing.install()?;
+        // From here on, an error drops `interception`, which takes back whatever
+        // part got installed (a half-added routing included).
         let interception = Interception {
             table: config.intercept.table.clone(),
             routing,
             installed: true,
         };
-        // The batch itself replaces a leftover table, atomically. On error,
-        // dropping `interception` takes the routing back.
+        routing.install()?;
+        // The batch itself replaces a leftover table, atomically.
         nft::apply(&ruleset.to_batch(), "installing the table")?;
         tracing::info!(
             table = %interception.table,
