@@ -1,39 +1,304 @@
-//! STUB until the real module lands from its branch: the agreed API only.
-#![allow(dead_code, unused_variables, missing_docs, reason = "stub")]
+//! Interception: the nftables table and the policy routing that make TPROXY hand
+//! browser TCP to port 80 to the gateway's transparent listener, for IPv4 and
+//! IPv6. docs/interception.md explains every rule.
+//!
+//! - [`Interception::install`] replaces leftovers of an earlier run, then installs
+//!   the policy routing (`route`) and the table (`ruleset`, applied by `nft`).
+//!   The returned guard removes both on [`Interception::remove`] or on drop.
+//! - [`cleanup`] removes leftovers after a crash (`gateway cleanup`).
+//! - [`ruleset_text`] renders the same table in nft syntax: `config/nftables.nft`,
+//!   for people who manage their firewall themselves (`intercept.manage = false`).
+//!
+//! What it never does: touch tables, rules or routes that are not its own. It
+//! finds its own by the configured table name, mark, routing table and priority.
+//! Everything acts on the calling thread's network namespace.
+
+mod nft;
+mod route;
+mod ruleset;
+
+use std::fmt;
 
 use crate::config::GatewayConfig;
+use route::{PolicyRouting, RoutingRemoved};
+use ruleset::Ruleset;
 
-#[derive(Debug)]
-pub struct Interception;
-
+/// Why interception could not be installed or removed.
 #[derive(Debug, thiserror::Error)]
 pub enum InterceptError {
-    #[error("stub")]
-    Stub,
+    /// The `nft` program is not on `PATH`.
+    #[error("nft not found: install the nftables package")]
+    NftNotFound,
+    /// A program could not be started or waited for.
+    #[error("cannot run {program}: {source}")]
+    Spawn {
+        /// The program.
+        program: &'static str,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The process lacks `CAP_NET_ADMIN` in its network namespace.
+    #[error("permission denied changing {what}: run as root or with CAP_NET_ADMIN")]
+    PermissionDenied {
+        /// `nftables` or `policy routing`.
+        what: &'static str,
+    },
+    /// The kernel lacks an nftables expression the rules need.
+    #[error(
+        "the kernel does not support nftables {feature}: load the module or use a kernel built with it"
+    )]
+    KernelUnsupported {
+        /// The expression and its kernel option.
+        feature: &'static str,
+    },
+    /// nft refused a command.
+    #[error("nft failed {action}: {message}")]
+    Nft {
+        /// What was being done.
+        action: &'static str,
+        /// nft's own message.
+        message: String,
+    },
+    /// nft's JSON could not be written or read.
+    #[error("nft JSON: {0}")]
+    NftJson(#[source] serde_json::Error),
+    /// A netlink request for the policy routing failed.
+    #[error("netlink failed {action}: {source}")]
+    Netlink {
+        /// What was being done.
+        action: &'static str,
+        /// The kernel's or the library's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
+/// The installed table and policy routing. Removed by [`Interception::remove`],
+/// or, best effort and logged, when dropped.
 #[derive(Debug)]
-pub struct CleanupReport;
-
-impl std::fmt::Display for CleanupReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("nothing")
-    }
+pub struct Interception {
+    table: String,
+    routing: PolicyRouting,
+    /// Cleared once removed, so that drop after `remove` does nothing.
+    installed: bool,
 }
 
 impl Interception {
+    /// Removes leftovers of an earlier run (same table name, same rules and
+    /// routes), then installs the policy routing and the nftables table for IPv4
+    /// and IPv6.
+    ///
+    /// Routing goes first, so that the first packet the table marks already has
+    /// its route; if anything fails, what was added is taken back. The daemon
+    /// calls this only when `intercept.manage` is set.
     pub fn install(config: &GatewayConfig) -> Result<Interception, InterceptError> {
-        Err(InterceptError::Stub)
+        let ruleset = Ruleset::new(config);
+        let routing = PolicyRouting::new(&config.intercept);
+        let stale = routing.remove()?;
+        if stale != RoutingRemoved::default() {
+            tracing::info!(
+                rules = stale.rules,
+                routes = stale.routes,
+                "removed policy routing left by an earlier run"
+            );
+        }
+        // From here on, an error drops `interception`, which takes back whatever
+        // part got installed (a half-added routing included).
+        let interception = Interception {
+            table: config.intercept.table.clone(),
+            routing,
+            installed: true,
+        };
+        routing.install()?;
+        // The batch itself replaces a leftover table, atomically.
+        nft::apply(&ruleset.to_batch(), "installing the table")?;
+        tracing::info!(
+            table = %interception.table,
+            port = config.listen.port,
+            "interception installed"
+        );
+        Ok(interception)
     }
-    pub fn remove(self) -> Result<(), InterceptError> {
+
+    /// Removes everything [`install`](Self::install) added. Both halves are tried
+    /// even when the first fails; the first error is returned.
+    pub fn remove(mut self) -> Result<(), InterceptError> {
+        self.installed = false;
+        let table = nft::delete_table(&self.table);
+        let routing = self.routing.remove();
+        table?;
+        routing?;
+        tracing::info!(table = %self.table, "interception removed");
         Ok(())
     }
 }
 
-pub fn cleanup(config: &GatewayConfig) -> Result<CleanupReport, InterceptError> {
-    Ok(CleanupReport)
+impl Drop for Interception {
+    fn drop(&mut self) {
+        if !self.installed {
+            return;
+        }
+        if let Err(e) = nft::delete_table(&self.table) {
+            tracing::warn!("removing nftables table inet {}: {e}", self.table);
+        }
+        if let Err(e) = self.routing.remove() {
+            tracing::warn!("removing the policy routing: {e}");
+        }
+    }
 }
 
+/// What [`cleanup`] removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CleanupReport {
+    /// The nftables table that was removed, if one existed.
+    pub table: Option<String>,
+    /// Policy rules removed (IPv4 and IPv6).
+    pub rules: usize,
+    /// Routes removed from the gateway's routing table (IPv4 and IPv6).
+    pub routes: usize,
+}
+
+impl CleanupReport {
+    /// Whether there was nothing to remove.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_none() && self.rules == 0 && self.routes == 0
+    }
+}
+
+impl fmt::Display for CleanupReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return f.write_str("nothing to clean up");
+        }
+        let mut parts = Vec::new();
+        if let Some(table) = &self.table {
+            parts.push(format!("nftables table inet {table}"));
+        }
+        if self.rules > 0 {
+            parts.push(format!("{} policy rule(s)", self.rules));
+        }
+        if self.routes > 0 {
+            parts.push(format!("{} route(s)", self.routes));
+        }
+        write!(f, "removed {}", parts.join(", "))
+    }
+}
+
+/// `gateway cleanup`: removes what a crashed run left behind (the table, the
+/// policy rules and routes that match the configuration). Idempotent.
+pub fn cleanup(config: &GatewayConfig) -> Result<CleanupReport, InterceptError> {
+    let table = &config.intercept.table;
+    let table_removed = nft::delete_table(table)?;
+    let routing = PolicyRouting::new(&config.intercept).remove()?;
+    Ok(CleanupReport {
+        table: table_removed.then(|| table.clone()),
+        rules: routing.rules,
+        routes: routing.routes,
+    })
+}
+
+/// The table as an nft script: what `config/nftables.nft` holds for the default
+/// configuration. Loading it with `nft -f` replaces any table of the same name.
 pub fn ruleset_text(config: &GatewayConfig) -> String {
-    String::new()
+    let i = &config.intercept;
+    let mut out = String::new();
+    out.push_str(HEADER);
+    out.push_str(&format!(
+        "#\n\
+         # This copy was generated for: listen.port = {port}, intercept.table = \"{table}\",\n\
+         # tproxy_mark = {tmark:#x}, upstream_mark = {umark:#x}. It needs this policy routing:\n\
+         #\n\
+         #   ip rule add fwmark {tmark:#x} lookup {rt} priority {prio}\n\
+         #   ip route add local 0.0.0.0/0 dev lo table {rt}\n\
+         #   ip -6 rule add fwmark {tmark:#x} lookup {rt} priority {prio}\n\
+         #   ip -6 route add local ::/0 dev lo table {rt}\n\n",
+        port = config.listen.port,
+        table = i.table,
+        tmark = i.tproxy_mark,
+        umark = i.upstream_mark,
+        rt = i.route_table,
+        prio = i.rule_priority,
+    ));
+    out.push_str(&Ruleset::new(config).to_text());
+    out.push_str(&format!(
+        "\n\
+         # Examples.\n\
+         #\n\
+         # Leave a network alone, at run time (one set per family, for clients and\n\
+         # for destinations):\n\
+         #   nft add element inet {t} bypass_destinations_v4 {{ 192.0.2.0/24 }}\n\
+         #   nft add element inet {t} bypass_clients_v6 {{ 2001:db8:1::/48 }}\n\
+         #\n\
+         # Intercept only what arrives on the LAN interfaces, instead of on every\n\
+         # interface but lo (intercept.lan_interfaces = [\"br-lan\", \"wlan0\"]):\n\
+         #   iifname {{ \"br-lan\", \"wlan0\" }} tcp dport 80 jump intercept\n\
+         #\n\
+         # See whether interception happens (the counters on the accept rules):\n\
+         #   nft list chain inet {t} intercept\n",
+        t = i.table,
+    ));
+    out
+}
+
+const HEADER: &str = "\
+#!/usr/sbin/nft -f
+#
+# The sctp gateway's interception table: browser TCP to port 80 goes to the
+# gateway's transparent listener (TPROXY), for IPv4 and IPv6. HTTPS and all other
+# traffic pass untouched. docs/interception.md explains every rule.
+#
+# The gateway installs this itself (intercept.manage = true). Load this file
+# only when you manage the firewall yourself (intercept.manage = false); then add
+# the policy routing below too. Generated by the gateway from its configuration;
+# a unit test keeps this copy equal to the default configuration's.
+";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `config/nftables.nft` is generated; it must never drift from the code.
+    #[test]
+    fn shipped_file_is_the_default_ruleset() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/nftables.nft");
+        let shipped = std::fs::read_to_string(path).expect("config/nftables.nft is readable");
+        let generated = ruleset_text(&GatewayConfig::default());
+        if shipped != generated {
+            // Regenerate with GATEWAY_WRITE_NFTABLES=1 after a deliberate change.
+            if std::env::var_os("GATEWAY_WRITE_NFTABLES").is_some() {
+                std::fs::write(path, &generated).expect("config/nftables.nft is writable");
+                return;
+            }
+            panic!(
+                "config/nftables.nft differs from ruleset_text(&GatewayConfig::default()); \
+                 rerun with GATEWAY_WRITE_NFTABLES=1 to regenerate it"
+            );
+        }
+    }
+
+    #[test]
+    fn cleanup_report_says_what_it_removed() {
+        assert_eq!(CleanupReport::default().to_string(), "nothing to clean up");
+        let report = CleanupReport {
+            table: Some("sctp_gateway".into()),
+            rules: 2,
+            routes: 2,
+        };
+        assert_eq!(
+            report.to_string(),
+            "removed nftables table inet sctp_gateway, 2 policy rule(s), 2 route(s)"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_fix() {
+        assert_eq!(
+            InterceptError::NftNotFound.to_string(),
+            "nft not found: install the nftables package"
+        );
+        assert!(
+            InterceptError::PermissionDenied { what: "nftables" }
+                .to_string()
+                .contains("CAP_NET_ADMIN")
+        );
+    }
 }

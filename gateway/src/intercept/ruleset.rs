@@ -1,0 +1,600 @@
+//! The gateway's nftables table as data, rendered two ways from one description:
+//! as an nftables JSON batch (what `install` applies) and as nft syntax (what
+//! `config/nftables.nft` ships). Both renderers walk the same [`Ruleset`], so a rule
+//! cannot exist in one and not in the other; an integration test loads both into
+//! the kernel and compares what the kernel holds.
+//!
+//! Nothing here runs a command.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use ipnet::IpNet;
+use nftables::batch::Batch;
+use nftables::expr::{
+    Expression, Fib, FibFlag, FibResult, Meta, MetaKey, NamedExpression, Payload, PayloadField,
+    SetItem, Socket, SocketAttr,
+};
+use nftables::schema::{self, NfListObject, Nftables, SetFlag, SetType, SetTypeValue};
+use nftables::stmt::{AnonymousCounter, Counter, JumpTarget, Mangle, Match, Operator, Statement};
+use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook};
+
+use crate::config::GatewayConfig;
+
+/// The base chain, hooked at prerouting.
+pub(crate) const PREROUTING_CHAIN: &str = "prerouting";
+/// The regular chain that decides, for TCP to an intercepted port, what happens.
+pub(crate) const INTERCEPT_CHAIN: &str = "intercept";
+/// Priority of the prerouting chain: `mangle` (-150), before conntrack's NAT
+/// (-100) rewrites destinations, as TPROXY requires.
+const PRIORITY_MANGLE: i32 = -150;
+
+/// The named sets of networks left alone. Named, and one per address family,
+/// so that `nft add element` can extend them at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BypassSet {
+    /// IPv4 clients (source addresses).
+    ClientsV4,
+    /// IPv6 clients (source addresses).
+    ClientsV6,
+    /// IPv4 destinations.
+    DestinationsV4,
+    /// IPv6 destinations.
+    DestinationsV6,
+}
+
+impl BypassSet {
+    /// Every set, in the order the table declares them.
+    pub(crate) const ALL: [BypassSet; 4] = [
+        BypassSet::ClientsV4,
+        BypassSet::ClientsV6,
+        BypassSet::DestinationsV4,
+        BypassSet::DestinationsV6,
+    ];
+
+    /// The set's name inside the table.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            BypassSet::ClientsV4 => "bypass_clients_v4",
+            BypassSet::ClientsV6 => "bypass_clients_v6",
+            BypassSet::DestinationsV4 => "bypass_destinations_v4",
+            BypassSet::DestinationsV6 => "bypass_destinations_v6",
+        }
+    }
+
+    fn is_v6(self) -> bool {
+        matches!(self, BypassSet::ClientsV6 | BypassSet::DestinationsV6)
+    }
+
+    fn is_clients(self) -> bool {
+        matches!(self, BypassSet::ClientsV4 | BypassSet::ClientsV6)
+    }
+
+    /// `ip`/`ip6` and `saddr`/`daddr`: the header field the set is matched against.
+    fn payload(self) -> (&'static str, &'static str) {
+        let protocol = if self.is_v6() { "ip6" } else { "ip" };
+        let field = if self.is_clients() { "saddr" } else { "daddr" };
+        (protocol, field)
+    }
+
+    fn nft_type(self) -> (SetType, &'static str) {
+        if self.is_v6() {
+            (SetType::Ipv6Addr, "ipv6_addr")
+        } else {
+            (SetType::Ipv4Addr, "ipv4_addr")
+        }
+    }
+
+    /// The configured networks of this set's family, merged. Interval sets reject
+    /// overlapping elements, and a configuration may well list 10.0.0.0/8 beside
+    /// 10.1.0.0/16; merging first makes that a non-event.
+    fn elements(self, config: &GatewayConfig) -> Vec<IpNet> {
+        let source = if self.is_clients() {
+            &config.bypass.clients
+        } else {
+            &config.bypass.destinations
+        };
+        let mine: Vec<IpNet> = source
+            .iter()
+            .filter(|n| matches!(n, IpNet::V6(_)) == self.is_v6())
+            .map(IpNet::trunc)
+            .collect();
+        IpNet::aggregate(&mine)
+    }
+
+    fn comment(self) -> &'static str {
+        if self.is_clients() {
+            "clients never intercepted"
+        } else {
+            "destinations never intercepted"
+        }
+    }
+}
+
+/// One rule, in a form both renderers understand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Rule {
+    /// prerouting: TCP from the LAN to an intercepted port enters the intercept
+    /// chain; everything else leaves the table at once, after one rule.
+    Divert {
+        /// LAN interfaces; empty means every interface but loopback.
+        lan_interfaces: Vec<String>,
+        ports: Vec<u16>,
+    },
+    /// The gateway's own upstream sockets carry `SO_MARK = upstream_mark`.
+    OwnTraffic { upstream_mark: u32 },
+    /// Later packets of a flow already handed to a transparent socket: mark them
+    /// so that the policy route delivers them locally too.
+    Established { tproxy_mark: u32 },
+    /// Connections to one of this host's own addresses.
+    LocalDestination,
+    /// A bypass set.
+    Bypass(BypassSet),
+    /// New flows: hand them to the listener.
+    Tproxy {
+        v6: bool,
+        port: u16,
+        tproxy_mark: u32,
+    },
+}
+
+impl Rule {
+    fn chain(&self) -> &'static str {
+        match self {
+            Rule::Divert { .. } => PREROUTING_CHAIN,
+            _ => INTERCEPT_CHAIN,
+        }
+    }
+
+    /// Stored in the kernel with the rule, so `nft list ruleset` explains itself.
+    fn comment(&self) -> &'static str {
+        match self {
+            Rule::Divert { .. } => "TCP from the LAN to an intercepted port",
+            Rule::OwnTraffic { .. } => "the gateway's own upstream connections",
+            Rule::Established { .. } => "later packets of intercepted flows",
+            Rule::LocalDestination => "connections to this host itself",
+            Rule::Bypass(set) => set.comment(),
+            Rule::Tproxy { v6: false, .. } => "new IPv4 flows to the gateway",
+            Rule::Tproxy { v6: true, .. } => "new IPv6 flows to the gateway",
+        }
+    }
+
+    fn statements(&self) -> Vec<Statement<'static>> {
+        match self {
+            Rule::Divert {
+                lan_interfaces,
+                ports,
+            } => {
+                let interfaces = if lan_interfaces.is_empty() {
+                    matches(meta(MetaKey::Iifname), Operator::NEQ, string("lo"))
+                } else {
+                    matches(
+                        meta(MetaKey::Iifname),
+                        Operator::EQ,
+                        one_or_set(lan_interfaces.iter().map(|i| string(i))),
+                    )
+                };
+                vec![
+                    interfaces,
+                    matches(
+                        payload("tcp", "dport"),
+                        Operator::EQ,
+                        one_or_set(ports.iter().map(|&p| Expression::Number(p.into()))),
+                    ),
+                    Statement::Jump(JumpTarget {
+                        target: INTERCEPT_CHAIN.into(),
+                    }),
+                ]
+            }
+            Rule::OwnTraffic { upstream_mark } => vec![
+                matches(
+                    meta(MetaKey::Mark),
+                    Operator::EQ,
+                    Expression::Number(*upstream_mark),
+                ),
+                Statement::Return(None),
+            ],
+            Rule::Established { tproxy_mark } => vec![
+                matches(
+                    Expression::Named(NamedExpression::Socket(Socket {
+                        key: Cow::Owned(SocketAttr::Transparent),
+                    })),
+                    Operator::EQ,
+                    Expression::Number(1),
+                ),
+                set_mark(*tproxy_mark),
+                counter(),
+                Statement::Accept(None),
+            ],
+            Rule::LocalDestination => vec![
+                matches(
+                    Expression::Named(NamedExpression::Fib(Fib {
+                        result: FibResult::Type,
+                        flags: [FibFlag::Daddr].into_iter().collect(),
+                    })),
+                    Operator::EQ,
+                    string("local"),
+                ),
+                Statement::Return(None),
+            ],
+            Rule::Bypass(set) => {
+                let (protocol, field) = set.payload();
+                vec![
+                    matches(
+                        payload(protocol, field),
+                        Operator::EQ,
+                        string(&format!("@{}", set.name())),
+                    ),
+                    Statement::Return(None),
+                ]
+            }
+            Rule::Tproxy {
+                v6,
+                port,
+                tproxy_mark,
+            } => vec![
+                // TPROXY needs the transport protocol matched in its own rule.
+                matches(meta(MetaKey::L4proto), Operator::EQ, string("tcp")),
+                Statement::TProxy(nftables::stmt::TProxy {
+                    family: Some(if *v6 { "ip6" } else { "ip" }.into()),
+                    port: *port,
+                    addr: None,
+                }),
+                set_mark(*tproxy_mark),
+                counter(),
+                Statement::Accept(None),
+            ],
+        }
+    }
+
+    /// The rule in nft syntax, without indentation or comment.
+    fn text(&self) -> String {
+        match self {
+            Rule::Divert {
+                lan_interfaces,
+                ports,
+            } => {
+                let interfaces = if lan_interfaces.is_empty() {
+                    "iifname != \"lo\"".to_owned()
+                } else {
+                    let names = lan_interfaces.iter().map(|i| format!("\"{i}\""));
+                    format!("iifname {}", one_or_set_text(names))
+                };
+                let ports = one_or_set_text(ports.iter().map(u16::to_string));
+                format!("{interfaces} tcp dport {ports} jump {INTERCEPT_CHAIN}")
+            }
+            Rule::OwnTraffic { upstream_mark } => {
+                format!("meta mark {} return", mark_text(*upstream_mark))
+            }
+            Rule::Established { tproxy_mark } => format!(
+                "socket transparent 1 meta mark set {} counter accept",
+                mark_text(*tproxy_mark)
+            ),
+            Rule::LocalDestination => "fib daddr type local return".to_owned(),
+            Rule::Bypass(set) => {
+                let (protocol, field) = set.payload();
+                format!("{protocol} {field} @{} return", set.name())
+            }
+            Rule::Tproxy {
+                v6,
+                port,
+                tproxy_mark,
+            } => format!(
+                "meta l4proto tcp tproxy {} to :{port} meta mark set {} counter accept",
+                if *v6 { "ip6" } else { "ip" },
+                mark_text(*tproxy_mark)
+            ),
+        }
+    }
+}
+
+/// The whole table for one configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct Ruleset {
+    table: String,
+    sets: Vec<(BypassSet, Vec<IpNet>)>,
+    rules: Vec<Rule>,
+}
+
+impl Ruleset {
+    pub(crate) fn new(config: &GatewayConfig) -> Self {
+        let i = &config.intercept;
+        let mut rules = vec![
+            Rule::Divert {
+                lan_interfaces: i.lan_interfaces.clone(),
+                ports: i.ports.clone(),
+            },
+            // Cheapest test first; it is also the loop guard.
+            Rule::OwnTraffic {
+                upstream_mark: i.upstream_mark,
+            },
+            // Before the bypass sets: a set changed at run time then applies to new
+            // flows only, instead of cutting flows the gateway already holds (their
+            // packets would be forwarded to a server that never saw the handshake).
+            Rule::Established {
+                tproxy_mark: i.tproxy_mark,
+            },
+            Rule::LocalDestination,
+        ];
+        rules.extend(BypassSet::ALL.map(Rule::Bypass));
+        for v6 in [false, true] {
+            rules.push(Rule::Tproxy {
+                v6,
+                port: config.listen.port,
+                tproxy_mark: i.tproxy_mark,
+            });
+        }
+        Ruleset {
+            table: i.table.clone(),
+            sets: BypassSet::ALL
+                .iter()
+                .map(|&set| (set, set.elements(config)))
+                .collect(),
+            rules,
+        }
+    }
+
+    /// The table object, for deletion and look-ups.
+    pub(crate) fn table(&self) -> schema::Table<'static> {
+        table_object(&self.table)
+    }
+
+    /// One atomic batch that replaces any table of the same name (a leftover of a
+    /// crashed run) with this one. `add table` before `delete table` makes the
+    /// delete succeed whether or not a leftover exists; nft applies the whole
+    /// batch as one transaction, so no packet sees a half-built table.
+    pub(crate) fn to_batch(&self) -> Nftables<'static> {
+        let mut batch = Batch::new();
+        batch.add(NfListObject::Table(self.table()));
+        batch.delete(NfListObject::Table(self.table()));
+        batch.add(NfListObject::Table(self.table()));
+        for (set, elements) in &self.sets {
+            let (set_type, _) = set.nft_type();
+            batch.add(NfListObject::Set(Box::new(schema::Set {
+                family: NfFamily::INet,
+                table: self.table.clone().into(),
+                name: set.name().into(),
+                set_type: SetTypeValue::Single(set_type),
+                flags: Some([SetFlag::Interval].into_iter().collect()),
+                elem: (!elements.is_empty()).then(|| {
+                    elements
+                        .iter()
+                        .map(|net| {
+                            Expression::Named(NamedExpression::Prefix(nftables::expr::Prefix {
+                                addr: Box::new(string(&net.network().to_string())),
+                                len: net.prefix_len().into(),
+                            }))
+                        })
+                        .collect::<Vec<_>>()
+                        .into()
+                }),
+                ..schema::Set::default()
+            })));
+        }
+        batch.add(NfListObject::Chain(schema::Chain {
+            family: NfFamily::INet,
+            table: self.table.clone().into(),
+            name: PREROUTING_CHAIN.into(),
+            _type: Some(NfChainType::Filter),
+            hook: Some(NfHook::Prerouting),
+            prio: Some(PRIORITY_MANGLE),
+            policy: Some(NfChainPolicy::Accept),
+            ..schema::Chain::default()
+        }));
+        batch.add(NfListObject::Chain(schema::Chain {
+            family: NfFamily::INet,
+            table: self.table.clone().into(),
+            name: INTERCEPT_CHAIN.into(),
+            ..schema::Chain::default()
+        }));
+        for rule in &self.rules {
+            batch.add(NfListObject::Rule(schema::Rule {
+                family: NfFamily::INet,
+                table: self.table.clone().into(),
+                chain: rule.chain().into(),
+                expr: rule.statements().into(),
+                comment: Some(rule.comment().into()),
+                ..schema::Rule::default()
+            }));
+        }
+        batch.to_nftables()
+    }
+
+    /// The table in nft syntax, as `nft -f` loads it: again a replace of any table
+    /// of the same name, in one transaction.
+    pub(crate) fn to_text(&self) -> String {
+        let t = &self.table;
+        let mut out = String::new();
+        // Writing to a String cannot fail; the results are ignored for that reason.
+        let _ = writeln!(out, "table inet {t}\ndelete table inet {t}\n");
+        let _ = writeln!(out, "table inet {t} {{");
+        for (set, elements) in &self.sets {
+            let (_, type_name) = set.nft_type();
+            let _ = writeln!(out, "\tset {} {{", set.name());
+            let _ = writeln!(out, "\t\ttype {type_name}");
+            let _ = writeln!(out, "\t\tflags interval");
+            if !elements.is_empty() {
+                let list: Vec<String> = elements.iter().map(IpNet::to_string).collect();
+                let _ = writeln!(out, "\t\telements = {{ {} }}", list.join(", "));
+            }
+            let _ = writeln!(out, "\t}}\n");
+        }
+        for (n, chain) in [PREROUTING_CHAIN, INTERCEPT_CHAIN].into_iter().enumerate() {
+            if n > 0 {
+                out.push('\n');
+            }
+            let _ = writeln!(out, "\tchain {chain} {{");
+            if chain == PREROUTING_CHAIN {
+                let _ = writeln!(
+                    out,
+                    "\t\ttype filter hook prerouting priority mangle; policy accept;"
+                );
+            }
+            for rule in self.rules.iter().filter(|r| r.chain() == chain) {
+                let _ = writeln!(out, "\t\t{} comment \"{}\"", rule.text(), rule.comment());
+            }
+            let _ = writeln!(out, "\t}}");
+        }
+        out.push_str("}\n");
+        out
+    }
+}
+
+pub(crate) fn table_object(name: &str) -> schema::Table<'static> {
+    schema::Table {
+        family: NfFamily::INet,
+        name: name.to_owned().into(),
+        handle: None,
+    }
+}
+
+/// Marks as nft prints them, so the shipped file reads like `nft list ruleset`.
+fn mark_text(mark: u32) -> String {
+    format!("{mark:#010x}")
+}
+
+fn one_or_set_text(items: impl Iterator<Item = String>) -> String {
+    let items: Vec<String> = items.collect();
+    match items.as_slice() {
+        [one] => one.clone(),
+        many => format!("{{ {} }}", many.join(", ")),
+    }
+}
+
+fn one_or_set(items: impl Iterator<Item = Expression<'static>>) -> Expression<'static> {
+    let mut items: Vec<Expression<'static>> = items.collect();
+    if items.len() == 1 {
+        items.remove(0)
+    } else {
+        Expression::Named(NamedExpression::Set(
+            items.into_iter().map(SetItem::Element).collect(),
+        ))
+    }
+}
+
+fn string(s: &str) -> Expression<'static> {
+    Expression::String(s.to_owned().into())
+}
+
+fn meta(key: MetaKey) -> Expression<'static> {
+    Expression::Named(NamedExpression::Meta(Meta { key }))
+}
+
+fn payload(protocol: &'static str, field: &'static str) -> Expression<'static> {
+    Expression::Named(NamedExpression::Payload(Payload::PayloadField(
+        PayloadField {
+            protocol: protocol.into(),
+            field: field.into(),
+        },
+    )))
+}
+
+fn matches(
+    left: Expression<'static>,
+    op: Operator,
+    right: Expression<'static>,
+) -> Statement<'static> {
+    Statement::Match(Match { left, right, op })
+}
+
+fn set_mark(mark: u32) -> Statement<'static> {
+    Statement::Mangle(Mangle {
+        key: meta(MetaKey::Mark),
+        value: Expression::Number(mark),
+    })
+}
+
+fn counter() -> Statement<'static> {
+    Statement::Counter(Counter::Anonymous(Some(AnonymousCounter::default())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule_texts(ruleset: &Ruleset) -> Vec<String> {
+        ruleset.rules.iter().map(Rule::text).collect()
+    }
+
+    #[test]
+    fn default_rules_in_order() {
+        let ruleset = Ruleset::new(&GatewayConfig::default());
+        assert_eq!(
+            rule_texts(&ruleset),
+            [
+                "iifname != \"lo\" tcp dport 80 jump intercept",
+                "meta mark 0x05c70002 return",
+                "socket transparent 1 meta mark set 0x05c70001 counter accept",
+                "fib daddr type local return",
+                "ip saddr @bypass_clients_v4 return",
+                "ip6 saddr @bypass_clients_v6 return",
+                "ip daddr @bypass_destinations_v4 return",
+                "ip6 daddr @bypass_destinations_v6 return",
+                "meta l4proto tcp tproxy ip to :3129 meta mark set 0x05c70001 counter accept",
+                "meta l4proto tcp tproxy ip6 to :3129 meta mark set 0x05c70001 counter accept",
+            ]
+        );
+    }
+
+    #[test]
+    fn interfaces_ports_and_sets_follow_the_config() {
+        let mut config = GatewayConfig::default();
+        config.intercept.lan_interfaces = vec!["lan0".into(), "wlan0".into()];
+        config.intercept.ports = vec![80, 8080];
+        config.bypass.destinations = [
+            "10.0.0.0/8",
+            "10.1.0.0/16",
+            "2001:db8::1/64",
+            "192.0.2.1/32",
+        ]
+        .iter()
+        .map(|s| s.parse().expect("a network"))
+        .collect();
+        let ruleset = Ruleset::new(&config);
+        assert_eq!(
+            rule_texts(&ruleset)[0],
+            "iifname { \"lan0\", \"wlan0\" } tcp dport { 80, 8080 } jump intercept"
+        );
+        let text = ruleset.to_text();
+        // Merged, host bits cleared, split by family.
+        assert!(
+            text.contains("elements = { 10.0.0.0/8, 192.0.2.1/32 }"),
+            "{text}"
+        );
+        assert!(text.contains("elements = { 2001:db8::/64 }"), "{text}");
+    }
+
+    #[test]
+    fn batch_replaces_the_table_then_builds_it() {
+        let json = serde_json::to_value(Ruleset::new(&GatewayConfig::default()).to_batch())
+            .expect("serialisable");
+        let objects = json["nftables"].as_array().expect("a list");
+        let verbs: Vec<String> = objects
+            .iter()
+            .map(|o| {
+                let (verb, body) = o
+                    .as_object()
+                    .and_then(|m| m.iter().next())
+                    .expect("a command");
+                let kind = body
+                    .as_object()
+                    .and_then(|m| m.keys().next())
+                    .expect("an object");
+                format!("{verb} {kind}")
+            })
+            .collect();
+        assert_eq!(
+            verbs[..3],
+            ["add table", "delete table", "add table"].map(String::from)
+        );
+        assert_eq!(verbs.iter().filter(|v| *v == "add set").count(), 4);
+        assert_eq!(verbs.iter().filter(|v| *v == "add chain").count(), 2);
+        assert_eq!(verbs.iter().filter(|v| *v == "add rule").count(), 10);
+        // The TPROXY statement as nft's JSON schema spells it.
+        let text = json.to_string();
+        assert!(
+            text.contains(r#"{"tproxy":{"family":"ip6","port":3129}}"#),
+            "{text}"
+        );
+    }
+}
