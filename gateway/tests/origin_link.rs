@@ -458,6 +458,60 @@ async fn origin_misbehaviour(kind: BackendKind) -> Result<()> {
     Ok(())
 }
 
+/// A request body travels as REQUEST (no END) and REQUEST_BODY chunks within the
+/// origin's max_chunk, the last one with END.
+async fn request_body_in_chunks(kind: BackendKind) -> Result<()> {
+    let origin = ScriptedOrigin::bind(kind).await?;
+    let link = OriginLink::spawn(&entry(kind, origin.addr));
+    let mut script = bounded(UP_LIMIT, origin.accept()).await?;
+    ensure!(link.wait_up(UP_LIMIT).await);
+    let body: Vec<u8> = (0..150_000u32).map(|i| (i % 253) as u8).collect();
+    let sending = tokio::spawn({
+        let (link, body) = (link.clone(), Bytes::from(body.clone()));
+        async move {
+            let pin = link.pin();
+            let head = Bytes::from_static(b"POST /up HTTP/1.1\r\ncontent-length: 150000\r\n\r\n");
+            let req = OriginRequest {
+                head,
+                body,
+                urgency: 9,
+                class: RequestClass::Prefetch,
+            };
+            link.request(&pin, req).await
+        }
+    });
+    let (stream, message) = script.recv().await?;
+    let Message::Request(req) = message else {
+        anyhow::bail!("expected REQUEST, got {message:?}");
+    };
+    ensure!(!req.end && req.class == RequestClass::Prefetch && req.urgency.level() == 7);
+    let mut received = Vec::new();
+    loop {
+        let (s, message) = script.recv().await?;
+        let Message::RequestBody { id, end, data } = message else {
+            anyhow::bail!("expected REQUEST_BODY, got {message:?}");
+        };
+        ensure!(s == stream && id == req.id && data.len() <= gateway_protocol::MAX_CHUNK);
+        received.extend_from_slice(&data);
+        if end {
+            break;
+        }
+    }
+    ensure!(received == body, "body of {} bytes differs", received.len());
+    let head = Bytes::from_static(b"HTTP/1.1 201 Created\r\n\r\n");
+    let id = req.id;
+    script
+        .send(stream, Message::ResponseHead { id, head })
+        .await?;
+    script
+        .send(stream, Message::ResponseEnd { id, body_len: 0 })
+        .await?;
+    let response = sending.await??;
+    ensure!(response.status() == 201);
+    ensure!(collect(response.into_body()).await?.is_empty());
+    Ok(())
+}
+
 macro_rules! backend_tests {
     ($module:ident, $kind:expr) => {
         mod $module {
@@ -501,6 +555,11 @@ macro_rules! backend_tests {
             #[tokio::test]
             async fn the_body_ends_only_after_response_end() -> Result<()> {
                 bounded(TEST_LIMIT, body_ends_only_after_end($kind)).await
+            }
+
+            #[tokio::test]
+            async fn a_request_body_travels_in_chunks() -> Result<()> {
+                bounded(TEST_LIMIT, request_body_in_chunks($kind)).await
             }
 
             #[tokio::test]
