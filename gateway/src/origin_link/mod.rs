@@ -1,78 +1,345 @@
-//! STUB until the real module lands from its branch: the agreed API only.
-#![allow(dead_code, unused_variables, missing_docs, reason = "stub")]
+//! The gateway's side of one association per origin.
+//!
+//! An [`OriginLink`] is a cheap handle on a background task that connects to the
+//! origin, exchanges HELLO, and reconnects with backoff whenever the association
+//! dies or the origin sends GOAWAY. The HTTP front-end pins each browser flow to a
+//! data stream ([`OriginLink::pin`]) and sends its requests with
+//! [`OriginLink::request`], which returns the response head and a
+//! [`ResponseBody`]. docs/gateway-origin-link.md is the overview; the error
+//! mapping is on [`LinkError`].
+//!
+//! ```text
+//!  caller ──request()──► Conn::send_request ──REQUEST──► Association::send
+//!     ▲                       (Session: id, stream)
+//!     │ head, body chunks
+//!  per-request queue ◄── Conn::run (receive task: Session::handle_message,
+//!  (bounded)                         RESPONSE_* / RESET / GOAWAY / PING)
+//! ```
+//!
+//! # Backpressure
+//!
+//! Each response has a queue of [`RESPONSE_QUEUE`](conn::RESPONSE_QUEUE) events.
+//! When a browser reads slowly, its queue fills and the receive task *waits*: it
+//! stops reading the association, whose single receive window then fills, and
+//! the origin's sends on every stream stall. A slow browser thus slows the whole
+//! association to its pace, which is correct (nothing is dropped, memory stays
+//! bounded) but is head-of-line blocking across streams. Two things bound it: a
+//! reader that takes nothing for [`DELIVERY_STALL_LIMIT`](conn::DELIVERY_STALL_LIMIT)
+//! loses its request ([`LinkError::Stalled`]), and, later, FEEDBACK: the
+//! per-stream backlog (bytes received minus bytes delivered, counted by the XDP
+//! program at WAN ingress) reported on stream 0 lets the origin's scheduler hold
+//! back the slow stream before the queue fills.
+//!
+//! It never touches HTTP semantics beyond parsing the response head: caching,
+//! hop-by-hop fields and status decisions belong to the front-end.
 
+mod backoff;
+mod body;
+mod conn;
+mod error;
+mod head;
+mod supervisor;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
+use gateway_protocol::RequestClass;
+use gateway_transport::{AssociationConfig, BackendKind};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
 
 use crate::config::OriginEntry;
+use backoff::PinTable;
+use conn::{CLOSE_LIMIT, Conn};
 
-#[derive(Clone, Debug)]
-pub struct OriginLink {
-    name: String,
+pub use body::ResponseBody;
+pub use error::LinkError;
+pub use head::MAX_RESPONSE_HEADERS;
+
+/// Longest wait in [`OriginLink::shutdown`] for open requests to finish after
+/// GOAWAY before the association is aborted.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Where a link is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkState {
+    /// The first connection attempt is under way.
+    Connecting,
+    /// An association is established and its HELLO answered.
+    Up,
+    /// No usable association (unreachable, lost, or the origin went away):
+    /// reconnecting with backoff.
+    Down,
+    /// [`OriginLink::shutdown`] ran or every handle was dropped.
+    ShutDown,
 }
 
-#[derive(Debug)]
-pub struct StreamPin;
-
-#[derive(Debug)]
+/// One request for an origin.
+#[derive(Debug, Clone)]
 pub struct OriginRequest {
+    /// A whole HTTP/1.1 request head, ending in CRLFCRLF, at most
+    /// `gateway_protocol::MAX_HEAD` bytes.
     pub head: Bytes,
+    /// The request body, possibly empty, already bounded by the caller. Its
+    /// framing in the head (Content-Length, chunked) is for the origin's
+    /// information only; the protocol carries the bytes.
     pub body: Bytes,
+    /// RFC 9218 urgency, 0 (most urgent) to 7; larger values count as 7.
     pub urgency: u8,
-    pub class: gateway_protocol::RequestClass,
+    /// Browser demand or the gateway's prefetch.
+    pub class: RequestClass,
 }
 
-#[derive(Debug)]
-pub struct ResponseBody;
+/// A browser flow's data stream, pinned for the flow's lifetime; released on
+/// drop.
+pub struct StreamPin {
+    shared: Arc<Shared>,
+    stream: u16,
+}
 
-impl http_body::Body for ResponseBody {
-    type Data = Bytes;
-    type Error = LinkError;
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, LinkError>>> {
-        std::task::Poll::Ready(None)
+impl StreamPin {
+    /// The data stream pinned (1..). On an association that negotiated fewer
+    /// streams the pin folds onto `(stream - 1) % n + 1`.
+    pub fn stream(&self) -> u16 {
+        self.stream
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum LinkError {
-    #[error("unavailable")]
-    Unavailable(String),
+impl fmt::Debug for StreamPin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamPin")
+            .field("origin", &self.shared.name)
+            .field("stream", &self.stream)
+            .finish()
+    }
 }
 
-impl LinkError {
-    pub fn nothing_sent(&self) -> bool {
-        true
+impl Drop for StreamPin {
+    fn drop(&mut self) {
+        lock(&self.shared.pins).unpin(self.stream);
+    }
+}
+
+/// What the handle, the pins and the background task share.
+struct Shared {
+    name: Arc<str>,
+    address: SocketAddr,
+    kind: BackendKind,
+    transport: AssociationConfig,
+    fail_open: bool,
+    reconnect_min: Duration,
+    reconnect_max: Duration,
+    /// Data streams a pin may get while no association says otherwise.
+    configured_streams: u16,
+    state: watch::Sender<LinkState>,
+    /// The association taking new requests, if any.
+    current: Mutex<Option<Arc<Conn>>>,
+    /// Why the link is down, for [`LinkError::Unavailable`].
+    down_reason: Mutex<String>,
+    pins: Mutex<PinTable>,
+    /// A request found the link down: reconnect now (rate-limited).
+    kick: Notify,
+    shutdown: watch::Sender<bool>,
+}
+
+/// Dropped with the last [`OriginLink`] clone.
+struct Handle {
+    shared: Arc<Shared>,
+    supervisor: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Handle {
+    /// Without [`OriginLink::shutdown`], the association is aborted.
+    fn drop(&mut self) {
+        self.shared.shutdown.send_replace(true);
+        if let Some(task) = lock(&self.supervisor).take() {
+            task.abort();
+        }
+        if let Some(conn) = lock(&self.shared.current).take() {
+            conn.abort();
+        }
+        self.shared.state.send_replace(LinkState::ShutDown);
+    }
+}
+
+/// A cheap handle on the link to one origin. Clones share it; when the last
+/// clone is dropped the association is aborted (call
+/// [`shutdown`](Self::shutdown) for a graceful end).
+#[derive(Clone)]
+pub struct OriginLink {
+    inner: Arc<Handle>,
+}
+
+impl fmt::Debug for OriginLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shared = &self.inner.shared;
+        f.debug_struct("OriginLink")
+            .field("name", &shared.name)
+            .field("address", &shared.address)
+            .field("backend", &shared.kind)
+            .field("state", &*shared.state.borrow())
+            .finish_non_exhaustive()
     }
 }
 
 impl OriginLink {
+    /// Starts the background task that connects to `entry.address` with
+    /// `entry.backend` and `entry.transport`, exchanges HELLO, and re-establishes
+    /// the association with exponential backoff (`reconnect_min` doubling to
+    /// `reconnect_max`, ±25% jitter) whenever it dies. Must be called within a
+    /// tokio runtime. `entry` is expected to have passed
+    /// [`GatewayConfig::validate`](crate::config::GatewayConfig::validate).
     pub fn spawn(entry: &OriginEntry) -> OriginLink {
-        Self {
-            name: entry.name.clone(),
+        let t = &entry.transport;
+        let configured_streams = t
+            .streams
+            .min(t.max_inbound_streams)
+            .saturating_sub(1)
+            .max(1);
+        let shared = Arc::new(Shared {
+            name: Arc::from(entry.name.as_str()),
+            address: entry.address,
+            kind: entry.backend.resolve(),
+            transport: entry.transport.clone(),
+            fail_open: entry.fail_open,
+            reconnect_min: entry.reconnect_min,
+            reconnect_max: entry.reconnect_max.max(entry.reconnect_min),
+            configured_streams,
+            state: watch::Sender::new(LinkState::Connecting),
+            current: Mutex::new(None),
+            down_reason: Mutex::new("connecting".into()),
+            pins: Mutex::new(PinTable::new(configured_streams)),
+            kick: Notify::new(),
+            shutdown: watch::Sender::new(false),
+        });
+        let task = tokio::spawn(supervisor::supervise(Arc::clone(&shared)));
+        OriginLink {
+            inner: Arc::new(Handle {
+                shared,
+                supervisor: Mutex::new(Some(task)),
+            }),
         }
     }
+
+    /// The origin's name from the configuration.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.inner.shared.name
     }
+
+    /// The backend this link uses (`auto` resolved at spawn).
+    pub fn backend(&self) -> BackendKind {
+        self.inner.shared.kind
+    }
+
+    /// Where the link is.
+    pub fn state(&self) -> LinkState {
+        *self.inner.shared.state.borrow()
+    }
+
+    /// Association established and HELLO answered.
     pub fn is_up(&self) -> bool {
-        false
+        self.state() == LinkState::Up
     }
+
+    /// Waits until up or `timeout`; returns [`is_up`](Self::is_up).
     pub async fn wait_up(&self, timeout: Duration) -> bool {
-        false
+        let mut state = self.inner.shared.state.subscribe();
+        let up = state.wait_for(|s| matches!(s, LinkState::Up | LinkState::ShutDown));
+        let _ = tokio::time::timeout(timeout, up).await;
+        self.is_up()
     }
+
+    /// Pins a browser flow (one TCP connection) to a data stream for its
+    /// lifetime: the data stream with the fewest pinned flows, lowest number on
+    /// ties, among the current association's streams (the configured ones while
+    /// down). Released on drop.
     pub fn pin(&self) -> StreamPin {
-        StreamPin
+        let shared = &self.inner.shared;
+        let usable = lock(&shared.current)
+            .as_ref()
+            .map_or(shared.configured_streams, |conn| conn.data_streams());
+        let stream = lock(&shared.pins).pin(usable);
+        StreamPin {
+            shared: Arc::clone(shared),
+            stream,
+        }
     }
+
+    /// Flows pinned to `stream` now (for tests and statistics).
+    pub fn pinned(&self, stream: u16) -> u32 {
+        lock(&self.inner.shared.pins).pinned(stream)
+    }
+
+    /// Sends one request on the pin's stream and waits for the response head.
+    ///
+    /// While the link is down this fails at once with
+    /// [`LinkError::Unavailable`] and asks the background task to reconnect now
+    /// (at most once per `reconnect_min`). Dropping the future abandons the
+    /// request (RESET CANCELLED to the origin), so a caller's time-out around it
+    /// is clean.
     pub async fn request(
         &self,
         pin: &StreamPin,
         req: OriginRequest,
     ) -> Result<http::Response<ResponseBody>, LinkError> {
-        Err(LinkError::Unavailable("stub".into()))
+        let shared = &self.inner.shared;
+        debug_assert!(Arc::ptr_eq(&pin.shared, shared), "pin of another origin");
+        let conn = lock(&shared.current).clone().filter(|c| c.accepting());
+        let Some(conn) = conn else {
+            shared.kick.notify_one();
+            return Err(LinkError::Unavailable(format!(
+                "origin {} is down: {}",
+                shared.name,
+                lock(&shared.down_reason)
+            )));
+        };
+        let mut pending = conn.send_request(pin.stream, req).await?;
+        match pending.rx.recv().await {
+            Some(conn::Event::Head(parts)) => Ok(http::Response::from_parts(
+                parts,
+                ResponseBody::new(pending),
+            )),
+            // The session lets nothing but a head come first.
+            Some(_) => Err(LinkError::Malformed("body before the response head".into())),
+            None => Err(conn::Pending::take_error(&pending.outcome, || {
+                LinkError::Unavailable("the association's receive task ended".into())
+            })),
+        }
     }
-    pub async fn shutdown(&self) {}
+
+    /// GOAWAY, then a graceful close once open requests have finished (at most
+    /// [`SHUTDOWN_GRACE`], then abort); stops reconnecting. New requests fail
+    /// with [`LinkError::Unavailable`] from the start of the call.
+    pub async fn shutdown(&self) {
+        let shared = &self.inner.shared;
+        if shared.shutdown.send_replace(true) {
+            return;
+        }
+        let task = lock(&self.inner.supervisor).take();
+        if let Some(mut task) = task
+            && tokio::time::timeout(CLOSE_LIMIT, &mut task).await.is_err()
+        {
+            task.abort();
+        }
+        let conn = lock(&shared.current).take();
+        if let Some(conn) = conn {
+            conn.go_away("gateway shutting down").await;
+            if !conn.wait_ended(SHUTDOWN_GRACE).await {
+                conn.abort();
+                conn.wait_ended(CLOSE_LIMIT).await;
+            }
+        }
+        *lock(&shared.down_reason) = "shut down".into();
+        shared.state.send_replace(LinkState::ShutDown);
+        tracing::info!("origin {}: shut down", shared.name);
+    }
+}
+
+/// Locks a mutex whose data stays consistent even if a holder panicked (every
+/// critical section here is a handful of map operations).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

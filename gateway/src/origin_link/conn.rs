@@ -1,0 +1,595 @@
+//! One established association: its protocol [`Session`], the requests open on
+//! it, and the receive task that dispatches responses to them.
+//!
+//! The session sits behind a short `std` mutex shared by the receive task (which
+//! feeds it every received message) and the callers (which record the requests
+//! they send and the ones they abandon). No lock is held across an await.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use gateway_protocol::{
+    CONTROL_STREAM, ErrorCode, GoAway, MAX_HEAD, Message, Reaction, Request, RequestId, Session,
+    Urgency,
+};
+use gateway_transport::{Association, BackendKind, TransportError};
+use tokio::sync::{Notify, mpsc, watch};
+
+use super::backoff::stream_for;
+use super::error::LinkError;
+use super::head::parse_response_head;
+use super::{OriginRequest, lock};
+
+/// Messages queued toward one response's reader (head, body chunks, end). With
+/// chunks of at most 64 KiB that is at most 1 MiB per response; when the queue
+/// is full the receive task waits for the reader (see the module docs).
+pub(crate) const RESPONSE_QUEUE: usize = 16;
+/// A reader that takes nothing from its full queue for this long loses its
+/// request (CANCEL), so that one stuck reader holds the association's receive
+/// side at most this long.
+pub(crate) const DELIVERY_STALL_LIMIT: Duration = Duration::from_secs(5);
+/// Longest wait for a graceful close, or for a control message to be queued.
+pub(crate) const CLOSE_LIMIT: Duration = Duration::from_secs(2);
+
+/// What the receive task hands to one request's reader, in order.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// The parsed RESPONSE_HEAD.
+    Head(http::response::Parts),
+    /// One RESPONSE_BODY chunk.
+    Data(Bytes),
+    /// RESPONSE_END with its body length.
+    End(u64),
+}
+
+/// Where a request's error is left before its queue is closed without END. The
+/// reader takes it after the events queued ahead of it.
+pub(crate) type Outcome = Arc<Mutex<Option<LinkError>>>;
+
+fn settle(outcome: &Outcome, error: LinkError) {
+    lock(outcome).get_or_insert(error);
+}
+
+/// The receive task's end of one open request.
+#[derive(Debug)]
+struct Slot {
+    stream: u16,
+    tx: mpsc::Sender<Event>,
+    outcome: Outcome,
+    head_seen: bool,
+}
+
+impl Slot {
+    /// Ends the request with `error`; dropping `tx` closes the reader's queue.
+    fn fail(self, error: LinkError) {
+        settle(&self.outcome, error);
+    }
+
+    /// The error for an association that ended under this request.
+    fn fail_with_association(self, reason: &str) {
+        let error = if self.head_seen {
+            LinkError::Broken(reason.to_owned())
+        } else {
+            LinkError::Unavailable(reason.to_owned())
+        };
+        self.fail(error);
+    }
+}
+
+/// Where an association is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ConnStatus {
+    /// New requests are taken.
+    Accepting,
+    /// No new requests (GOAWAY either way); open ones finish.
+    Retired(String),
+    /// The association is gone; every request on it has ended.
+    Ended(String),
+}
+
+impl ConnStatus {
+    pub(crate) fn reason(&self) -> &str {
+        match self {
+            ConnStatus::Accepting => "accepting",
+            ConnStatus::Retired(reason) | ConnStatus::Ended(reason) => reason,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ConnState {
+    session: Session,
+    next_id: RequestId,
+    open: HashMap<RequestId, Slot>,
+    accepting: bool,
+}
+
+/// What the receive task does after the session judged a message.
+enum Step {
+    Nothing,
+    Deliver {
+        id: RequestId,
+        tx: mpsc::Sender<Event>,
+        outcome: Outcome,
+        event: Event,
+    },
+    GoAway(ErrorCode),
+}
+
+/// One association after its HELLO exchange.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    name: Arc<str>,
+    assoc: Association,
+    data_streams: u16,
+    /// Largest REQUEST_BODY chunk the origin accepts.
+    max_chunk: usize,
+    /// Per data stream: held while a request is numbered and sent, because ids
+    /// must rise within a stream in the order the origin receives them, and the
+    /// transport orders a stream's messages by when their `send` completed.
+    send_order: Box<[tokio::sync::Mutex<()>]>,
+    state: Mutex<ConnState>,
+    status: watch::Sender<ConnStatus>,
+    /// Wakes the receive task when a request ends elsewhere (a dropped reader),
+    /// so that a retired association closes as soon as it is idle.
+    idle: Notify,
+}
+
+impl Conn {
+    /// Wraps an association whose HELLO exchange `session` has completed.
+    pub(crate) fn new(name: Arc<str>, assoc: Association, session: Session) -> Self {
+        let data_streams = session.data_streams().max(1);
+        let max_chunk = (session.peer_max_chunk() as usize).max(1);
+        Self {
+            name,
+            assoc,
+            data_streams,
+            max_chunk,
+            send_order: (0..data_streams)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            state: Mutex::new(ConnState {
+                session,
+                next_id: 1,
+                open: HashMap::new(),
+                accepting: true,
+            }),
+            status: watch::Sender::new(ConnStatus::Accepting),
+            idle: Notify::new(),
+        }
+    }
+
+    pub(crate) fn kind(&self) -> BackendKind {
+        self.assoc.kind()
+    }
+
+    pub(crate) fn data_streams(&self) -> u16 {
+        self.data_streams
+    }
+
+    pub(crate) fn abort(&self) {
+        self.assoc.abort();
+    }
+
+    pub(crate) fn accepting(&self) -> bool {
+        lock(&self.state).accepting
+    }
+
+    pub(crate) fn status(&self) -> watch::Receiver<ConnStatus> {
+        self.status.subscribe()
+    }
+
+    /// Numbers and sends one request on the data stream `pinned` maps to. The
+    /// returned [`Pending`] yields the response; dropping it abandons the request.
+    pub(crate) async fn send_request(
+        self: &Arc<Self>,
+        pinned: u16,
+        request: OriginRequest,
+    ) -> Result<Pending, LinkError> {
+        if request.head.is_empty() {
+            return Err(LinkError::Unsendable("empty request head"));
+        }
+        if request.head.len() > MAX_HEAD {
+            return Err(LinkError::Unsendable(
+                "request head above MAX_HEAD (64 KiB)",
+            ));
+        }
+        let stream = stream_for(pinned, self.data_streams);
+        let _order = self.send_order[usize::from(stream) - 1].lock().await;
+        let (id, rx, outcome) = {
+            let mut state = lock(&self.state);
+            if !state.accepting {
+                return Err(LinkError::Unavailable(format!(
+                    "origin {}: {}",
+                    self.name,
+                    self.status.borrow().reason()
+                )));
+            }
+            let id = state.next_id;
+            let Some(next) = id.checked_add(1) else {
+                self.retire(&mut state, "request ids used up".into());
+                return Err(LinkError::Unavailable("request ids used up".into()));
+            };
+            if state.session.handle_request_sent(id, stream).is_err() {
+                // Ids only rise and the stream is in range: this is a bug here.
+                return Err(LinkError::Unavailable(format!(
+                    "session refused request {id} on stream {stream}"
+                )));
+            }
+            state.next_id = next;
+            let (tx, rx) = mpsc::channel(RESPONSE_QUEUE);
+            let outcome = Outcome::default();
+            state.open.insert(
+                id,
+                Slot {
+                    stream,
+                    tx,
+                    outcome: Arc::clone(&outcome),
+                    head_seen: false,
+                },
+            );
+            (id, rx, outcome)
+        };
+        // From here on, dropping this future abandons the request.
+        let guard = RequestGuard {
+            conn: Arc::clone(self),
+            id,
+        };
+        let mut body = request.body;
+        let head = Message::Request(Request {
+            id,
+            urgency: Urgency::new(request.urgency.min(Urgency::LOWEST.level())).unwrap_or_default(),
+            class: request.class,
+            end: body.is_empty(),
+            head: request.head,
+        });
+        self.send(stream, head).await?;
+        while !body.is_empty() {
+            let data = body.split_to(body.len().min(self.max_chunk));
+            let end = body.is_empty();
+            self.send(stream, Message::RequestBody { id, end, data })
+                .await?;
+        }
+        Ok(Pending { guard, rx, outcome })
+    }
+
+    async fn send(&self, stream: u16, message: Message) -> Result<(), LinkError> {
+        self.assoc
+            .send(stream, message.to_bytes())
+            .await
+            .map_err(|e| LinkError::Unavailable(format!("sending failed: {}", describe(&e))))
+    }
+
+    /// Sends without waiting: the receive task and `Drop` must never block on a
+    /// full send queue.
+    fn send_detached(&self, stream: u16, message: Message) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let assoc = self.assoc.clone();
+        runtime.spawn(async move {
+            let send = assoc.send(stream, message.to_bytes());
+            let _ = tokio::time::timeout(CLOSE_LIMIT, send).await;
+        });
+    }
+
+    /// Stops taking new requests; the receive task closes the association once
+    /// the open ones have ended.
+    fn retire(&self, state: &mut ConnState, reason: String) {
+        state.accepting = false;
+        self.status.send_if_modified(|status| {
+            let fresh = *status == ConnStatus::Accepting;
+            if fresh {
+                *status = ConnStatus::Retired(reason);
+            }
+            fresh
+        });
+        self.idle.notify_one();
+    }
+
+    /// Abandons a request whose reader went away: CANCEL once the response has
+    /// begun, else RESET CANCELLED on the request's own stream, where it cannot
+    /// overtake the REQUEST (CANCEL on stream 0 could, and would be ignored).
+    fn cancel(&self, id: RequestId) {
+        let mut state = lock(&self.state);
+        let Some(slot) = state.open.remove(&id) else {
+            return;
+        };
+        state.session.handle_request_finished(id);
+        let idle = !state.accepting && state.open.is_empty();
+        drop(state);
+        if slot.head_seen {
+            self.send_detached(CONTROL_STREAM, Message::Cancel { id });
+        } else {
+            let reset = Message::Reset {
+                id,
+                code: ErrorCode::Cancelled,
+                reason: "abandoned by the gateway".into(),
+            };
+            self.send_detached(slot.stream, reset);
+        }
+        if idle {
+            self.idle.notify_one();
+        }
+    }
+
+    /// Shutdown: GOAWAY to the origin, then no new requests.
+    pub(crate) async fn go_away(&self, reason: &str) {
+        let last_request = {
+            let mut state = lock(&self.state);
+            self.retire(&mut state, reason.to_owned());
+            state.next_id - 1
+        };
+        let goaway = Message::GoAway(GoAway {
+            last_request,
+            code: ErrorCode::NoError,
+            reason: reason.to_owned(),
+        });
+        let send = self.assoc.send(CONTROL_STREAM, goaway.to_bytes());
+        let _ = tokio::time::timeout(CLOSE_LIMIT, send).await;
+    }
+
+    /// Waits until the receive task has finished, at most `limit`.
+    pub(crate) async fn wait_ended(&self, limit: Duration) -> bool {
+        let mut status = self.status.subscribe();
+        let ended = status.wait_for(|s| matches!(s, ConnStatus::Ended(_)));
+        matches!(tokio::time::timeout(limit, ended).await, Ok(Ok(_)))
+    }
+
+    /// The receive task: runs until the association ends, then fails whatever is
+    /// still open.
+    pub(crate) async fn run(self: Arc<Self>) {
+        let reason = self.receive().await;
+        let slots: Vec<Slot> = {
+            let mut state = lock(&self.state);
+            state.accepting = false;
+            state.open.drain().map(|(_, slot)| slot).collect()
+        };
+        for slot in slots {
+            slot.fail_with_association(&reason);
+        }
+        self.status.send_replace(ConnStatus::Ended(reason));
+    }
+
+    async fn receive(&self) -> String {
+        loop {
+            if self.drained() {
+                return self.close().await;
+            }
+            let received = tokio::select! {
+                received = self.assoc.recv() => received,
+                () = self.idle.notified() => continue,
+            };
+            let message = match received {
+                Ok(message) => message,
+                Err(e) => return describe(&e),
+            };
+            match self.handle_received(message.stream, &message.data) {
+                Step::Nothing => {}
+                Step::Deliver {
+                    id,
+                    tx,
+                    outcome,
+                    event,
+                } => self.deliver(id, tx, outcome, event).await,
+                Step::GoAway(code) => {
+                    tracing::warn!(
+                        origin = %self.name,
+                        ?code,
+                        "origin broke the protocol; sending GOAWAY"
+                    );
+                    let last_request = lock(&self.state).next_id - 1;
+                    let goaway = Message::GoAway(GoAway {
+                        last_request,
+                        code,
+                        reason: "protocol error".into(),
+                    });
+                    let send = self.assoc.send(CONTROL_STREAM, goaway.to_bytes());
+                    let _ = tokio::time::timeout(CLOSE_LIMIT, send).await;
+                    self.close().await;
+                    return format!("origin broke the protocol ({code:?}); sent GOAWAY");
+                }
+            }
+        }
+    }
+
+    fn drained(&self) -> bool {
+        let state = lock(&self.state);
+        !state.accepting && state.open.is_empty()
+    }
+
+    async fn close(&self) -> String {
+        match tokio::time::timeout(CLOSE_LIMIT, self.assoc.close()).await {
+            Ok(Ok(())) => {}
+            _ => self.assoc.abort(),
+        }
+        format!("closed after GOAWAY ({})", self.status.borrow().reason())
+    }
+
+    /// Hands one event to a request's reader, waiting while its queue is full
+    /// (this is the backpressure), at most [`DELIVERY_STALL_LIMIT`].
+    async fn deliver(
+        &self,
+        id: RequestId,
+        tx: mpsc::Sender<Event>,
+        outcome: Outcome,
+        event: Event,
+    ) {
+        match tokio::time::timeout(DELIVERY_STALL_LIMIT, tx.send(event)).await {
+            // A closed queue means the reader is gone; its guard cancelled.
+            Ok(_) => {}
+            Err(_) => {
+                tracing::warn!(
+                    origin = %self.name,
+                    id,
+                    "response reader stalled for {DELIVERY_STALL_LIMIT:?}; cancelling it"
+                );
+                settle(&outcome, LinkError::Stalled(DELIVERY_STALL_LIMIT));
+                self.cancel(id);
+            }
+        }
+    }
+
+    fn handle_received(&self, stream: u16, bytes: &Bytes) -> Step {
+        let mut state = lock(&self.state);
+        let message = match state.session.handle_message(stream, bytes) {
+            Ok(message) => message,
+            Err(Reaction::Ignore) => return Step::Nothing,
+            Err(Reaction::Reset { id, code }) => {
+                // The session has already forgotten the request.
+                if let Some(slot) = state.open.remove(&id) {
+                    slot.fail(LinkError::Malformed(format!(
+                        "origin broke the protocol on stream {stream} (RESET {code:?} sent)"
+                    )));
+                }
+                drop(state);
+                self.send_detached(stream, reset(id, code, "malformed or unexpected message"));
+                return Step::Nothing;
+            }
+            Err(Reaction::GoAway { code }) => return Step::GoAway(code),
+        };
+        match message {
+            Message::Ping { ack: false, opaque } => {
+                self.send_detached(CONTROL_STREAM, Message::Ping { ack: true, opaque });
+            }
+            Message::GoAway(goaway) => self.handle_goaway(&mut state, goaway),
+            Message::ResponseHead { id, head } => {
+                let Some(slot) = state.open.get_mut(&id) else {
+                    return Step::Nothing;
+                };
+                match parse_response_head(&head) {
+                    Ok(parts) => {
+                        slot.head_seen = true;
+                        return Step::Deliver {
+                            id,
+                            tx: slot.tx.clone(),
+                            outcome: Arc::clone(&slot.outcome),
+                            event: Event::Head(parts),
+                        };
+                    }
+                    Err(why) => {
+                        state.session.handle_request_finished(id);
+                        if let Some(slot) = state.open.remove(&id) {
+                            slot.fail(LinkError::Malformed(format!("response head: {why}")));
+                        }
+                        drop(state);
+                        let code = ErrorCode::ProtocolError;
+                        self.send_detached(stream, reset(id, code, "malformed response head"));
+                    }
+                }
+            }
+            Message::ResponseBody { id, data } => {
+                if let Some(slot) = state.open.get(&id) {
+                    return Step::Deliver {
+                        id,
+                        tx: slot.tx.clone(),
+                        outcome: Arc::clone(&slot.outcome),
+                        event: Event::Data(data),
+                    };
+                }
+            }
+            Message::ResponseEnd { id, body_len } => {
+                // The session has checked body_len and forgotten the request.
+                if let Some(slot) = state.open.remove(&id) {
+                    return Step::Deliver {
+                        id,
+                        tx: slot.tx,
+                        outcome: slot.outcome,
+                        event: Event::End(body_len),
+                    };
+                }
+            }
+            Message::Reset { id, code, reason } => {
+                if let Some(slot) = state.open.remove(&id) {
+                    slot.fail(LinkError::Reset { code, reason });
+                }
+            }
+            // HELLO was answered before this task started, PING answers need
+            // nothing, and the session refuses everything else at the gateway.
+            _ => {}
+        }
+        Step::Nothing
+    }
+
+    /// The origin takes no new requests; those above `last_request` were not
+    /// processed and fail as such (safe to retry), the rest finish.
+    fn handle_goaway(&self, state: &mut ConnState, goaway: GoAway) {
+        let unprocessed: Vec<RequestId> = state
+            .open
+            .keys()
+            .copied()
+            .filter(|id| *id > goaway.last_request)
+            .collect();
+        for id in unprocessed {
+            state.session.handle_request_finished(id);
+            if let Some(slot) = state.open.remove(&id) {
+                slot.fail_with_association(&format!(
+                    "origin went away before processing it: {}",
+                    goaway.reason
+                ));
+            }
+        }
+        let reason = if goaway.reason.is_empty() {
+            format!("origin sent GOAWAY ({:?})", goaway.code)
+        } else {
+            format!("origin sent GOAWAY ({:?}: {})", goaway.code, goaway.reason)
+        };
+        self.retire(state, reason);
+    }
+}
+
+fn reset(id: RequestId, code: ErrorCode, reason: &str) -> Message {
+    Message::Reset {
+        id,
+        code,
+        reason: reason.to_owned(),
+    }
+}
+
+/// A transport error in the words of the log lines ("unreachable (connection
+/// refused)").
+pub(crate) fn describe(error: &TransportError) -> String {
+    match error {
+        TransportError::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            "connection refused".into()
+        }
+        TransportError::Io(e) => e.to_string(),
+        TransportError::ConnectTimeout(limit) => format!("no answer within {limit:?}"),
+        TransportError::Aborted => "the origin aborted the association".into(),
+        TransportError::Closed => "the association was closed".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Abandons its request when dropped before the response ended (a no-op after).
+#[derive(Debug)]
+pub(crate) struct RequestGuard {
+    conn: Arc<Conn>,
+    id: RequestId,
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.conn.cancel(self.id);
+    }
+}
+
+/// A sent request waiting for its response.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) guard: RequestGuard,
+    pub(crate) rx: mpsc::Receiver<Event>,
+    pub(crate) outcome: Outcome,
+}
+
+impl Pending {
+    /// The error left for a queue that closed without END.
+    pub(crate) fn take_error(
+        outcome: &Outcome,
+        otherwise: impl FnOnce() -> LinkError,
+    ) -> LinkError {
+        lock(outcome).take().unwrap_or_else(otherwise)
+    }
+}

@@ -1,0 +1,202 @@
+//! The task that keeps one association to an origin: connect, HELLO, watch it,
+//! and after it dies (or the origin goes away) connect again with backoff.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway_protocol::{
+    CONTROL_STREAM, Capabilities, GoAway, MAX_CHUNK, Message, Reaction, Role, Session,
+    SessionConfig,
+};
+use gateway_transport::{Association, BackendKind};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::backoff::Backoff;
+use super::conn::{CLOSE_LIMIT, Conn, ConnStatus, describe};
+use super::{LinkState, Shared, lock};
+
+/// An association that lived at least this long was healthy: the next
+/// reconnection starts again from `reconnect_min`. One that dies sooner keeps
+/// the backoff growing, so a flapping origin is not hammered.
+pub(crate) const STABLE_ASSOCIATION: Duration = Duration::from_secs(10);
+
+/// How the backend is named in log lines.
+pub(crate) fn backend_name(kind: BackendKind) -> &'static str {
+    match kind {
+        BackendKind::Kernel => "kernel SCTP",
+        BackendKind::Userspace => "userspace SCTP",
+        BackendKind::FramedTcp => "framed TCP",
+    }
+}
+
+pub(crate) async fn supervise(shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.subscribe();
+    let mut backoff = Backoff::new(shared.reconnect_min, shared.reconnect_max);
+    // Log once per state change, never once per attempt.
+    let mut reported_unreachable = false;
+    loop {
+        let attempted_at = Instant::now();
+        let attempt = tokio::select! {
+            attempt = establish(&shared) => attempt,
+            () = stopped(&mut shutdown) => return,
+        };
+        match attempt {
+            Ok(conn) => {
+                reported_unreachable = false;
+                let up_since = Instant::now();
+                let conn = Arc::new(conn);
+                let mut status = conn.status();
+                *lock(&shared.current) = Some(Arc::clone(&conn));
+                tokio::spawn(Arc::clone(&conn).run());
+                tracing::info!(
+                    "origin {}: up ({}, {} data streams)",
+                    shared.name,
+                    backend_name(conn.kind()),
+                    conn.data_streams()
+                );
+                shared.state.send_replace(LinkState::Up);
+                let reason = tokio::select! {
+                    retired = status.wait_for(|s| *s != ConnStatus::Accepting) => match retired {
+                        Ok(status) => status.reason().to_owned(),
+                        Err(_) => "the association's receive task ended".to_owned(),
+                    },
+                    () = stopped(&mut shutdown) => return,
+                };
+                {
+                    let mut current = lock(&shared.current);
+                    if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &conn)) {
+                        *current = None;
+                    }
+                }
+                *lock(&shared.down_reason) = reason.clone();
+                shared.state.send_replace(LinkState::Down);
+                tracing::warn!("origin {}: down ({reason}); reconnecting", shared.name);
+                if up_since.elapsed() >= STABLE_ASSOCIATION {
+                    backoff.reset();
+                }
+            }
+            Err(reason) => {
+                if reported_unreachable {
+                    tracing::debug!("origin {}: still unreachable ({reason})", shared.name);
+                } else {
+                    let consequence = if shared.fail_open {
+                        "its destinations fail open to direct TCP"
+                    } else {
+                        "its destinations get 502 until it is back"
+                    };
+                    tracing::warn!(
+                        "origin {}: unreachable ({reason}); {consequence}",
+                        shared.name
+                    );
+                    reported_unreachable = true;
+                }
+                *lock(&shared.down_reason) = reason;
+                shared.state.send_replace(LinkState::Down);
+            }
+        }
+        let delay = backoff.next_delay(rand::random::<f64>());
+        if !wait_before_retry(&shared, &mut shutdown, attempted_at, delay).await {
+            return;
+        }
+    }
+}
+
+/// Resolves once shutdown has been asked for (or its sender is gone).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// Sleeps `delay`, or less when a request kicks (it found the link down), but
+/// never past one attempt per `reconnect_min`. False on shutdown.
+async fn wait_before_retry(
+    shared: &Shared,
+    shutdown: &mut watch::Receiver<bool>,
+    attempted_at: Instant,
+    delay: Duration,
+) -> bool {
+    let mut deadline = Instant::now() + delay;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => return true,
+            () = shared.kick.notified() => {
+                deadline = deadline.min(attempted_at + shared.reconnect_min);
+            }
+            () = stopped(shutdown) => return false,
+        }
+    }
+}
+
+/// Connects and exchanges HELLO, all within the connect time-out.
+async fn establish(shared: &Shared) -> Result<Conn, String> {
+    let config = &shared.transport;
+    let assoc = gateway_transport::connect(shared.kind, shared.address, config)
+        .await
+        .map_err(|e| describe(&e))?;
+    let counts = assoc.streams();
+    // Responses come back on the request's stream: it must exist both ways.
+    let data_streams = counts.outbound.min(counts.inbound).saturating_sub(1);
+    if data_streams == 0 {
+        assoc.abort();
+        return Err("the association has no data stream".into());
+    }
+    let mut session = Session::new(
+        Role::Gateway,
+        SessionConfig {
+            data_streams,
+            max_chunk: MAX_CHUNK as u32,
+            // FEEDBACK is not sent yet: do not announce it.
+            capabilities: Capabilities::PREFETCH_CLASS,
+        },
+    );
+    let hello = session.hello().to_bytes();
+    let handshake = async {
+        assoc
+            .send(CONTROL_STREAM, hello)
+            .await
+            .map_err(|e| Err(describe(&e)))?;
+        let answer = assoc.recv().await.map_err(|e| Err(describe(&e)))?;
+        session
+            .handle_message(answer.stream, &answer.data)
+            .map_err(Ok)
+    };
+    match tokio::time::timeout(config.connect_timeout, handshake).await {
+        Ok(Ok(_)) => Ok(Conn::new(Arc::clone(&shared.name), assoc, session)),
+        Ok(Err(Ok(reaction))) => {
+            refuse_hello(&assoc, &reaction).await;
+            Err(format!("the origin's HELLO was refused ({reaction:?})"))
+        }
+        Ok(Err(Err(reason))) => {
+            assoc.abort();
+            Err(reason)
+        }
+        Err(_) => {
+            assoc.abort();
+            Err(format!(
+                "no HELLO answer within {:?}",
+                config.connect_timeout
+            ))
+        }
+    }
+}
+
+/// GOAWAY with the session's code, then close: the protocol's answer to a bad
+/// HELLO (version mismatch, missing ACK, zero streams).
+async fn refuse_hello(assoc: &Association, reaction: &Reaction) {
+    if let Reaction::GoAway { code } = *reaction {
+        let goaway = Message::GoAway(GoAway {
+            last_request: 0,
+            code,
+            reason: "HELLO refused".into(),
+        });
+        let _ =
+            tokio::time::timeout(CLOSE_LIMIT, assoc.send(CONTROL_STREAM, goaway.to_bytes())).await;
+        if matches!(
+            tokio::time::timeout(CLOSE_LIMIT, assoc.close()).await,
+            Ok(Ok(()))
+        ) {
+            return;
+        }
+    }
+    assoc.abort();
+}

@@ -1,0 +1,574 @@
+//! The gateway's origin link against a real in-process origin (the origin
+//! driver with its synthetic handler) and against a scripted origin, on loopback,
+//! over userspace SCTP and framed TCP.
+
+#[path = "support/origin_link.rs"]
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use bytes::Bytes;
+use gateway::origin_link::{LinkError, LinkState, OriginLink, OriginRequest, ResponseBody};
+use gateway_protocol::{ErrorCode, GoAway, Message, RequestClass};
+use gateway_transport::BackendKind;
+use http_body::Body;
+use http_body_util::BodyExt;
+use origin::synthetic::pattern_byte;
+use support::{ScriptedOrigin, TestOrigin, bounded, collect, entry, free_address, get};
+use tokio::task::JoinSet;
+
+const TEST_LIMIT: Duration = Duration::from_secs(30);
+const UP_LIMIT: Duration = Duration::from_secs(5);
+
+fn request(head: Bytes) -> OriginRequest {
+    OriginRequest {
+        head,
+        body: Bytes::new(),
+        urgency: 3,
+        class: RequestClass::Demand,
+    }
+}
+
+fn pattern(len: u64) -> Vec<u8> {
+    (0..len).map(pattern_byte).collect()
+}
+
+async fn link_to_origin(kind: BackendKind) -> Result<(TestOrigin, OriginLink)> {
+    let origin = TestOrigin::start(kind, free_address(kind)?).await?;
+    let link = OriginLink::spawn(&entry(kind, origin.addr));
+    ensure!(link.wait_up(UP_LIMIT).await, "link did not come up");
+    Ok((origin, link))
+}
+
+async fn fetch(link: &OriginLink, pin: &gateway::origin_link::StreamPin, size: u64) -> Result<()> {
+    let response = link
+        .request(pin, request(get(&format!("/bytes/{size}"))))
+        .await?;
+    ensure!(response.status() == 200, "status {}", response.status());
+    ensure!(
+        response.headers()["content-length"] == size.to_string().as_str(),
+        "{:?}",
+        response.headers()
+    );
+    let body = collect(response.into_body()).await?;
+    ensure!(
+        body == pattern(size),
+        "/bytes/{size}: {} bytes differ",
+        body.len()
+    );
+    Ok(())
+}
+
+async fn exact_bytes(kind: BackendKind) -> Result<()> {
+    let (_origin, link) = link_to_origin(kind).await?;
+    let pin = link.pin();
+    for size in [0u64, 1, 16 * 1024, 16 * 1024 + 1, 300_000, 2 << 20] {
+        fetch(&link, &pin, size).await?;
+    }
+    // Many flows at once, each on its own pin, two requests after each other.
+    let mut flows = JoinSet::new();
+    for flow in 0..20u64 {
+        let link = link.clone();
+        flows.spawn(async move {
+            let pin = link.pin();
+            fetch(&link, &pin, 1000 + flow * 7919).await?;
+            fetch(&link, &pin, 70_000 + flow).await
+        });
+    }
+    while let Some(done) = flows.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+/// Several requests share one pin (and thus one stream) at once: ids must still
+/// rise on the stream in the order the origin receives them.
+async fn one_stream_shared_by_concurrent_requests(kind: BackendKind) -> Result<()> {
+    let (_origin, link) = link_to_origin(kind).await?;
+    let pin = std::sync::Arc::new(link.pin());
+    let mut requests = JoinSet::new();
+    for i in 0..16u64 {
+        let (link, pin) = (link.clone(), std::sync::Arc::clone(&pin));
+        requests.spawn(async move { fetch(&link, &pin, 10_000 + i).await });
+    }
+    while let Some(done) = requests.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+async fn pinning(kind: BackendKind) -> Result<()> {
+    let (_origin, link) = link_to_origin(kind).await?;
+    let data_streams = support::STREAMS - 1;
+    let mut pins: Vec<_> = (0..data_streams + 2).map(|_| link.pin()).collect();
+    let streams: Vec<u16> = pins.iter().map(|p| p.stream()).collect();
+    let mut want: Vec<u16> = (1..=data_streams).collect();
+    want.extend([1, 2]);
+    ensure!(streams == want, "pinned to {streams:?}");
+    ensure!(link.pinned(1) == 2 && link.pinned(3) == 1);
+    // Releasing a pin makes its stream the least loaded one.
+    let third = pins.remove(2);
+    ensure!(third.stream() == 3);
+    drop(third);
+    ensure!(link.pinned(3) == 0);
+    let next = link.pin();
+    ensure!(next.stream() == 3, "got {}", next.stream());
+    drop(pins);
+    drop(next);
+    ensure!((1..=data_streams).all(|s| link.pinned(s) == 0));
+    Ok(())
+}
+
+async fn origin_dies_mid_response(kind: BackendKind) -> Result<()> {
+    let (origin, link) = link_to_origin(kind).await?;
+    let pin = link.pin();
+    let response = link.request(&pin, request(get("/endless"))).await?;
+    let mut body = response.into_body();
+    let mut received = 0;
+    while received < 100_000 {
+        let frame = body.frame().await.context("ended early")??;
+        received += frame.into_data().map_or(0, |d| d.len());
+    }
+    origin.kill();
+    let outcome = bounded(TEST_LIMIT, async {
+        loop {
+            match body.frame().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Ok(e),
+                None => anyhow::bail!("a killed response ended cleanly"),
+            }
+        }
+    })
+    .await?;
+    ensure!(matches!(outcome, LinkError::Broken(_)), "{outcome:?}");
+    ensure!(!outcome.nothing_sent());
+    ensure!(!body.is_end_stream());
+    // The link notices and says so; new requests fail at once.
+    bounded(UP_LIMIT, async {
+        while link.is_up() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    })
+    .await?;
+    let err = link
+        .request(&pin, request(get("/bytes/1")))
+        .await
+        .expect_err("origin is dead");
+    ensure!(matches!(err, LinkError::Unavailable(_)), "{err:?}");
+    Ok(())
+}
+
+async fn absent_origin(kind: BackendKind) -> Result<()> {
+    let link = OriginLink::spawn(&entry(kind, free_address(kind)?));
+    ensure!(!link.wait_up(Duration::from_millis(300)).await);
+    let pin = link.pin();
+    let started = Instant::now();
+    let err = link
+        .request(&pin, request(get("/bytes/1")))
+        .await
+        .expect_err("nobody listens");
+    ensure!(
+        started.elapsed() < Duration::from_millis(100),
+        "took {:?}",
+        started.elapsed()
+    );
+    ensure!(matches!(err, LinkError::Unavailable(_)), "{err:?}");
+    ensure!(err.nothing_sent());
+    ensure!(!link.is_up());
+    ensure!(matches!(
+        link.state(),
+        LinkState::Down | LinkState::Connecting
+    ));
+    Ok(())
+}
+
+async fn origin_started_later(kind: BackendKind) -> Result<()> {
+    let addr = free_address(kind)?;
+    let link = OriginLink::spawn(&entry(kind, addr));
+    // Let a few attempts fail, so the backoff has grown to its maximum.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    ensure!(!link.is_up());
+    let _origin = TestOrigin::start(kind, addr).await?;
+    // reconnect_max (400 ms) + jitter + one connect, with room to spare.
+    ensure!(
+        link.wait_up(Duration::from_secs(3)).await,
+        "no reconnection"
+    );
+    let pin = link.pin();
+    fetch(&link, &pin, 12_345).await
+}
+
+async fn dropping_the_body_cancels(kind: BackendKind) -> Result<()> {
+    let (origin, link) = link_to_origin(kind).await?;
+    let pin = link.pin();
+    let response = link.request(&pin, request(get("/endless"))).await?;
+    let mut body = response.into_body();
+    let mut received = 0;
+    while received < 200_000 {
+        received += body
+            .frame()
+            .await
+            .context("ended early")??
+            .into_data()
+            .map_or(0, |d| d.len());
+    }
+    drop(body);
+    // The origin stops producing soon after the CANCEL.
+    let produced = bounded(TEST_LIMIT, async {
+        loop {
+            let before = origin.handler.produced.load(Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let after = origin.handler.produced.load(Ordering::Relaxed);
+            if after == before {
+                return Ok(after);
+            }
+        }
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ensure!(origin.handler.produced.load(Ordering::Relaxed) == produced);
+    // The stream and the association carry on.
+    fetch(&link, &pin, 5000).await
+}
+
+/// The body yields its bytes as they come but ends only at RESPONSE_END.
+async fn body_ends_only_after_end(kind: BackendKind) -> Result<()> {
+    let origin = ScriptedOrigin::bind(kind).await?;
+    let link = OriginLink::spawn(&entry(kind, origin.addr));
+    let mut script = bounded(UP_LIMIT, origin.accept()).await?;
+    ensure!(link.wait_up(UP_LIMIT).await);
+    let pin = link.pin();
+    let requesting = tokio::spawn({
+        let link = link.clone();
+        async move {
+            let pin = link.pin();
+            link.request(&pin, request(get("/x"))).await
+        }
+    });
+    let (stream, message) = script.recv().await?;
+    let Message::Request(req) = message else {
+        anyhow::bail!("expected REQUEST, got {message:?}");
+    };
+    ensure!(req.end && req.head == get("/x"));
+    let id = req.id;
+    let head = Bytes::from_static(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n");
+    script
+        .send(stream, Message::ResponseHead { id, head })
+        .await?;
+    let response = requesting.await??;
+    let mut body = response.into_body();
+    script
+        .send(
+            stream,
+            Message::ResponseBody {
+                id,
+                data: Bytes::from_static(b"hello"),
+            },
+        )
+        .await?;
+    let frame = body.frame().await.context("no frame")??;
+    ensure!(frame.into_data().ok() == Some(Bytes::from_static(b"hello")));
+    // All the bytes are there, but no END yet: the body must not end.
+    let early = tokio::time::timeout(Duration::from_millis(300), body.frame()).await;
+    ensure!(early.is_err(), "body ended before RESPONSE_END: {early:?}");
+    ensure!(!body.is_end_stream());
+    script
+        .send(stream, Message::ResponseEnd { id, body_len: 5 })
+        .await?;
+    ensure!(body.frame().await.is_none());
+    ensure!(body.is_end_stream());
+    drop(body);
+    drop(pin);
+    Ok(())
+}
+
+/// Sends one GET through `link` and returns the scripted side's view of it.
+async fn scripted_request(
+    link: &OriginLink,
+    script: &mut support::Scripted,
+) -> Result<(
+    tokio::task::JoinHandle<Result<http::Response<ResponseBody>, LinkError>>,
+    u16,
+    u32,
+)> {
+    let requesting = tokio::spawn({
+        let link = link.clone();
+        async move {
+            let pin = link.pin();
+            link.request(&pin, request(get("/x"))).await
+        }
+    });
+    let (stream, message) = script.recv().await?;
+    let Message::Request(req) = message else {
+        anyhow::bail!("expected REQUEST, got {message:?}");
+    };
+    Ok((requesting, stream, req.id))
+}
+
+/// Truncation, malformed heads, RESET and GOAWAY from the origin.
+async fn origin_misbehaviour(kind: BackendKind) -> Result<()> {
+    let origin = ScriptedOrigin::bind(kind).await?;
+    let link = OriginLink::spawn(&entry(kind, origin.addr));
+    let mut script = bounded(UP_LIMIT, origin.accept()).await?;
+    ensure!(link.wait_up(UP_LIMIT).await);
+
+    // RESPONSE_END that counts more bytes than arrived: an error, and RESET.
+    let (requesting, stream, id) = scripted_request(&link, &mut script).await?;
+    let head = Bytes::from_static(b"HTTP/1.1 200 OK\r\n\r\n");
+    script
+        .send(stream, Message::ResponseHead { id, head })
+        .await?;
+    let data = Bytes::from_static(b"abc");
+    script
+        .send(stream, Message::ResponseBody { id, data })
+        .await?;
+    script
+        .send(stream, Message::ResponseEnd { id, body_len: 4 })
+        .await?;
+    let result = collect(requesting.await??.into_body()).await;
+    ensure!(matches!(result, Err(LinkError::Malformed(_))), "{result:?}");
+    let (_, answer) = script.recv().await?;
+    ensure!(
+        matches!(answer, Message::Reset { id: i, code: ErrorCode::ProtocolError, .. } if i == id),
+        "{answer:?}"
+    );
+
+    // A head that is no HTTP/1.1 status line: an error before any byte, RESET.
+    let (requesting, stream, id) = scripted_request(&link, &mut script).await?;
+    let head = Bytes::from_static(b"HTTP/1.1 banana\r\n\r\n");
+    script
+        .send(stream, Message::ResponseHead { id, head })
+        .await?;
+    let err = requesting.await?.expect_err("malformed head");
+    ensure!(matches!(err, LinkError::Malformed(_)), "{err:?}");
+    ensure!(!err.nothing_sent());
+    let (_, answer) = script.recv().await?;
+    ensure!(
+        matches!(answer, Message::Reset { id: i, code: ErrorCode::ProtocolError, .. } if i == id),
+        "{answer:?}"
+    );
+
+    // The origin's RESET carries its code to the caller.
+    let (requesting, stream, id) = scripted_request(&link, &mut script).await?;
+    let reset = Message::Reset {
+        id,
+        code: ErrorCode::UpstreamTimeout,
+        reason: "slow upstream".into(),
+    };
+    script.send(stream, reset).await?;
+    let err = requesting.await?.expect_err("reset");
+    ensure!(
+        matches!(
+            err,
+            LinkError::Reset {
+                code: ErrorCode::UpstreamTimeout,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    ensure!(err.gateway_status() == 504);
+
+    // A caller that gives up before the head: RESET CANCELLED on its stream.
+    let (requesting, stream, id) = scripted_request(&link, &mut script).await?;
+    requesting.abort();
+    let (reset_stream, answer) = script.recv().await?;
+    ensure!(
+        reset_stream == stream
+            && matches!(answer, Message::Reset { id: i, code: ErrorCode::Cancelled, .. } if i == id),
+        "{answer:?} on {reset_stream}"
+    );
+
+    // GOAWAY: requests above last_request fail as unprocessed, the one below
+    // finishes, and the link reconnects by itself.
+    let (first, stream1, id1) = scripted_request(&link, &mut script).await?;
+    let (second, _, id2) = scripted_request(&link, &mut script).await?;
+    ensure!(id2 > id1);
+    let goaway = Message::GoAway(GoAway {
+        last_request: id1,
+        code: ErrorCode::NoError,
+        reason: "restarting".into(),
+    });
+    script.send(0, goaway).await?;
+    let err = second.await?.expect_err("not processed");
+    ensure!(
+        matches!(err, LinkError::Unavailable(_)) && err.nothing_sent(),
+        "{err:?}"
+    );
+    let head = Bytes::from_static(b"HTTP/1.1 204 No Content\r\n\r\n");
+    script
+        .send(stream1, Message::ResponseHead { id: id1, head })
+        .await?;
+    script
+        .send(
+            stream1,
+            Message::ResponseEnd {
+                id: id1,
+                body_len: 0,
+            },
+        )
+        .await?;
+    let response = first.await??;
+    ensure!(response.status() == 204);
+    ensure!(collect(response.into_body()).await?.is_empty());
+    let mut next = bounded(UP_LIMIT, origin.accept()).await?;
+    ensure!(
+        link.wait_up(UP_LIMIT).await,
+        "no new association after GOAWAY"
+    );
+    // The drained association is closed by the gateway.
+    let ended = bounded(UP_LIMIT, async {
+        loop {
+            if let Err(e) = script.recv().await {
+                return Ok(e);
+            }
+        }
+    })
+    .await?;
+    ensure!(ended.to_string().contains("closed"), "{ended}");
+
+    // Shutdown: GOAWAY NO_ERROR, then a graceful close; no more requests.
+    let stopping = tokio::spawn({
+        let link = link.clone();
+        async move { link.shutdown().await }
+    });
+    let (_, goaway) = next.recv().await?;
+    ensure!(
+        matches!(
+            goaway,
+            Message::GoAway(GoAway {
+                code: ErrorCode::NoError,
+                ..
+            })
+        ),
+        "{goaway:?}"
+    );
+    ensure!(next.recv().await.is_err(), "association not closed");
+    bounded(UP_LIMIT, async { Ok(stopping.await?) }).await?;
+    ensure!(link.state() == LinkState::ShutDown);
+    let pin = link.pin();
+    let err = link
+        .request(&pin, request(get("/x")))
+        .await
+        .expect_err("shut down");
+    ensure!(matches!(err, LinkError::Unavailable(_)), "{err:?}");
+    Ok(())
+}
+
+/// A request body travels as REQUEST (no END) and REQUEST_BODY chunks within the
+/// origin's max_chunk, the last one with END.
+async fn request_body_in_chunks(kind: BackendKind) -> Result<()> {
+    let origin = ScriptedOrigin::bind(kind).await?;
+    let link = OriginLink::spawn(&entry(kind, origin.addr));
+    let mut script = bounded(UP_LIMIT, origin.accept()).await?;
+    ensure!(link.wait_up(UP_LIMIT).await);
+    let body: Vec<u8> = (0..150_000u32).map(|i| (i % 253) as u8).collect();
+    let sending = tokio::spawn({
+        let (link, body) = (link.clone(), Bytes::from(body.clone()));
+        async move {
+            let pin = link.pin();
+            let head = Bytes::from_static(b"POST /up HTTP/1.1\r\ncontent-length: 150000\r\n\r\n");
+            let req = OriginRequest {
+                head,
+                body,
+                urgency: 9,
+                class: RequestClass::Prefetch,
+            };
+            link.request(&pin, req).await
+        }
+    });
+    let (stream, message) = script.recv().await?;
+    let Message::Request(req) = message else {
+        anyhow::bail!("expected REQUEST, got {message:?}");
+    };
+    ensure!(!req.end && req.class == RequestClass::Prefetch && req.urgency.level() == 7);
+    let mut received = Vec::new();
+    loop {
+        let (s, message) = script.recv().await?;
+        let Message::RequestBody { id, end, data } = message else {
+            anyhow::bail!("expected REQUEST_BODY, got {message:?}");
+        };
+        ensure!(s == stream && id == req.id && data.len() <= gateway_protocol::MAX_CHUNK);
+        received.extend_from_slice(&data);
+        if end {
+            break;
+        }
+    }
+    ensure!(received == body, "body of {} bytes differs", received.len());
+    let head = Bytes::from_static(b"HTTP/1.1 201 Created\r\n\r\n");
+    let id = req.id;
+    script
+        .send(stream, Message::ResponseHead { id, head })
+        .await?;
+    script
+        .send(stream, Message::ResponseEnd { id, body_len: 0 })
+        .await?;
+    let response = sending.await??;
+    ensure!(response.status() == 201);
+    ensure!(collect(response.into_body()).await?.is_empty());
+    Ok(())
+}
+
+macro_rules! backend_tests {
+    ($module:ident, $kind:expr) => {
+        mod $module {
+            use super::*;
+
+            #[tokio::test]
+            async fn responses_arrive_byte_for_byte_on_many_pins() -> Result<()> {
+                bounded(TEST_LIMIT, exact_bytes($kind)).await
+            }
+
+            #[tokio::test]
+            async fn concurrent_requests_share_one_stream() -> Result<()> {
+                bounded(TEST_LIMIT, one_stream_shared_by_concurrent_requests($kind)).await
+            }
+
+            #[tokio::test]
+            async fn flows_pin_to_the_least_loaded_stream() -> Result<()> {
+                bounded(TEST_LIMIT, pinning($kind)).await
+            }
+
+            #[tokio::test]
+            async fn a_killed_origin_breaks_the_body() -> Result<()> {
+                bounded(TEST_LIMIT, origin_dies_mid_response($kind)).await
+            }
+
+            #[tokio::test]
+            async fn an_absent_origin_is_unavailable_at_once() -> Result<()> {
+                bounded(TEST_LIMIT, absent_origin($kind)).await
+            }
+
+            #[tokio::test]
+            async fn a_late_origin_is_found_by_the_backoff() -> Result<()> {
+                bounded(TEST_LIMIT, origin_started_later($kind)).await
+            }
+
+            #[tokio::test]
+            async fn dropping_the_body_cancels_the_response() -> Result<()> {
+                bounded(TEST_LIMIT, dropping_the_body_cancels($kind)).await
+            }
+
+            #[tokio::test]
+            async fn the_body_ends_only_after_response_end() -> Result<()> {
+                bounded(TEST_LIMIT, body_ends_only_after_end($kind)).await
+            }
+
+            #[tokio::test]
+            async fn a_request_body_travels_in_chunks() -> Result<()> {
+                bounded(TEST_LIMIT, request_body_in_chunks($kind)).await
+            }
+
+            #[tokio::test]
+            async fn origin_errors_map_to_link_errors() -> Result<()> {
+                bounded(TEST_LIMIT, origin_misbehaviour($kind)).await
+            }
+        }
+    };
+}
+
+backend_tests!(userspace, BackendKind::Userspace);
+backend_tests!(framed_tcp, BackendKind::FramedTcp);
