@@ -224,6 +224,13 @@ pub struct OriginEntry {
         with = "gateway_transport::duration_ms"
     )]
     pub reconnect_max: Duration,
+    /// A request whose response head has not arrived within this long is
+    /// abandoned (RESET toward the origin, 504 toward the browser).
+    #[serde(
+        default = "default_response_timeout",
+        with = "gateway_transport::duration_ms"
+    )]
+    pub response_timeout: Duration,
     /// Association settings (streams, time-outs, buffers).
     #[serde(default)]
     pub transport: AssociationConfig,
@@ -239,6 +246,10 @@ fn default_reconnect_min() -> Duration {
 
 fn default_reconnect_max() -> Duration {
     Duration::from_secs(10)
+}
+
+fn default_response_timeout() -> Duration {
+    Duration::from_secs(60)
 }
 
 impl GatewayConfig {
@@ -346,6 +357,9 @@ impl GatewayConfig {
                     &key("hosts"),
                     &format!("`{bad}` is no host name or `*.` pattern"),
                 );
+            }
+            if origin.response_timeout.is_zero() {
+                return invalid(&key("response_timeout"), "must be above zero");
             }
             if origin.reconnect_min.is_zero() || origin.reconnect_max < origin.reconnect_min {
                 return invalid(

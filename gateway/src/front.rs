@@ -65,6 +65,7 @@ pub struct Front {
 struct Origin {
     link: OriginLink,
     fail_open: bool,
+    response_timeout: std::time::Duration,
 }
 
 /// One browser connection: its ends, its stream pins and its direct upstream.
@@ -115,6 +116,7 @@ impl Front {
             .map(|(entry, link)| Origin {
                 link,
                 fail_open: entry.fail_open,
+                response_timeout: entry.response_timeout,
             })
             .collect();
         Self {
@@ -264,7 +266,20 @@ impl Front {
             urgency: DEMAND_URGENCY,
             class: gateway_protocol::RequestClass::Demand,
         };
-        match origin.link.request(&pin, origin_request).await {
+        // Dropping the request future on time-out abandons the request cleanly
+        // (RESET CANCELLED on its stream).
+        let answer = tokio::time::timeout(
+            origin.response_timeout,
+            origin.link.request(&pin, origin_request),
+        )
+        .await
+        .map_err(|_| {
+            Refusal::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!("origin {} did not answer in time", origin.link.name()),
+            )
+        })?;
+        match answer {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 parts.headers = end_to_end(parts.headers);
@@ -277,7 +292,7 @@ impl Front {
                 self.direct(flow, request).await.map(|r| (r, "fail-open"))
             }
             Err(e) => Err(Refusal::new(
-                StatusCode::BAD_GATEWAY,
+                e.gateway_status(),
                 format!("origin {}: {e}", origin.link.name()),
             )),
         }

@@ -263,6 +263,8 @@ mod tests {
             fail_open: true,
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(1),
+
+            response_timeout: Duration::from_secs(10),
             transport: Default::default(),
         };
         config.origins = vec![

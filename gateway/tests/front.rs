@@ -6,6 +6,13 @@
 //! Raw bytes on the browser side, so that malformed and pipelined input is what
 //! the gateway really sees.
 
+#[path = "support/origin_link.rs"]
+#[allow(
+    dead_code,
+    reason = "shared with the origin_link tests; this file uses a part"
+)]
+mod origin_support;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -85,8 +92,16 @@ async fn upstream() -> Result<Upstream> {
 
 /// A front whose browser connections all claim `dst` as their original destination.
 async fn front(config: GatewayConfig, dst: SocketAddr) -> Result<SocketAddr> {
-    let links = config.origins.iter().map(OriginLink::spawn).collect();
-    let front = Arc::new(Front::new(&config, links));
+    Ok(front_with_links(config, dst).await?.0)
+}
+
+/// [`front`], also returning the origin links.
+async fn front_with_links(
+    config: GatewayConfig,
+    dst: SocketAddr,
+) -> Result<(SocketAddr, Vec<OriginLink>)> {
+    let links: Vec<OriginLink> = config.origins.iter().map(OriginLink::spawn).collect();
+    let front = Arc::new(Front::new(&config, links.clone()));
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -102,7 +117,7 @@ async fn front(config: GatewayConfig, dst: SocketAddr) -> Result<SocketAddr> {
             tokio::spawn(Arc::clone(&front).serve(flow, stop_rx.clone()));
         }
     });
-    Ok(addr)
+    Ok((addr, links))
 }
 
 /// One parsed response.
@@ -308,6 +323,8 @@ fn dead_origin(fail_open: bool) -> OriginEntry {
         fail_open,
         reconnect_min: Duration::from_millis(100),
         reconnect_max: Duration::from_secs(1),
+
+        response_timeout: Duration::from_secs(10),
         transport: Default::default(),
     }
 }
@@ -372,5 +389,112 @@ async fn an_unreachable_destination_gets_502() -> Result<()> {
     let gw = front(GatewayConfig::default(), closed).await?;
     let answers = exchange(gw, get("/", &closed.to_string(), true).as_bytes()).await?;
     assert_eq!(answers[0].status, 502, "{}", answers[0].text());
+    Ok(())
+}
+
+/// A gateway whose destination 127.0.0.0/8 maps to a real in-process origin
+/// over userspace SCTP, without fail-open: every answer comes from the origin or
+/// from the gateway itself, never from `dst` (where nothing listens).
+async fn origin_front() -> Result<(
+    origin_support::TestOrigin,
+    SocketAddr,
+    SocketAddr,
+    OriginLink,
+)> {
+    let kind = gateway_transport::BackendKind::Userspace;
+    let origin =
+        origin_support::TestOrigin::start(kind, origin_support::free_address(kind)?).await?;
+    let mut entry = origin_support::entry(kind, origin.addr);
+    entry.destinations = vec!["127.0.0.0/8".parse()?];
+    entry.hosts.clear();
+    entry.fail_open = false;
+    let config = GatewayConfig {
+        origins: vec![entry],
+        ..GatewayConfig::default()
+    };
+    let dst = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
+    let (gw, links) = front_with_links(config, dst).await?;
+    let link = links.into_iter().next().context("one link")?;
+    anyhow::ensure!(
+        link.wait_up(Duration::from_secs(5)).await,
+        "the origin link came up"
+    );
+    Ok((origin, gw, dst, link))
+}
+
+#[tokio::test]
+async fn mapped_requests_travel_over_sctp_with_exact_bytes() -> Result<()> {
+    let (origin, gw, dst, link) = origin_front().await?;
+    let answers = exchange(gw, get("/bytes/200000", &dst.to_string(), true).as_bytes()).await?;
+    assert_eq!(answers[0].status, 200, "{}", answers[0].text());
+    let expected: Vec<u8> = (0..200_000).map(origin::synthetic::pattern_byte).collect();
+    assert!(
+        answers[0].body == expected,
+        "body differs from the origin's pattern"
+    );
+    assert_eq!(answers[0].header("via"), Some("1.1 sctp-gateway"));
+    assert_eq!(origin.handler.produced.load(Ordering::Relaxed), 200_000);
+    // The connection is gone, so its pin is released.
+    let pinned: u32 = (1..origin_support::STREAMS).map(|s| link.pinned(s)).sum();
+    assert_eq!(pinned, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_origin_dying_mid_body_closes_the_browser_connection_then_recovers() -> Result<()> {
+    let (origin, gw, dst, _link) = origin_front().await?;
+    let host = dst.to_string();
+    let mut stream = TcpStream::connect(gw).await?;
+    stream
+        .write_all(get("/endless", &host, false).as_bytes())
+        .await?;
+    let mut received = vec![0; 64 * 1024];
+    let mut filled = 0;
+    while filled < 32 * 1024 {
+        let n = tokio::time::timeout(EXCHANGE_TIMEOUT, stream.read(&mut received[filled..]))
+            .await
+            .context("the endless body started")??;
+        anyhow::ensure!(n > 0, "closed before the origin died");
+        filled += n;
+    }
+    origin.kill();
+    let mut rest = Vec::new();
+    tokio::time::timeout(EXCHANGE_TIMEOUT, stream.read_to_end(&mut rest))
+        .await
+        .context("the browser connection must be closed when the origin dies")??;
+    received.truncate(filled);
+    received.extend_from_slice(&rest);
+    let head = String::from_utf8_lossy(&received[..200]).to_lowercase();
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    assert!(
+        !received.ends_with(b"\r\n0\r\n\r\n"),
+        "a truncated body must not end with the last chunk"
+    );
+
+    // The origin comes back at the same address; the gateway finds it by itself.
+    let kind = gateway_transport::BackendKind::Userspace;
+    let addr = origin.addr;
+    drop(origin);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let _revived = loop {
+        match origin_support::TestOrigin::start(kind, addr).await {
+            Ok(o) => break o,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                eprintln!("origin not restartable yet: {e:#}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e.context("restarting the origin")),
+        }
+    };
+    loop {
+        let answers = exchange(gw, get("/bytes/10", &host, true).as_bytes()).await?;
+        match answers[0].status {
+            200 => break,
+            502 if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            status => bail!("after the origin came back: {status} {}", answers[0].text()),
+        }
+    }
     Ok(())
 }

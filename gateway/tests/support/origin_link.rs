@@ -44,6 +44,8 @@ pub(crate) fn entry(kind: BackendKind, address: SocketAddr) -> OriginEntry {
         fail_open: true,
         reconnect_min: Duration::from_millis(50),
         reconnect_max: Duration::from_millis(400),
+
+        response_timeout: Duration::from_secs(10),
         transport: transport(),
     }
 }
