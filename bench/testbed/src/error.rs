@@ -58,6 +58,14 @@ pub enum TestbedError {
         /// The operating system's reason.
         source: std::io::Error,
     },
+    /// A configuration file the testbed reads or generates is not as expected.
+    #[error("{}: {what}", path.display())]
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
     /// Chromium's DevTools protocol answered with an error or something unexpected.
     #[error("DevTools: {0}")]
     DevTools(String),

@@ -8,6 +8,8 @@
 //! - [`NsProcess`]: a program inside a namespace with its output in a log file,
 //!   killed on drop; bounded waits for ports, log lines and conditions.
 //! - [`Nginx`]: the plain-HTTP servers (the site's addresses, the web server).
+//! - [`Demo`]: all of the above with the `origin` and `gateway` binaries running,
+//!   the gateway's config generated from `config/gateway.toml`.
 //! - [`Browser`]: headless Chromium in a namespace over the DevTools pipe: page
 //!   loads with every request's outcome and navigation timing, JavaScript
 //!   evaluation, screenshots.
@@ -20,6 +22,7 @@
 //! Where to start: [`Topology::create`], then [`NsProcess::spawn`].
 
 mod browser;
+mod demo;
 mod error;
 mod netns;
 mod nginx;
@@ -30,10 +33,16 @@ pub use browser::{
     Browser, BrowserConfig, CHROMIUM, CHROMIUM_FLAGS, NavigationTiming, Page, PageLoad,
     RequestRecord,
 };
+pub use demo::{
+    Binaries, DAEMON_LOG_FILTER, Demo, DemoOptions, GatewayConfig, GatewayConfigOverrides,
+    READY_TIMEOUT, tcp_listening,
+};
 pub use error::{Result, TestbedError};
 pub use netns::{Netns, cleanup_stale, display, exec_in, exists, in_netns, ip, run, sysctl, veth};
 pub use nginx::{AccessEntry, NGINX, Nginx, WEB_PAGE, write_web_page};
 pub use process::{NsProcess, Signal, tcp_accepts, wait_for_tcp, wait_until};
+/// The JSON type [`Page::evaluate`] returns.
+pub use serde_json;
 pub use topology::{Topology, WanLink};
 
 use std::path::PathBuf;

@@ -107,10 +107,10 @@ impl NsProcess {
         &self.log
     }
 
-    /// The whole log so far (lossy UTF-8).
+    /// The whole log so far (lossy UTF-8, terminal colour codes removed).
     pub fn log(&self) -> String {
         std::fs::read(&self.log)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map(|b| strip_ansi(&String::from_utf8_lossy(&b)))
             .unwrap_or_default()
     }
 
@@ -318,4 +318,38 @@ pub fn wait_for_tcp(ns: &str, addr: SocketAddr, timeout: Duration) -> Result<()>
     wait_until(&format!("TCP on {addr} in {ns}"), timeout, || {
         tcp_accepts(ns, addr)
     })
+}
+
+/// `text` without ANSI escape sequences (`ESC [ ... letter`), which loggers add
+/// for terminals and which would split `key=value` pairs.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ansi_codes_are_stripped() {
+        assert_eq!(
+            strip_ansi("\u{1b}[2mstream\u{1b}[0m\u{1b}[2m=\u{1b}[0m3 ok"),
+            "stream=3 ok"
+        );
+    }
 }
