@@ -143,12 +143,14 @@ pub struct HttpConfig {
     pub max_uri_bytes: usize,
     /// Largest request body, bytes; above it: 413.
     pub max_body_bytes: u64,
-    /// A client that has not sent a whole request head within this long is closed.
+    /// A client must send a whole request head within this long, counted from the
+    /// connection's start or the end of the previous response; otherwise the
+    /// connection is closed. This also ends idle keep-alive connections.
     #[serde(with = "gateway_transport::duration_ms")]
     pub header_timeout: Duration,
-    /// An idle keep-alive connection is closed after this long.
+    /// A request body must arrive whole within this long; otherwise: 408.
     #[serde(with = "gateway_transport::duration_ms")]
-    pub idle_timeout: Duration,
+    pub body_timeout: Duration,
     /// Browser connections served at once; further ones wait in the backlog.
     pub max_connections: usize,
 }
@@ -159,8 +161,8 @@ impl Default for HttpConfig {
             max_header_bytes: 32 * 1024,
             max_uri_bytes: 8 * 1024,
             max_body_bytes: 16 * 1024 * 1024,
-            header_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(60),
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
             max_connections: 4096,
         }
     }
@@ -312,8 +314,12 @@ impl GatewayConfig {
             );
         }
         let h = &self.http;
-        if h.max_header_bytes < 1024 {
-            return invalid("http.max_header_bytes", "at least 1024");
+        // hyper's read buffer cannot be smaller than 8 KiB.
+        if h.max_header_bytes < 8192 {
+            return invalid("http.max_header_bytes", "at least 8192");
+        }
+        if h.header_timeout.is_zero() || h.body_timeout.is_zero() {
+            return invalid("http.header_timeout", "time-outs must be above zero");
         }
         if h.max_uri_bytes < 64 {
             return invalid("http.max_uri_bytes", "at least 64");
@@ -408,7 +414,7 @@ mod tests {
 
     #[test]
     fn unknown_key_is_named() {
-        let err = GatewayConfig::from_toml("[http]\nmax_headers = 3\n").unwrap_err();
+        let err = GatewayConfig::from_toml("[http]\nmax_headers = 3\n").expect_err("must fail");
         assert!(err.to_string().contains("max_headers"), "{err}");
     }
 
@@ -436,12 +442,12 @@ mod tests {
     fn invalid_values_name_their_key() {
         let mut c = GatewayConfig::default();
         c.intercept.ports = vec![3129];
-        let err = c.validate().unwrap_err().to_string();
+        let err = c.validate().expect_err("must fail").to_string();
         assert!(err.contains("intercept.ports"), "{err}");
 
         let mut c = GatewayConfig::default();
         c.bypass.hosts = vec!["bad host".into()];
-        let err = c.validate().unwrap_err().to_string();
+        let err = c.validate().expect_err("must fail").to_string();
         assert!(err.contains("bypass.hosts"), "{err}");
     }
 

@@ -1,1 +1,615 @@
-//! (in progress)
+//! The browser-facing side: HTTP/1.1 on each intercepted connection.
+//!
+//! hyper parses and frames (keep-alive, pipelining with responses in request
+//! order, 431 for oversized heads, the header time-out against slow clients); this
+//! module adds what a transparent gateway must decide per request:
+//!
+//! 1. limits hyper does not know: the request target (414) and body (413, 408);
+//! 2. the Host check against the original destination ([`crate::route`]);
+//! 3. the route: an SCTP origin on the stream this connection is pinned to, or
+//!    plain TCP to the original destination ([`crate::direct`]);
+//! 4. failures: an unreachable origin fails open to direct TCP when configured,
+//!    otherwise the browser gets 502; a response that breaks after its first byte
+//!    closes the connection, so a truncated body never looks complete.
+//!
+//! Request bodies are read whole (bounded by `http.max_body_bytes`) before they
+//! are forwarded; responses stream.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Version};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::sync::watch;
+
+use crate::config::{GatewayConfig, HttpConfig};
+use crate::direct::{DirectError, DirectSettings, DirectUpstream};
+use crate::listener::Intercepted;
+use crate::origin_link::{OriginLink, OriginRequest, StreamPin};
+use crate::route::{Decision, HostCheck, HostError, HostVerifier, RouteTable, Target, parse_host};
+
+/// Response bodies of every kind, boxed: origin streams, direct streams, and the
+/// gateway's own short messages.
+pub type Body = UnsyncBoxBody<Bytes, BoxError>;
+/// The error type of [`Body`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the gateway adds to `Via` (RFC 9110, section 7.6.3).
+const VIA: &str = "1.1 sctp-gateway";
+/// How long a Host name lookup may take before the Host counts as unverified.
+const HOST_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// RFC 9218's default urgency, used for every browser request: HTTP/1.1 browsers
+/// send no `Priority` header. The prefetch queue uses lower urgencies.
+const DEMAND_URGENCY: u8 = 3;
+
+/// The per-request logic shared by every browser connection.
+#[derive(Debug)]
+pub struct Front {
+    http: HttpConfig,
+    routes: RouteTable,
+    verifier: HostVerifier,
+    origins: Vec<Origin>,
+    direct: DirectSettings,
+}
+
+#[derive(Debug)]
+struct Origin {
+    link: OriginLink,
+    fail_open: bool,
+}
+
+/// One browser connection: its ends, its stream pins and its direct upstream.
+#[derive(Debug)]
+struct Flow {
+    client: SocketAddr,
+    dst: SocketAddr,
+    /// Per origin index: the stream this connection is pinned to on that origin.
+    pins: Mutex<HashMap<usize, Arc<StreamPin>>>,
+    /// hyper serves one request at a time per connection, so this lock is never
+    /// contended; it exists because the service future must be `Send`.
+    direct: tokio::sync::Mutex<DirectUpstream>,
+}
+
+/// A request the gateway answers itself.
+#[derive(Debug)]
+struct Refusal {
+    status: StatusCode,
+    message: String,
+    /// Close the connection after answering (the request body was not read).
+    close: bool,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            close: false,
+        }
+    }
+
+    fn closing(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            close: true,
+            ..Self::new(status, message)
+        }
+    }
+}
+
+impl Front {
+    /// The front for `config`, with one link per `config.origins` entry, in order.
+    pub fn new(config: &GatewayConfig, links: Vec<OriginLink>) -> Self {
+        let origins = config
+            .origins
+            .iter()
+            .zip(links)
+            .map(|(entry, link)| Origin {
+                link,
+                fail_open: entry.fail_open,
+            })
+            .collect();
+        Self {
+            http: config.http.clone(),
+            routes: RouteTable::new(config),
+            verifier: HostVerifier::new(HOST_LOOKUP_TIMEOUT),
+            origins,
+            direct: DirectSettings {
+                mark: config.intercept.upstream_mark,
+                connect_timeout: config.direct.connect_timeout,
+                response_timeout: config.direct.response_timeout,
+            },
+        }
+    }
+
+    /// Serves one intercepted connection until the browser closes it, a time-out
+    /// ends it, or `shutdown` turns true (then the request in progress finishes
+    /// and the connection closes).
+    pub async fn serve(self: Arc<Self>, flow: Intercepted, mut shutdown: watch::Receiver<bool>) {
+        let Intercepted {
+            stream,
+            client,
+            original_dst,
+        } = flow;
+        let state = Arc::new(Flow {
+            client,
+            dst: original_dst,
+            pins: Mutex::new(HashMap::new()),
+            direct: tokio::sync::Mutex::new(DirectUpstream::new(original_dst, self.direct)),
+        });
+        let front = Arc::clone(&self);
+        let service = service_fn(move |request| {
+            let front = Arc::clone(&front);
+            let state = Arc::clone(&state);
+            async move { Ok::<_, Infallible>(front.handle(&state, request).await) }
+        });
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.http.header_timeout)
+            .max_header_size(self.http.max_header_bytes)
+            .keep_alive(true);
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        tokio::pin!(connection);
+        let result = tokio::select! {
+            result = connection.as_mut() => result,
+            () = stopped(&mut shutdown) => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!(%client, dst = %original_dst, error = %e, "browser connection ended");
+        }
+    }
+
+    async fn handle(&self, flow: &Flow, request: Request<Incoming>) -> Response<Body> {
+        let started = Instant::now();
+        let method = request.method().clone();
+        let target = request.uri().clone();
+        let (response, route) = match self.forward(flow, request).await {
+            Ok(answer) => answer,
+            Err(refusal) => (refusal_response(&refusal), "refused"),
+        };
+        tracing::info!(
+            target: "gateway::access",
+            client = %flow.client,
+            dst = %flow.dst,
+            %method,
+            %target,
+            status = response.status().as_u16(),
+            route,
+            ms = started.elapsed().as_millis() as u64,
+        );
+        response
+    }
+
+    /// Checks, routes and forwards one request. Returns the response and the
+    /// route taken, for the access log.
+    async fn forward(
+        &self,
+        flow: &Flow,
+        request: Request<Incoming>,
+    ) -> Result<(Response<Body>, &'static str), Refusal> {
+        let (parts, body) = request.into_parts();
+        if target_len(&parts.uri) > self.http.max_uri_bytes {
+            return Err(Refusal::closing(
+                StatusCode::URI_TOO_LONG,
+                "request target too long",
+            ));
+        }
+        if parts.method == Method::CONNECT {
+            return Err(Refusal::closing(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "CONNECT is not served on intercepted connections",
+            ));
+        }
+        let (host_value, host, port) = request_host(&parts, flow.dst)
+            .map_err(|e| Refusal::closing(StatusCode::BAD_REQUEST, e.to_string()))?;
+        let check = self.verifier.check(&host, port, flow.dst).await;
+        let decision = self.routes.decide(flow.dst.ip(), &check);
+        if check == HostCheck::Mismatch {
+            tracing::debug!(client = %flow.client, dst = %flow.dst, host, "Host does not match the destination: direct, uncached");
+        }
+        let body = self.read_body(&parts.headers, body).await?;
+        let forwarded = Forwarded {
+            method: parts.method,
+            path: parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_owned(),
+            host: host_value,
+            headers: end_to_end(parts.headers),
+            body,
+        };
+        self.dispatch(flow, decision, forwarded).await
+    }
+
+    /// Sends the request where `decision` says, failing open where allowed.
+    async fn dispatch(
+        &self,
+        flow: &Flow,
+        decision: Decision,
+        request: Forwarded,
+    ) -> Result<(Response<Body>, &'static str), Refusal> {
+        let Target::Origin(index) = decision.target else {
+            return self
+                .direct(flow, request)
+                .await
+                .map(|r| (r, decision.reason));
+        };
+        let origin = &self.origins[index];
+        if !origin.link.is_up() {
+            if origin.fail_open {
+                return self.direct(flow, request).await.map(|r| (r, "fail-open"));
+            }
+            return Err(Refusal::new(
+                StatusCode::BAD_GATEWAY,
+                format!("origin {} is unreachable", origin.link.name()),
+            ));
+        }
+        let pin = flow.pin(index, &origin.link);
+        let origin_request = OriginRequest {
+            head: origin_head(&request),
+            body: request.body.clone(),
+            urgency: DEMAND_URGENCY,
+            class: gateway_protocol::RequestClass::Demand,
+        };
+        match origin.link.request(&pin, origin_request).await {
+            Ok(response) => {
+                let (mut parts, body) = response.into_parts();
+                parts.headers = end_to_end(parts.headers);
+                add_via(&mut parts.headers);
+                let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync();
+                Ok((Response::from_parts(parts, body), decision.reason))
+            }
+            Err(e) if e.nothing_sent() && origin.fail_open && is_idempotent(&request.method) => {
+                tracing::debug!(origin = origin.link.name(), error = %e, "origin request failed before sending: direct");
+                self.direct(flow, request).await.map(|r| (r, "fail-open"))
+            }
+            Err(e) => Err(Refusal::new(
+                StatusCode::BAD_GATEWAY,
+                format!("origin {}: {e}", origin.link.name()),
+            )),
+        }
+    }
+
+    /// Forwards over plain TCP to the original destination.
+    async fn direct(&self, flow: &Flow, request: Forwarded) -> Result<Response<Body>, Refusal> {
+        let mut builder = Request::builder()
+            .method(request.method)
+            .uri(request.path)
+            .version(Version::HTTP_11);
+        if let Some(headers) = builder.headers_mut() {
+            *headers = request.headers;
+            headers.insert(header::HOST, request.host);
+            add_via(headers);
+            if !request.body.is_empty() {
+                headers.insert(
+                    header::CONTENT_LENGTH,
+                    HeaderValue::from(request.body.len()),
+                );
+            }
+        }
+        let upstream_request = builder
+            .body(Full::new(request.body))
+            .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.to_string()))?;
+        let response = flow
+            .direct
+            .lock()
+            .await
+            .send(upstream_request)
+            .await
+            .map_err(|e| match e {
+                DirectError::ResponseTimeout { .. } => {
+                    Refusal::new(StatusCode::GATEWAY_TIMEOUT, e.to_string())
+                }
+                _ => Refusal::new(StatusCode::BAD_GATEWAY, e.to_string()),
+            })?;
+        let (mut parts, body) = response.into_parts();
+        parts.headers = end_to_end(parts.headers);
+        add_via(&mut parts.headers);
+        let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync();
+        Ok(Response::from_parts(parts, body))
+    }
+
+    /// Reads the whole request body, bounded in size (413) and time (408).
+    async fn read_body(&self, headers: &HeaderMap, body: Incoming) -> Result<Bytes, Refusal> {
+        let max = self.http.max_body_bytes;
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > max) {
+            return Err(Refusal::closing(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large",
+            ));
+        }
+        let limit = usize::try_from(max).unwrap_or(usize::MAX);
+        let collect = Limited::new(body, limit).collect();
+        match tokio::time::timeout(self.http.body_timeout, collect).await {
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+            Ok(Err(e)) if e.is::<LengthLimitError>() => Err(Refusal::closing(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large",
+            )),
+            Ok(Err(e)) => Err(Refusal::closing(
+                StatusCode::BAD_REQUEST,
+                format!("request body: {e}"),
+            )),
+            Err(_) => Err(Refusal::closing(
+                StatusCode::REQUEST_TIMEOUT,
+                "request body too slow",
+            )),
+        }
+    }
+}
+
+/// Resolves once `shutdown` turns true (or its sender is gone).
+pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is not `Send`; drop it here, not in a caller's
+    // `select!`.
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+impl Flow {
+    /// This connection's stream on origin `index`, pinned on first use.
+    fn pin(&self, index: usize, link: &OriginLink) -> Arc<StreamPin> {
+        let mut pins = self.pins.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(pins.entry(index).or_insert_with(|| Arc::new(link.pin())))
+    }
+}
+
+/// A checked request on its way upstream.
+#[derive(Debug)]
+struct Forwarded {
+    method: Method,
+    /// Origin-form target.
+    path: String,
+    /// The Host to send (the request's, or the absolute-form target's authority).
+    host: HeaderValue,
+    /// End-to-end headers only.
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+/// The Host header value to forward, and the parsed host and port.
+///
+/// An absolute-form target's authority overrides the Host header (RFC 9112,
+/// section 3.2.2). An HTTP/1.0 request without Host is taken as addressed to the
+/// original destination.
+fn request_host(
+    parts: &http::request::Parts,
+    dst: SocketAddr,
+) -> Result<(HeaderValue, String, u16), HostError> {
+    let value = if let Some(authority) = parts.uri.authority() {
+        HeaderValue::from_str(authority.as_str()).map_err(|_| HostError::Invalid)?
+    } else {
+        let mut hosts = parts.headers.get_all(header::HOST).iter();
+        match (hosts.next(), hosts.next()) {
+            (Some(host), None) => host.clone(),
+            (Some(_), Some(_)) => return Err(HostError::Repeated),
+            (None, _) if parts.version == Version::HTTP_10 => {
+                let literal = match dst {
+                    SocketAddr::V4(v4) => v4.ip().to_string(),
+                    SocketAddr::V6(v6) => format!("[{}]", v6.ip()),
+                };
+                HeaderValue::from_str(&literal).map_err(|_| HostError::Invalid)?
+            }
+            (None, _) => return Err(HostError::Missing),
+        }
+    };
+    let (host, port) = parse_host(value.as_bytes())?;
+    Ok((value, host, port))
+}
+
+/// The request target's length as the browser sent it.
+fn target_len(uri: &http::Uri) -> usize {
+    let path = uri.path_and_query().map_or(0, |p| p.as_str().len());
+    let authority = uri.authority().map_or(0, |a| a.as_str().len());
+    let scheme = uri.scheme_str().map_or(0, |s| s.len() + 3);
+    scheme + authority + path
+}
+
+/// Removes hop-by-hop fields (RFC 9110, section 7.6.1): `Connection` and the
+/// fields it names, and the fixed list. `Expect` goes too: the body is already read.
+fn end_to_end(mut headers: HeaderMap) -> HeaderMap {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::EXPECT,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+    headers
+}
+
+/// Appends the gateway to `Via`.
+fn add_via(headers: &mut HeaderMap) {
+    headers.append(header::VIA, HeaderValue::from_static(VIA));
+}
+
+/// RFC 9110, section 9.2.2: safe to send twice.
+fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// The HTTP/1.1 request head carried in a REQUEST message.
+fn origin_head(request: &Forwarded) -> Bytes {
+    let mut head = BytesMut::with_capacity(512);
+    head.put_slice(request.method.as_str().as_bytes());
+    head.put_u8(b' ');
+    head.put_slice(request.path.as_bytes());
+    head.put_slice(b" HTTP/1.1\r\nhost: ");
+    head.put_slice(request.host.as_bytes());
+    head.put_slice(b"\r\n");
+    for (name, value) in &request.headers {
+        if name == header::HOST || name == header::CONTENT_LENGTH {
+            continue;
+        }
+        head.put_slice(name.as_str().as_bytes());
+        head.put_slice(b": ");
+        head.put_slice(value.as_bytes());
+        head.put_slice(b"\r\n");
+    }
+    if !request.body.is_empty() {
+        head.put_slice(format!("content-length: {}\r\n", request.body.len()).as_bytes());
+    }
+    head.put_slice(format!("via: {VIA}\r\n\r\n").as_bytes());
+    head.freeze()
+}
+
+/// The gateway's own answer: a short plain-text body.
+fn refusal_response(refusal: &Refusal) -> Response<Body> {
+    let text = format!(
+        "{} {}: {}\n",
+        refusal.status.as_u16(),
+        refusal.status.canonical_reason().unwrap_or(""),
+        refusal.message
+    );
+    let mut response = Response::new(
+        Full::new(Bytes::from(text))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *response.status_mut() = refusal.status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if refusal.close {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_fields_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        let h = end_to_end(h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h.contains_key(header::ACCEPT));
+    }
+
+    #[test]
+    fn origin_head_is_a_valid_request() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT, HeaderValue::from_static("text/html"));
+        headers.insert(header::HOST, HeaderValue::from_static("ignored"));
+        let request = Forwarded {
+            method: Method::POST,
+            path: "/a?b=c".to_owned(),
+            host: HeaderValue::from_static("203.0.113.10"),
+            headers,
+            body: Bytes::from_static(b"xyz"),
+        };
+        let head = origin_head(&request);
+        let mut parsed = [httparse::EMPTY_HEADER; 8];
+        let mut req = httparse::Request::new(&mut parsed);
+        let status = req.parse(&head).expect("parses");
+        assert_eq!(status, httparse::Status::Complete(head.len()));
+        assert_eq!(req.method, Some("POST"));
+        assert_eq!(req.path, Some("/a?b=c"));
+        let names: Vec<_> = req.headers.iter().map(|h| h.name).collect();
+        assert_eq!(names, ["host", "accept", "content-length", "via"]);
+        assert_eq!(req.headers[0].value, b"203.0.113.10");
+    }
+
+    #[test]
+    fn absolute_form_authority_overrides_host() {
+        let request = Request::builder()
+            .uri("http://203.0.113.10:8080/x")
+            .header(header::HOST, "elsewhere.example")
+            .body(())
+            .expect("request");
+        let (parts, ()) = request.into_parts();
+        let dst = "203.0.113.10:8080".parse().expect("literal");
+        let (value, host, port) = request_host(&parts, dst).expect("host");
+        assert_eq!(
+            (value.as_bytes(), host.as_str(), port),
+            (&b"203.0.113.10:8080"[..], "203.0.113.10", 8080)
+        );
+    }
+
+    #[test]
+    fn missing_and_repeated_hosts_are_refused() {
+        let dst: SocketAddr = "[2001:db8::10]:80".parse().expect("literal");
+        let (parts, ()) = Request::builder()
+            .uri("/")
+            .body(())
+            .expect("request")
+            .into_parts();
+        assert_eq!(
+            request_host(&parts, dst).expect_err("must fail"),
+            HostError::Missing
+        );
+
+        let (parts, ()) = Request::builder()
+            .uri("/")
+            .version(Version::HTTP_10)
+            .body(())
+            .expect("request")
+            .into_parts();
+        let (_, host, port) = request_host(&parts, dst).expect("HTTP/1.0 without Host");
+        assert_eq!((host.as_str(), port), ("2001:db8::10", 80));
+
+        let (parts, ()) = Request::builder()
+            .uri("/")
+            .header(header::HOST, "a")
+            .header(header::HOST, "b")
+            .body(())
+            .expect("request")
+            .into_parts();
+        assert_eq!(
+            request_host(&parts, dst).expect_err("must fail"),
+            HostError::Repeated
+        );
+    }
+}

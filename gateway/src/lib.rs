@@ -18,6 +18,7 @@
 //! (or by `gateway cleanup` after a crash).
 
 pub mod config;
+pub mod daemon;
 pub mod direct;
 pub mod ebpf;
 pub mod front;

@@ -1,0 +1,147 @@
+//! The running gateway: listeners, origin links, interception and the order in
+//! which they start and stop.
+//!
+//! Start: bind the transparent listeners first (a busy port fails before any rule
+//! exists), start the origin links, then install the interception, so no flow is
+//! ever steered to a port nobody listens on. Stop: remove the interception first
+//! (new flows are routed normally again, straight to their destinations), then
+//! let the requests in progress finish within a grace period, then close the
+//! associations.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::config::GatewayConfig;
+use crate::front::{Front, stopped};
+use crate::intercept::Interception;
+use crate::listener::{self, TransparentListener};
+use crate::origin_link::OriginLink;
+
+/// How long browser connections get to finish their current request at stop.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs the gateway until `stop` resolves, then shuts down in order. Interception
+/// is installed only if `config.intercept.manage` is set.
+pub async fn run(config: GatewayConfig, stop: impl Future<Output = ()>) -> Result<()> {
+    let listener = TransparentListener::bind(&config.listen)?;
+    for addr in listener.local_addrs() {
+        tracing::info!("transparent listener on {addr}");
+    }
+    let links: Vec<OriginLink> = config.origins.iter().map(OriginLink::spawn).collect();
+    for (entry, link) in config.origins.iter().zip(&links) {
+        tracing::info!(
+            "origin {}: {} for {:?} {:?}{}",
+            link.name(),
+            entry.address,
+            entry.destinations,
+            entry.hosts,
+            if entry.fail_open { ", fails open" } else { "" },
+        );
+    }
+    let interception = if config.intercept.manage {
+        let for_install = config.clone();
+        let installed = tokio::task::spawn_blocking(move || Interception::install(&for_install))
+            .await
+            .context("installing interception")??;
+        tracing::info!(
+            "intercepting TCP ports {:?} on {} into port {}",
+            config.intercept.ports,
+            if config.intercept.lan_interfaces.is_empty() {
+                "every interface but lo".to_owned()
+            } else {
+                config.intercept.lan_interfaces.join(", ")
+            },
+            config.listen.port,
+        );
+        Some(installed)
+    } else {
+        tracing::info!("intercept.manage = false: expecting the rules of config/nftables.nft");
+        None
+    };
+
+    let front = Arc::new(Front::new(&config, links.clone()));
+    let slots = Arc::new(Semaphore::new(config.http.max_connections));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut accepting = JoinSet::new();
+    for socket in listener.into_sockets() {
+        accepting.spawn(accept_loop(
+            socket,
+            Arc::clone(&front),
+            Arc::clone(&slots),
+            stop_rx.clone(),
+        ));
+    }
+    tracing::info!("gateway ready");
+    stop.await;
+
+    tracing::info!("stopping: removing interception, finishing requests in progress");
+    if let Some(interception) = interception {
+        match tokio::task::spawn_blocking(move || interception.remove()).await {
+            Ok(Ok(())) => tracing::info!("interception removed"),
+            Ok(Err(e)) => tracing::error!("removing interception: {e}; run `gateway cleanup`"),
+            Err(e) => tracing::error!("removing interception: {e}; run `gateway cleanup`"),
+        }
+    }
+    let _ = stop_tx.send(true);
+    while accepting.join_next().await.is_some() {}
+    for link in &links {
+        link.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Accepts intercepted flows on one socket; each connection holds a slot of
+/// `http.max_connections`. On stop, waits for the connections within the grace.
+async fn accept_loop(
+    socket: TcpListener,
+    front: Arc<Front>,
+    slots: Arc<Semaphore>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&slots).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = stopped(&mut stop) => break,
+        };
+        let flow = tokio::select! {
+            accepted = listener::accept(&socket) => match accepted {
+                Ok(flow) => flow,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = stopped(&mut stop) => break,
+        };
+        tracing::debug!(client = %flow.client, dst = %flow.original_dst, "intercepted");
+        let (front, stop) = (Arc::clone(&front), stop.clone());
+        connections.spawn(async move {
+            front.serve(flow, stop).await;
+            drop(permit);
+        });
+        // Reap finished connections so the set does not grow without bound.
+        while connections.try_join_next().is_some() {}
+    }
+    drop(socket);
+    if tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
+    {
+        tracing::warn!("{} browser connections cut at stop", connections.len());
+        connections.abort_all();
+    }
+}

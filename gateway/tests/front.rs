@@ -1,0 +1,376 @@
+//! The browser-facing HTTP/1.1 front on loopback, without TPROXY: the test
+//! accepts browser connections itself and hands them to [`Front::serve`] with an
+//! "original destination" of its choosing (a small upstream server), which is
+//! exactly what the transparent listener would report.
+//!
+//! Raw bytes on the browser side, so that malformed and pipelined input is what
+//! the gateway really sees.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use gateway::config::{GatewayConfig, OriginEntry};
+use gateway::front::Front;
+use gateway::listener::Intercepted;
+use gateway::origin_link::OriginLink;
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// Every exchange ends within this long, or the test fails.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An upstream HTTP/1.1 server standing in for the original destination.
+/// `/echo` answers with what it received; `/bytes/N` with N bytes.
+struct Upstream {
+    addr: SocketAddr,
+    requests: Arc<AtomicUsize>,
+}
+
+async fn upstream() -> Result<Upstream> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&requests);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counter = Arc::clone(&counter);
+            tokio::spawn(async move {
+                let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        let (parts, body) = req.into_parts();
+                        let body = body.collect().await?.to_bytes();
+                        let path = parts.uri.path().to_owned();
+                        let answer = if let Some(n) = path.strip_prefix("/bytes/") {
+                            Bytes::from(vec![b'x'; n.parse().unwrap_or(0)])
+                        } else {
+                            let header = |name: &str| {
+                                parts
+                                    .headers
+                                    .get_all(name)
+                                    .iter()
+                                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                                    .collect::<Vec<_>>()
+                                    .join(",")
+                            };
+                            Bytes::from(format!(
+                                "{} {} host={} via={} connection={} body={}",
+                                parts.method,
+                                parts.uri,
+                                header("host"),
+                                header("via"),
+                                header("connection"),
+                                String::from_utf8_lossy(&body),
+                            ))
+                        };
+                        Ok::<_, hyper::Error>(hyper::Response::new(Full::new(answer)))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(Upstream { addr, requests })
+}
+
+/// A front whose browser connections all claim `dst` as their original destination.
+async fn front(config: GatewayConfig, dst: SocketAddr) -> Result<SocketAddr> {
+    let links = config.origins.iter().map(OriginLink::spawn).collect();
+    let front = Arc::new(Front::new(&config, links));
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        // Kept alive by the accept loop; the test's runtime ends it.
+        let _stop_tx = stop_tx;
+        while let Ok((stream, client)) = listener.accept().await {
+            let flow = Intercepted {
+                stream,
+                client,
+                original_dst: dst,
+            };
+            tokio::spawn(Arc::clone(&front).serve(flow, stop_rx.clone()));
+        }
+    });
+    Ok(addr)
+}
+
+/// One parsed response.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Writes `raw` and reads until the gateway closes, then parses every response
+/// (each must carry Content-Length: the gateway's and the test upstream's do).
+async fn exchange(gateway: SocketAddr, raw: &[u8]) -> Result<Vec<Answer>> {
+    let mut stream = TcpStream::connect(gateway).await?;
+    stream.write_all(raw).await?;
+    let mut received = Vec::new();
+    tokio::time::timeout(EXCHANGE_TIMEOUT, stream.read_to_end(&mut received))
+        .await
+        .context("the gateway did not close the connection in time")??;
+    parse_responses(&received)
+}
+
+fn parse_responses(mut data: &[u8]) -> Result<Vec<Answer>> {
+    let mut answers = Vec::new();
+    while !data.is_empty() {
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut headers);
+        let httparse::Status::Complete(head_len) = response.parse(data)? else {
+            bail!(
+                "incomplete response head: {:?}",
+                String::from_utf8_lossy(data)
+            );
+        };
+        let headers: Vec<(String, String)> = response
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_owned(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            })
+            .collect();
+        let length: usize = headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .context("response without content-length")?
+            .1
+            .parse()?;
+        let end = head_len + length;
+        if data.len() < end {
+            bail!(
+                "truncated body: {} of {length} bytes",
+                data.len() - head_len
+            );
+        }
+        answers.push(Answer {
+            status: response.code.context("status")?,
+            headers,
+            body: data[head_len..end].to_vec(),
+        });
+        data = &data[end..];
+    }
+    Ok(answers)
+}
+
+fn get(path: &str, host: &str, close: bool) -> String {
+    let connection = if close { "connection: close\r\n" } else { "" };
+    format!("GET {path} HTTP/1.1\r\nhost: {host}\r\n{connection}\r\n")
+}
+
+#[tokio::test]
+async fn direct_requests_reach_the_destination_with_via() -> Result<()> {
+    let up = upstream().await?;
+    let gw = front(GatewayConfig::default(), up.addr).await?;
+    let host = up.addr.to_string();
+    let raw = format!(
+        "POST /echo?q=1 HTTP/1.1\r\nhost: {host}\r\ncontent-length: 5\r\nconnection: close, x-hop\r\nx-hop: secret\r\n\r\nhello"
+    );
+    let answers = exchange(gw, raw.as_bytes()).await?;
+    assert_eq!(answers.len(), 1);
+    let a = &answers[0];
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(
+        a.text(),
+        format!("POST /echo?q=1 host={host} via=1.1 sctp-gateway connection= body=hello")
+    );
+    assert_eq!(a.header("via"), Some("1.1 sctp-gateway"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order() -> Result<()> {
+    let up = upstream().await?;
+    let gw = front(GatewayConfig::default(), up.addr).await?;
+    let host = up.addr.to_string();
+    let raw = [
+        get("/bytes/70000", &host, false),
+        get("/echo?second", &host, false),
+        get("/bytes/3", &host, true),
+    ]
+    .concat();
+    let answers = exchange(gw, raw.as_bytes()).await?;
+    let lengths: Vec<usize> = answers.iter().map(|a| a.body.len()).collect();
+    assert_eq!(answers.len(), 3, "{lengths:?}");
+    assert_eq!(answers[0].body.len(), 70000);
+    assert!(
+        answers[1].text().starts_with("GET /echo?second "),
+        "{}",
+        answers[1].text()
+    );
+    assert_eq!(answers[2].body, b"xxx");
+    // One upstream connection served all three (the flow keeps its shape).
+    assert_eq!(up.requests.load(Ordering::SeqCst), 3);
+    Ok(())
+}
+
+#[tokio::test]
+async fn limits_answer_with_the_right_status() -> Result<()> {
+    let up = upstream().await?;
+    let mut config = GatewayConfig::default();
+    config.http.max_header_bytes = 8192;
+    config.http.max_uri_bytes = 100;
+    config.http.max_body_bytes = 10;
+    let gw = front(config, up.addr).await?;
+    let host = up.addr.to_string();
+
+    let big_header = format!(
+        "GET / HTTP/1.1\r\nhost: {host}\r\nx-big: {}\r\n\r\n",
+        "a".repeat(9000)
+    );
+    let status = |answers: Vec<Answer>| answers.first().map(|a| a.status);
+    assert_eq!(
+        status(exchange(gw, big_header.as_bytes()).await?),
+        Some(431)
+    );
+
+    let long_uri = get(&format!("/{}", "u".repeat(200)), &host, false);
+    assert_eq!(status(exchange(gw, long_uri.as_bytes()).await?), Some(414));
+
+    let declared = format!("POST / HTTP/1.1\r\nhost: {host}\r\ncontent-length: 11\r\n\r\n");
+    assert_eq!(status(exchange(gw, declared.as_bytes()).await?), Some(413));
+
+    let chunked = format!(
+        "POST / HTTP/1.1\r\nhost: {host}\r\ntransfer-encoding: chunked\r\n\r\n8\r\n12345678\r\n8\r\n12345678\r\n0\r\n\r\n"
+    );
+    assert_eq!(status(exchange(gw, chunked.as_bytes()).await?), Some(413));
+
+    let no_host = "GET / HTTP/1.1\r\n\r\n";
+    assert_eq!(status(exchange(gw, no_host.as_bytes()).await?), Some(400));
+
+    let two_hosts = format!("GET / HTTP/1.1\r\nhost: {host}\r\nhost: {host}\r\n\r\n");
+    assert_eq!(status(exchange(gw, two_hosts.as_bytes()).await?), Some(400));
+
+    let garbage = "GET / HTTP/1.1\r\nno colon here\r\n\r\n";
+    assert_eq!(status(exchange(gw, garbage.as_bytes()).await?), Some(400));
+
+    assert_eq!(
+        up.requests.load(Ordering::SeqCst),
+        0,
+        "nothing reached the destination"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_slow_client_is_disconnected() -> Result<()> {
+    let up = upstream().await?;
+    let mut config = GatewayConfig::default();
+    config.http.header_timeout = Duration::from_millis(300);
+    let gw = front(config, up.addr).await?;
+    let mut stream = TcpStream::connect(gw).await?;
+    stream.write_all(b"GET / HTTP/1.1\r\nhost: x").await?;
+    let mut received = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut received))
+        .await
+        .context("a client that never finishes its head must be cut off")??;
+    assert_eq!(up.requests.load(Ordering::SeqCst), 0);
+    Ok(())
+}
+
+/// An origin that never answers: nothing listens at its address.
+fn dead_origin(fail_open: bool) -> OriginEntry {
+    OriginEntry {
+        name: "dead".to_owned(),
+        address: "127.0.0.1:9".parse().expect("literal"),
+        destinations: vec!["127.0.0.0/8".parse().expect("cidr")],
+        hosts: Vec::new(),
+        backend: gateway_transport::BackendChoice::FramedTcp,
+        fail_open,
+        reconnect_min: Duration::from_millis(100),
+        reconnect_max: Duration::from_secs(1),
+        transport: Default::default(),
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_origin_fails_open_or_answers_502() -> Result<()> {
+    let up = upstream().await?;
+    let host = up.addr.to_string();
+
+    let config = GatewayConfig {
+        origins: vec![dead_origin(true)],
+        ..GatewayConfig::default()
+    };
+    let gw = front(config, up.addr).await?;
+    let answers = exchange(gw, get("/echo", &host, true).as_bytes()).await?;
+    assert_eq!(answers[0].status, 200, "fail-open goes to the destination");
+
+    let config = GatewayConfig {
+        origins: vec![dead_origin(false)],
+        ..GatewayConfig::default()
+    };
+    let gw = front(config, up.addr).await?;
+    let answers = exchange(gw, get("/echo", &host, true).as_bytes()).await?;
+    assert_eq!(answers[0].status, 502, "{}", answers[0].text());
+    assert!(
+        answers[0].text().contains("origin dead"),
+        "{}",
+        answers[0].text()
+    );
+    assert_eq!(
+        up.requests.load(Ordering::SeqCst),
+        1,
+        "only the fail-open request went direct"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_host_that_does_not_match_the_destination_goes_direct() -> Result<()> {
+    // The origin would refuse (down, no fail-open); a forged Host must not be
+    // routed by name, and goes to the original destination instead.
+    let up = upstream().await?;
+    let config = GatewayConfig {
+        origins: vec![dead_origin(false)],
+        ..GatewayConfig::default()
+    };
+    let gw = front(config, up.addr).await?;
+    let answers = exchange(gw, get("/echo", "bank.example", true).as_bytes()).await?;
+    assert_eq!(answers[0].status, 200, "{}", answers[0].text());
+    assert!(
+        answers[0].text().contains("host=bank.example"),
+        "{}",
+        answers[0].text()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unreachable_destination_gets_502() -> Result<()> {
+    // Bind and drop to find a port nobody listens on.
+    let closed = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
+    let gw = front(GatewayConfig::default(), closed).await?;
+    let answers = exchange(gw, get("/", &closed.to_string(), true).as_bytes()).await?;
+    assert_eq!(answers[0].status, 502, "{}", answers[0].text());
+    Ok(())
+}
