@@ -106,6 +106,15 @@ fn origin_streams(log: &str, target: &str) -> Vec<u16> {
         .collect()
 }
 
+/// The gateway's access-log lines (target `gateway::access`).
+fn gateway_access_log(demo: &Demo) -> Vec<String> {
+    let log = demo.gateway.as_ref().map(|g| g.log()).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains("gateway::access"))
+        .map(str::to_owned)
+        .collect()
+}
+
 fn origin_log(demo: &Demo) -> String {
     demo.origin.as_ref().map(|o| o.log()).unwrap_or_default()
 }
@@ -227,6 +236,13 @@ fn unmapped_destination_is_proxied_over_tcp() {
         LAN.host_v6
     );
     assert!(origin_streams(&origin_log(&demo), "/").is_empty());
+    let access = gateway_access_log(&demo);
+    for dst in ["dst=198.51.100.10:80", "dst=[2001:db8:198::10]:80"] {
+        assert!(
+            access.iter().any(|l| l.contains(dst)),
+            "the gateway logged no request with {dst}: {access:#?}"
+        );
+    }
 }
 
 /// A raw HTTP/1.1 GET from the client namespace, the head parsed.
@@ -389,6 +405,11 @@ fn fail_open_serves_the_original_destination_without_origin() {
         seen[0].remote_addr,
         IpAddr::from(WAN.gateway_v4),
         "nginx was not reached by the gateway's own connection"
+    );
+    let access = gateway_access_log(&demo);
+    assert!(
+        access.iter().any(|l| l.contains("fail-open")),
+        "the gateway did not log the request as failed open: {access:#?}"
     );
 }
 
