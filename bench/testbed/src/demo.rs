@@ -151,15 +151,17 @@ impl GatewayConfig {
         })
     }
 
-    /// What of the gateway's interception is installed in namespace `ns`: its
-    /// nftables table, policy rules with its mark, routes in its table. Empty
-    /// when nothing is.
-    pub fn installed_in(&self, ns: &str) -> Result<Vec<String>> {
+    /// What of the gateway's interception is installed in namespace `ns` (the
+    /// current one if `None`): its nftables table, policy rules with its mark,
+    /// routes in its table. Empty when nothing is.
+    pub fn installed_in(&self, ns: Option<&str>) -> Result<Vec<String>> {
         let mut found = Vec::new();
-        let ruleset = run(&mut exec_in(
-            ns,
-            Command::new("nft").args(["list", "ruleset"]),
-        ))?;
+        let mut nft = Command::new("nft");
+        nft.args(["list", "ruleset"]);
+        let ruleset = match ns {
+            Some(ns) => run(&mut exec_in(ns, &nft))?,
+            None => run(&mut nft)?,
+        };
         if ruleset.lines().any(|l| {
             l.trim_start()
                 .starts_with(&format!("table inet {} ", self.table))
@@ -167,8 +169,18 @@ impl GatewayConfig {
             found.push(format!("nftables table inet {}", self.table));
         }
         let mark = format!("fwmark {:#x}", self.tproxy_mark);
+        let route_table = self.route_table.to_string();
         for family in ["-4", "-6"] {
-            let rules = ip(&["-n", ns, family, "rule", "show"])?;
+            let in_ns = |args: &[&str]| -> Result<String> {
+                let mut all = Vec::new();
+                if let Some(ns) = ns {
+                    all.extend(["-n", ns]);
+                }
+                all.push(family);
+                all.extend(args);
+                ip(&all)
+            };
+            let rules = in_ns(&["rule", "show"])?;
             found.extend(
                 rules
                     .lines()
@@ -176,16 +188,7 @@ impl GatewayConfig {
                     .map(|l| format!("ip {family} rule: {}", l.trim())),
             );
             // A table that was never created is an error for `ip route show`.
-            let routes = ip(&[
-                "-n",
-                ns,
-                family,
-                "route",
-                "show",
-                "table",
-                &self.route_table.to_string(),
-            ])
-            .unwrap_or_default();
+            let routes = in_ns(&["route", "show", "table", &route_table]).unwrap_or_default();
             found.extend(routes.lines().map(|l| {
                 format!(
                     "ip {family} route in table {}: {}",
@@ -351,7 +354,9 @@ impl Demo {
             .arg("--listen")
             .arg(SocketAddr::new(WAN.host_v6.into(), ORIGIN_PORT).to_string())
             .env("RUST_LOG", DAEMON_LOG_FILTER)
-            .env("NO_COLOR", "1");
+            .env("NO_COLOR", "1")
+            // An error's message, not a backtrace, belongs at the end of the log.
+            .env("RUST_BACKTRACE", "0");
         if let Some(root) = &self.options.origin_root {
             command.arg("--root").arg(root);
         }
@@ -373,7 +378,9 @@ impl Demo {
             .arg("--config")
             .arg(&self.gateway_config_path)
             .env("RUST_LOG", DAEMON_LOG_FILTER)
-            .env("NO_COLOR", "1");
+            .env("NO_COLOR", "1")
+            // An error's message, not a backtrace, belongs at the end of the log.
+            .env("RUST_BACKTRACE", "0");
         let ns = self.topology.gateway.name().to_owned();
         let mut gateway = NsProcess::spawn(
             &ns,
@@ -389,7 +396,7 @@ impl Demo {
         );
         wait_until(&what, READY_TIMEOUT, || {
             gateway.ensure_running(&what)?;
-            Ok(config.installed_in(&ns)?.contains(&table)
+            Ok(config.installed_in(Some(&ns))?.contains(&table)
                 && tcp_listening(&ns, config.listen_port)?)
         })?;
         self.gateway = Some(gateway);
@@ -409,7 +416,7 @@ impl Demo {
     /// What the gateway has installed in its namespace now.
     pub fn gateway_leftovers(&self) -> Result<Vec<String>> {
         self.gateway_config
-            .installed_in(self.topology.gateway.name())
+            .installed_in(Some(self.topology.gateway.name()))
     }
 
     /// The directory with configs and logs.
