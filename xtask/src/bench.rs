@@ -54,72 +54,43 @@ const CELLS: [(&str, usize, u16, u64); 3] = [
     ("small 64 B messages, 8 streams", 64, 8, 256),
 ];
 
-/// Two namespaces joined by a veth pair; deleted on drop.
+/// Two namespaces joined by a veth pair (`veth0` on both sides); both deleted on
+/// drop, also on error.
 struct Namespaces {
-    server: String,
-    client: String,
+    server: testbed::Netns,
+    client: testbed::Netns,
 }
+
+/// Prefix of the benchmark's namespace names: `gwb-<pid>-srv`, `gwb-<pid>-cli`.
+const NAMESPACE_PREFIX: &str = "gwb-";
 
 impl Namespaces {
     fn create() -> Result<Self> {
-        remove_stale();
-        let tag = std::process::id();
+        // A killed run (its process id, in the names, no longer exists) runs no
+        // destructors.
+        for name in testbed::cleanup_stale(NAMESPACE_PREFIX)? {
+            println!("==> removed namespace {name} left by a killed run");
+        }
+        let tag = format!("{NAMESPACE_PREFIX}{}", std::process::id());
         let ns = Namespaces {
-            server: format!("gwb-srv-{tag}"),
-            client: format!("gwb-cli-{tag}"),
+            server: testbed::Netns::create(&format!("{tag}-srv"))?,
+            client: testbed::Netns::create(&format!("{tag}-cli"))?,
         };
-        let ip = |args: &[&str]| run_command(Command::new("ip").args(args));
-        ip(&["netns", "add", &ns.server])?;
-        ip(&["netns", "add", &ns.client])?;
-        ip(&[
-            "link", "add", "veth0", "netns", &ns.server, "type", "veth", "peer", "name", "veth0",
-            "netns", &ns.client,
-        ])?;
+        testbed::veth(ns.server.name(), "veth0", ns.client.name(), "veth0")?;
         for (name, addr) in [(&ns.server, "10.78.0.1/24"), (&ns.client, "10.78.0.2/24")] {
-            ip(&["-n", name, "addr", "add", addr, "dev", "veth0"])?;
-            ip(&["-n", name, "link", "set", "veth0", "up"])?;
-            ip(&["-n", name, "link", "set", "lo", "up"])?;
+            testbed::ip(&["-n", name.name(), "addr", "add", addr, "dev", "veth0"])?;
         }
         Ok(ns)
     }
 
     fn rate_limit(&self, rate: &str) -> Result<()> {
-        for name in [&self.server, &self.client] {
+        for name in [self.server.name(), self.client.name()] {
             run_command(Command::new("tc").args([
                 "-n", name, "qdisc", "replace", "dev", "veth0", "root", "tbf", "rate", rate,
                 "burst", "64kb", "latency", "100ms",
             ]))?;
         }
         Ok(())
-    }
-}
-
-/// Deletes namespaces left by a benchmark run that was killed (its process id,
-/// the name's suffix, no longer exists): a killed process runs no destructors.
-fn remove_stale() {
-    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
-        return;
-    };
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let name = line.split_whitespace().next().unwrap_or_default();
-        let Some(pid) = name
-            .strip_prefix("gwb-srv-")
-            .or_else(|| name.strip_prefix("gwb-cli-"))
-        else {
-            continue;
-        };
-        if !std::path::Path::new("/proc").join(pid).exists() {
-            println!("==> removing namespace {name} left by a killed run");
-            let _ = Command::new("ip").args(["netns", "del", name]).status();
-        }
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for name in [&self.server, &self.client] {
-            let _ = Command::new("ip").args(["netns", "del", name]).status();
-        }
     }
 }
 
@@ -200,7 +171,7 @@ fn run_pair(
     server_args: &[String],
     client_args: &[String],
 ) -> Result<(String, String)> {
-    let mut server = spawn_side(&ns.server, binary, server_args)?;
+    let mut server = spawn_side(ns.server.name(), binary, server_args)?;
     let mut server_out = BufReader::new(server.stdout.take().context("server stdout")?);
     let mut ready = String::new();
     server_out.read_line(&mut ready)?;
@@ -208,7 +179,7 @@ fn run_pair(
         let _ = server.kill();
         bail!("server did not start");
     }
-    let client = spawn_side(&ns.client, binary, client_args)?;
+    let client = spawn_side(ns.client.name(), binary, client_args)?;
     let client_out = client.wait_with_output()?;
     if !client_out.status.success() {
         let _ = server.kill();
@@ -410,7 +381,7 @@ fn start_nginx(ns: &Namespaces, root: &std::path::Path, listen: &str) -> Result<
     );
     std::fs::write(dir.join("nginx.conf"), conf)?;
     let child = Command::new("ip")
-        .args(["netns", "exec", &ns.server, "nginx", "-c"])
+        .args(["netns", "exec", ns.server.name(), "nginx", "-c"])
         .arg(dir.join("nginx.conf"))
         .spawn()
         .context("starting nginx (package nginx-light)")?;
@@ -457,7 +428,15 @@ fn static_files() -> Result<()> {
     println!("==> nginx: wrk, 64 connections, 10 s");
     let nginx = start_nginx(&ns, &site, "10.78.0.1:8080")?;
     let out = Command::new("ip")
-        .args(["netns", "exec", &ns.client, "wrk", "-t1", "-c64", "-d10s"])
+        .args([
+            "netns",
+            "exec",
+            ns.client.name(),
+            "wrk",
+            "-t1",
+            "-c64",
+            "-d10s",
+        ])
         .arg(format!("http://10.78.0.1:8080{STATIC_PATH}"))
         .output()
         .context("running wrk (package wrk)")?;

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod cmd;
 mod ebpf;
+mod run;
 mod setup;
 mod test;
 mod vm;
@@ -31,8 +32,10 @@ enum Command {
     /// Run the whole test suite: set-up, lints, unit and namespace tests, the
     /// kernel-SCTP VM tests, a short fuzz run.
     Test(test::TestOptions),
-    /// Bring up the demo: namespaces, origin, gateway and a demo site.
-    Run,
+    /// Bring up the demo: namespaces, origin, gateway and a demo site; Ctrl-C
+    /// tears it down. With --lan-interface and --origin: the gateway on this
+    /// host's interfaces instead.
+    Run(run::RunOptions),
     /// Run a benchmark and write its report to bench/results/.
     Bench(bench::BenchOptions),
     /// Run only the kernel-SCTP tests inside a virtme-ng VM with Debian's kernel.
@@ -46,10 +49,6 @@ fn main() -> Result<()> {
         Command::Test(options) => test::run(&options),
         Command::VmTest(options) => vm::run(&options),
         Command::Bench(options) => bench::run(&options),
-        Command::Run => anyhow::bail!(
-            "the demo needs the origin and gateway daemons, which are not written yet \
-             (see the open issues); what runs today: `cargo xtask test` and \
-             `cargo xtask bench transport`"
-        ),
+        Command::Run(options) => run::run(&options),
     }
 }

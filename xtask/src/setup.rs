@@ -63,6 +63,10 @@ pub(crate) const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "nginx-light",
         "a real HTTP server: TCP upstream for demos and benchmarks",
     ),
+    (
+        "curl",
+        "HTTP client in the end-to-end tests and the demo's instructions",
+    ),
     ("wrk", "HTTP load generator for the benchmarks"),
     ("hyperfine", "command timing for the benchmarks"),
     (

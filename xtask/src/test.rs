@@ -3,8 +3,9 @@
 //! 1. set-up (installs what is missing);
 //! 2. rustfmt and clippy;
 //! 3. the eBPF build;
-//! 4. `cargo test` for the workspace: unit, deterministic, namespace and eBPF load
-//!    tests (needs root);
+//! 4. `cargo test` for the workspace: unit, deterministic, namespace, end-to-end
+//!    (`gateway/tests/e2e.rs`: the real gateway and origin binaries, nginx and
+//!    Chromium in the testbed's namespaces) and eBPF load tests (needs root);
 //! 5. the kernel-SCTP tests in a VM;
 //! 6. a short fuzz run of every fuzz target.
 
@@ -63,7 +64,7 @@ pub(crate) fn run(options: &TestOptions) -> Result<()> {
     step("eBPF build");
     let object = ebpf::build(&ebpf::BuildOptions::default())?;
 
-    step("workspace tests (unit, deterministic, namespaces)");
+    step("workspace tests (unit, deterministic, namespaces, end to end)");
     cargo(root, &["test", "--workspace"])?;
 
     step("eBPF load test (XDP on a veth in a namespace)");

@@ -1,0 +1,436 @@
+//! The whole demo on a [`Topology`]: nginx on the site's addresses (the original
+//! destination and the fail-open target), nginx on the unmapped web server, the
+//! `origin` binary serving the demo site over SCTP, and the `gateway` binary in
+//! the router namespace with a config generated from `config/gateway.toml`.
+//!
+//! `cargo xtask run` and the gateway's end-to-end tests both start it through
+//! [`Demo::start`]; the tests then stop, kill and restart the parts one by one.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::error::{Result, TestbedError, io};
+use crate::netns::{exec_in, ip, run};
+use crate::nginx::{Nginx, write_web_page};
+use crate::process::{NsProcess, wait_until};
+use crate::topology::{
+    LAN_IF, ORIGIN_PORT, SITE_NET_V4, SITE_NET_V6, SITE_V4, SITE_V6, Topology, WAN, WEB_V4, WEB_V6,
+    origin_sctp_v4,
+};
+
+/// How long the origin and the gateway get to become ready.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// `RUST_LOG` for the daemons: info, plus the origin's per-request line (which
+/// names the stream a request came on).
+pub const DAEMON_LOG_FILTER: &str = "info,origin::service=debug";
+
+/// Changes to the shipped `config/gateway.toml`; `None` keeps the file's value.
+#[derive(Debug, Clone, Default)]
+pub struct GatewayConfigOverrides {
+    /// `intercept.lan_interfaces`.
+    pub lan_interfaces: Option<Vec<String>>,
+    /// The first `[[origin]]`'s `address`.
+    pub origin_address: Option<SocketAddr>,
+    /// The first `[[origin]]`'s `destinations` (CIDRs).
+    pub destinations: Option<Vec<String>>,
+    /// The first `[[origin]]`'s `fail_open`.
+    pub fail_open: Option<bool>,
+    /// The first `[[origin]]`'s `reconnect_max`, in ms.
+    pub reconnect_max_ms: Option<u64>,
+    /// The first `[[origin]]`'s `transport.heartbeat_interval`, in ms.
+    pub heartbeat_interval_ms: Option<u64>,
+    /// The first `[[origin]]`'s `transport.idle_timeout`, in ms.
+    pub idle_timeout_ms: Option<u64>,
+    /// The first `[[origin]]`'s `transport.connect_timeout`, in ms.
+    pub connect_timeout_ms: Option<u64>,
+}
+
+/// A gateway configuration generated from the shipped file, and the keys the
+/// testbed needs to find what the gateway installs.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// The TOML text.
+    pub text: String,
+    /// `intercept.table`.
+    pub table: String,
+    /// `intercept.tproxy_mark`.
+    pub tproxy_mark: u32,
+    /// `intercept.route_table`.
+    pub route_table: u32,
+    /// `listen.port`.
+    pub listen_port: u16,
+}
+
+impl GatewayConfig {
+    /// Reads `config/gateway.toml` from `workspace` and applies `overrides`.
+    pub fn from_shipped(workspace: &Path, overrides: &GatewayConfigOverrides) -> Result<Self> {
+        let path = workspace.join("config/gateway.toml");
+        let text =
+            std::fs::read_to_string(&path).map_err(io(format!("reading {}", path.display())))?;
+        let bad = |what: String| TestbedError::Config {
+            path: path.clone(),
+            what,
+        };
+        let mut table: toml::Table = text.parse().map_err(|e| bad(format!("{e}")))?;
+        if let Some(interfaces) = &overrides.lan_interfaces {
+            let intercept = table
+                .entry("intercept")
+                .or_insert_with(|| toml::Table::new().into());
+            if let Some(intercept) = intercept.as_table_mut() {
+                intercept.insert("lan_interfaces".into(), interfaces.clone().into());
+            }
+        }
+        let origin = table
+            .get_mut("origin")
+            .and_then(|o| o.as_array_mut())
+            .and_then(|a| a.first_mut())
+            .and_then(|o| o.as_table_mut())
+            .ok_or_else(|| bad("no [[origin]] table".into()))?;
+        if let Some(address) = overrides.origin_address {
+            origin.insert("address".into(), address.to_string().into());
+        }
+        if let Some(destinations) = &overrides.destinations {
+            origin.insert("destinations".into(), destinations.clone().into());
+        }
+        if let Some(fail_open) = overrides.fail_open {
+            origin.insert("fail_open".into(), fail_open.into());
+        }
+        if let Some(ms) = overrides.reconnect_max_ms {
+            origin.insert("reconnect_max".into(), (ms as i64).into());
+            let min = origin
+                .get("reconnect_min")
+                .and_then(toml::Value::as_integer)
+                .unwrap_or(250);
+            origin.insert("reconnect_min".into(), min.min(ms as i64).into());
+        }
+        let transport_keys = [
+            ("heartbeat_interval", overrides.heartbeat_interval_ms),
+            ("idle_timeout", overrides.idle_timeout_ms),
+            ("connect_timeout", overrides.connect_timeout_ms),
+        ];
+        if transport_keys.iter().any(|(_, v)| v.is_some()) {
+            let transport = origin
+                .entry("transport")
+                .or_insert_with(|| toml::Table::new().into())
+                .as_table_mut()
+                .ok_or_else(|| bad("origin.transport is not a table".into()))?;
+            for (key, value) in transport_keys {
+                if let Some(ms) = value {
+                    transport.insert(key.into(), (ms as i64).into());
+                }
+            }
+        }
+        let int = |section: &str, key: &str| -> Result<i64> {
+            table
+                .get(section)
+                .and_then(|s| s.get(key))
+                .and_then(toml::Value::as_integer)
+                .ok_or_else(|| bad(format!("no integer {section}.{key}")))
+        };
+        let tproxy_mark = int("intercept", "tproxy_mark")? as u32;
+        let route_table = int("intercept", "route_table")? as u32;
+        let listen_port = int("listen", "port")? as u16;
+        let table_name = table
+            .get("intercept")
+            .and_then(|s| s.get("table"))
+            .and_then(toml::Value::as_str)
+            .ok_or_else(|| bad("no intercept.table".into()))?
+            .to_owned();
+        let body = toml::to_string(&table).map_err(|e| bad(format!("{e}")))?;
+        Ok(GatewayConfig {
+            text: format!(
+                "# Generated from config/gateway.toml (which documents every key) by the testbed.\n\n{body}"
+            ),
+            table: table_name,
+            tproxy_mark,
+            route_table,
+            listen_port,
+        })
+    }
+
+    /// What of the gateway's interception is installed in namespace `ns` (the
+    /// current one if `None`): its nftables table, policy rules with its mark,
+    /// routes in its table. Empty when nothing is.
+    pub fn installed_in(&self, ns: Option<&str>) -> Result<Vec<String>> {
+        let mut found = Vec::new();
+        let mut nft = Command::new("nft");
+        nft.args(["list", "ruleset"]);
+        let ruleset = match ns {
+            Some(ns) => run(&mut exec_in(ns, &nft))?,
+            None => run(&mut nft)?,
+        };
+        if ruleset.lines().any(|l| {
+            l.trim_start()
+                .starts_with(&format!("table inet {} ", self.table))
+        }) {
+            found.push(format!("nftables table inet {}", self.table));
+        }
+        let mark = format!("fwmark {:#x}", self.tproxy_mark);
+        let route_table = self.route_table.to_string();
+        for family in ["-4", "-6"] {
+            let in_ns = |args: &[&str]| -> Result<String> {
+                let mut all = Vec::new();
+                if let Some(ns) = ns {
+                    all.extend(["-n", ns]);
+                }
+                all.push(family);
+                all.extend(args);
+                ip(&all)
+            };
+            let rules = in_ns(&["rule", "show"])?;
+            found.extend(
+                rules
+                    .lines()
+                    .filter(|l| l.contains(&mark))
+                    .map(|l| format!("ip {family} rule: {}", l.trim())),
+            );
+            // A table that was never created is an error for `ip route show`.
+            let routes = in_ns(&["route", "show", "table", &route_table]).unwrap_or_default();
+            found.extend(routes.lines().map(|l| {
+                format!(
+                    "ip {family} route in table {}: {}",
+                    self.route_table,
+                    l.trim()
+                )
+            }));
+        }
+        Ok(found)
+    }
+}
+
+/// Where the demo's executables are.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// The `gateway` executable.
+    pub gateway: PathBuf,
+    /// The `origin` executable.
+    pub origin: PathBuf,
+}
+
+/// How to start the demo.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Namespace name prefix (see [`Topology::create`]).
+    pub prefix: String,
+    /// Directory for generated configs and logs (created).
+    pub dir: PathBuf,
+    /// The workspace (for `config/`).
+    pub workspace: PathBuf,
+    /// The origin's document root; `config/demo-site` by default.
+    pub origin_root: Option<PathBuf>,
+    /// Changes to the shipped gateway config (the origin address and LAN
+    /// interface are set to the topology's unless given here).
+    pub gateway: GatewayConfigOverrides,
+    /// Start the origin (false: the site's address is served by nginx only).
+    pub start_origin: bool,
+    /// Start the gateway (false: only the topology, nginx and the origin).
+    pub start_gateway: bool,
+}
+
+impl DemoOptions {
+    /// Everything started, the shipped configs unchanged but for the topology's
+    /// addresses; namespaces named `{prefix}...`, files in `dir`.
+    pub fn new(prefix: &str, workspace: &Path, dir: &Path) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+            dir: dir.to_owned(),
+            workspace: workspace.to_owned(),
+            origin_root: None,
+            gateway: GatewayConfigOverrides::default(),
+            start_origin: true,
+            start_gateway: true,
+        }
+    }
+}
+
+/// The running demo. Fields drop in order: processes first, namespaces last.
+#[derive(Debug)]
+pub struct Demo {
+    /// The gateway process, if started.
+    pub gateway: Option<NsProcess>,
+    /// The origin process, if running.
+    pub origin: Option<NsProcess>,
+    /// nginx on the site's addresses in the origin namespace.
+    pub site: Nginx,
+    /// nginx on the unmapped web server.
+    pub web: Nginx,
+    /// The generated gateway config.
+    pub gateway_config: GatewayConfig,
+    /// Its path.
+    pub gateway_config_path: PathBuf,
+    /// The namespaces.
+    pub topology: Topology,
+    binaries: Binaries,
+    options: DemoOptions,
+    origin_starts: u32,
+}
+
+impl Demo {
+    /// Builds the topology and starts nginx twice, the origin and (if asked) the
+    /// gateway, each waited for until ready.
+    pub fn start(binaries: Binaries, options: DemoOptions) -> Result<Self> {
+        for binary in [&binaries.gateway, &binaries.origin] {
+            if !binary.is_file() {
+                return Err(TestbedError::Io {
+                    context: format!("looking for {}", binary.display()),
+                    source: std::io::ErrorKind::NotFound.into(),
+                });
+            }
+        }
+        let dir = &options.dir;
+        std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+        let topology = Topology::create(&options.prefix)?;
+        let site = Nginx::start(
+            topology.origin.name(),
+            &[
+                SocketAddr::new(SITE_V4.into(), 80),
+                SocketAddr::new(SITE_V6.into(), 80),
+            ],
+            &options.workspace.join("config/demo-site"),
+            &dir.join("nginx-site"),
+        )?;
+        let web_root = write_web_page(&dir.join("web-root"))?;
+        let web = Nginx::start(
+            topology.web.name(),
+            &[
+                SocketAddr::new(WEB_V4.into(), 80),
+                SocketAddr::new(WEB_V6.into(), 80),
+            ],
+            &web_root,
+            &dir.join("nginx-web"),
+        )?;
+
+        let mut overrides = options.gateway.clone();
+        overrides
+            .lan_interfaces
+            .get_or_insert_with(|| vec![LAN_IF.to_owned()]);
+        overrides.origin_address.get_or_insert_with(origin_sctp_v4);
+        overrides
+            .destinations
+            .get_or_insert_with(|| vec![SITE_NET_V4.to_owned(), SITE_NET_V6.to_owned()]);
+        let gateway_config = GatewayConfig::from_shipped(&options.workspace, &overrides)?;
+        let gateway_config_path = dir.join("gateway.toml");
+        std::fs::write(&gateway_config_path, &gateway_config.text)
+            .map_err(io(format!("writing {}", gateway_config_path.display())))?;
+
+        let (start_origin, start_gateway) = (options.start_origin, options.start_gateway);
+        let mut demo = Demo {
+            gateway: None,
+            origin: None,
+            site,
+            web,
+            gateway_config,
+            gateway_config_path,
+            topology,
+            binaries,
+            options,
+            origin_starts: 0,
+        };
+        if start_origin {
+            demo.start_origin()?;
+        }
+        if start_gateway {
+            demo.start_gateway()?;
+        }
+        Ok(demo)
+    }
+
+    /// Starts (or restarts) the origin in the origin namespace, on the WAN
+    /// addresses of both families, and waits until it listens.
+    pub fn start_origin(&mut self) -> Result<()> {
+        if let Some(mut old) = self.origin.take() {
+            old.kill()?;
+        }
+        self.origin_starts += 1;
+        let mut command = Command::new(&self.binaries.origin);
+        command
+            .arg("--config")
+            .arg(self.options.workspace.join("config/origin.toml"))
+            .arg("--listen")
+            .arg(origin_sctp_v4().to_string())
+            .arg("--listen")
+            .arg(SocketAddr::new(WAN.host_v6.into(), ORIGIN_PORT).to_string())
+            .env("RUST_LOG", DAEMON_LOG_FILTER)
+            .env("NO_COLOR", "1")
+            // An error's message, not a backtrace, belongs at the end of the log.
+            .env("RUST_BACKTRACE", "0");
+        if let Some(root) = &self.options.origin_root {
+            command.arg("--root").arg(root);
+        }
+        let log = self
+            .options
+            .dir
+            .join(format!("origin-{}.log", self.origin_starts));
+        let mut origin = NsProcess::spawn(self.topology.origin.name(), "origin", &command, &log)?;
+        origin.wait_for_log(&format!("listening on {}", origin_sctp_v4()), READY_TIMEOUT)?;
+        self.origin = Some(origin);
+        Ok(())
+    }
+
+    /// Starts the gateway in the gateway namespace and waits until its nftables
+    /// table is installed and its listener accepts.
+    pub fn start_gateway(&mut self) -> Result<()> {
+        let mut command = Command::new(&self.binaries.gateway);
+        command
+            .arg("--config")
+            .arg(&self.gateway_config_path)
+            .env("RUST_LOG", DAEMON_LOG_FILTER)
+            .env("NO_COLOR", "1")
+            // An error's message, not a backtrace, belongs at the end of the log.
+            .env("RUST_BACKTRACE", "0");
+        let ns = self.topology.gateway.name().to_owned();
+        let mut gateway = NsProcess::spawn(
+            &ns,
+            "gateway",
+            &command,
+            &self.options.dir.join("gateway.log"),
+        )?;
+        let config = &self.gateway_config;
+        let table = format!("nftables table inet {}", config.table);
+        let what = format!(
+            "the gateway's {table} and its listener on port {}",
+            config.listen_port
+        );
+        wait_until(&what, READY_TIMEOUT, || {
+            gateway.ensure_running(&what)?;
+            Ok(config.installed_in(Some(&ns))?.contains(&table)
+                && tcp_listening(&ns, config.listen_port)?)
+        })?;
+        self.gateway = Some(gateway);
+        Ok(())
+    }
+
+    /// Runs `gateway cleanup --config ...` in the gateway namespace.
+    pub fn gateway_cleanup(&self) -> Result<String> {
+        let mut command = Command::new(&self.binaries.gateway);
+        command
+            .arg("cleanup")
+            .arg("--config")
+            .arg(&self.gateway_config_path);
+        run(&mut exec_in(self.topology.gateway.name(), &command))
+    }
+
+    /// What the gateway has installed in its namespace now.
+    pub fn gateway_leftovers(&self) -> Result<Vec<String>> {
+        self.gateway_config
+            .installed_in(Some(self.topology.gateway.name()))
+    }
+
+    /// The directory with configs and logs.
+    pub fn dir(&self) -> &Path {
+        &self.options.dir
+    }
+}
+
+/// Whether something listens on TCP `port` in namespace `ns` (`ss`, so nothing
+/// connects to it).
+pub fn tcp_listening(ns: &str, port: u16) -> Result<bool> {
+    let out = run(&mut exec_in(
+        ns,
+        Command::new("ss").args(["-Hltn", &format!("sport = :{port}")]),
+    ))?;
+    Ok(!out.trim().is_empty())
+}

@@ -1,0 +1,67 @@
+//! The demo topology in network namespaces, and what runs in it: shared by
+//! `cargo xtask run`, the gateway's end-to-end tests and the benchmarks.
+//!
+//! - [`Topology`]: client, gateway (a router with `lan0`, `wan0`, `web0`), origin
+//!   host and an unmapped web server, IPv4 and IPv6, deleted on drop;
+//!   [`cleanup_stale`] removes what killed runs left. The addresses are constants
+//!   of [`topology`].
+//! - [`NsProcess`]: a program inside a namespace with its output in a log file,
+//!   killed on drop; bounded waits for ports, log lines and conditions.
+//! - [`Nginx`]: the plain-HTTP servers (the site's addresses, the web server).
+//! - [`Demo`]: all of the above with the `origin` and `gateway` binaries running,
+//!   the gateway's config generated from `config/gateway.toml`.
+//! - [`Browser`]: headless Chromium in a namespace over the DevTools pipe: page
+//!   loads with every request's outcome and navigation timing, JavaScript
+//!   evaluation, screenshots.
+//!
+//! What it never does: touch the host's own network namespace beyond creating and
+//! deleting namespaces and veth pairs, or leave a process running after its guard
+//! is dropped. It needs root (namespaces), `ip` (iproute2), and for the servers
+//! and the browser Debian's `nginx-light` and `chromium`.
+//!
+//! Where to start: [`Topology::create`], then [`NsProcess::spawn`].
+
+mod browser;
+mod demo;
+mod error;
+mod netns;
+mod nginx;
+mod process;
+pub mod topology;
+
+pub use browser::{
+    Browser, BrowserConfig, CHROMIUM, CHROMIUM_FLAGS, NavigationTiming, Page, PageLoad,
+    RequestRecord,
+};
+pub use demo::{
+    Binaries, DAEMON_LOG_FILTER, Demo, DemoOptions, GatewayConfig, GatewayConfigOverrides,
+    READY_TIMEOUT, tcp_listening,
+};
+pub use error::{Result, TestbedError};
+pub use netns::{Netns, cleanup_stale, display, exec_in, exists, in_netns, ip, run, sysctl, veth};
+pub use nginx::{AccessEntry, NGINX, Nginx, WEB_PAGE, write_web_page};
+pub use process::{NsProcess, Signal, tcp_accepts, wait_for_tcp, wait_until};
+/// The JSON type [`Page::evaluate`] returns.
+pub use serde_json;
+pub use topology::{Topology, WanLink};
+
+use std::path::PathBuf;
+
+/// The workspace root (two levels above this crate).
+pub fn workspace_root() -> PathBuf {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.ancestors().nth(2).unwrap_or(manifest).to_owned()
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` if set, else `target/` in the
+/// workspace.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// The demo site the origin serves (`config/demo-site`).
+pub fn demo_site() -> PathBuf {
+    workspace_root().join("config/demo-site")
+}

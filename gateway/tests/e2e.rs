@@ -1,0 +1,532 @@
+//! End to end: the real `gateway` and `origin` binaries in the demo topology
+//! (testbed's namespaces), reached from the client namespace by curl, by raw
+//! sockets and by headless Chromium, with nothing configured on the client.
+//!
+//! Each test builds its own topology (names unique per test), and every process
+//! and namespace is removed when it ends, also on failure. Logs and screenshots
+//! stay in `target/e2e-artifacts/<test>/`.
+//!
+//! Needs root, iproute2, nftables, nginx and chromium (`cargo xtask setup`), and
+//! the `origin` binary beside the gateway's: `cargo test --workspace` builds both,
+//! `cargo test -p gateway` alone does not (then build it with `cargo build -p
+//! origin`). These tests fail, never skip, when something is missing.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gateway::config::{
+    BypassConfig, DirectConfig, GatewayConfig as DaemonConfig, HttpConfig, InterceptConfig,
+    ListenConfig,
+};
+use gateway_transport::AssociationConfig;
+use serde::Serialize;
+use testbed::topology::{LAN, SITE_V4, WAN, WEB_LINK};
+use testbed::{
+    Binaries, Browser, Demo, DemoOptions, GatewayConfig, GatewayConfigOverrides, Signal, WEB_PAGE,
+    exec_in, in_netns, wait_until,
+};
+
+/// Namespace prefix of these tests.
+const PREFIX: &str = "gwe2e-";
+
+/// Bound of every single HTTP exchange.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn workspace() -> PathBuf {
+    testbed::workspace_root()
+}
+
+fn binaries() -> Binaries {
+    let gateway = PathBuf::from(env!("CARGO_BIN_EXE_gateway"));
+    let origin = gateway.with_file_name("origin");
+    assert!(
+        origin.is_file(),
+        "{} is missing: run `cargo build -p origin` first, or run the tests with \
+         `cargo test --workspace` or `cargo xtask test`, which build it",
+        origin.display()
+    );
+    Binaries { gateway, origin }
+}
+
+/// Where a test's logs and artifacts go: `target/e2e-artifacts/<name>/`, emptied.
+fn artifacts(name: &str) -> PathBuf {
+    let dir = testbed::target_dir().join("e2e-artifacts").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn options(name: &str) -> DemoOptions {
+    DemoOptions::new(PREFIX, &workspace(), &artifacts(name))
+}
+
+fn start(options: DemoOptions) -> Demo {
+    testbed::cleanup_stale(PREFIX).expect("removing namespaces of killed runs");
+    let dir = options.dir.clone();
+    Demo::start(binaries(), options)
+        .unwrap_or_else(|e| panic!("demo did not start: {e}\n(logs in {})", dir.display()))
+}
+
+fn demo_file(path: &str) -> Vec<u8> {
+    std::fs::read(testbed::demo_site().join(path)).expect("demo-site file")
+}
+
+/// `curl` in the client namespace: the body on success, the exit status and
+/// stderr otherwise.
+fn curl(demo: &Demo, url: &str) -> Result<Vec<u8>, String> {
+    let mut command = Command::new("curl");
+    command.args(["-sS", "--fail", "--max-time", "15", url]);
+    let out = exec_in(demo.topology.client.name(), &command)
+        .output()
+        .map_err(|e| format!("cannot run curl: {e}"))?;
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(format!(
+            "curl {url}: {} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// The data streams the origin logged for requests of `target` (its
+/// per-request line: `request id=.. stream=.. method=.. target=.. status=..`).
+fn origin_streams(log: &str, target: &str) -> Vec<u16> {
+    let needle = format!(" target={target} ");
+    log.lines()
+        .filter(|l| l.contains("origin::service") && l.contains(&needle))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("stream="))
+                .and_then(|s| s.parse().ok())
+        })
+        .collect()
+}
+
+/// The gateway's access-log lines (target `gateway::access`).
+fn gateway_access_log(demo: &Demo) -> Vec<String> {
+    let log = demo.gateway.as_ref().map(|g| g.log()).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains("gateway::access"))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn origin_log(demo: &Demo) -> String {
+    demo.origin.as_ref().map(|o| o.log()).unwrap_or_default()
+}
+
+#[test]
+fn mapped_site_is_served_by_the_origin_over_sctp_on_both_families() {
+    let demo = start(options("mapped-site"));
+    // Different files per family: a cache in the gateway must not hide a request.
+    let cases = [
+        (
+            "http://203.0.113.10",
+            ["/index.html", "/assets/site.css", "/assets/tile-01.svg"],
+        ),
+        (
+            "http://[2001:db8:203::10]",
+            [
+                "/assets/layout.css",
+                "/assets/tile-02.svg",
+                "/assets/app.js",
+            ],
+        ),
+    ];
+    for (base, paths) in cases {
+        for path in paths {
+            let body = curl(&demo, &format!("{base}{path}"))
+                .unwrap_or_else(|e| panic!("{e}\n(logs in {})", demo.dir().display()));
+            assert!(
+                body == demo_file(&path[1..]),
+                "{base}{path}: {} bytes that are not the file's",
+                body.len()
+            );
+        }
+    }
+    let log = origin_log(&demo);
+    for path in cases.iter().flat_map(|(_, p)| p) {
+        let streams = origin_streams(&log, path);
+        assert!(
+            !streams.is_empty(),
+            "the origin logged no request for {path}:\n{log}"
+        );
+        assert!(
+            streams.iter().all(|&s| s > 0),
+            "{path} arrived on the control stream: {streams:?}"
+        );
+    }
+    let direct = demo.site.access_log();
+    assert!(
+        direct.is_empty(),
+        "nginx on the site address served requests the origin should have: {direct:?}"
+    );
+}
+
+#[test]
+fn chromium_loads_the_demo_site_through_the_gateway() {
+    let demo = start(options("chromium"));
+    let mut browser = Browser::launch_in(demo.topology.client.name()).expect("chromium starts");
+    let mut page = browser.new_page().expect("new tab");
+    let load = page
+        .load("http://203.0.113.10/", Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}\n(logs in {})", demo.dir().display()));
+    assert!(
+        load.failures().is_empty(),
+        "failed requests: {:#?}",
+        load.failures()
+    );
+    assert!(
+        load.requests.len() >= 31,
+        "the page and its 30+ subresources, got {}",
+        load.requests.len()
+    );
+    let broken = page
+        .evaluate(
+            "[...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)",
+        )
+        .expect("evaluate");
+    assert_eq!(
+        broken,
+        testbed::serde_json::json!([]),
+        "images that did not render"
+    );
+    let shot = demo.dir().join("demo-site.png");
+    page.screenshot(&shot).expect("screenshot");
+    println!(
+        "screenshot: {} (load event at {:.0} ms, {} requests)",
+        shot.display(),
+        load.load_event_ms,
+        load.requests.len()
+    );
+    assert!(
+        !origin_streams(&origin_log(&demo), "/").is_empty(),
+        "origin never saw /"
+    );
+    assert!(
+        demo.site.access_log().is_empty(),
+        "served by nginx, not the origin"
+    );
+}
+
+#[test]
+fn unmapped_destination_is_proxied_over_tcp() {
+    let demo = start(options("unmapped"));
+    for url in ["http://198.51.100.10/", "http://[2001:db8:198::10]/"] {
+        let body = curl(&demo, url).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(body, WEB_PAGE.as_bytes(), "{url}");
+    }
+    let seen = demo.web.access_log();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    // Routed packets would carry the client's address; the gateway's own
+    // connection carries the gateway's.
+    let from: Vec<IpAddr> = seen.iter().map(|e| e.remote_addr).collect();
+    assert_eq!(
+        from,
+        [
+            IpAddr::from(WEB_LINK.gateway_v4),
+            IpAddr::from(WEB_LINK.gateway_v6)
+        ],
+        "the web server was not reached through the gateway (client is {} / {})",
+        LAN.host_v4,
+        LAN.host_v6
+    );
+    assert!(origin_streams(&origin_log(&demo), "/").is_empty());
+    let access = gateway_access_log(&demo);
+    for dst in ["dst=198.51.100.10:80", "dst=[2001:db8:198::10]:80"] {
+        assert!(
+            access.iter().any(|l| l.contains(dst)),
+            "the gateway logged no request with {dst}: {access:#?}"
+        );
+    }
+}
+
+/// A raw HTTP/1.1 GET from the client namespace, the head parsed.
+struct RawResponse {
+    reader: BufReader<TcpStream>,
+    status: u16,
+    content_length: u64,
+}
+
+fn raw_get(demo: &Demo, addr: SocketAddr, path: &str) -> RawResponse {
+    // A socket keeps the namespace it was created in.
+    let stream = in_netns(demo.topology.client.name(), move || {
+        TcpStream::connect_timeout(&addr, EXCHANGE_TIMEOUT)
+    })
+    .expect("enter client namespace")
+    .expect("connect to the site");
+    stream
+        .set_read_timeout(Some(EXCHANGE_TIMEOUT))
+        .expect("read timeout");
+    let mut writer = stream.try_clone().expect("clone");
+    write!(
+        writer,
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        addr.ip()
+    )
+    .expect("send request");
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("status line");
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {line:?}"));
+    let mut content_length = 0;
+    loop {
+        line.clear();
+        reader.read_line(&mut line).expect("header line");
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            content_length = value.trim().parse().expect("content-length");
+        }
+    }
+    RawResponse {
+        reader,
+        status,
+        content_length,
+    }
+}
+
+/// Size of the file the origin is killed in the middle of: far more than any
+/// buffer between it and the client.
+const BIG_FILE_BYTES: u64 = 1 << 30;
+
+#[test]
+fn origin_killed_mid_response_then_restarted() {
+    let root = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        testbed::demo_site().join("index.html"),
+        root.path().join("index.html"),
+    )
+    .expect("copy index.html");
+    // Sparse: a gigabyte of zeros that costs no disk.
+    std::fs::File::create(root.path().join("big.bin"))
+        .and_then(|f| f.set_len(BIG_FILE_BYTES))
+        .expect("big file");
+    let mut options = options("origin-killed");
+    options.origin_root = Some(root.path().to_owned());
+    options.gateway = GatewayConfigOverrides {
+        fail_open: Some(false),
+        reconnect_max_ms: Some(1000),
+        heartbeat_interval_ms: Some(500),
+        idle_timeout_ms: Some(3000),
+        ..GatewayConfigOverrides::default()
+    };
+    let mut demo = start(options);
+
+    let mut response = raw_get(&demo, SocketAddr::new(SITE_V4.into(), 80), "/big.bin");
+    assert_eq!(response.status, 200);
+    assert_eq!(response.content_length, BIG_FILE_BYTES);
+    let mut buf = vec![0; 64 * 1024];
+    let mut received = 0u64;
+    while received < 1 << 20 {
+        let n = response
+            .reader
+            .read(&mut buf)
+            .expect("body before the kill");
+        assert!(n > 0, "closed after {received} bytes, before the kill");
+        received += n as u64;
+    }
+    demo.origin
+        .as_mut()
+        .expect("origin")
+        .signal(Signal::Kill)
+        .expect("kill origin");
+
+    let started = Instant::now();
+    let end = loop {
+        match response.reader.read(&mut buf) {
+            Ok(0) => break "closed".to_owned(),
+            Ok(n) => received += n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break format!("{e}"),
+            Err(e) => panic!(
+                "after the origin died, the gateway neither finished nor closed the \
+                 response within {:?} ({received} bytes so far): {e}",
+                started.elapsed()
+            ),
+        }
+    };
+    assert!(
+        received < BIG_FILE_BYTES,
+        "the whole body arrived although the origin was killed"
+    );
+    println!("response ended ({end}) after {received} of {BIG_FILE_BYTES} bytes");
+
+    demo.start_origin().expect("origin restarts");
+    let index = demo_file("index.html");
+    let mut last = String::new();
+    wait_until(
+        "a request to succeed through the restarted origin",
+        Duration::from_secs(30),
+        || {
+            match curl(&demo, "http://203.0.113.10/index.html") {
+                Ok(body) if body == index => return Ok(true),
+                Ok(body) => last = format!("{} wrong bytes", body.len()),
+                Err(e) => last = e,
+            }
+            Ok(false)
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}; last attempt: {last}"));
+    assert!(!origin_streams(&origin_log(&demo), "/index.html").is_empty());
+    demo.gateway
+        .as_mut()
+        .expect("gateway")
+        .ensure_running("the request after the origin's restart")
+        .expect("the gateway kept running");
+}
+
+#[test]
+fn fail_open_serves_the_original_destination_without_origin() {
+    let mut options = options("fail-open");
+    options.start_origin = false;
+    options.gateway = GatewayConfigOverrides {
+        fail_open: Some(true),
+        connect_timeout_ms: Some(1000),
+        ..GatewayConfigOverrides::default()
+    };
+    let demo = start(options);
+    let body = curl(&demo, "http://203.0.113.10/").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(body, demo_file("index.html"));
+    let seen = demo.site.access_log();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].request, "GET / HTTP/1.1");
+    assert_eq!(
+        seen[0].remote_addr,
+        IpAddr::from(WAN.gateway_v4),
+        "nginx was not reached by the gateway's own connection"
+    );
+    let access = gateway_access_log(&demo);
+    assert!(
+        access.iter().any(|l| l.contains("fail-open")),
+        "the gateway did not log the request as failed open: {access:#?}"
+    );
+}
+
+#[test]
+fn sigterm_removes_the_interception() {
+    let mut demo = start(options("sigterm"));
+    let installed = demo.gateway_leftovers().expect("inspect");
+    let mark = format!("{:#x}", demo.gateway_config.tproxy_mark);
+    assert!(
+        installed.iter().any(|l| l.starts_with("nftables table")),
+        "{installed:?}"
+    );
+    assert!(
+        installed.iter().any(|l| l.contains(&mark)),
+        "no fwmark rule: {installed:?}"
+    );
+    let gateway = demo.gateway.as_mut().expect("gateway");
+    let (status, killed) = gateway.stop(Duration::from_secs(10)).expect("stop");
+    assert!(!killed, "the gateway ignored SIGTERM for 10 s");
+    assert!(
+        status.success(),
+        "gateway exited with {status}:\n{}",
+        gateway.log_tail()
+    );
+    let left = demo.gateway_leftovers().expect("inspect");
+    assert!(left.is_empty(), "left after SIGTERM: {left:#?}");
+}
+
+#[test]
+fn cleanup_removes_what_a_killed_gateway_left() {
+    let mut demo = start(options("sigkill"));
+    let gateway = demo.gateway.as_mut().expect("gateway");
+    gateway.kill().expect("kill");
+    let left = demo.gateway_leftovers().expect("inspect");
+    assert!(
+        left.iter().any(|l| l.starts_with("nftables table")),
+        "a SIGKILLed gateway cannot remove its table: {left:?}"
+    );
+    demo.gateway_cleanup().expect("gateway cleanup");
+    let left = demo.gateway_leftovers().expect("inspect");
+    assert!(left.is_empty(), "left after `gateway cleanup`: {left:#?}");
+    // Idempotent: a second cleanup finds nothing and succeeds.
+    demo.gateway_cleanup().expect("second gateway cleanup");
+}
+
+// Without root: the shipped config file.
+
+/// `section`'s defaults as TOML, to compare with the shipped file.
+fn defaults<T: Serialize>(value: &T) -> toml::Table {
+    toml::Table::try_from(value).expect("serialize defaults")
+}
+
+#[test]
+fn shipped_config_shows_every_key_with_its_default_and_validates() {
+    let path = workspace().join("config/gateway.toml");
+    let config = DaemonConfig::from_file(&path).expect("config/gateway.toml parses");
+    config.validate().expect("config/gateway.toml validates");
+    let shipped: toml::Table = std::fs::read_to_string(&path)
+        .expect("read")
+        .parse()
+        .expect("toml");
+    let mut intercept = defaults(&InterceptConfig::default());
+    // The one deliberate change: the demo's LAN interface.
+    intercept.insert("lan_interfaces".into(), vec!["lan0"].into());
+    for (section, expected) in [
+        ("listen", defaults(&ListenConfig::default())),
+        ("intercept", intercept),
+        ("bypass", defaults(&BypassConfig::default())),
+        ("http", defaults(&HttpConfig::default())),
+        ("direct", defaults(&DirectConfig::default())),
+    ] {
+        assert_eq!(
+            shipped.get(section).and_then(|s| s.as_table()),
+            Some(&expected),
+            "[{section}] of config/gateway.toml differs from the defaults"
+        );
+    }
+    let origin = &config.origins[0];
+    assert_eq!(origin.name, "demo");
+    assert_eq!(origin.address, testbed::topology::origin_sctp_v4());
+    let transport = shipped["origin"][0]["transport"]
+        .as_table()
+        .expect("[origin.transport]");
+    assert_eq!(transport, &defaults(&AssociationConfig::default()));
+    // Keys of [[origin]] that have defaults show them.
+    let entry = shipped["origin"][0].as_table().expect("[[origin]]");
+    for (key, value) in [
+        ("backend", toml::Value::from("auto")),
+        ("fail_open", true.into()),
+        ("reconnect_min", 250.into()),
+        ("reconnect_max", 10_000.into()),
+    ] {
+        assert_eq!(entry.get(key), Some(&value), "origin.{key}");
+    }
+}
+
+#[test]
+fn generated_configs_validate() {
+    let overrides = GatewayConfigOverrides {
+        lan_interfaces: Some(vec!["eth1".into(), "eth2".into()]),
+        origin_address: Some("[2001:db8::9]:9899".parse().expect("addr")),
+        destinations: Some(vec!["198.51.100.0/24".into()]),
+        fail_open: Some(false),
+        reconnect_max_ms: Some(100),
+        heartbeat_interval_ms: Some(500),
+        idle_timeout_ms: Some(3000),
+        connect_timeout_ms: Some(1000),
+    };
+    let generated = GatewayConfig::from_shipped(&workspace(), &overrides).expect("generate");
+    let config = DaemonConfig::from_toml(&generated.text).expect("parses");
+    config.validate().expect("validates");
+    assert_eq!(config.intercept.lan_interfaces, ["eth1", "eth2"]);
+    let origin = &config.origins[0];
+    assert!(!origin.fail_open);
+    assert_eq!(origin.reconnect_max, Duration::from_millis(100));
+    assert_eq!(origin.reconnect_min, Duration::from_millis(100));
+    assert_eq!(origin.transport.idle_timeout, Duration::from_secs(3));
+    assert_eq!(generated.table, config.intercept.table);
+    assert_eq!(generated.tproxy_mark, config.intercept.tproxy_mark);
+}

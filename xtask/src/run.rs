@@ -1,0 +1,395 @@
+//! `cargo xtask run`: the demo. Installs what is missing, builds the gateway and
+//! the origin (release), brings up the testbed's topology (client, gateway,
+//! origin host, unmapped web server, each a network namespace), starts nginx, the
+//! origin and the gateway, checks the page with headless Chromium, prints what to
+//! try, and on Ctrl-C (SIGINT, SIGTERM, SIGHUP) stops the gateway first, checks it
+//! removed its interception, and deletes everything it created.
+//!
+//! With `--lan-interface IF --origin ADDR` it runs the gateway on this host's own
+//! interfaces instead (a real router): no namespaces, just the build, a generated
+//! config and the gateway in the foreground.
+//!
+//! The topology, the processes and the browser live in the `testbed` crate
+//! (bench/testbed), which the end-to-end tests share; docs/demo.md draws it.
+
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use testbed::topology::{SITE_V4, SITE_V6, WEB_V4};
+use testbed::{
+    Binaries, Browser, Demo, DemoOptions, GatewayConfig, GatewayConfigOverrides, NsProcess,
+};
+
+use crate::cmd::{run_command, workspace_root};
+use crate::setup;
+
+/// Options for `cargo xtask run`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunOptions {
+    /// Skip `cargo xtask setup` (Debian packages, rust-src, bpf-linker).
+    #[arg(long)]
+    pub no_setup: bool,
+    /// Real router: intercept on this interface of this host (repeatable). Runs
+    /// the gateway here, without namespaces; needs --origin.
+    #[arg(long = "lan-interface", value_name = "IF", requires = "origin")]
+    pub lan_interfaces: Vec<String>,
+    /// Real router: the SCTP origin's address (for userspace SCTP its UDP
+    /// address), e.g. 192.0.2.66:9899. Needs --lan-interface.
+    #[arg(long, value_name = "ADDR", requires = "lan_interfaces")]
+    pub origin: Option<SocketAddr>,
+    /// Real router: destination networks the origin serves (repeatable); those of
+    /// config/gateway.toml by default.
+    #[arg(long = "destination", value_name = "CIDR", requires = "origin")]
+    pub destinations: Vec<String>,
+    /// Skip the check that loads the page in headless Chromium once everything runs.
+    #[arg(long)]
+    pub no_check: bool,
+}
+
+/// Namespace prefix of the demo (`gwdemo-<pid>-1-client`, ...).
+const PREFIX: &str = "gwdemo-";
+
+/// How long the gateway gets to remove its rules and exit after SIGTERM.
+const GATEWAY_STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// How long the origin and nginx get after SIGTERM.
+const SERVER_STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How often the foreground loop looks at the signal flag and the processes.
+const WATCH_INTERVAL: Duration = Duration::from_millis(200);
+
+/// How long the start-up check gives Chromium to load the page.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub(crate) fn run(options: &RunOptions) -> Result<()> {
+    install_stop_handlers()?;
+    if !options.no_setup {
+        step("set-up (what is missing gets installed)");
+        setup::run(&setup::SetupOptions {
+            only: vec![setup::Step::Apt, setup::Step::Rust, setup::Step::BpfLinker],
+            ..setup::SetupOptions::default()
+        })?;
+    }
+    if is_not_root() {
+        bail!("the demo creates network namespaces and nftables rules: run it as root");
+    }
+    match options.origin {
+        Some(origin) => run_router(options, origin),
+        None => run_demo(options),
+    }
+}
+
+fn run_demo(options: &RunOptions) -> Result<()> {
+    let root = workspace_root();
+    let binaries = build(&["gateway", "origin"])?;
+    let binaries = Binaries {
+        gateway: binaries[0].clone(),
+        origin: binaries[1].clone(),
+    };
+
+    step("topology, nginx, origin and gateway");
+    for name in testbed::cleanup_stale(PREFIX)? {
+        println!("  removed namespace {name}, left by a killed run");
+    }
+    let dir = testbed::target_dir().join("demo");
+    // Logs of the previous run would be confusing next to this one's.
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut demo = Demo::start(binaries, DemoOptions::new(PREFIX, &root, &dir))
+        .with_context(|| format!("starting the demo (logs in {})", dir.display()))?;
+    println!("  namespaces: {}", demo.topology.namespaces().join(", "));
+
+    if !options.no_check {
+        step("check: the demo page in headless Chromium, from the client namespace");
+        check_page(&demo);
+    }
+    print_instructions(&demo);
+
+    let outcome = watch(&mut demo);
+    step("stopping");
+    let stopped = stop(&mut demo);
+    let names: Vec<String> = demo
+        .topology
+        .namespaces()
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    drop(demo);
+    let left: Vec<&String> = names.iter().filter(|n| testbed::exists(n)).collect();
+    if left.is_empty() {
+        println!("  deleted namespaces {}", names.join(", "));
+    } else {
+        println!("  WARNING: namespaces still present: {left:?}; delete with `ip netns del NAME`");
+    }
+    outcome.and(stopped)
+}
+
+/// Waits for a stop signal, or fails when the gateway or origin dies on its own.
+fn watch(demo: &mut Demo) -> Result<()> {
+    while !STOP.load(Ordering::SeqCst) {
+        for process in [demo.gateway.as_mut(), demo.origin.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            if let Err(e) = process.ensure_running("Ctrl-C") {
+                return Err(e.into());
+            }
+        }
+        std::thread::sleep(WATCH_INTERVAL);
+    }
+    println!();
+    Ok(())
+}
+
+/// Stops the gateway (SIGTERM: it removes its interception itself), checks that
+/// it did, then stops the origin and nginx.
+fn stop(demo: &mut Demo) -> Result<()> {
+    let mut result = Ok(());
+    if let Some(gateway) = demo.gateway.as_mut() {
+        result = stop_process(gateway, GATEWAY_STOP_GRACE);
+        let gateway_ns = demo.topology.gateway.name();
+        match demo.gateway_leftovers() {
+            Ok(left) if left.is_empty() => {
+                println!(
+                    "  the gateway removed its interception (nft ruleset and ip rules checked in {gateway_ns})"
+                );
+            }
+            Ok(left) => {
+                println!("  WARNING: the gateway left in {gateway_ns}:");
+                for item in &left {
+                    println!("    {item}");
+                }
+                println!("  (deleting the namespace removes them)");
+            }
+            Err(e) => println!("  WARNING: cannot inspect {gateway_ns}: {e}"),
+        }
+    }
+    if let Some(origin) = demo.origin.as_mut() {
+        result = result.and(stop_process(origin, SERVER_STOP_GRACE));
+    }
+    for nginx in [&mut demo.site, &mut demo.web] {
+        result = result.and(stop_process(nginx.process(), SERVER_STOP_GRACE));
+    }
+    result
+}
+
+fn stop_process(process: &mut NsProcess, grace: Duration) -> Result<()> {
+    if let Some(status) = process.try_status()? {
+        println!("  {} had already exited ({status})", process.name());
+        return Ok(());
+    }
+    let (status, killed) = process.stop(grace)?;
+    if killed {
+        println!(
+            "  WARNING: {} ignored SIGTERM for {grace:?} and was killed; log: {}",
+            process.name(),
+            process.log_path().display()
+        );
+    } else {
+        println!("  {} stopped ({status})", process.name());
+    }
+    Ok(())
+}
+
+fn check_page(demo: &Demo) {
+    let shot = demo.dir().join("demo-site.png");
+    let url = format!("http://{SITE_V4}/");
+    let result = (|| -> Result<String> {
+        let mut browser = Browser::launch_in(demo.topology.client.name())?;
+        let mut page = browser.new_page()?;
+        let load = page.load(&url, CHECK_TIMEOUT)?;
+        page.screenshot(&shot)?;
+        let failures = load.failures();
+        let mut summary = format!(
+            "{} requests, {} failed, load event at {:.0} ms; screenshot {}",
+            load.requests.len(),
+            failures.len(),
+            load.load_event_ms,
+            shot.display()
+        );
+        for failure in failures.iter().take(5) {
+            summary.push_str(&format!(
+                "\n    failed: {} {:?} {}",
+                failure.url,
+                failure.status,
+                failure.error_text.as_deref().unwrap_or("")
+            ));
+        }
+        Ok(summary)
+    })();
+    match result {
+        Ok(summary) => println!("  {url}: {summary}"),
+        Err(e) => println!("  WARNING: the page check failed: {e:#}"),
+    }
+}
+
+fn print_instructions(demo: &Demo) {
+    let client = demo.topology.client.name();
+    let gateway = demo.topology.gateway.name();
+    let origin = demo.topology.origin.name();
+    let dir = demo.dir();
+    let chromium_flags = testbed::CHROMIUM_FLAGS.join(" ");
+    println!(
+        "
+==> the demo runs. The client namespace has nothing configured but its default
+    routes via the gateway: the gateway intercepts its port-80 traffic.
+
+  The demo site, carried over SCTP from the origin (IPv4, IPv6):
+    ip netns exec {client} curl -v http://{SITE_V4}/
+    ip netns exec {client} curl -v http://[{SITE_V6}]/
+  An unmapped destination, proxied over plain TCP:
+    ip netns exec {client} curl -v http://{WEB_V4}/
+
+  The page in Chromium, headless, to a screenshot:
+    ip netns exec {client} chromium {chromium_flags} --user-data-dir=$(mktemp -d) \\
+        --window-size=1280,800 --screenshot={shot} http://{SITE_V4}/
+  A visible Chromium, if this machine has a display (X11 through its
+  /tmp/.X11-unix socket, or Wayland, both reachable from the namespace):
+    ip netns exec {client} chromium --no-sandbox --user-data-dir=$(mktemp -d) http://{SITE_V4}/
+
+  Look inside:
+    ip netns exec {gateway} nft list ruleset       # the gateway's interception
+    tail -f {dir}/gateway.log {dir}/origin-1.log
+    ip netns exec {origin} ss -uanp                 # the origin's SCTP-over-UDP socket
+
+  Logs and configs: {dir}/ (gateway.toml is the generated config)
+  Ctrl-C stops everything and deletes the namespaces.",
+        shot = dir.join("screenshot.png").display(),
+        dir = dir.display(),
+    );
+}
+
+fn run_router(options: &RunOptions, origin: SocketAddr) -> Result<()> {
+    let root = workspace_root();
+    let gateway = build(&["gateway"])?.remove(0);
+    let config = GatewayConfig::from_shipped(
+        &root,
+        &GatewayConfigOverrides {
+            lan_interfaces: Some(options.lan_interfaces.clone()),
+            origin_address: Some(origin),
+            destinations: (!options.destinations.is_empty()).then(|| options.destinations.clone()),
+            ..GatewayConfigOverrides::default()
+        },
+    )?;
+    let dir = testbed::target_dir().join("demo");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("gateway-router.toml");
+    std::fs::write(&path, &config.text)?;
+    step(&format!(
+        "gateway on this host: intercepting on {}, origin {origin}; config {}",
+        options.lan_interfaces.join(", "),
+        path.display()
+    ));
+    println!("  Ctrl-C stops it; it removes its nftables table and policy routes itself.");
+    let mut child = Command::new(&gateway)
+        .arg("--config")
+        .arg(&path)
+        .env("RUST_LOG", testbed::DAEMON_LOG_FILTER)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {}", gateway.display()))?;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if STOP.load(Ordering::SeqCst) {
+            println!("\n  stopping the gateway (SIGTERM)");
+            // SAFETY: kill(2) has no memory-safety preconditions; the child is
+            // not reaped yet, so its pid is still ours.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            let deadline = std::time::Instant::now() + GATEWAY_STOP_GRACE;
+            while child.try_wait()?.is_none() && std::time::Instant::now() < deadline {
+                std::thread::sleep(WATCH_INTERVAL);
+            }
+            if child.try_wait()?.is_none() {
+                println!("  WARNING: the gateway ignored SIGTERM; killing it");
+                child.kill()?;
+            }
+            break child.wait()?;
+        }
+        std::thread::sleep(WATCH_INTERVAL);
+    };
+    let left = config.installed_in(None)?;
+    if !left.is_empty() {
+        println!("  WARNING: left behind on this host:");
+        for item in &left {
+            println!("    {item}");
+        }
+        println!(
+            "  remove with: {} cleanup --config {}",
+            gateway.display(),
+            path.display()
+        );
+    }
+    if !status.success() && !STOP.load(Ordering::SeqCst) {
+        bail!("the gateway exited with {status}");
+    }
+    Ok(())
+}
+
+/// Builds the binaries of `packages` (each package's binary of the same name) in
+/// release mode; returns their paths in that order.
+fn build(packages: &[&str]) -> Result<Vec<PathBuf>> {
+    step(&format!("building {} (release)", packages.join(" and ")));
+    let mut command = Command::new("cargo");
+    command
+        .current_dir(workspace_root())
+        .args(["build", "--release"]);
+    for package in packages {
+        command.args(["-p", package]);
+    }
+    run_command(&mut command)?;
+    let release = testbed::target_dir().join("release");
+    packages
+        .iter()
+        .map(|package| {
+            let path = release.join(package);
+            if path.is_file() {
+                Ok(path)
+            } else {
+                bail!("cargo built no {}", path.display())
+            }
+        })
+        .collect()
+}
+
+fn step(name: &str) {
+    println!("\n==> xtask run: {name}");
+}
+
+fn is_not_root() -> bool {
+    // SAFETY: geteuid(2) cannot fail and has no preconditions.
+    unsafe { libc::geteuid() != 0 }
+}
+
+/// Set by SIGINT, SIGTERM or SIGHUP; the foreground loops poll it.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Turns SIGINT, SIGTERM and SIGHUP into [`STOP`], so that teardown runs in
+/// order instead of the process dying with its namespaces still there. The
+/// children run in process groups of their own, so a terminal's Ctrl-C reaches
+/// only this process, which stops them in order.
+fn install_stop_handlers() -> Result<()> {
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: an all-zero sigaction is valid (empty mask, no flags); the
+        // handler only stores to an atomic, which is async-signal-safe.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // SAFETY: `action` is initialised; the old action is not asked for.
+        if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } != 0 {
+            bail!(
+                "cannot handle signal {signal}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Ok(())
+}
