@@ -11,7 +11,7 @@
 //! `cargo test -p gateway` alone does not (then build it with `cargo build -p
 //! origin`). These tests fail, never skip, when something is missing.
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
@@ -301,6 +301,16 @@ fn raw_get(demo: &Demo, addr: SocketAddr, path: &str) -> RawResponse {
 /// buffer between it and the client.
 const BIG_FILE_BYTES: u64 = 1 << 30;
 
+/// `read`, retried when a signal (a child's SIGCHLD, say) interrupts it.
+fn read_retrying(reader: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match reader.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
 #[test]
 fn origin_killed_mid_response_then_restarted() {
     let root = tempfile::tempdir().expect("tempdir");
@@ -330,10 +340,7 @@ fn origin_killed_mid_response_then_restarted() {
     let mut buf = vec![0; 64 * 1024];
     let mut received = 0u64;
     while received < 1 << 20 {
-        let n = response
-            .reader
-            .read(&mut buf)
-            .expect("body before the kill");
+        let n = read_retrying(&mut response.reader, &mut buf).expect("body before the kill");
         assert!(n > 0, "closed after {received} bytes, before the kill");
         received += n as u64;
     }
@@ -345,7 +352,7 @@ fn origin_killed_mid_response_then_restarted() {
 
     let started = Instant::now();
     let end = loop {
-        match response.reader.read(&mut buf) {
+        match read_retrying(&mut response.reader, &mut buf) {
             Ok(0) => break "closed".to_owned(),
             Ok(n) => received += n as u64,
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break format!("{e}"),

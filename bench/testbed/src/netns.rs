@@ -119,6 +119,13 @@ impl Netns {
             name: name.to_owned(),
         };
         ip(&["-n", name, "link", "set", "lo", "up"])?;
+        // No duplicate address detection on interfaces made here later: the
+        // link-local addresses would otherwise turn valid a second or two after
+        // the topology is up, and Chromium takes that address change for a
+        // network change and fails its requests in flight (ERR_NETWORK_CHANGED).
+        for scope in ["default", "all"] {
+            sysctl(name, &format!("net.ipv6.conf.{scope}.accept_dad"), "0")?;
+        }
         Ok(ns)
     }
 
