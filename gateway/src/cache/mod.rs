@@ -1,0 +1,3 @@
+//! The persistent HTTP cache (RFC 9111) shared by SCTP-mapped and direct traffic.
+pub mod config;
+pub mod policy;
