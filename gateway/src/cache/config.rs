@@ -91,7 +91,9 @@ mod tests {
 
     #[test]
     fn defaults_validate_and_unknown_keys_are_refused() {
-        CacheConfig::default().validate().expect("defaults are valid");
+        CacheConfig::default()
+            .validate()
+            .expect("defaults are valid");
         let parsed: CacheConfig =
             toml::from_str("path = \"c.redb\"\nmax_bytes = 16777216\n").expect("parses");
         assert_eq!(parsed.max_bytes, 16 << 20);

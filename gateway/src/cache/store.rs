@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use redb::{
     Builder, ConcurrencyMode, Database, Durability, ReadOnlyDatabase, ReadableDatabase,
     ReadableTable, StorageBackend, TableDefinition,
@@ -159,8 +159,8 @@ impl EntryMeta {
             return Err(corrupt("meta version"));
         }
         let id = u64::from_le_bytes(r.take()?);
-        let status = StatusCode::from_u16(u16::from_le_bytes(r.take()?))
-            .map_err(|_| corrupt("status"))?;
+        let status =
+            StatusCode::from_u16(u16::from_le_bytes(r.take()?)).map_err(|_| corrupt("status"))?;
         let request_time = from_unix(u64::from_le_bytes(r.take()?));
         let response_time = from_unix(u64::from_le_bytes(r.take()?));
         let body_len = u64::from_le_bytes(r.take()?);
@@ -428,8 +428,8 @@ impl Store {
         Self::from_db(db, limits, Box::new(|| 0))
     }
 
-    /// Opens the database read-only, for inspection, possibly while a gateway
-    /// has it open for writing. Nothing is repaired, swept or evicted.
+    /// Opens the database read-only, for inspection while no gateway has it
+    /// open (redb refuses otherwise). Nothing is repaired, swept or evicted.
     pub fn open_read_only(path: &Path) -> Result<Self, StoreError> {
         let db = builder().open_read_only(path).map_err(db_err)?;
         let store = Self::new_inner(
@@ -444,7 +444,11 @@ impl Store {
         Ok(store)
     }
 
-    fn new_inner(db: Db, limits: StoreLimits, path_len: Box<dyn Fn() -> u64 + Send + Sync>) -> Self {
+    fn new_inner(
+        db: Db,
+        limits: StoreLimits,
+        path_len: Box<dyn Fn() -> u64 + Send + Sync>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 db,
@@ -522,7 +526,10 @@ impl Store {
                 pending.remove(id).map_err(db_err)?;
                 swept += 1;
             }
-            let next = state.get("next_id").map_err(db_err)?.map_or(1, |v| v.value());
+            let next = state
+                .get("next_id")
+                .map_err(db_err)?
+                .map_or(1, |v| v.value());
             self.inner.next_id.store(next, Ordering::SeqCst);
         }
         txn.commit().map_err(db_err)?;
@@ -656,7 +663,9 @@ impl Store {
             txn.set_durability(Durability::None).map_err(db_err)?;
             {
                 let mut pending = txn.open_table(PENDING).map_err(db_err)?;
-                pending.insert(id, unix(SystemTime::now())).map_err(db_err)?;
+                pending
+                    .insert(id, unix(SystemTime::now()))
+                    .map_err(db_err)?;
                 let mut state = txn.open_table(STATE).map_err(db_err)?;
                 state.insert("next_id", id + 1).map_err(db_err)?;
             }
@@ -702,7 +711,8 @@ impl Store {
                         body_len: entry.response.body_len,
                         ..response.clone()
                     };
-                    meta.insert(key, entry.encode().as_slice()).map_err(db_err)?;
+                    meta.insert(key, entry.encode().as_slice())
+                        .map_err(db_err)?;
                 }
             }
             txn.commit().map_err(db_err)
@@ -754,7 +764,10 @@ impl Store {
                 let mut chunks = txn.open_table(CHUNKS).map_err(db_err)?;
                 for key in keys {
                     let removed = meta.remove(key.as_slice()).map_err(db_err)?;
-                    if let Some(id) = removed.and_then(|v| EntryMeta::decode(v.value()).ok()).map(|e| e.id) {
+                    if let Some(id) = removed
+                        .and_then(|v| EntryMeta::decode(v.value()).ok())
+                        .map(|e| e.id)
+                    {
                         chunks
                             .retain_in((id, 0)..=(id, u32::MAX), |_, _| false)
                             .map_err(db_err)?;
@@ -845,7 +858,9 @@ impl Store {
                 let mut freed = 0;
                 let excess = sieve.bytes.saturating_sub(target);
                 while freed < excess && victims.len() < 256 {
-                    let Some((key, _)) = sieve.victim() else { break };
+                    let Some((key, _)) = sieve.victim() else {
+                        break;
+                    };
                     if let Some((_, size)) = sieve.remove(&key) {
                         freed += size;
                     }
@@ -875,10 +890,12 @@ fn check_chunk(value: &[u8]) -> Result<Bytes, StoreError> {
 
 fn builder() -> Builder {
     let mut builder = Builder::new();
+    // The default exclusive-writer mode: the multi-process modes refuse the
+    // non-durable chunk commits the write protocol relies on. A read-only
+    // inspector therefore opens the file while no gateway has it open.
     builder
         .set_cache_size(REDB_CACHE_BYTES)
-        // A read-only inspector may follow the gateway's commits.
-        .set_concurrency_mode(ConcurrencyMode::SingleWriter);
+        .set_concurrency_mode(ConcurrencyMode::ExclusiveWriter);
     builder
 }
 

@@ -226,8 +226,7 @@ pub fn storable(
     if vary_names(response).is_none() {
         return Err(NotStorable::VaryStar);
     }
-    if response.contains_key(header::SET_COOKIE) && !(res_cc.public || res_cc.s_maxage.is_some())
-    {
+    if response.contains_key(header::SET_COOKIE) && !(res_cc.public || res_cc.s_maxage.is_some()) {
         return Err(NotStorable::SetCookie);
     }
     let explicit = res_cc.s_maxage.is_some()
@@ -375,9 +374,9 @@ pub fn decide_lookup(
             let forbidden =
                 res_cc.must_revalidate || res_cc.proxy_revalidate || res_cc.s_maxage.is_some();
             !forbidden
-                && req_cc.max_stale.is_some_and(|limit| {
-                    limit.is_none_or(|max| (age - lifetime).as_secs() <= max)
-                })
+                && req_cc
+                    .max_stale
+                    .is_some_and(|limit| limit.is_none_or(|max| (age - lifetime).as_secs() <= max))
                 && req_cc.max_age.is_none_or(|max| age.as_secs() <= max)
         };
     if reusable {
@@ -926,7 +925,12 @@ fn parse_delta(value: &str) -> Option<u64> {
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    Some(value.parse::<u64>().unwrap_or(u64::MAX).min(DELTA_SECONDS_MAX))
+    Some(
+        value
+            .parse::<u64>()
+            .unwrap_or(u64::MAX)
+            .min(DELTA_SECONDS_MAX),
+    )
 }
 
 /// The elements of a comma-separated list (RFC 9110, section 5.6.1), trimmed,
