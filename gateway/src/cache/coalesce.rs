@@ -31,6 +31,9 @@ struct State<H> {
     end: Option<Result<(), FetchError>>,
 }
 
+/// The flights in progress by key.
+type Flights<H> = Mutex<HashMap<Vec<u8>, Arc<Flight<H>>>>;
+
 #[derive(Debug)]
 struct Flight<H> {
     state: Mutex<State<H>>,
@@ -48,7 +51,7 @@ impl<H> Flight<H> {
 /// The flights in progress, by cache key. `H` is the response head type.
 #[derive(Debug)]
 pub struct Coalescer<H> {
-    flights: Arc<Mutex<HashMap<Vec<u8>, Arc<Flight<H>>>>>,
+    flights: Arc<Flights<H>>,
     /// A flight holding more body bytes than this takes no new joiners.
     join_limit: u64,
 }
@@ -110,7 +113,7 @@ impl<H> Coalescer<H> {
 pub struct FillGuard<H> {
     flight: Arc<Flight<H>>,
     key: Vec<u8>,
-    flights: Arc<Mutex<HashMap<Vec<u8>, Arc<Flight<H>>>>>,
+    flights: Arc<Flights<H>>,
     join_limit: u64,
     ended: bool,
 }
