@@ -1,0 +1,355 @@
+//! Request coalescing: concurrent misses for one key share one upstream fetch.
+//!
+//! The first request for a key becomes the leader and gets a [`FillGuard`]; it
+//! feeds the response head and body chunks in as they arrive. Every other
+//! request for the key while the fetch runs gets a [`Subscriber`] that yields
+//! the head, then every chunk from the first: what already arrived at once,
+//! the rest as it comes. A fetch that fails (or whose guard is dropped
+//! unfinished) fails every subscriber with an error, so a truncated body is
+//! never presented as complete.
+//!
+//! Memory: a flight keeps its chunks until it ends, so that late joiners can
+//! start from byte 0. Once a flight holds more than its limit it stops taking
+//! new joiners (they fetch on their own); those already in keep reading.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tokio::sync::watch;
+
+/// Why a coalesced fetch did not complete.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("upstream fetch failed: {0}")]
+pub struct FetchError(pub Arc<str>);
+
+#[derive(Debug)]
+struct State<H> {
+    head: Option<Arc<H>>,
+    chunks: Vec<Bytes>,
+    bytes: u64,
+    end: Option<Result<(), FetchError>>,
+}
+
+/// The flights in progress by key.
+type Flights<H> = Mutex<HashMap<Vec<u8>, Arc<Flight<H>>>>;
+
+#[derive(Debug)]
+struct Flight<H> {
+    state: Mutex<State<H>>,
+    /// Bumped on every change; subscribers wait on it.
+    version: watch::Sender<u64>,
+}
+
+impl<H> Flight<H> {
+    fn update(&self, f: impl FnOnce(&mut State<H>)) {
+        f(&mut lock(&self.state));
+        self.version.send_modify(|v| *v += 1);
+    }
+}
+
+/// The flights in progress, by cache key. `H` is the response head type.
+#[derive(Debug)]
+pub struct Coalescer<H> {
+    flights: Arc<Flights<H>>,
+    /// A flight holding more body bytes than this takes no new joiners.
+    join_limit: u64,
+}
+
+/// The outcome of [`Coalescer::join`].
+#[derive(Debug)]
+pub enum Join<H> {
+    /// Nobody is fetching this key: fetch it and feed the guard.
+    Leader(FillGuard<H>),
+    /// A fetch is under way: read it.
+    Follower(Subscriber<H>),
+}
+
+impl<H> Coalescer<H> {
+    /// A coalescer whose flights accept joiners up to `join_limit` body bytes.
+    pub fn new(join_limit: u64) -> Self {
+        Self {
+            flights: Arc::new(Mutex::new(HashMap::new())),
+            join_limit,
+        }
+    }
+
+    /// Joins the flight for `key`, or starts one. The leader also gets a
+    /// subscriber of its own ([`FillGuard::subscribe`]).
+    pub fn join(&self, key: &[u8]) -> Join<H> {
+        let mut flights = lock(&self.flights);
+        if let Some(flight) = flights.get(key) {
+            return Join::Follower(Subscriber::new(Arc::clone(flight)));
+        }
+        let (version, _) = watch::channel(0);
+        let flight = Arc::new(Flight {
+            state: Mutex::new(State {
+                head: None,
+                chunks: Vec::new(),
+                bytes: 0,
+                end: None,
+            }),
+            version,
+        });
+        flights.insert(key.to_vec(), Arc::clone(&flight));
+        Join::Leader(FillGuard {
+            flight,
+            key: key.to_vec(),
+            flights: Arc::clone(&self.flights),
+            join_limit: self.join_limit,
+            ended: false,
+        })
+    }
+
+    /// Flights in progress.
+    pub fn in_flight(&self) -> usize {
+        lock(&self.flights).len()
+    }
+}
+
+/// The leader's side of a flight. Dropping it before [`FillGuard::finish`]
+/// fails the flight.
+#[derive(Debug)]
+pub struct FillGuard<H> {
+    flight: Arc<Flight<H>>,
+    key: Vec<u8>,
+    flights: Arc<Flights<H>>,
+    join_limit: u64,
+    ended: bool,
+}
+
+impl<H> FillGuard<H> {
+    /// A reader of this flight (the leader's own client, the store writer).
+    pub fn subscribe(&self) -> Subscriber<H> {
+        Subscriber::new(Arc::clone(&self.flight))
+    }
+
+    /// The response head arrived.
+    pub fn set_head(&self, head: H) {
+        self.flight.update(|s| s.head = Some(Arc::new(head)));
+    }
+
+    /// A body chunk arrived.
+    pub fn push(&self, chunk: Bytes) {
+        let mut too_big = false;
+        self.flight.update(|s| {
+            s.bytes += chunk.len() as u64;
+            too_big = s.bytes > self.join_limit;
+            s.chunks.push(chunk);
+        });
+        if too_big {
+            self.detach();
+        }
+    }
+
+    /// The body is complete.
+    pub fn finish(mut self) {
+        self.end(Ok(()));
+    }
+
+    /// The fetch failed: every reader gets `reason`.
+    pub fn fail(mut self, reason: &str) {
+        self.end(Err(FetchError(reason.into())));
+    }
+
+    fn end(&mut self, result: Result<(), FetchError>) {
+        self.ended = true;
+        self.detach();
+        self.flight.update(|s| s.end = Some(result));
+    }
+
+    /// No new joiners from now on.
+    fn detach(&self) {
+        let mut flights = lock(&self.flights);
+        if flights
+            .get(&self.key)
+            .is_some_and(|f| Arc::ptr_eq(f, &self.flight))
+        {
+            flights.remove(&self.key);
+        }
+    }
+}
+
+impl<H> Drop for FillGuard<H> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.end(Err(FetchError("fetch abandoned".into())));
+        }
+    }
+}
+
+/// One reader of a flight.
+#[derive(Debug)]
+pub struct Subscriber<H> {
+    flight: Arc<Flight<H>>,
+    version: watch::Receiver<u64>,
+    next: usize,
+}
+
+impl<H> Subscriber<H> {
+    fn new(flight: Arc<Flight<H>>) -> Self {
+        let version = flight.version.subscribe();
+        Self {
+            flight,
+            version,
+            next: 0,
+        }
+    }
+
+    /// The response head, once it arrived; an error if the fetch failed first.
+    pub async fn head(&mut self) -> Result<Arc<H>, FetchError> {
+        loop {
+            {
+                let state = lock(&self.flight.state);
+                if let Some(head) = &state.head {
+                    return Ok(Arc::clone(head));
+                }
+                if let Some(Err(e)) = &state.end {
+                    return Err(e.clone());
+                }
+                if let Some(Ok(())) = &state.end {
+                    return Err(FetchError("ended without a head".into()));
+                }
+            }
+            if self.version.changed().await.is_err() {
+                return Err(FetchError("fetch abandoned".into()));
+            }
+        }
+    }
+
+    /// The next body chunk; `None` at the end of a complete body; an error if
+    /// the fetch failed (the body so far must not be taken as complete).
+    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, FetchError>> {
+        loop {
+            {
+                let state = lock(&self.flight.state);
+                if let Some(chunk) = state.chunks.get(self.next) {
+                    self.next += 1;
+                    return Some(Ok(chunk.clone()));
+                }
+                match &state.end {
+                    Some(Ok(())) => return None,
+                    Some(Err(e)) => return Some(Err(e.clone())),
+                    None => {}
+                }
+            }
+            if self.version.changed().await.is_err() {
+                return Some(Err(FetchError("fetch abandoned".into())));
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn collect(mut s: Subscriber<u16>) -> Result<(u16, Vec<u8>), FetchError> {
+        let head = *s.head().await?;
+        let mut body = Vec::new();
+        while let Some(chunk) = s.next_chunk().await {
+            body.extend_from_slice(&chunk?);
+        }
+        Ok((head, body))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn thirty_two_waiters_one_fetch_identical_bodies_and_a_late_joiner() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        const N: usize = 32;
+        let coalescer = Arc::new(Coalescer::<u16>::new(1 << 20));
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let joined = Arc::new(tokio::sync::Barrier::new(N + 1));
+        let (release_tx, release_rx) = watch::channel(0u8);
+        let mut tasks = Vec::new();
+        for _ in 0..N {
+            let coalescer = Arc::clone(&coalescer);
+            let fetches = Arc::clone(&fetches);
+            let joined = Arc::clone(&joined);
+            let mut release = release_rx.clone();
+            tasks.push(tokio::spawn(async move {
+                let reader = match coalescer.join(b"k") {
+                    Join::Leader(guard) => {
+                        fetches.fetch_add(1, Ordering::SeqCst);
+                        let mine = guard.subscribe();
+                        // The "upstream": half the body, a pause for the late
+                        // joiner, the other half.
+                        tokio::spawn(async move {
+                            let _ = release.wait_for(|r| *r >= 1).await;
+                            guard.set_head(200);
+                            for i in 0..25u8 {
+                                guard.push(Bytes::from(vec![i; 1000]));
+                            }
+                            let _ = release.wait_for(|r| *r >= 2).await;
+                            for i in 25..50u8 {
+                                guard.push(Bytes::from(vec![i; 1000]));
+                                tokio::task::yield_now().await;
+                            }
+                            guard.finish();
+                        });
+                        mine
+                    }
+                    Join::Follower(s) => s,
+                };
+                joined.wait().await;
+                collect(reader).await
+            }));
+        }
+        joined.wait().await;
+        release_tx.send(1).expect("release");
+        let Join::Follower(late) = coalescer.join(b"k") else {
+            panic!("the flight is still in progress")
+        };
+        release_tx.send(2).expect("release");
+        let expected: Vec<u8> = (0..50u8).flat_map(|i| vec![i; 1000]).collect();
+        for task in tasks {
+            let (status, body) = task.await.expect("task").expect("fetch");
+            assert_eq!(status, 200);
+            assert_eq!(body, expected);
+        }
+        let (_, body) = collect(late).await.expect("late joiner");
+        assert_eq!(body, expected);
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+        assert_eq!(coalescer.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_failed_fetch_fails_every_reader_after_partial_data() {
+        let coalescer = Coalescer::<u16>::new(1 << 20);
+        let Join::Leader(guard) = coalescer.join(b"k") else {
+            panic!("first is leader")
+        };
+        let Join::Follower(mut follower) = coalescer.join(b"k") else {
+            panic!("second follows")
+        };
+        guard.set_head(200);
+        guard.push(Bytes::from_static(b"part"));
+        drop(guard);
+        assert_eq!(follower.head().await, Ok(Arc::new(200)));
+        assert_eq!(
+            follower.next_chunk().await,
+            Some(Ok(Bytes::from_static(b"part")))
+        );
+        assert!(matches!(follower.next_chunk().await, Some(Err(_))));
+        assert!(matches!(coalescer.join(b"k"), Join::Leader(_)));
+    }
+
+    #[tokio::test]
+    async fn a_flight_over_its_limit_takes_no_new_joiners() {
+        let coalescer = Coalescer::<u16>::new(10);
+        let Join::Leader(guard) = coalescer.join(b"k") else {
+            panic!("leader")
+        };
+        let early = guard.subscribe();
+        guard.set_head(200);
+        guard.push(Bytes::from_static(b"0123456789abc"));
+        assert!(matches!(coalescer.join(b"k"), Join::Leader(_)));
+        guard.finish();
+        let (_, body) = collect(early).await.expect("complete");
+        assert_eq!(body, b"0123456789abc");
+    }
+}

@@ -1,0 +1,954 @@
+//! The I/O-free RFC 9111 core: what a shared cache may store, when a stored
+//! response may be reused, how to validate it and how a 304 freshens it.
+//!
+//! Everything here is a plain function of its inputs; the clock is an argument
+//! (`now`, `request_time`, `response_time`), nothing touches the store or the
+//! network. [`crate::cache`] drives it; `tests.rs` beside this file drives it
+//! through a table of RFC cases.
+//!
+//! Where to start: [`decide_lookup`] (a request meets what is stored),
+//! [`decide_response`] (the origin answered), [`answer_from_stored`] (the bytes
+//! of a hit: `Age`, conditional requests, ranges, HEAD).
+//!
+//! Section numbers are RFC 9111 unless they say RFC 9110.
+
+use std::time::{Duration, SystemTime};
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode};
+
+#[cfg(test)]
+mod tests;
+
+/// Heuristic freshness (section 4.2.2): this fraction of the time since
+/// `Last-Modified`, the figure the RFC gives as typical.
+pub const HEURISTIC_FRACTION: f64 = 0.1;
+/// Heuristic freshness never exceeds this: one day. A page untouched for ten
+/// years is not thereby fresh for a year.
+pub const HEURISTIC_MAX: Duration = Duration::from_secs(24 * 3600);
+/// Delta-seconds larger than this are taken as this (section 1.2.2: 2^31).
+pub const DELTA_SECONDS_MAX: u64 = 1 << 31;
+
+/// Status codes whose responses are heuristically cacheable (RFC 9110, section
+/// 15.1), less 206: this cache stores complete responses only.
+const HEURISTICALLY_CACHEABLE: [u16; 11] = [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501];
+
+/// Status codes this cache understands well enough to store (section 3, and
+/// section 5.2.2.3 for `must-understand`). 206 and 304 are understood but never
+/// stored as entries: partial content is not combined, and a 304 only freshens.
+const UNDERSTOOD: [u16; 16] = [
+    200, 203, 204, 300, 301, 302, 303, 307, 308, 404, 405, 410, 414, 451, 500, 501,
+];
+
+/// Hop-by-hop fields never stored (section 3.1; RFC 9110, section 7.6.1).
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// A response as the cache holds it: its head and the times it was fetched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// The status code (never 206 or 304).
+    pub status: StatusCode,
+    /// End-to-end header fields, as received (hop-by-hop fields removed).
+    pub headers: HeaderMap,
+    /// When the request that fetched it was sent (section 4.2.3 `request_time`).
+    pub request_time: SystemTime,
+    /// When its head arrived (section 4.2.3 `response_time`).
+    pub response_time: SystemTime,
+    /// Body length in bytes.
+    pub body_len: u64,
+}
+
+/// The `Cache-Control` directives this cache acts on (section 5.2), request and
+/// response alike.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CacheControl {
+    /// `no-store`.
+    pub no_store: bool,
+    /// `no-cache` (with or without field names: this cache never reuses a
+    /// response with some fields stripped, so a qualified `no-cache` counts whole).
+    pub no_cache: bool,
+    /// `private` (qualified or not: the same reasoning).
+    pub private: bool,
+    /// `public`.
+    pub public: bool,
+    /// `must-revalidate`.
+    pub must_revalidate: bool,
+    /// `proxy-revalidate`.
+    pub proxy_revalidate: bool,
+    /// `must-understand`.
+    pub must_understand: bool,
+    /// `only-if-cached` (request).
+    pub only_if_cached: bool,
+    /// `max-age`; an invalid value counts as 0 (section 4.2.1: treat as stale).
+    pub max_age: Option<u64>,
+    /// `s-maxage`; an invalid value counts as 0.
+    pub s_maxage: Option<u64>,
+    /// `max-stale` (request): `Some(None)` without a value, any staleness.
+    pub max_stale: Option<Option<u64>>,
+    /// `min-fresh` (request).
+    pub min_fresh: Option<u64>,
+}
+
+impl CacheControl {
+    /// Parses every `Cache-Control` line of `headers`. Unknown directives are
+    /// ignored (section 5.2.3); a repeated directive keeps its first value
+    /// (section 4.2.1); quoted values are accepted (section 5.2).
+    pub fn parse(headers: &HeaderMap) -> Self {
+        let mut cc = Self::default();
+        for value in headers.get_all(header::CACHE_CONTROL) {
+            let Ok(value) = value.to_str() else { continue };
+            for directive in split_list(value) {
+                let (name, arg) = match directive.split_once('=') {
+                    Some((n, a)) => (n.trim(), Some(a.trim().trim_matches('"'))),
+                    None => (directive, None),
+                };
+                let seconds = || arg.map(|a| parse_delta(a).unwrap_or(0));
+                match name.to_ascii_lowercase().as_str() {
+                    "no-store" => cc.no_store = true,
+                    "no-cache" => cc.no_cache = true,
+                    "private" => cc.private = true,
+                    "public" => cc.public = true,
+                    "must-revalidate" => cc.must_revalidate = true,
+                    "proxy-revalidate" => cc.proxy_revalidate = true,
+                    "must-understand" => cc.must_understand = true,
+                    "only-if-cached" => cc.only_if_cached = true,
+                    "max-age" if cc.max_age.is_none() => cc.max_age = Some(seconds().unwrap_or(0)),
+                    "s-maxage" if cc.s_maxage.is_none() => {
+                        cc.s_maxage = Some(seconds().unwrap_or(0));
+                    }
+                    "max-stale" if cc.max_stale.is_none() => cc.max_stale = Some(seconds()),
+                    "min-fresh" if cc.min_fresh.is_none() => cc.min_fresh = seconds(),
+                    _ => {}
+                }
+            }
+        }
+        cc
+    }
+
+    /// Request directives, with `Pragma: no-cache` standing in for `no-cache`
+    /// when there is no `Cache-Control` at all (section 5.4).
+    pub fn parse_request(headers: &HeaderMap) -> Self {
+        let mut cc = Self::parse(headers);
+        if !headers.contains_key(header::CACHE_CONTROL) {
+            cc.no_cache = headers
+                .get_all(header::PRAGMA)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(split_list)
+                .any(|d| d.eq_ignore_ascii_case("no-cache"));
+        }
+        cc
+    }
+}
+
+/// Why a response is not stored. Shown in debug logs and asserted by tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotStorable {
+    /// Only GET responses are stored (HEAD is answered from them).
+    #[error("method is not GET")]
+    Method,
+    /// The status code is not understood, or is 206/304/1xx (section 3).
+    #[error("status code not storable")]
+    Status,
+    /// `no-store` in the request or the response (sections 5.2.1.5, 5.2.2.5).
+    #[error("no-store")]
+    NoStore,
+    /// `private` in a shared cache (section 5.2.2.7).
+    #[error("private")]
+    Private,
+    /// The request carried `Authorization` and the response did not allow a
+    /// shared cache to store it (section 3.5).
+    #[error("authorized request")]
+    Authorization,
+    /// `must-understand` on a status code this cache does not understand
+    /// (section 5.2.2.3).
+    #[error("must-understand on an unknown status code")]
+    MustUnderstand,
+    /// No explicit freshness, not heuristically cacheable, not `public`
+    /// (section 3, last bullet).
+    #[error("no freshness information")]
+    NoFreshness,
+    /// `Vary: *` never matches a later request (section 4.1).
+    #[error("Vary: *")]
+    VaryStar,
+    /// `Set-Cookie` without `public` or `s-maxage`: a transparent cache is
+    /// shared without the origin knowing it, so cookies stay private unless the
+    /// origin said otherwise (stricter than section 7.3; docs/cache.md).
+    #[error("Set-Cookie without public")]
+    SetCookie,
+    /// Would be stale at once and cannot be validated: storing it is useless.
+    #[error("stale on arrival without validators")]
+    Useless,
+}
+
+/// Whether the response to a request may be stored (section 3).
+pub fn storable(
+    method: &Method,
+    request: &HeaderMap,
+    status: StatusCode,
+    response: &HeaderMap,
+) -> Result<(), NotStorable> {
+    if method != Method::GET {
+        return Err(NotStorable::Method);
+    }
+    let req_cc = CacheControl::parse(request);
+    let res_cc = CacheControl::parse(response);
+    let understood = UNDERSTOOD.contains(&status.as_u16());
+    if res_cc.must_understand && !understood {
+        return Err(NotStorable::MustUnderstand);
+    }
+    if !understood {
+        return Err(NotStorable::Status);
+    }
+    // Section 5.2.2.3: with must-understand on an understood status code,
+    // no-store in the response may be ignored; in the request it still binds.
+    if req_cc.no_store || (res_cc.no_store && !res_cc.must_understand) {
+        return Err(NotStorable::NoStore);
+    }
+    if res_cc.private {
+        return Err(NotStorable::Private);
+    }
+    if request.contains_key(header::AUTHORIZATION)
+        && !(res_cc.must_revalidate || res_cc.public || res_cc.s_maxage.is_some())
+    {
+        return Err(NotStorable::Authorization);
+    }
+    if vary_names(response).is_none() {
+        return Err(NotStorable::VaryStar);
+    }
+    if response.contains_key(header::SET_COOKIE) && !(res_cc.public || res_cc.s_maxage.is_some()) {
+        return Err(NotStorable::SetCookie);
+    }
+    let explicit = res_cc.s_maxage.is_some()
+        || res_cc.max_age.is_some()
+        || response.contains_key(header::EXPIRES);
+    let heuristic = HEURISTICALLY_CACHEABLE.contains(&status.as_u16()) || res_cc.public;
+    if !explicit && !heuristic {
+        return Err(NotStorable::NoFreshness);
+    }
+    let validators =
+        response.contains_key(header::ETAG) || response.contains_key(header::LAST_MODIFIED);
+    if !validators && !explicit {
+        // Heuristic freshness needs Last-Modified; without it the entry is
+        // stale on arrival and, without validators, can only be refetched.
+        return Err(NotStorable::Useless);
+    }
+    Ok(())
+}
+
+/// The freshness lifetime of a response (section 4.2.1, shared cache), and
+/// whether it came from the heuristic (section 4.2.2).
+pub fn freshness_lifetime(
+    status: StatusCode,
+    headers: &HeaderMap,
+    response_time: SystemTime,
+) -> (Duration, bool) {
+    let cc = CacheControl::parse(headers);
+    if let Some(s) = cc.s_maxage {
+        return (Duration::from_secs(s), false);
+    }
+    if let Some(s) = cc.max_age {
+        return (Duration::from_secs(s), false);
+    }
+    let date = date_value(headers).unwrap_or(response_time);
+    if let Some(expires) = headers.get(header::EXPIRES) {
+        // Section 5.3: an invalid Expires (such as "0") is in the past.
+        let lifetime = expires
+            .to_str()
+            .ok()
+            .and_then(|v| httpdate::parse_http_date(v).ok())
+            .and_then(|e| e.duration_since(date).ok())
+            .unwrap_or(Duration::ZERO);
+        return (lifetime, false);
+    }
+    if !(HEURISTICALLY_CACHEABLE.contains(&status.as_u16()) || cc.public) {
+        return (Duration::ZERO, false);
+    }
+    let heuristic = http_date(headers, &header::LAST_MODIFIED)
+        .and_then(|lm| date.duration_since(lm).ok())
+        .map_or(Duration::ZERO, |since| {
+            since.mul_f64(HEURISTIC_FRACTION).min(HEURISTIC_MAX)
+        });
+    (Duration::from_secs(heuristic.as_secs()), true)
+}
+
+/// The current age of a stored response at `now` (section 4.2.3), whole seconds.
+pub fn current_age(stored: &StoredResponse, now: SystemTime) -> Duration {
+    let date = date_value(&stored.headers).unwrap_or(stored.response_time);
+    let age_value = stored
+        .headers
+        .get(header::AGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_delta)
+        .map_or(Duration::ZERO, Duration::from_secs);
+    let apparent_age = stored
+        .response_time
+        .duration_since(date)
+        .unwrap_or(Duration::ZERO);
+    let response_delay = stored
+        .response_time
+        .duration_since(stored.request_time)
+        .unwrap_or(Duration::ZERO);
+    let corrected_age_value = age_value + response_delay;
+    let corrected_initial_age = apparent_age.max(corrected_age_value);
+    let resident_time = now
+        .duration_since(stored.response_time)
+        .unwrap_or(Duration::ZERO);
+    Duration::from_secs((corrected_initial_age + resident_time).as_secs())
+}
+
+/// What to do with a request, given what is stored under its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LookupDecision {
+    /// Answer from the stored response; its age is `age`
+    /// ([`answer_from_stored`] builds the answer).
+    Fresh {
+        /// The current age, sent as `Age`.
+        age: Duration,
+    },
+    /// Ask the origin whether the stored response is still good: send the
+    /// request (without the client's own conditionals and Range) plus these
+    /// fields (section 4.3.1), then [`decide_response`].
+    Validate {
+        /// `If-None-Match` and/or `If-Modified-Since`.
+        conditional: HeaderMap,
+    },
+    /// Fetch the response (without the client's conditionals and Range) and
+    /// store it if allowed.
+    Fetch,
+    /// Forward the request as it is and store nothing from it.
+    Pass,
+    /// `only-if-cached` and nothing usable is stored: answer 504 (section 5.2.1.7).
+    GatewayTimeout,
+}
+
+/// Decides how to serve a request (section 4). `stored` is the entry under the
+/// request's key, Vary already matched (section 4.1).
+pub fn decide_lookup(
+    method: &Method,
+    request: &HeaderMap,
+    stored: Option<&StoredResponse>,
+    now: SystemTime,
+) -> LookupDecision {
+    if method != Method::GET && method != Method::HEAD {
+        return LookupDecision::Pass;
+    }
+    let req_cc = CacheControl::parse_request(request);
+    // Requests the cache would not fill with a whole GET response: HEAD, Range,
+    // no-store (section 5.2.1.5: nothing of their response may be stored).
+    let partial = method == Method::HEAD || request.contains_key(header::RANGE);
+    let Some(stored) = stored else {
+        if req_cc.only_if_cached {
+            return LookupDecision::GatewayTimeout;
+        }
+        if partial || req_cc.no_store {
+            return LookupDecision::Pass;
+        }
+        return LookupDecision::Fetch;
+    };
+    let age = current_age(stored, now);
+    let (lifetime, _) = freshness_lifetime(stored.status, &stored.headers, stored.response_time);
+    let res_cc = CacheControl::parse(&stored.headers);
+    let reusable = !req_cc.no_cache
+        && !res_cc.no_cache
+        && if lifetime > age {
+            // Fresh; the client may still ask for younger (section 5.2.1.1) or
+            // fresher-for-longer (section 5.2.1.3).
+            req_cc.max_age.is_none_or(|max| age.as_secs() <= max)
+                && req_cc
+                    .min_fresh
+                    .is_none_or(|min| (lifetime - age).as_secs() >= min)
+        } else {
+            // Stale: only if the client accepts it (section 5.2.1.2) and the
+            // response does not forbid it (sections 5.2.2.2, 5.2.2.8, 5.2.2.10).
+            let forbidden =
+                res_cc.must_revalidate || res_cc.proxy_revalidate || res_cc.s_maxage.is_some();
+            !forbidden
+                && req_cc
+                    .max_stale
+                    .is_some_and(|limit| limit.is_none_or(|max| (age - lifetime).as_secs() <= max))
+                && req_cc.max_age.is_none_or(|max| age.as_secs() <= max)
+        };
+    if reusable {
+        return LookupDecision::Fresh { age };
+    }
+    if req_cc.only_if_cached {
+        return LookupDecision::GatewayTimeout;
+    }
+    if partial || req_cc.no_store {
+        return LookupDecision::Pass;
+    }
+    let conditional = conditional_headers(stored);
+    if conditional.is_empty() {
+        LookupDecision::Fetch
+    } else {
+        LookupDecision::Validate { conditional }
+    }
+}
+
+/// The validators for a conditional request about `stored` (section 4.3.1).
+pub fn conditional_headers(stored: &StoredResponse) -> HeaderMap {
+    let mut conditional = HeaderMap::new();
+    if let Some(etag) = stored.headers.get(header::ETAG) {
+        conditional.insert(header::IF_NONE_MATCH, etag.clone());
+    }
+    if let Some(lm) = stored.headers.get(header::LAST_MODIFIED) {
+        conditional.insert(header::IF_MODIFIED_SINCE, lm.clone());
+    }
+    conditional
+}
+
+/// The request fields a cache strips before it fills or validates: the
+/// client's own conditionals and Range (the cache asks for the whole response,
+/// then answers them itself).
+pub const CLIENT_PRECONDITIONS: [HeaderName; 5] = [
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_MATCH,
+    header::IF_UNMODIFIED_SINCE,
+    header::IF_RANGE,
+];
+
+/// What the origin's response means for the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResponseDecision {
+    /// Store this (replacing any entry under the key) and pass the response on.
+    Store(StoredResponse),
+    /// A 304 freshened the stored response: replace its head with this one and
+    /// answer from the stored body (section 4.3.3).
+    Freshen(StoredResponse),
+    /// Pass the response on; store nothing. `invalidate` lists the effective
+    /// URIs whose entries must go (section 4.4), and `discard` whether the entry
+    /// under this request's key must go too (a 200 replaced an entry but could
+    /// not be stored, or a 304 did not match it).
+    Pass {
+        /// Why it is not stored, for the debug log.
+        reason: Option<NotStorable>,
+        /// Drop the entry under this request's key.
+        discard: bool,
+    },
+}
+
+/// Decides what a response to a cache-driven request (`Fetch` or `Validate`)
+/// does to the cache. `stored` is what was stored when the request went out.
+pub fn decide_response(
+    method: &Method,
+    request: &HeaderMap,
+    stored: Option<&StoredResponse>,
+    status: StatusCode,
+    response: &HeaderMap,
+    request_time: SystemTime,
+    response_time: SystemTime,
+) -> ResponseDecision {
+    if status == StatusCode::NOT_MODIFIED {
+        return match stored {
+            Some(stored) => match freshen(stored, response, request_time, response_time) {
+                Some(fresh) => ResponseDecision::Freshen(fresh),
+                None => ResponseDecision::Pass {
+                    reason: None,
+                    discard: true,
+                },
+            },
+            None => ResponseDecision::Pass {
+                reason: Some(NotStorable::Status),
+                discard: false,
+            },
+        };
+    }
+    match storable(method, request, status, response) {
+        Ok(()) => ResponseDecision::Store(StoredResponse {
+            status,
+            headers: storable_headers(response),
+            request_time,
+            response_time,
+            body_len: 0,
+        }),
+        // A 5xx in answer to a validation leaves the stored response alone: it
+        // may serve a later request once the origin recovers. Anything else
+        // that arrived in its place supersedes it.
+        Err(reason) => ResponseDecision::Pass {
+            reason: Some(reason),
+            discard: stored.is_some() && !status.is_server_error(),
+        },
+    }
+}
+
+/// The stored response updated by a 304 (sections 3.2, 4.3.4), or `None` when
+/// the 304 describes a different representation.
+pub fn freshen(
+    stored: &StoredResponse,
+    not_modified: &HeaderMap,
+    request_time: SystemTime,
+    response_time: SystemTime,
+) -> Option<StoredResponse> {
+    match (
+        not_modified.get(header::ETAG),
+        stored.headers.get(header::ETAG),
+    ) {
+        (Some(new), Some(old)) if !etag_weak_eq(new.as_bytes(), old.as_bytes()) => return None,
+        (Some(_), None) => return None,
+        _ => {}
+    }
+    if not_modified.get(header::ETAG).is_none()
+        && let (Some(new), Some(old)) = (
+            not_modified.get(header::LAST_MODIFIED),
+            stored.headers.get(header::LAST_MODIFIED),
+        )
+        && new != old
+    {
+        return None;
+    }
+    let mut headers = stored.headers.clone();
+    let names: Vec<&HeaderName> = not_modified.keys().collect();
+    for name in names {
+        if *name == header::CONTENT_LENGTH || is_hop_by_hop(name) {
+            continue;
+        }
+        headers.remove(name);
+        for value in not_modified.get_all(name) {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    Some(StoredResponse {
+        headers,
+        request_time,
+        response_time,
+        ..stored.clone()
+    })
+}
+
+/// The header fields worth storing: all but hop-by-hop ones (section 3.1).
+pub fn storable_headers(headers: &HeaderMap) -> HeaderMap {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(split_list)
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let mut kept = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        if is_hop_by_hop(name) || named.iter().any(|n| n == name.as_str()) {
+            continue;
+        }
+        kept.append(name.clone(), value.clone());
+    }
+    kept
+}
+
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(&name.as_str())
+}
+
+/// Which part of the stored body an answer carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodySlice {
+    /// No body (HEAD, 304, 416).
+    Empty,
+    /// All of it.
+    Whole,
+    /// Bytes `start..end` (end exclusive).
+    Range {
+        /// First byte.
+        start: u64,
+        /// One past the last byte.
+        end: u64,
+    },
+}
+
+/// The answer to a request from a stored response: status, header fields and
+/// which bytes of the stored body follow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAnswer {
+    /// 200 (or the stored status), 206, 304 or 416.
+    pub status: StatusCode,
+    /// The header fields to send, `Age` and `Content-Length` included.
+    pub headers: HeaderMap,
+    /// The body bytes to send.
+    pub body: BodySlice,
+}
+
+/// Builds the answer to `request` from `stored`, whose current age is `age`:
+/// `Age` (section 5.1), the client's conditionals (section 4.3.2), Range
+/// (RFC 9110, section 14) and HEAD (section 4.3.5 for the reverse direction;
+/// RFC 9110, section 9.3.2).
+pub fn answer_from_stored(
+    method: &Method,
+    request: &HeaderMap,
+    stored: &StoredResponse,
+    age: Duration,
+) -> StoredAnswer {
+    let mut headers = stored.headers.clone();
+    headers.insert(header::AGE, HeaderValue::from(age.as_secs()));
+    if not_modified_for(request, &stored.headers) {
+        let mut kept = HeaderMap::new();
+        for name in [
+            header::CACHE_CONTROL,
+            header::CONTENT_LOCATION,
+            header::DATE,
+            header::ETAG,
+            header::EXPIRES,
+            header::VARY,
+            header::AGE,
+        ] {
+            for value in headers.get_all(&name) {
+                kept.append(name.clone(), value.clone());
+            }
+        }
+        return StoredAnswer {
+            status: StatusCode::NOT_MODIFIED,
+            headers: kept,
+            body: BodySlice::Empty,
+        };
+    }
+    let len = stored.body_len;
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    let head_only = method == Method::HEAD;
+    let whole = |headers| StoredAnswer {
+        status: stored.status,
+        headers,
+        body: if head_only {
+            BodySlice::Empty
+        } else {
+            BodySlice::Whole
+        },
+    };
+    let range = request.get(header::RANGE);
+    if stored.status != StatusCode::OK || range.is_none() || !if_range_holds(request, stored) {
+        return whole(headers);
+    }
+    match range.and_then(|r| parse_single_range(r.as_bytes(), len)) {
+        Some(Ok((start, end))) => {
+            headers.insert(
+                header::CONTENT_RANGE,
+                content_range(&format!("bytes {start}-{}/{len}", end - 1)),
+            );
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(end - start));
+            StoredAnswer {
+                status: StatusCode::PARTIAL_CONTENT,
+                headers,
+                body: if head_only {
+                    BodySlice::Empty
+                } else {
+                    BodySlice::Range { start, end }
+                },
+            }
+        }
+        Some(Err(Unsatisfiable)) => {
+            headers.insert(
+                header::CONTENT_RANGE,
+                content_range(&format!("bytes */{len}")),
+            );
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
+            StoredAnswer {
+                status: StatusCode::RANGE_NOT_SATISFIABLE,
+                headers,
+                body: BodySlice::Empty,
+            }
+        }
+        // A Range the cache does not serve (several ranges, another unit, bad
+        // syntax) is ignored: the whole response is a correct answer.
+        None => whole(headers),
+    }
+}
+
+fn content_range(value: &str) -> HeaderValue {
+    HeaderValue::from_str(value).unwrap_or_else(|_| HeaderValue::from_static("bytes */0"))
+}
+
+/// A byte range outside the representation (RFC 9110, section 14.1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unsatisfiable;
+
+/// One `bytes=` range over a representation of `len` bytes: `Some(Ok(start..end))`,
+/// `Some(Err)` when unsatisfiable, `None` when not a single byte range.
+pub fn parse_single_range(value: &[u8], len: u64) -> Option<Result<(u64, u64), Unsatisfiable>> {
+    let value = std::str::from_utf8(value).ok()?.trim();
+    let (unit, spec) = value.split_once('=')?;
+    if !unit.trim().eq_ignore_ascii_case("bytes") || spec.contains(',') {
+        return None;
+    }
+    let (first, last) = spec.trim().split_once('-')?;
+    let digits = |s: &str| -> Option<Option<u64>> {
+        let s = s.trim();
+        if s.is_empty() {
+            Some(None)
+        } else if s.bytes().all(|b| b.is_ascii_digit()) {
+            s.parse().ok().map(Some)
+        } else {
+            None
+        }
+    };
+    match (digits(first)?, digits(last)?) {
+        (Some(first), last) => {
+            if last.is_some_and(|l| l < first) {
+                return None;
+            }
+            if first >= len {
+                return Some(Err(Unsatisfiable));
+            }
+            let end = last.map_or(len, |l| l.saturating_add(1).min(len));
+            Some(Ok((first, end)))
+        }
+        (None, Some(suffix)) => {
+            if suffix == 0 || len == 0 {
+                return Some(Err(Unsatisfiable));
+            }
+            Some(Ok((len.saturating_sub(suffix), len)))
+        }
+        (None, None) => None,
+    }
+}
+
+/// `If-Range` (RFC 9110, section 13.1.5): the range applies only if the
+/// validator still matches, strongly.
+fn if_range_holds(request: &HeaderMap, stored: &StoredResponse) -> bool {
+    let Some(if_range) = request.get(header::IF_RANGE) else {
+        return true;
+    };
+    let value = if_range.as_bytes();
+    if value.starts_with(b"\"") {
+        return stored
+            .headers
+            .get(header::ETAG)
+            .is_some_and(|etag| !etag.as_bytes().starts_with(b"W/") && etag.as_bytes() == value);
+    }
+    stored.headers.get(header::LAST_MODIFIED) == Some(if_range)
+}
+
+/// Whether the client's own conditional request is answered with 304 (section
+/// 4.3.2): `If-None-Match` by weak comparison, else `If-Modified-Since` against
+/// `Last-Modified` (or `Date`).
+fn not_modified_for(request: &HeaderMap, stored: &HeaderMap) -> bool {
+    if request.contains_key(header::IF_NONE_MATCH) {
+        let Some(etag) = stored.get(header::ETAG) else {
+            return false;
+        };
+        return request
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(split_list)
+            .any(|tag| tag == "*" || etag_weak_eq(tag.as_bytes(), etag.as_bytes()));
+    }
+    let Some(since) = http_date(request, &header::IF_MODIFIED_SINCE) else {
+        return false;
+    };
+    http_date(stored, &header::LAST_MODIFIED)
+        .or_else(|| http_date(stored, &header::DATE))
+        .is_some_and(|modified| modified <= since)
+}
+
+/// Weak comparison of entity tags (RFC 9110, section 8.8.3.2).
+pub fn etag_weak_eq(a: &[u8], b: &[u8]) -> bool {
+    let strip = |t: &[u8]| -> Vec<u8> { t.strip_prefix(b"W/").unwrap_or(t).to_vec() };
+    strip(a.trim_ascii()) == strip(b.trim_ascii())
+}
+
+/// The field names a response's `Vary` lists, lower-case, in order, without
+/// repeats; `None` for `Vary: *` (section 4.1).
+pub fn vary_names(headers: &HeaderMap) -> Option<Vec<String>> {
+    let mut names: Vec<String> = Vec::new();
+    for value in headers.get_all(header::VARY) {
+        let value = value.to_str().ok()?;
+        for name in split_list(value) {
+            if name == "*" {
+                return None;
+            }
+            let name = name.to_ascii_lowercase();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    Some(names)
+}
+
+/// The secondary cache key: the request's values of the fields named by
+/// `Vary` (section 4.1), normalised (lines combined, whitespace around commas
+/// dropped). An absent field differs from an empty one.
+pub fn secondary_key(names: &[String], request: &HeaderMap) -> Vec<u8> {
+    let mut key = Vec::new();
+    for name in names {
+        key.extend_from_slice(name.as_bytes());
+        let mut values = request.get_all(name.as_str()).iter().peekable();
+        if values.peek().is_some() {
+            key.push(b'=');
+            let mut first = true;
+            for value in values {
+                for part in value.as_bytes().split(|&b| b == b',') {
+                    if !first {
+                        key.push(b',');
+                    }
+                    first = false;
+                    key.extend_from_slice(part.trim_ascii());
+                }
+            }
+        }
+        key.push(b'\n');
+    }
+    key
+}
+
+/// The effective request URI (RFC 9110, section 7.1) as the cache keys it:
+/// `http://host[:port]/path?query`, host lower-case, default port omitted.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EffectiveUri(String);
+
+impl EffectiveUri {
+    /// From the verified host (lower-case, IPv6 without brackets), port and
+    /// origin-form target.
+    pub fn new(host: &str, port: u16, path_and_query: &str) -> Self {
+        let host = host.to_ascii_lowercase();
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        let path = if path_and_query.starts_with('/') {
+            path_and_query.to_owned()
+        } else {
+            format!("/{path_and_query}")
+        };
+        if port == 80 {
+            Self(format!("http://{host}{path}"))
+        } else {
+            Self(format!("http://{host}:{port}{path}"))
+        }
+    }
+
+    /// The URI text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `http://host[:port]`: everything before the path.
+    pub fn origin(&self) -> &str {
+        let after_scheme = "http://".len();
+        let end = self.0[after_scheme..]
+            .find('/')
+            .map_or(self.0.len(), |i| i + after_scheme);
+        &self.0[..end]
+    }
+
+    /// A `Location` or `Content-Location` value resolved against this URI
+    /// (RFC 3986, section 5, for the forms origins send: absolute, absolute
+    /// path, relative path). `None` when it is on another origin or unusable.
+    pub fn resolve_same_origin(&self, reference: &str) -> Option<EffectiveUri> {
+        let reference = reference.trim();
+        if reference.is_empty() || reference.starts_with("//") {
+            return None;
+        }
+        if let Some(rest) = reference.strip_prefix("http://") {
+            let uri: http::Uri = format!("http://{rest}").parse().ok()?;
+            let authority = uri.authority()?;
+            let resolved = EffectiveUri::new(
+                authority.host().trim_matches(['[', ']']),
+                authority.port_u16().unwrap_or(80),
+                uri.path_and_query().map_or("/", |p| p.as_str()),
+            );
+            return (resolved.origin() == self.origin()).then_some(resolved);
+        }
+        if reference.contains("://") {
+            return None;
+        }
+        if reference.starts_with('/') {
+            return Some(Self(format!("{}{reference}", self.origin())));
+        }
+        let path_end = self.0.find('?').unwrap_or(self.0.len());
+        let dir_end = self.0[..path_end].rfind('/').map_or(path_end, |i| i + 1);
+        Some(Self(format!("{}{reference}", &self.0[..dir_end])))
+    }
+}
+
+impl std::fmt::Display for EffectiveUri {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The URIs whose stored responses an unsafe request invalidates (section 4.4):
+/// its target, and the same-origin `Location` and `Content-Location`, when the
+/// response is not an error. Empty for safe methods.
+pub fn invalidation_targets(
+    method: &Method,
+    target: &EffectiveUri,
+    status: StatusCode,
+    response: &HeaderMap,
+) -> Vec<EffectiveUri> {
+    let safe = matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+    );
+    if safe || !(status.is_success() || status.is_redirection()) {
+        return Vec::new();
+    }
+    let mut targets = vec![target.clone()];
+    for name in [header::LOCATION, header::CONTENT_LOCATION] {
+        if let Some(uri) = response
+            .get(&name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| target.resolve_same_origin(v))
+            && !targets.contains(&uri)
+        {
+            targets.push(uri);
+        }
+    }
+    targets
+}
+
+/// `Date` (RFC 9110, section 6.6.1), if present and valid.
+fn date_value(headers: &HeaderMap) -> Option<SystemTime> {
+    http_date(headers, &header::DATE)
+}
+
+fn http_date(headers: &HeaderMap, name: &HeaderName) -> Option<SystemTime> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| httpdate::parse_http_date(v.trim()).ok())
+}
+
+/// Delta-seconds (section 1.2.2): digits only, capped at 2^31.
+fn parse_delta(value: &str) -> Option<u64> {
+    let value = value.trim();
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(
+        value
+            .parse::<u64>()
+            .unwrap_or(u64::MAX)
+            .min(DELTA_SECONDS_MAX),
+    )
+}
+
+/// The elements of a comma-separated list (RFC 9110, section 5.6.1), trimmed,
+/// empty ones dropped. Commas inside quoted strings are not split.
+fn split_list(value: &str) -> impl Iterator<Item = &str> {
+    let mut parts = Vec::new();
+    let mut start = 0;
+    let mut quoted = false;
+    for (i, c) in value.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                parts.push(&value[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&value[start..]);
+    parts.into_iter().map(str::trim).filter(|p| !p.is_empty())
+}
