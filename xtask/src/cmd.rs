@@ -1,7 +1,5 @@
 //! Running commands: echoed before they run, failing with their command line.
 
-use std::ffi::OsStr;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -14,33 +12,7 @@ pub(crate) fn workspace_root() -> PathBuf {
 }
 
 /// `command` as a shell-like line, with the environment it sets, for messages.
-pub(crate) fn display(command: &Command) -> String {
-    let mut line = String::new();
-    for (key, value) in command.get_envs() {
-        if let Some(value) = value {
-            let _ = write!(line, "{}={} ", key.to_string_lossy(), quote(value));
-        }
-    }
-    line.push_str(&quote(command.get_program()));
-    for arg in command.get_args() {
-        line.push(' ');
-        line.push_str(&quote(arg));
-    }
-    line
-}
-
-fn quote(word: &OsStr) -> String {
-    let word = word.to_string_lossy();
-    if !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:+,@^%".contains(c))
-    {
-        word.into_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
-}
+pub(crate) use testbed::display;
 
 /// Runs `command` with inherited stdio, echoing it first; fails unless it exits 0.
 pub(crate) fn run_command(command: &mut Command) -> Result<()> {

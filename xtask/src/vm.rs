@@ -147,10 +147,12 @@ pub(crate) fn run(options: &VmOptions) -> Result<()> {
             break status;
         }
         if started.elapsed() > limit {
-            // The whole group: vng, qemu and anything they started.
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", child.id())])
-                .status();
+            // The whole group: vng, qemu and anything they started. The child
+            // leads its own group (`process_group(0)`), and is not reaped yet.
+            if let Ok(group) = libc::pid_t::try_from(child.id()) {
+                // SAFETY: killpg has no memory-safety preconditions.
+                unsafe { libc::killpg(group, libc::SIGKILL) };
+            }
             let _ = child.wait();
             bail!("the VM did not finish within {limit:?}; killed it");
         }

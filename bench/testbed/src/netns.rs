@@ -83,7 +83,7 @@ fn quote(word: &OsStr) -> String {
     if !word.is_empty()
         && word
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:+,@%[]".contains(c))
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:+,@^%[]".contains(c))
     {
         word.into_owned()
     } else {
