@@ -14,11 +14,8 @@
 
 use std::{
     error::Error,
-    fs::File,
     net::{Ipv4Addr, SocketAddrV4, UdpSocket},
-    os::fd::AsRawFd,
     path::PathBuf,
-    process::Command,
     sync::atomic::{AtomicU32, Ordering},
     thread,
     time::{Duration, Instant},
@@ -178,23 +175,9 @@ fn send_datagrams(peer_ns: &str, count: u64) {
     });
 }
 
-/// Runs `f` on a new thread that has entered the network namespace `name`, so the
-/// caller's thread (and the test harness) never changes namespace. A panic in `f`
-/// is re-raised here.
-fn in_netns<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let path = format!("/run/netns/{name}");
-    let handle = thread::spawn(move || {
-        let ns = File::open(&path).unwrap_or_else(|e| panic!("opening {path}: {e}"));
-        // SAFETY: `ns` is an open namespace file for the duration of the call;
-        // setns only changes this thread's network namespace.
-        let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns({path}): {}", std::io::Error::last_os_error());
-        f()
-    });
-    match handle.join() {
-        Ok(value) => value,
-        Err(panic) => std::panic::resume_unwind(panic),
-    }
+/// Runs `f` on a thread inside namespace `name`; a panic in `f` is re-raised here.
+fn in_netns<T: Send>(name: &str, f: impl FnOnce() -> T + Send) -> T {
+    testbed::in_netns(name, f).unwrap_or_else(|e| panic!("entering {name}: {e}"))
 }
 
 /// Two network namespaces joined by a veth pair, deleted on drop.
@@ -206,8 +189,9 @@ struct NetnsPairGuard {
     xdp_ns: String,
     peer_ns: String,
     xdp_if: String,
-    /// Namespaces created so far, deleted in reverse on drop.
-    created: Vec<String>,
+    /// Deleting the namespaces destroys the veth pair and with it any XDP
+    /// attachment still on it.
+    _namespaces: [testbed::Netns; 2],
 }
 
 impl NetnsPairGuard {
@@ -218,24 +202,20 @@ impl NetnsPairGuard {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        let mut guard = Self {
-            xdp_ns: format!("gw-ebpf-test-{id}-xdp"),
-            peer_ns: format!("gw-ebpf-test-{id}-peer"),
-            // Interface names are at most 15 bytes: 3 + pid (<= 7) + counter.
-            xdp_if: format!("gxa{id}"),
-            created: Vec::new(),
+        let create = |name: String| {
+            testbed::Netns::create(&name).unwrap_or_else(|e| panic!("creating {name}: {e}"))
         };
-        let peer_if = format!("gxb{id}");
-        let (xdp_ns, peer_ns, xdp_if) = (
-            guard.xdp_ns.clone(),
-            guard.peer_ns.clone(),
-            guard.xdp_if.clone(),
+        let namespaces = [
+            create(format!("gw-ebpf-test-{id}-xdp")),
+            create(format!("gw-ebpf-test-{id}-peer")),
+        ];
+        let (xdp_ns, peer_ns) = (
+            namespaces[0].name().to_owned(),
+            namespaces[1].name().to_owned(),
         );
-
-        for ns in [&xdp_ns, &peer_ns] {
-            ip(&["netns", "add", ns]);
-            guard.created.push(ns.clone());
-        }
+        // Interface names are at most 15 bytes: 3 + pid (<= 7) + counter.
+        let xdp_if = format!("gxa{id}");
+        let peer_if = format!("gxb{id}");
         ip(&[
             "link", "add", &xdp_if, "netns", &xdp_ns, "type", "veth", "peer", "name", &peer_if,
             "netns", &peer_ns,
@@ -249,36 +229,20 @@ impl NetnsPairGuard {
             ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev]);
             ip(&["-n", ns, "link", "set", dev, "up"]);
         }
-        guard
-    }
-}
-
-impl Drop for NetnsPairGuard {
-    fn drop(&mut self) {
-        // Deleting the namespaces destroys the veth pair and with it any XDP
-        // attachment still on it.
-        for ns in self.created.iter().rev() {
-            match Command::new("ip").args(["netns", "delete", ns]).status() {
-                Ok(status) if status.success() => {}
-                other => eprintln!("warning: `ip netns delete {ns}` failed: {other:?}"),
-            }
+        Self {
+            xdp_ns,
+            peer_ns,
+            xdp_if,
+            _namespaces: namespaces,
         }
     }
 }
 
 /// Runs `ip ARGS`, failing the test with the command line if it fails.
 fn ip(args: &[&str]) {
-    let line = format!("ip {}", args.join(" "));
-    let output = Command::new("ip")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running `{line}` (is iproute2 installed?): {e}"));
-    assert!(
-        output.status.success(),
-        "`{line}` failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr).trim()
-    );
+    if let Err(e) = testbed::ip(args) {
+        panic!("{e}");
+    }
 }
 
 /// An error with all its sources, one `: ` apart.

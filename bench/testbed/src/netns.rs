@@ -174,29 +174,32 @@ pub fn veth(a: &str, a_if: &str, b: &str, b_if: &str) -> Result<()> {
 }
 
 /// Runs `task` on a new thread that has entered namespace `ns` and returns its
-/// result: sockets it opens live in `ns`. A panic in `task` is resumed here.
+/// result: sockets it opens live in `ns`. The thread is scoped, so `task` may
+/// borrow from the caller. A panic in `task` is resumed here.
 pub fn in_netns<T, F>(ns: &str, task: F) -> Result<T>
 where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
+    F: FnOnce() -> T + Send,
+    T: Send,
 {
     let path = Path::new("/run/netns").join(ns);
     let file = File::open(&path).map_err(io(format!("opening {}", path.display())))?;
-    let handle = std::thread::spawn(move || -> Result<T> {
-        // SAFETY: setns(2) on a valid namespace fd changes only this thread's
-        // network namespace; the thread ends with `task`.
-        if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(TestbedError::Io {
-                context: format!("setns({})", path.display()),
-                source: std::io::Error::last_os_error(),
-            });
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(move || -> Result<T> {
+            // SAFETY: setns(2) on a valid namespace fd changes only this thread's
+            // network namespace; the thread ends with `task`.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(TestbedError::Io {
+                    context: format!("setns({})", path.display()),
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+            Ok(task())
+        });
+        match worker.join() {
+            Ok(result) => result,
+            Err(panic) => std::panic::resume_unwind(panic),
         }
-        Ok(task())
-    });
-    match handle.join() {
-        Ok(result) => result,
-        Err(panic) => std::panic::resume_unwind(panic),
-    }
+    })
 }
 
 /// Writes `value` to the sysctl at `key` (dotted, `net.ipv4.ip_forward`) inside

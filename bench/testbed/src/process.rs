@@ -146,14 +146,7 @@ impl NsProcess {
         if !self.has_exited()? {
             return Ok(None);
         }
-        // The leader is a zombie until reaped, so its group id cannot be reused yet.
-        self.kill_group();
-        let status = self
-            .child
-            .wait()
-            .map_err(io(format!("reaping {}", self.name)))?;
-        self.status = Some(status);
-        Ok(self.status)
+        self.reap().map(Some)
     }
 
     /// Whether the child has exited, without reaping it (waitid with WNOWAIT).
@@ -213,6 +206,12 @@ impl NsProcess {
         if let Some(status) = self.status {
             return Ok(status);
         }
+        self.reap()
+    }
+
+    /// Kills the rest of the group, then reaps the leader. The leader is a zombie
+    /// until reaped, so its group id cannot have been reused yet.
+    fn reap(&mut self) -> Result<ExitStatus> {
         self.kill_group();
         let status = self
             .child
