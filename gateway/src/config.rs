@@ -12,6 +12,8 @@ use gateway_transport::{AssociationConfig, BackendChoice};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+pub use crate::cache::config::CacheConfig;
+
 /// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -55,6 +57,8 @@ pub struct GatewayConfig {
     pub http: HttpConfig,
     /// Plain TCP toward original destinations (unmapped, bypassed, failed open).
     pub direct: DirectConfig,
+    /// The persistent HTTP cache (`[cache]`, docs/cache.md).
+    pub cache: CacheConfig,
     /// SCTP origins and the destinations they serve (`[[origin]]`).
     #[serde(rename = "origin")]
     pub origins: Vec<OriginEntry>,
@@ -323,6 +327,9 @@ impl GatewayConfig {
                 "bypass.hosts",
                 &format!("`{bad}` is no host name or `*.` pattern"),
             );
+        }
+        if let Err(e) = self.cache.validate() {
+            return invalid(&format!("cache.{}", e.key), &e.reason);
         }
         let h = &self.http;
         // hyper's read buffer cannot be smaller than 8 KiB.

@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
+use crate::cache::Cache;
 use crate::config::GatewayConfig;
 use crate::front::{Front, stopped};
 use crate::intercept::Interception;
@@ -32,6 +33,24 @@ pub async fn run(config: GatewayConfig, stop: impl Future<Output = ()>) -> Resul
     let listener = TransparentListener::bind(&config.listen)?;
     for addr in listener.local_addrs() {
         tracing::info!("transparent listener on {addr}");
+    }
+    let cache = Cache::open(&config.cache).await.with_context(|| {
+        format!(
+            "opening the cache database {} (set `cache.enabled = false` to run without it)",
+            config.cache.path.display()
+        )
+    })?;
+    if cache.is_enabled() {
+        let stats = cache.stats();
+        tracing::info!(
+            "cache {}: {} entries, {} bytes of {} allowed",
+            config.cache.path.display(),
+            stats.entries,
+            stats.bytes,
+            config.cache.max_bytes,
+        );
+    } else {
+        tracing::info!("cache disabled");
     }
     let links: Vec<OriginLink> = config.origins.iter().map(OriginLink::spawn).collect();
     for (entry, link) in config.origins.iter().zip(&links) {
@@ -65,7 +84,7 @@ pub async fn run(config: GatewayConfig, stop: impl Future<Output = ()>) -> Resul
         None
     };
 
-    let front = Arc::new(Front::new(&config, links.clone()));
+    let front = Arc::new(Front::new(&config, links.clone(), cache));
     let slots = Arc::new(Semaphore::new(config.http.max_connections));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut accepting = JoinSet::new();

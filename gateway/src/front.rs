@@ -6,9 +6,12 @@
 //!
 //! 1. limits hyper does not know: the request target (414) and body (413, 408);
 //! 2. the Host check against the original destination ([`crate::route`]);
-//! 3. the route: an SCTP origin on the stream this connection is pinned to, or
+//! 3. the cache ([`crate::cache`]) for requests whose Host was verified: a hit
+//!    is answered here; a miss is forwarded through a fill that stores the
+//!    response and shares it with concurrent requests for it;
+//! 4. the route: an SCTP origin on the stream this connection is pinned to, or
 //!    plain TCP to the original destination ([`crate::direct`]);
-//! 4. failures: an unreachable origin fails open to direct TCP when configured,
+//! 5. failures: an unreachable origin fails open to direct TCP when configured,
 //!    otherwise the browser gets 502; a response that breaks after its first byte
 //!    closes the connection, so a truncated body never looks complete.
 //!
@@ -31,6 +34,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
+use crate::cache::{Cache, CacheRequest, Filled, Lookup};
 use crate::config::{GatewayConfig, HttpConfig};
 use crate::direct::{DirectError, DirectSettings, DirectUpstream};
 use crate::listener::Intercepted;
@@ -59,6 +63,7 @@ pub struct Front {
     verifier: HostVerifier,
     origins: Vec<Origin>,
     direct: DirectSettings,
+    cache: Cache,
 }
 
 #[derive(Debug)]
@@ -107,8 +112,9 @@ impl Refusal {
 }
 
 impl Front {
-    /// The front for `config`, with one link per `config.origins` entry, in order.
-    pub fn new(config: &GatewayConfig, links: Vec<OriginLink>) -> Self {
+    /// The front for `config`, with one link per `config.origins` entry, in
+    /// order, and the cache (opened by the caller; [`Cache::disabled`] for none).
+    pub fn new(config: &GatewayConfig, links: Vec<OriginLink>, cache: Cache) -> Self {
         let origins = config
             .origins
             .iter()
@@ -129,7 +135,13 @@ impl Front {
                 connect_timeout: config.direct.connect_timeout,
                 response_timeout: config.direct.response_timeout,
             },
+            cache,
         }
+    }
+
+    /// The cache this front uses.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
     }
 
     /// Serves one intercepted connection until the browser closes it, a time-out
@@ -177,9 +189,9 @@ impl Front {
         let started = Instant::now();
         let method = request.method().clone();
         let target = request.uri().clone();
-        let (response, route) = match self.forward(flow, request).await {
+        let (response, route, cache) = match self.forward(flow, request).await {
             Ok(answer) => answer,
-            Err(refusal) => (refusal_response(&refusal), "refused"),
+            Err(refusal) => (refusal_response(&refusal), "refused", "-"),
         };
         tracing::info!(
             target: "gateway::access",
@@ -189,18 +201,20 @@ impl Front {
             %target,
             status = response.status().as_u16(),
             route,
+            cache,
             ms = started.elapsed().as_millis() as u64,
         );
         response
     }
 
-    /// Checks, routes and forwards one request. Returns the response and the
-    /// route taken, for the access log.
+    /// Checks, routes and forwards one request (through the cache where
+    /// allowed). Returns the response, the route taken and the cache's part,
+    /// for the access log.
     async fn forward(
         &self,
         flow: &Flow,
         request: Request<Incoming>,
-    ) -> Result<(Response<Body>, &'static str), Refusal> {
+    ) -> Result<(Response<Body>, &'static str, &'static str), Refusal> {
         let (parts, body) = request.into_parts();
         if target_len(&parts.uri) > self.http.max_uri_bytes {
             return Err(Refusal::closing(
@@ -233,7 +247,67 @@ impl Front {
             headers: end_to_end(parts.headers),
             body,
         };
-        self.dispatch(flow, decision, forwarded).await
+        let (mut response, route, cache) = if decision.cacheable && self.cache.is_enabled() {
+            self.through_cache(flow, decision, forwarded, &host, port)
+                .await?
+        } else {
+            let (response, route) = self.dispatch(flow, decision, forwarded).await?;
+            (response, route, "-")
+        };
+        add_via(response.headers_mut());
+        Ok((response, route, cache))
+    }
+
+    /// Serves a cacheable request: from the cache, through a fill, or passed
+    /// on (then invalidating what an unsafe method changed).
+    async fn through_cache(
+        &self,
+        flow: &Flow,
+        decision: Decision,
+        request: Forwarded,
+        host: &str,
+        port: u16,
+    ) -> Result<(Response<Body>, &'static str, &'static str), Refusal> {
+        let (method, path, headers) = (
+            request.method.clone(),
+            request.path.clone(),
+            request.headers.clone(),
+        );
+        let key = CacheRequest {
+            method: &method,
+            host,
+            port,
+            target: &path,
+            headers: &headers,
+        };
+        match self.cache.lookup(&key).await {
+            Lookup::Hit(response, label) => Ok((response, "cache", label)),
+            Lookup::Fill(fill) => {
+                let label = if fill.is_validation() {
+                    "revalidate"
+                } else {
+                    "miss"
+                };
+                let original = request.clone();
+                let mut prepared = request;
+                fill.prepare(&mut prepared.headers);
+                let (response, route) = self.dispatch(flow, decision, prepared).await?;
+                match fill.respond(response).await {
+                    Filled::Answer(response) => Ok((response, route, label)),
+                    Filled::Refetch => {
+                        let (response, route) = self.dispatch(flow, decision, original).await?;
+                        Ok((response, route, "pass"))
+                    }
+                }
+            }
+            Lookup::Pass => {
+                let (response, route) = self.dispatch(flow, decision, request).await?;
+                self.cache
+                    .after_pass(&key, response.status(), response.headers())
+                    .await;
+                Ok((response, route, "pass"))
+            }
+        }
     }
 
     /// Sends the request where `decision` says, failing open where allowed.
@@ -283,7 +357,6 @@ impl Front {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 parts.headers = end_to_end(parts.headers);
-                add_via(&mut parts.headers);
                 let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync();
                 Ok((Response::from_parts(parts, body), decision.reason))
             }
@@ -332,7 +405,6 @@ impl Front {
             })?;
         let (mut parts, body) = response.into_parts();
         parts.headers = end_to_end(parts.headers);
-        add_via(&mut parts.headers);
         let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync();
         Ok(Response::from_parts(parts, body))
     }
@@ -386,7 +458,7 @@ impl Flow {
 }
 
 /// A checked request on its way upstream.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Forwarded {
     method: Method,
     /// Origin-form target.

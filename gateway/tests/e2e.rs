@@ -18,8 +18,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gateway::config::{
-    BypassConfig, DirectConfig, GatewayConfig as DaemonConfig, HttpConfig, InterceptConfig,
-    ListenConfig,
+    BypassConfig, CacheConfig, DirectConfig, GatewayConfig as DaemonConfig, HttpConfig,
+    InterceptConfig, ListenConfig,
 };
 use gateway_transport::AssociationConfig;
 use serde::Serialize;
@@ -487,6 +487,7 @@ fn shipped_config_shows_every_key_with_its_default_and_validates() {
         ("bypass", defaults(&BypassConfig::default())),
         ("http", defaults(&HttpConfig::default())),
         ("direct", defaults(&DirectConfig::default())),
+        ("cache", defaults(&CacheConfig::default())),
     ] {
         assert_eq!(
             shipped.get(section).and_then(|s| s.as_table()),
@@ -524,11 +525,18 @@ fn generated_configs_validate() {
         heartbeat_interval_ms: Some(500),
         idle_timeout_ms: Some(3000),
         connect_timeout_ms: Some(1000),
+        cache_path: Some("/tmp/elsewhere/c.redb".into()),
+        cache_enabled: Some(false),
     };
     let generated = GatewayConfig::from_shipped(&workspace(), &overrides).expect("generate");
     let config = DaemonConfig::from_toml(&generated.text).expect("parses");
     config.validate().expect("validates");
     assert_eq!(config.intercept.lan_interfaces, ["eth1", "eth2"]);
+    assert_eq!(
+        config.cache.path,
+        std::path::Path::new("/tmp/elsewhere/c.redb")
+    );
+    assert!(!config.cache.enabled);
     let origin = &config.origins[0];
     assert!(!origin.fail_open);
     assert_eq!(origin.reconnect_max, Duration::from_millis(100));

@@ -13,6 +13,9 @@
 )]
 mod origin_support;
 
+#[path = "support/http.rs"]
+mod http_support;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,19 +23,18 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
+use gateway::cache::Cache;
 use gateway::config::{GatewayConfig, OriginEntry};
 use gateway::front::Front;
 use gateway::listener::Intercepted;
 use gateway::origin_link::OriginLink;
 use http_body_util::{BodyExt, Full};
+use http_support::{Answer, EXCHANGE_TIMEOUT, exchange};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-
-/// Every exchange ends within this long, or the test fails.
-const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An upstream HTTP/1.1 server standing in for the original destination.
 /// `/echo` answers with what it received; `/bytes/N` with N bytes.
@@ -101,7 +103,7 @@ async fn front_with_links(
     dst: SocketAddr,
 ) -> Result<(SocketAddr, Vec<OriginLink>)> {
     let links: Vec<OriginLink> = config.origins.iter().map(OriginLink::spawn).collect();
-    let front = Arc::new(Front::new(&config, links.clone()));
+    let front = Arc::new(Front::new(&config, links.clone(), Cache::disabled()));
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -118,83 +120,6 @@ async fn front_with_links(
         }
     });
     Ok((addr, links))
-}
-
-/// One parsed response.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// Writes `raw` and reads until the gateway closes, then parses every response
-/// (each must carry Content-Length: the gateway's and the test upstream's do).
-async fn exchange(gateway: SocketAddr, raw: &[u8]) -> Result<Vec<Answer>> {
-    let mut stream = TcpStream::connect(gateway).await?;
-    stream.write_all(raw).await?;
-    let mut received = Vec::new();
-    tokio::time::timeout(EXCHANGE_TIMEOUT, stream.read_to_end(&mut received))
-        .await
-        .context("the gateway did not close the connection in time")??;
-    parse_responses(&received)
-}
-
-fn parse_responses(mut data: &[u8]) -> Result<Vec<Answer>> {
-    let mut answers = Vec::new();
-    while !data.is_empty() {
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut response = httparse::Response::new(&mut headers);
-        let httparse::Status::Complete(head_len) = response.parse(data)? else {
-            bail!(
-                "incomplete response head: {:?}",
-                String::from_utf8_lossy(data)
-            );
-        };
-        let headers: Vec<(String, String)> = response
-            .headers
-            .iter()
-            .map(|h| {
-                (
-                    h.name.to_owned(),
-                    String::from_utf8_lossy(h.value).into_owned(),
-                )
-            })
-            .collect();
-        let length: usize = headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-            .context("response without content-length")?
-            .1
-            .parse()?;
-        let end = head_len + length;
-        if data.len() < end {
-            bail!(
-                "truncated body: {} of {length} bytes",
-                data.len() - head_len
-            );
-        }
-        answers.push(Answer {
-            status: response.code.context("status")?,
-            headers,
-            body: data[head_len..end].to_vec(),
-        });
-        data = &data[end..];
-    }
-    Ok(answers)
 }
 
 fn get(path: &str, host: &str, close: bool) -> String {

@@ -46,6 +46,10 @@ pub struct GatewayConfigOverrides {
     pub idle_timeout_ms: Option<u64>,
     /// The first `[[origin]]`'s `transport.connect_timeout`, in ms.
     pub connect_timeout_ms: Option<u64>,
+    /// `cache.path` ([`Demo::start`] puts it in the demo's directory).
+    pub cache_path: Option<PathBuf>,
+    /// `cache.enabled`.
+    pub cache_enabled: Option<bool>,
 }
 
 /// A gateway configuration generated from the shipped file, and the keys the
@@ -81,6 +85,19 @@ impl GatewayConfig {
                 .or_insert_with(|| toml::Table::new().into());
             if let Some(intercept) = intercept.as_table_mut() {
                 intercept.insert("lan_interfaces".into(), interfaces.clone().into());
+            }
+        }
+        if overrides.cache_path.is_some() || overrides.cache_enabled.is_some() {
+            let cache = table
+                .entry("cache")
+                .or_insert_with(|| toml::Table::new().into())
+                .as_table_mut()
+                .ok_or_else(|| bad("cache is not a table".into()))?;
+            if let Some(path) = &overrides.cache_path {
+                cache.insert("path".into(), path.display().to_string().into());
+            }
+            if let Some(enabled) = overrides.cache_enabled {
+                cache.insert("enabled".into(), enabled.into());
             }
         }
         let origin = table
@@ -311,6 +328,9 @@ impl Demo {
         overrides
             .destinations
             .get_or_insert_with(|| vec![SITE_NET_V4.to_owned(), SITE_NET_V6.to_owned()]);
+        overrides
+            .cache_path
+            .get_or_insert_with(|| dir.join("cache.redb"));
         let gateway_config = GatewayConfig::from_shipped(&options.workspace, &overrides)?;
         let gateway_config_path = dir.join("gateway.toml");
         std::fs::write(&gateway_config_path, &gateway_config.text)

@@ -8,15 +8,22 @@
 //! unfinished) fails every subscriber with an error, so a truncated body is
 //! never presented as complete.
 //!
-//! Memory: a flight keeps its chunks until it ends, so that late joiners can
-//! start from byte 0. Once a flight holds more than its limit it stops taking
-//! new joiners (they fetch on their own); those already in keep reading.
+//! Memory: a flight keeps its chunks while it takes joiners, so that late
+//! joiners can start from byte 0. Once it holds more than its limit it stops
+//! taking new joiners (they fetch on their own); those already in keep
+//! reading, chunks every reader has passed are released, and
+//! [`FillGuard::ready`] holds the producer back while the slowest reader is
+//! more than [`READ_AHEAD_CHUNKS`] behind.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
+
+/// How many chunks a closed flight's producer may run ahead of its slowest
+/// reader.
+pub const READ_AHEAD_CHUNKS: usize = 64;
 
 /// Why a coalesced fetch did not complete.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,9 +33,32 @@ pub struct FetchError(pub Arc<str>);
 #[derive(Debug)]
 struct State<H> {
     head: Option<Arc<H>>,
-    chunks: Vec<Bytes>,
+    /// Chunks from index `offset` on (earlier ones were released).
+    chunks: std::collections::VecDeque<Bytes>,
+    /// Absolute index of `chunks[0]`.
+    offset: usize,
     bytes: u64,
     end: Option<Result<(), FetchError>>,
+    /// Still taking joiners (so every chunk from the first is kept).
+    open: bool,
+    /// Each reader's next absolute chunk index, by reader id.
+    readers: HashMap<u64, usize>,
+    next_reader: u64,
+}
+
+impl<H> State<H> {
+    /// Releases the chunks every reader has passed, once nobody can join.
+    fn trim(&mut self) {
+        if self.open {
+            return;
+        }
+        let end = self.offset + self.chunks.len();
+        let slowest = self.readers.values().copied().min().unwrap_or(end);
+        while self.offset < slowest && !self.chunks.is_empty() {
+            self.chunks.pop_front();
+            self.offset += 1;
+        }
+    }
 }
 
 /// The flights in progress by key.
@@ -39,6 +69,8 @@ struct Flight<H> {
     state: Mutex<State<H>>,
     /// Bumped on every change; subscribers wait on it.
     version: watch::Sender<u64>,
+    /// Signalled when a reader advances or leaves; the producer waits on it.
+    progress: Notify,
 }
 
 impl<H> Flight<H> {
@@ -85,11 +117,16 @@ impl<H> Coalescer<H> {
         let flight = Arc::new(Flight {
             state: Mutex::new(State {
                 head: None,
-                chunks: Vec::new(),
+                chunks: std::collections::VecDeque::new(),
+                offset: 0,
                 bytes: 0,
                 end: None,
+                open: true,
+                readers: HashMap::new(),
+                next_reader: 0,
             }),
             version,
+            progress: Notify::new(),
         });
         flights.insert(key.to_vec(), Arc::clone(&flight));
         Join::Leader(FillGuard {
@@ -134,11 +171,41 @@ impl<H> FillGuard<H> {
         let mut too_big = false;
         self.flight.update(|s| {
             s.bytes += chunk.len() as u64;
-            too_big = s.bytes > self.join_limit;
-            s.chunks.push(chunk);
+            too_big = s.open && s.bytes > self.join_limit;
+            s.chunks.push_back(chunk);
+            if too_big {
+                s.open = false;
+            }
+            s.trim();
         });
         if too_big {
             self.detach();
+        }
+    }
+
+    /// Readers still attached (subscribers not yet dropped).
+    pub fn readers(&self) -> usize {
+        lock(&self.flight.state).readers.len()
+    }
+
+    /// Waits until the next chunk may be pushed: at once while the flight takes
+    /// joiners; afterwards, while the slowest reader is less than
+    /// [`READ_AHEAD_CHUNKS`] behind. A producer that pushes only after this
+    /// holds at most that many unread chunks in memory once the flight closed.
+    pub async fn ready(&self) {
+        loop {
+            let notified = self.flight.progress.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let state = lock(&self.flight.state);
+                let end = state.offset + state.chunks.len();
+                let slowest = state.readers.values().copied().min().unwrap_or(end);
+                if state.open || end - slowest < READ_AHEAD_CHUNKS {
+                    return;
+                }
+            }
+            notified.await;
         }
     }
 
@@ -160,6 +227,11 @@ impl<H> FillGuard<H> {
 
     /// No new joiners from now on.
     fn detach(&self) {
+        {
+            let mut state = lock(&self.flight.state);
+            state.open = false;
+            state.trim();
+        }
         let mut flights = lock(&self.flights);
         if flights
             .get(&self.key)
@@ -183,15 +255,24 @@ impl<H> Drop for FillGuard<H> {
 pub struct Subscriber<H> {
     flight: Arc<Flight<H>>,
     version: watch::Receiver<u64>,
+    id: u64,
     next: usize,
 }
 
 impl<H> Subscriber<H> {
     fn new(flight: Arc<Flight<H>>) -> Self {
         let version = flight.version.subscribe();
+        let id = {
+            let mut state = lock(&flight.state);
+            let id = state.next_reader;
+            state.next_reader += 1;
+            state.readers.insert(id, 0);
+            id
+        };
         Self {
             flight,
             version,
+            id,
             next: 0,
         }
     }
@@ -222,10 +303,16 @@ impl<H> Subscriber<H> {
     pub async fn next_chunk(&mut self) -> Option<Result<Bytes, FetchError>> {
         loop {
             {
-                let state = lock(&self.flight.state);
-                if let Some(chunk) = state.chunks.get(self.next) {
+                let mut state = lock(&self.flight.state);
+                // A subscriber's position is never below `offset`: trimming
+                // stops at the slowest reader.
+                if let Some(chunk) = state.chunks.get(self.next - state.offset).cloned() {
                     self.next += 1;
-                    return Some(Ok(chunk.clone()));
+                    state.readers.insert(self.id, self.next);
+                    state.trim();
+                    drop(state);
+                    self.flight.progress.notify_waiters();
+                    return Some(Ok(chunk));
                 }
                 match &state.end {
                     Some(Ok(())) => return None,
@@ -237,6 +324,17 @@ impl<H> Subscriber<H> {
                 return Some(Err(FetchError("fetch abandoned".into())));
             }
         }
+    }
+}
+
+impl<H> Drop for Subscriber<H> {
+    fn drop(&mut self) {
+        {
+            let mut state = lock(&self.flight.state);
+            state.readers.remove(&self.id);
+            state.trim();
+        }
+        self.flight.progress.notify_waiters();
     }
 }
 

@@ -1,7 +1,4 @@
 //! `[cache]`: where the database lives and how large it may grow.
-//!
-//! The lead hooks this into `GatewayConfig` as `pub cache: CacheConfig`; until
-//! then it is usable on its own (tests, the inspection tool).
 
 use std::path::PathBuf;
 

@@ -1,17 +1,556 @@
 //! The persistent HTTP cache (RFC 9111), shared by SCTP-mapped and direct
 //! traffic. docs/cache.md has the design, the decisions and the state of work.
 //!
+//! - [`Cache`]: what the front calls: [`Cache::lookup`] after the route
+//!   decision, then either answers ([`Lookup::Hit`]), forwards through a
+//!   [`Fill`], or forwards untouched and calls [`Cache::after_pass`].
 //! - [`policy`]: the I/O-free RFC 9111 core (storable? fresh? validate? 304
 //!   merge, invalidation, Vary keys, answers with Age/304/206/HEAD). Start here.
 //! - [`store`]: the redb database: chunked bodies, the commit protocol that
 //!   makes an entry visible only when complete and verified, SIEVE eviction,
-//!   purge, stats, read-only open. Blocking: call it from `spawn_blocking`.
+//!   purge, stats, read-only open. Blocking: called from `spawn_blocking`.
 //! - [`coalesce`]: one upstream fetch per key, streamed to every waiter.
+//! - [`fill`]: a miss in progress: the producer and writer tasks.
 //! - [`config`]: the `[cache]` section.
 //!
 //! What it never does: touch sockets, or block an async executor thread.
 
+mod body;
 pub mod coalesce;
 pub mod config;
+pub mod fill;
 pub mod policy;
 pub mod store;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Response, StatusCode};
+use serde::Serialize;
+
+use self::coalesce::{Coalescer, Join};
+use self::config::CacheConfig;
+use self::fill::FillTicket;
+pub use self::fill::{Fill, Filled, FlightHead};
+use self::policy::{EffectiveUri, LookupDecision, StoredAnswer};
+pub use self::store::Purge;
+use self::store::{EntryMeta, Store, StoreError, StoreLimits, StoreStats, full_key};
+use crate::front::Body;
+
+/// A flight takes joiners while it holds at most this many body bytes (or
+/// the maximum object size, if smaller).
+const JOIN_LIMIT: u64 = 8 << 20;
+
+/// The cache as the front sees it. Cloning is cheap; a disabled cache passes
+/// everything.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    shared: Option<Arc<Shared>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    store: Store,
+    flights: Coalescer<FlightHead>,
+    /// Per primary key with fills in progress: (fills, invalidation epoch).
+    fills: Mutex<HashMap<String, (u32, u64)>>,
+    counters: Counters,
+}
+
+/// Lookup outcomes since start.
+#[derive(Debug, Default)]
+struct Counters {
+    hits: AtomicU64,
+    coalesced: AtomicU64,
+    misses: AtomicU64,
+    validations: AtomicU64,
+    revalidated: AtomicU64,
+    passes: AtomicU64,
+    stored: AtomicU64,
+    invalidations: AtomicU64,
+}
+
+impl Counters {
+    fn inc(&self, counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The cache's figures: lookups by outcome since start, and the store's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct CacheStats {
+    /// Answered from a fresh stored entry.
+    pub hits: u64,
+    /// Joined another request's fetch in flight.
+    pub coalesced: u64,
+    /// Fetched from upstream (nothing usable stored).
+    pub misses: u64,
+    /// Stale entries validated upstream...
+    pub validations: u64,
+    /// ...of which the origin answered 304 (the stored body was sent).
+    pub revalidated: u64,
+    /// Cacheable-route GET/HEAD requests the cache did not handle (HEAD or
+    /// Range on a miss, `no-store` requests, `Vary` mismatches).
+    pub passes: u64,
+    /// Entries written.
+    pub stored: u64,
+    /// Invalidations by unsafe methods (RFC 9111, section 4.4).
+    pub invalidations: u64,
+    /// `(hits + coalesced + revalidated) / lookups`, 0 before any lookup.
+    pub hit_ratio: f64,
+    /// Visible entries.
+    pub entries: u64,
+    /// Bytes accounted to them.
+    pub bytes: u64,
+    /// Entries evicted since start.
+    pub evictions: u64,
+    /// The database file's size.
+    pub file_bytes: u64,
+    /// Writes switched off after an error (a full disk), or no cache at all.
+    pub disabled: bool,
+}
+
+/// A request as the cache keys and judges it.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheRequest<'a> {
+    /// The method.
+    pub method: &'a Method,
+    /// The verified host, lower-case, IPv6 without brackets.
+    pub host: &'a str,
+    /// The port.
+    pub port: u16,
+    /// The origin-form target (path and query).
+    pub target: &'a str,
+    /// The end-to-end request fields as the browser sent them.
+    pub headers: &'a HeaderMap,
+}
+
+/// What [`Cache::lookup`] decided.
+#[derive(Debug)]
+pub enum Lookup {
+    /// Answer with this (`Via` still to add). The label is for the access log.
+    Hit(Response<Body>, &'static str),
+    /// Forward through the fill (see [`Fill`]).
+    Fill(Fill),
+    /// Forward untouched; then call [`Cache::after_pass`].
+    Pass,
+}
+
+/// What the blocking part of a lookup found.
+struct Found {
+    key: Vec<u8>,
+    entry: Option<EntryMeta>,
+    decision: LookupDecision,
+    /// A fresh answer and, for small bodies, the bytes already read.
+    answer: Option<(StoredAnswer, Option<Vec<Bytes>>)>,
+}
+
+impl Cache {
+    /// A cache that stores nothing.
+    pub fn disabled() -> Self {
+        Self { shared: None }
+    }
+
+    /// Opens the database of `config` (creating its directory), or a
+    /// disabled cache when `config.enabled` is off.
+    pub async fn open(config: &CacheConfig) -> Result<Self, StoreError> {
+        if !config.enabled {
+            return Ok(Self::disabled());
+        }
+        let path = config.path.clone();
+        let limits = StoreLimits {
+            max_bytes: config.max_bytes,
+            max_object_bytes: config.max_object_bytes,
+        };
+        let store = tokio::task::spawn_blocking(move || {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| StoreError::Db(redb::Error::Io(e)))?;
+            }
+            Store::open(&path, limits)
+        })
+        .await
+        .map_err(|_| StoreError::Corrupt("open task failed"))??;
+        Ok(Self::from_store(store))
+    }
+
+    /// A cache over an open store.
+    pub fn from_store(store: Store) -> Self {
+        let join_limit = JOIN_LIMIT.min(store.max_object_bytes());
+        Self {
+            shared: Some(Arc::new(Shared {
+                store,
+                flights: Coalescer::new(join_limit),
+                fills: Mutex::new(HashMap::new()),
+                counters: Counters::default(),
+            })),
+        }
+    }
+
+    /// Whether anything is cached at all.
+    pub fn is_enabled(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Decides how to serve `request`: from the store, by joining a fetch in
+    /// flight, by a fill, or by passing it on.
+    pub async fn lookup(&self, request: &CacheRequest<'_>) -> Lookup {
+        let Some(shared) = &self.shared else {
+            return Lookup::Pass;
+        };
+        if request.method != Method::GET && request.method != Method::HEAD {
+            return Lookup::Pass;
+        }
+        let primary = EffectiveUri::new(request.host, request.port, request.target)
+            .as_str()
+            .to_owned();
+        // A follower that finds the entry refreshed looks again, once.
+        for _ in 0..2 {
+            let found = match shared.find(&primary, request).await {
+                Ok(found) => found,
+                Err(e) => {
+                    tracing::warn!(uri = primary, error = %e, "cache: lookup failed; passing");
+                    shared.counters.inc(&shared.counters.passes);
+                    return Lookup::Pass;
+                }
+            };
+            match found.decision {
+                LookupDecision::Fresh { .. } => {
+                    let (Some(entry), Some((answer, inline))) = (found.entry, found.answer) else {
+                        return Lookup::Pass;
+                    };
+                    shared.counters.inc(&shared.counters.hits);
+                    return Lookup::Hit(shared.answer(found.key, &entry, answer, inline), "hit");
+                }
+                LookupDecision::GatewayTimeout => {
+                    return Lookup::Hit(only_if_cached(), "only-if-cached");
+                }
+                LookupDecision::Pass => {
+                    shared.counters.inc(&shared.counters.passes);
+                    return Lookup::Pass;
+                }
+                LookupDecision::Fetch | LookupDecision::Validate { .. } => {}
+            }
+            let conditional = match found.decision {
+                LookupDecision::Validate { conditional } => conditional,
+                _ => HeaderMap::new(),
+            };
+            let mut subscriber = match shared.flights.join(&found.key) {
+                Join::Leader(guard) => {
+                    let validation = found.entry.is_some() && !conditional.is_empty();
+                    shared.counters.inc(if validation {
+                        &shared.counters.validations
+                    } else {
+                        &shared.counters.misses
+                    });
+                    return Lookup::Fill(Fill {
+                        shared: Arc::clone(shared),
+                        guard,
+                        ticket: FillTicket::new(shared, &primary),
+                        primary,
+                        key: found.key,
+                        method: request.method.clone(),
+                        request: request.headers.clone(),
+                        stored: found.entry.filter(|_| validation),
+                        conditional,
+                        request_time: SystemTime::now(),
+                    });
+                }
+                Join::Follower(subscriber) => subscriber,
+            };
+            let Ok(head) = subscriber.head().await else {
+                // The leader's fetch failed before its head: fetch alone.
+                shared.counters.inc(&shared.counters.passes);
+                return Lookup::Pass;
+            };
+            match &*head {
+                FlightHead::Refreshed => continue,
+                FlightHead::Uncacheable => {
+                    shared.counters.inc(&shared.counters.passes);
+                    return Lookup::Pass;
+                }
+                FlightHead::Stream {
+                    status,
+                    headers,
+                    vary,
+                    leader_secondary,
+                } => {
+                    if policy::secondary_key(vary, request.headers) != *leader_secondary {
+                        shared.counters.inc(&shared.counters.passes);
+                        return Lookup::Pass;
+                    }
+                    shared.counters.inc(&shared.counters.coalesced);
+                    return Lookup::Hit(
+                        follower_answer(request, *status, headers, subscriber),
+                        "coalesced",
+                    );
+                }
+            }
+        }
+        shared.counters.inc(&shared.counters.passes);
+        Lookup::Pass
+    }
+
+    /// After a request went upstream without the cache: an unsafe method's
+    /// successful response invalidates its target and the same-origin
+    /// `Location` and `Content-Location` (RFC 9111, section 4.4). Returns when
+    /// the entries are gone, so the browser's next request cannot see them.
+    pub async fn after_pass(
+        &self,
+        request: &CacheRequest<'_>,
+        status: StatusCode,
+        response: &HeaderMap,
+    ) {
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        let target = EffectiveUri::new(request.host, request.port, request.target);
+        let targets = policy::invalidation_targets(request.method, &target, status, response);
+        if targets.is_empty() {
+            return;
+        }
+        let primaries: Vec<String> = targets.iter().map(|t| t.as_str().to_owned()).collect();
+        shared.bump(|primary| primaries.iter().any(|p| p == primary));
+        shared.counters.inc(&shared.counters.invalidations);
+        let store = shared.store.clone();
+        let removed = tokio::task::spawn_blocking(move || {
+            let mut present = Vec::new();
+            for primary in primaries {
+                if store.vary_names(&primary)?.is_some() {
+                    present.push(primary);
+                }
+            }
+            store.remove_primaries(&present)
+        })
+        .await;
+        match removed {
+            Ok(Ok(0)) | Err(_) => {}
+            Ok(Ok(n)) => tracing::debug!(uri = %target, entries = n, "cache: invalidated"),
+            Ok(Err(e)) => tracing::debug!(uri = %target, error = %e, "cache: invalidation failed"),
+        }
+    }
+
+    /// Removes entries by URL, prefix or host; returns how many went.
+    pub async fn purge(&self, what: Purge) -> Result<u64, StoreError> {
+        let Some(shared) = &self.shared else {
+            return Ok(0);
+        };
+        shared.bump(|primary| match &what {
+            Purge::Url(url) => primary == url,
+            Purge::Prefix(prefix) => primary.starts_with(prefix.as_str()),
+            Purge::Host(host) => {
+                let host = host.to_ascii_lowercase();
+                primary.starts_with(&format!("http://{host}/"))
+                    || primary.starts_with(&format!("http://{host}:"))
+            }
+        });
+        let store = shared.store.clone();
+        tokio::task::spawn_blocking(move || store.purge(&what))
+            .await
+            .map_err(|_| StoreError::Corrupt("purge task failed"))?
+    }
+
+    /// Counters since start and the store's figures.
+    pub fn stats(&self) -> CacheStats {
+        let Some(shared) = &self.shared else {
+            return CacheStats {
+                disabled: true,
+                ..CacheStats::default()
+            };
+        };
+        let c = &shared.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let StoreStats {
+            entries,
+            bytes,
+            evictions,
+            file_bytes,
+            disabled,
+        } = shared.store.stats();
+        let (hits, coalesced, misses, validations, revalidated, passes) = (
+            get(&c.hits),
+            get(&c.coalesced),
+            get(&c.misses),
+            get(&c.validations),
+            get(&c.revalidated),
+            get(&c.passes),
+        );
+        let lookups = hits + coalesced + misses + validations + passes;
+        CacheStats {
+            hits,
+            coalesced,
+            misses,
+            validations,
+            revalidated,
+            passes,
+            stored: get(&c.stored),
+            invalidations: get(&c.invalidations),
+            hit_ratio: if lookups == 0 {
+                0.0
+            } else {
+                (hits + coalesced + revalidated) as f64 / lookups as f64
+            },
+            entries,
+            bytes,
+            evictions,
+            file_bytes,
+            disabled,
+        }
+    }
+}
+
+impl Shared {
+    /// The blocking part of a lookup: Vary names, the entry, the decision,
+    /// and a small fresh body's bytes, in one `spawn_blocking`.
+    async fn find(
+        self: &Arc<Self>,
+        primary: &str,
+        request: &CacheRequest<'_>,
+    ) -> Result<Found, StoreError> {
+        let store = self.store.clone();
+        let primary = primary.to_owned();
+        let method = request.method.clone();
+        let headers = request.headers.clone();
+        tokio::task::spawn_blocking(move || {
+            let names = store.vary_names(&primary)?.unwrap_or_default();
+            let secondary = policy::secondary_key(&names, &headers);
+            let key = full_key(&primary, &secondary);
+            let entry = store.get(&key)?;
+            let decision = policy::decide_lookup(
+                &method,
+                &headers,
+                entry.as_ref().map(|e| &e.response),
+                SystemTime::now(),
+            );
+            let answer = match (&decision, &entry) {
+                (LookupDecision::Fresh { age }, Some(entry)) => {
+                    let answer =
+                        policy::answer_from_stored(&method, &headers, &entry.response, *age);
+                    let inline = match body::chunk_span(answer.body, entry.response.body_len) {
+                        Some((first, count, skip, len)) if len <= body::INLINE_BYTES => {
+                            let rows = store.read_chunks(entry.id, first, count);
+                            match rows.and_then(|rows| {
+                                if rows.len() == count as usize {
+                                    body::cut(rows, skip, len)
+                                } else {
+                                    Err(StoreError::Corrupt("missing chunks"))
+                                }
+                            }) {
+                                Ok(parts) => Some(parts),
+                                Err(e) => {
+                                    tracing::warn!(uri = primary, error = %e, "cache: dropping an unreadable entry");
+                                    store.remove_keys(std::slice::from_ref(&key))?;
+                                    return Ok(Found {
+                                        key,
+                                        entry: None,
+                                        decision: LookupDecision::Pass,
+                                        answer: None,
+                                    });
+                                }
+                            }
+                        }
+                        Some(_) => None,
+                        None => Some(Vec::new()),
+                    };
+                    Some((answer, inline))
+                }
+                _ => None,
+            };
+            Ok(Found {
+                key,
+                entry,
+                decision,
+                answer,
+            })
+        })
+        .await
+        .map_err(|_| StoreError::Corrupt("lookup task failed"))?
+    }
+
+    /// The response for a fresh stored entry.
+    fn answer(
+        &self,
+        key: Vec<u8>,
+        entry: &EntryMeta,
+        answer: StoredAnswer,
+        inline: Option<Vec<Bytes>>,
+    ) -> Response<Body> {
+        let body = match inline {
+            Some(parts) => body::full(parts),
+            None => body::stored(
+                self.store.clone(),
+                key,
+                entry.id,
+                answer.body,
+                entry.response.body_len,
+            ),
+        };
+        let mut response = Response::new(body);
+        *response.status_mut() = answer.status;
+        *response.headers_mut() = answer.headers;
+        response
+    }
+
+    /// Marks the primary keys `matches` selects as invalidated for the fills
+    /// in progress on them.
+    fn bump(&self, matches: impl Fn(&str) -> bool) {
+        for (primary, slot) in lock(&self.fills).iter_mut() {
+            if matches(primary) {
+                slot.1 += 1;
+            }
+        }
+    }
+
+    /// Removes one entry (off the executor).
+    async fn remove_key(&self, key: Vec<u8>) {
+        let store = self.store.clone();
+        let _ = tokio::task::spawn_blocking(move || store.remove_keys(&[key])).await;
+    }
+}
+
+/// A follower's answer: its own conditionals answered from the head, else the
+/// flight's body from byte 0.
+fn follower_answer(
+    request: &CacheRequest<'_>,
+    status: StatusCode,
+    headers: &HeaderMap,
+    subscriber: coalesce::Subscriber<FlightHead>,
+) -> Response<Body> {
+    let (status, headers, body) = if policy::not_modified_for(request.headers, headers) {
+        (
+            StatusCode::NOT_MODIFIED,
+            policy::not_modified_headers(headers),
+            body::empty(),
+        )
+    } else if request.method == Method::HEAD {
+        (status, headers.clone(), body::empty())
+    } else {
+        (status, headers.clone(), body::subscriber(subscriber))
+    };
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}
+
+/// `only-if-cached` with nothing usable stored (RFC 9111, section 5.2.1.7).
+fn only_if_cached() -> Response<Body> {
+    let mut response = Response::new(body::full(vec![Bytes::from_static(
+        b"504 Gateway Timeout: not in cache (only-if-cached)\n",
+    )]));
+    *response.status_mut() = StatusCode::GATEWAY_TIMEOUT;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -591,23 +591,9 @@ pub fn answer_from_stored(
     let mut headers = stored.headers.clone();
     headers.insert(header::AGE, HeaderValue::from(age.as_secs()));
     if not_modified_for(request, &stored.headers) {
-        let mut kept = HeaderMap::new();
-        for name in [
-            header::CACHE_CONTROL,
-            header::CONTENT_LOCATION,
-            header::DATE,
-            header::ETAG,
-            header::EXPIRES,
-            header::VARY,
-            header::AGE,
-        ] {
-            for value in headers.get_all(&name) {
-                kept.append(name.clone(), value.clone());
-            }
-        }
         return StoredAnswer {
             status: StatusCode::NOT_MODIFIED,
-            headers: kept,
+            headers: not_modified_headers(&headers),
             body: BodySlice::Empty,
         };
     }
@@ -726,10 +712,30 @@ fn if_range_holds(request: &HeaderMap, stored: &StoredResponse) -> bool {
     stored.headers.get(header::LAST_MODIFIED) == Some(if_range)
 }
 
+/// The fields a 304 carries from the full response's `headers` (RFC 9110,
+/// section 15.4.5).
+pub fn not_modified_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut kept = HeaderMap::new();
+    for name in [
+        header::CACHE_CONTROL,
+        header::CONTENT_LOCATION,
+        header::DATE,
+        header::ETAG,
+        header::EXPIRES,
+        header::VARY,
+        header::AGE,
+    ] {
+        for value in headers.get_all(&name) {
+            kept.append(name.clone(), value.clone());
+        }
+    }
+    kept
+}
+
 /// Whether the client's own conditional request is answered with 304 (section
 /// 4.3.2): `If-None-Match` by weak comparison, else `If-Modified-Since` against
 /// `Last-Modified` (or `Date`).
-fn not_modified_for(request: &HeaderMap, stored: &HeaderMap) -> bool {
+pub fn not_modified_for(request: &HeaderMap, stored: &HeaderMap) -> bool {
     if request.contains_key(header::IF_NONE_MATCH) {
         let Some(etag) = stored.get(header::ETAG) else {
             return false;

@@ -1,0 +1,435 @@
+//! A miss or a validation in progress: the request the front forwards, the
+//! response it brings back, and the two tasks that carry the body into the
+//! store and to every waiter.
+//!
+//! ```text
+//!  upstream body ──> producer task ──> flight (coalesce) ──> the browser's subscriber
+//!                                                      ├──> followers' subscribers
+//!                                                      └──> writer task ──> redb
+//! ```
+//!
+//! The producer reads the upstream body only as fast as the slowest reader once
+//! the flight is closed to joiners ([`FillGuard::ready`]), and stops when nobody
+//! reads any more (the browser left and the entry is not being stored). The
+//! writer makes the entry visible only if no invalidation of its URI happened
+//! while it was written (a POST that raced the fill).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap};
+use http::{Method, Response, StatusCode};
+use http_body_util::BodyExt;
+
+use super::coalesce::{FillGuard, Subscriber};
+use super::policy::{self, ResponseDecision, StoredResponse};
+use super::store::{CHUNK_BYTES, EntryMeta, EntryWriter, StoreError, full_key};
+use super::{Shared, body};
+use crate::front::Body;
+
+/// Body bytes the writer gathers before one blocking write.
+const WRITE_BATCH: usize = 4 * CHUNK_BYTES;
+
+/// What a flight tells the requests that joined it.
+#[derive(Debug)]
+pub enum FlightHead {
+    /// A storable response is streaming in.
+    Stream {
+        /// Its status.
+        status: StatusCode,
+        /// Its end-to-end header fields, as the leader's browser gets them.
+        headers: HeaderMap,
+        /// The field names of its `Vary`.
+        vary: Vec<String>,
+        /// The leader request's values of those fields (its secondary key): a
+        /// follower whose own differ must not take this response.
+        leader_secondary: Vec<u8>,
+    },
+    /// A validation freshened the stored entry: read it from the store.
+    Refreshed,
+    /// The response may not be shared (or is too large to buffer): fetch alone.
+    Uncacheable,
+}
+
+/// What [`Fill::respond`] makes of the upstream response.
+#[derive(Debug)]
+pub enum Filled {
+    /// Send this to the browser.
+    Answer(Response<Body>),
+    /// The origin answered the cache's validation with a 304 that does not
+    /// match the stored entry (now dropped), and the browser had asked
+    /// unconditionally: forward the request again, untouched.
+    Refetch,
+}
+
+/// A registered fill of one primary key: lets an invalidation that happens
+/// while the fill runs stop the entry from becoming visible.
+#[derive(Debug)]
+pub(super) struct FillTicket {
+    shared: Arc<Shared>,
+    primary: String,
+    epoch: u64,
+}
+
+impl FillTicket {
+    pub(super) fn new(shared: &Arc<Shared>, primary: &str) -> Self {
+        let mut fills = super::lock(&shared.fills);
+        let slot = fills.entry(primary.to_owned()).or_insert((0, 0));
+        slot.0 += 1;
+        Self {
+            shared: Arc::clone(shared),
+            primary: primary.to_owned(),
+            epoch: slot.1,
+        }
+    }
+
+    /// Whether the primary key was invalidated since the ticket was taken.
+    fn invalidated(&self) -> bool {
+        super::lock(&self.shared.fills)
+            .get(&self.primary)
+            .is_some_and(|&(_, epoch)| epoch != self.epoch)
+    }
+}
+
+impl Drop for FillTicket {
+    fn drop(&mut self) {
+        let mut fills = super::lock(&self.shared.fills);
+        if let Some(slot) = fills.get_mut(&self.primary) {
+            slot.0 -= 1;
+            if slot.0 == 0 {
+                fills.remove(&self.primary);
+            }
+        }
+    }
+}
+
+/// The leader of a miss (or of a validation): forward the request with
+/// [`Fill::prepare`] applied, then hand the response to [`Fill::respond`].
+/// Dropping it instead (the upstream failed) fails every follower, which then
+/// fetch on their own.
+#[derive(Debug)]
+pub struct Fill {
+    pub(super) shared: Arc<Shared>,
+    pub(super) guard: FillGuard<FlightHead>,
+    pub(super) ticket: FillTicket,
+    pub(super) primary: String,
+    /// The key looked up (the stored entry's, when validating).
+    pub(super) key: Vec<u8>,
+    pub(super) method: Method,
+    /// The browser's end-to-end request fields, its own conditionals included.
+    pub(super) request: HeaderMap,
+    /// The entry being validated.
+    pub(super) stored: Option<EntryMeta>,
+    /// `If-None-Match` / `If-Modified-Since` for the validation.
+    pub(super) conditional: HeaderMap,
+    pub(super) request_time: SystemTime,
+}
+
+impl Fill {
+    /// Rewrites the forwarded request's fields: the browser's own
+    /// preconditions and Range go (the cache answers them from the full
+    /// response), the validators of the stored entry come in.
+    pub fn prepare(&self, headers: &mut HeaderMap) {
+        for name in &policy::CLIENT_PRECONDITIONS {
+            headers.remove(name);
+        }
+        headers.remove(header::RANGE);
+        for (name, value) in &self.conditional {
+            headers.insert(name.clone(), value.clone());
+        }
+    }
+
+    /// Whether this fill is a validation of a stored entry.
+    pub fn is_validation(&self) -> bool {
+        self.stored.is_some()
+    }
+
+    /// Takes the upstream response (hop-by-hop fields already removed, no
+    /// `Via` yet) and returns what the browser gets, storing and sharing the
+    /// body on the way where RFC 9111 allows.
+    pub async fn respond(self, response: Response<Body>) -> Filled {
+        let now = SystemTime::now();
+        let (parts, upstream) = response.into_parts();
+        let decision = policy::decide_response(
+            &self.method,
+            &self.request,
+            self.stored.as_ref().map(|e| &e.response),
+            parts.status,
+            &parts.headers,
+            self.request_time,
+            now,
+        );
+        let shared = Arc::clone(&self.shared);
+        match decision {
+            ResponseDecision::Freshen(fresh) => match self.stored {
+                Some(ref entry) => {
+                    shared.counters.inc(&shared.counters.revalidated);
+                    let (key, id) = (self.key.clone(), entry.id);
+                    let fresh = StoredResponse {
+                        body_len: entry.response.body_len,
+                        ..fresh
+                    };
+                    let store = shared.store.clone();
+                    let head = fresh.clone();
+                    let updated =
+                        tokio::task::spawn_blocking(move || store.update_head(&key, id, &head))
+                            .await;
+                    if let Ok(Err(e)) = updated {
+                        tracing::debug!(error = %e, "cache: freshening an entry failed");
+                    }
+                    self.guard.set_head(FlightHead::Refreshed);
+                    self.guard.finish();
+                    let age = policy::current_age(&fresh, now);
+                    let answer =
+                        policy::answer_from_stored(&self.method, &self.request, &fresh, age);
+                    let body = body::stored(
+                        shared.store.clone(),
+                        self.key,
+                        id,
+                        answer.body,
+                        fresh.body_len,
+                    );
+                    let mut response = Response::new(body);
+                    *response.status_mut() = answer.status;
+                    *response.headers_mut() = answer.headers;
+                    Filled::Answer(response)
+                }
+                None => Filled::Refetch,
+            },
+            ResponseDecision::Pass { reason, discard } => {
+                tracing::debug!(uri = self.primary, ?reason, discard, "cache: not stored");
+                if discard {
+                    shared.remove_key(self.key.clone()).await;
+                }
+                self.guard.set_head(FlightHead::Uncacheable);
+                self.guard.finish();
+                if parts.status == StatusCode::NOT_MODIFIED && !has_preconditions(&self.request) {
+                    // Our validator's 304 for a representation we no longer
+                    // hold; the browser did not ask conditionally.
+                    return Filled::Refetch;
+                }
+                Filled::Answer(Response::from_parts(parts, upstream))
+            }
+            ResponseDecision::Store(stored) => {
+                let declared = content_length(&parts.headers);
+                let max = shared.store.max_object_bytes();
+                if declared.is_some_and(|len| len > max) || shared.store.is_disabled() {
+                    if self.stored.is_some() {
+                        shared.remove_key(self.key.clone()).await;
+                    }
+                    self.guard.set_head(FlightHead::Uncacheable);
+                    self.guard.finish();
+                    return Filled::Answer(Response::from_parts(parts, upstream));
+                }
+                self.stream(parts, upstream, stored, declared)
+            }
+        }
+    }
+
+    /// The storable case: the flight carries the body to the browser, the
+    /// followers and the writer.
+    fn stream(
+        self,
+        parts: http::response::Parts,
+        upstream: Body,
+        stored: StoredResponse,
+        declared: Option<u64>,
+    ) -> Filled {
+        let Fill {
+            shared,
+            guard,
+            ticket,
+            primary,
+            request,
+            ..
+        } = self;
+        let vary = policy::vary_names(&stored.headers).unwrap_or_default();
+        let secondary = policy::secondary_key(&vary, &request);
+        let conditional_hit = policy::not_modified_for(&request, &stored.headers);
+        guard.set_head(FlightHead::Stream {
+            status: parts.status,
+            headers: parts.headers.clone(),
+            vary: vary.clone(),
+            leader_secondary: secondary.clone(),
+        });
+        let browser = (!conditional_hit).then(|| guard.subscribe());
+        let writer = guard.subscribe();
+        tokio::spawn(produce(guard, upstream));
+        tokio::spawn(write(
+            Arc::clone(&shared),
+            writer,
+            WriteJob {
+                ticket,
+                primary,
+                vary,
+                secondary,
+                stored,
+                declared,
+            },
+        ));
+        match browser {
+            Some(subscriber) => {
+                Filled::Answer(Response::from_parts(parts, body::subscriber(subscriber)))
+            }
+            None => {
+                // The browser's own If-None-Match / If-Modified-Since matches
+                // what arrived: 304 to it, the body only to the store.
+                let mut response = Response::new(body::empty());
+                *response.status_mut() = StatusCode::NOT_MODIFIED;
+                *response.headers_mut() = policy::not_modified_headers(&parts.headers);
+                Filled::Answer(response)
+            }
+        }
+    }
+}
+
+/// Whether the browser sent conditionals of its own.
+fn has_preconditions(request: &HeaderMap) -> bool {
+    policy::CLIENT_PRECONDITIONS
+        .iter()
+        .any(|name| request.contains_key(name))
+}
+
+/// `Content-Length`, if present and a number.
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Reads the upstream body into the flight, no faster than its slowest reader
+/// once the flight is closed to joiners; stops when nobody reads.
+async fn produce(guard: FillGuard<FlightHead>, mut upstream: Body) {
+    loop {
+        guard.ready().await;
+        if guard.readers() == 0 {
+            // Dropping the guard fails the flight; dropping the upstream body
+            // cancels the origin request.
+            return;
+        }
+        match upstream.frame().await {
+            None => {
+                guard.finish();
+                return;
+            }
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data()
+                    && !data.is_empty()
+                {
+                    guard.push(data);
+                }
+            }
+            Some(Err(e)) => {
+                guard.fail(&e.to_string());
+                return;
+            }
+        }
+    }
+}
+
+/// What the writer stores.
+struct WriteJob {
+    ticket: FillTicket,
+    primary: String,
+    vary: Vec<String>,
+    secondary: Vec<u8>,
+    stored: StoredResponse,
+    declared: Option<u64>,
+}
+
+/// Stores the flight's body: batches of chunks written in `spawn_blocking`,
+/// then the verified, durable finish, unless the URI was invalidated meanwhile.
+async fn write(shared: Arc<Shared>, mut reader: Subscriber<FlightHead>, job: WriteJob) {
+    let store = shared.store.clone();
+    let (primary, vary, secondary, stored) = (
+        job.primary.clone(),
+        job.vary.clone(),
+        job.secondary.clone(),
+        job.stored.clone(),
+    );
+    let began =
+        tokio::task::spawn_blocking(move || store.begin(&primary, &vary, &secondary, stored)).await;
+    let mut writer = match began {
+        Ok(Ok(writer)) => writer,
+        Ok(Err(e)) => {
+            tracing::debug!(uri = job.primary, error = %e, "cache: not stored");
+            return;
+        }
+        Err(_) => return,
+    };
+    let mut batch = BytesMut::new();
+    loop {
+        match reader.next_chunk().await {
+            Some(Ok(chunk)) => {
+                batch.extend_from_slice(&chunk);
+                if batch.len() >= WRITE_BATCH {
+                    let data = batch.split().freeze();
+                    match write_blocking(writer, data).await {
+                        Ok(w) => writer = w,
+                        Err(e) => {
+                            tracing::debug!(uri = job.primary, error = %e, "cache: not stored");
+                            return;
+                        }
+                    }
+                }
+            }
+            Some(Err(e)) => {
+                tracing::debug!(uri = job.primary, error = %e, "cache: fetch failed, not stored");
+                abandon(writer).await;
+                return;
+            }
+            None => break,
+        }
+    }
+    // Done reading: the producer no longer waits for this reader.
+    drop(reader);
+    if job.ticket.invalidated() {
+        tracing::debug!(
+            uri = job.primary,
+            "cache: invalidated while filling, not stored"
+        );
+        abandon(writer).await;
+        return;
+    }
+    let data = batch.freeze();
+    let declared = job.declared;
+    let finished = tokio::task::spawn_blocking(move || {
+        writer.write(&data)?;
+        writer.finish(declared)
+    })
+    .await;
+    match finished {
+        Ok(Ok(entry)) => {
+            shared.counters.inc(&shared.counters.stored);
+            // An invalidation between the check above and the commit: undo.
+            if job.ticket.invalidated() {
+                shared
+                    .remove_key(full_key(&job.primary, &job.secondary))
+                    .await;
+            } else {
+                tracing::debug!(
+                    uri = job.primary,
+                    bytes = entry.response.body_len,
+                    "cache: stored"
+                );
+            }
+        }
+        Ok(Err(e)) => tracing::debug!(uri = job.primary, error = %e, "cache: not stored"),
+        Err(_) => {}
+    }
+}
+
+/// One blocking write; on failure the writer is dropped (in the blocking
+/// context: dropping it writes to the database).
+async fn write_blocking(mut writer: EntryWriter, data: Bytes) -> Result<EntryWriter, StoreError> {
+    tokio::task::spawn_blocking(move || writer.write(&data).map(|()| writer))
+        .await
+        .unwrap_or(Err(StoreError::Corrupt("writer task failed")))
+}
+
+/// Drops an unfinished writer where blocking is allowed.
+async fn abandon(writer: EntryWriter) {
+    let _ = tokio::task::spawn_blocking(move || drop(writer)).await;
+}
