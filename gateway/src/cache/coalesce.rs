@@ -437,6 +437,45 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_closed_flight_releases_read_chunks_and_waits_for_its_slowest_reader() {
+        let coalescer = Coalescer::<u16>::new(10);
+        let Join::Leader(guard) = coalescer.join(b"k") else {
+            panic!("leader")
+        };
+        let mut fast = guard.subscribe();
+        let mut slow = guard.subscribe();
+        guard.set_head(200);
+        // Over the join limit: closed from the first push on.
+        for _ in 0..READ_AHEAD_CHUNKS {
+            guard.ready().await;
+            guard.push(Bytes::from_static(b"0123456789ab"));
+        }
+        for _ in 0..READ_AHEAD_CHUNKS {
+            fast.next_chunk().await.expect("chunk").expect("ok");
+        }
+        // The slow reader has read nothing: nothing is released, and the
+        // producer must wait.
+        assert_eq!(lock(&guard.flight.state).chunks.len(), READ_AHEAD_CHUNKS);
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(50), guard.ready());
+        assert!(
+            waiting.await.is_err(),
+            "the producer runs ahead of the slow reader"
+        );
+        slow.next_chunk().await.expect("chunk").expect("ok");
+        guard.ready().await;
+        assert_eq!(
+            lock(&guard.flight.state).chunks.len(),
+            READ_AHEAD_CHUNKS - 1
+        );
+        // A reader that leaves no longer holds anything back.
+        drop(slow);
+        assert!(lock(&guard.flight.state).chunks.is_empty());
+        assert_eq!(guard.readers(), 1);
+        guard.finish();
+        assert_eq!(fast.next_chunk().await, None);
+    }
+
+    #[tokio::test]
     async fn a_flight_over_its_limit_takes_no_new_joiners() {
         let coalescer = Coalescer::<u16>::new(10);
         let Join::Leader(guard) = coalescer.join(b"k") else {

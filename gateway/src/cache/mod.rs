@@ -135,7 +135,7 @@ pub enum Lookup {
     /// Answer with this (`Via` still to add). The label is for the access log.
     Hit(Response<Body>, &'static str),
     /// Forward through the fill (see [`Fill`]).
-    Fill(Fill),
+    Fill(Box<Fill>),
     /// Forward untouched; then call [`Cache::after_pass`].
     Pass,
 }
@@ -246,7 +246,7 @@ impl Cache {
                     } else {
                         &shared.counters.misses
                     });
-                    return Lookup::Fill(Fill {
+                    return Lookup::Fill(Box::new(Fill {
                         shared: Arc::clone(shared),
                         guard,
                         ticket: FillTicket::new(shared, &primary),
@@ -257,7 +257,7 @@ impl Cache {
                         stored: found.entry.filter(|_| validation),
                         conditional,
                         request_time: SystemTime::now(),
-                    });
+                    }));
                 }
                 Join::Follower(subscriber) => subscriber,
             };

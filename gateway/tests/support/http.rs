@@ -66,12 +66,18 @@ pub(crate) fn parse_responses(mut data: &[u8]) -> Result<Vec<Answer>> {
                 )
             })
             .collect();
-        let length: usize = headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-            .context("response without content-length")?
-            .1
-            .parse()?;
+        let status = response.code.context("status")?;
+        // 304 and 204 have no body (RFC 9112, section 6.3).
+        let length: usize = if status == 304 || status == 204 {
+            0
+        } else {
+            headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+                .context("response without content-length")?
+                .1
+                .parse()?
+        };
         let end = head_len + length;
         if data.len() < end {
             bail!(
@@ -80,7 +86,7 @@ pub(crate) fn parse_responses(mut data: &[u8]) -> Result<Vec<Answer>> {
             );
         }
         answers.push(Answer {
-            status: response.code.context("status")?,
+            status,
             headers,
             body: data[head_len..end].to_vec(),
         });
