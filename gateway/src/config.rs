@@ -12,6 +12,7 @@ use gateway_transport::{AssociationConfig, BackendChoice};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+pub use crate::admin::AdminConfig;
 pub use crate::cache::config::CacheConfig;
 
 /// Why the configuration cannot be used.
@@ -59,6 +60,8 @@ pub struct GatewayConfig {
     pub direct: DirectConfig,
     /// The persistent HTTP cache (`[cache]`, docs/cache.md).
     pub cache: CacheConfig,
+    /// The operator's endpoint: metrics, cache stats and purge (`[admin]`).
+    pub admin: AdminConfig,
     /// SCTP origins and the destinations they serve (`[[origin]]`).
     #[serde(rename = "origin")]
     pub origins: Vec<OriginEntry>,

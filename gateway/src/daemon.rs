@@ -34,6 +34,23 @@ pub async fn run(config: GatewayConfig, stop: impl Future<Output = ()>) -> Resul
     for addr in listener.local_addrs() {
         tracing::info!("transparent listener on {addr}");
     }
+    let admin = if config.admin.enabled {
+        let socket = TcpListener::bind(config.admin.listen)
+            .await
+            .with_context(|| {
+                format!(
+                    "binding the admin endpoint {} (`admin.listen`; `admin.enabled = false` turns it off)",
+                    config.admin.listen
+                )
+            })?;
+        tracing::info!(
+            "admin endpoint on http://{}/ (metrics, cache stats, purge)",
+            config.admin.listen
+        );
+        Some(socket)
+    } else {
+        None
+    };
     let cache = Cache::open(&config.cache).await.with_context(|| {
         format!(
             "opening the cache database {} (set `cache.enabled = false` to run without it)",
@@ -84,10 +101,13 @@ pub async fn run(config: GatewayConfig, stop: impl Future<Output = ()>) -> Resul
         None
     };
 
-    let front = Arc::new(Front::new(&config, links.clone(), cache));
+    let front = Arc::new(Front::new(&config, links.clone(), cache.clone()));
     let slots = Arc::new(Semaphore::new(config.http.max_connections));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut accepting = JoinSet::new();
+    if let Some(socket) = admin {
+        tokio::spawn(crate::admin::serve(socket, cache.clone(), stop_rx.clone()));
+    }
     for socket in listener.into_sockets() {
         accepting.spawn(accept_loop(
             socket,

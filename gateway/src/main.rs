@@ -5,11 +5,13 @@
 //!
 //! `gateway --config FILE` runs until SIGINT or SIGTERM and removes its rules on
 //! the way out; `gateway cleanup` removes the rules a crashed run left behind;
-//! `gateway rules` prints the nftables rule set for people who manage their own.
+//! `gateway rules` prints the nftables rule set for people who manage their own;
+//! `gateway cache stats|purge|list` inspect and trim the cache.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use gateway::config::GatewayConfig;
 
@@ -35,6 +37,43 @@ enum Command {
     Cleanup,
     /// Print the nftables rule set this configuration installs.
     Rules,
+    /// Inspect or trim the cache.
+    Cache {
+        #[command(subcommand)]
+        action: CacheAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CacheAction {
+    /// Print the running gateway's cache figures (from its admin endpoint).
+    Stats {
+        /// The admin endpoint; `admin.listen` by default.
+        #[arg(long)]
+        admin: Option<SocketAddr>,
+    },
+    /// Remove entries from the running gateway's cache.
+    Purge {
+        /// Every variant of one URL (`http://host[:port]/path?query`).
+        #[arg(long, group = "what")]
+        url: Option<String>,
+        /// Every entry whose URL starts with this.
+        #[arg(long, group = "what")]
+        prefix: Option<String>,
+        /// Every entry of one host (any port).
+        #[arg(long, group = "what")]
+        host: Option<String>,
+        /// The admin endpoint; `admin.listen` by default.
+        #[arg(long)]
+        admin: Option<SocketAddr>,
+    },
+    /// List the entries of a cache file, opened read-only (the gateway that
+    /// uses it must be stopped: it holds the file exclusively).
+    List {
+        /// The database; `cache.path` by default.
+        #[arg(long)]
+        path: Option<PathBuf>,
+    },
 }
 
 fn load_config(cli: &Cli) -> Result<GatewayConfig> {
@@ -74,7 +113,63 @@ fn main() -> Result<()> {
             print!("{}", gateway::intercept::ruleset_text(&config));
             Ok(())
         }
+        Command::Cache { action } => cache_command(&config, action),
     }
+}
+
+fn cache_command(config: &GatewayConfig, action: CacheAction) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    match action {
+        CacheAction::Stats { admin } => {
+            let stats = runtime.block_on(gateway::admin::fetch_stats(
+                admin.unwrap_or(config.admin.listen),
+            ))?;
+            println!("{}", serde_json::to_string_pretty(&stats)?);
+        }
+        CacheAction::Purge {
+            url,
+            prefix,
+            host,
+            admin,
+        } => {
+            use gateway::cache::Purge;
+            let purge = match (url, prefix, host) {
+                (Some(url), _, _) => Purge::Url(url),
+                (_, Some(prefix), _) => Purge::Prefix(prefix),
+                (_, _, Some(host)) => Purge::Host(host),
+                _ => bail!("say what to purge: --url, --prefix or --host"),
+            };
+            let removed = runtime.block_on(gateway::admin::request_purge(
+                admin.unwrap_or(config.admin.listen),
+                &purge,
+            ))?;
+            println!("removed {removed} entries");
+        }
+        CacheAction::List { path } => {
+            let path = path.unwrap_or_else(|| config.cache.path.clone());
+            let store = gateway::cache::store::Store::open_read_only(&path).with_context(|| {
+                format!(
+                    "opening {} read-only (is a gateway still running with it?)",
+                    path.display()
+                )
+            })?;
+            let entries = store.entries()?;
+            let mut bytes = 0;
+            for (uri, entry) in &entries {
+                bytes += entry.response.body_len;
+                println!(
+                    "{} {:>10} {}",
+                    entry.response.status.as_u16(),
+                    entry.response.body_len,
+                    uri
+                );
+            }
+            println!("{} entries, {bytes} body bytes", entries.len());
+        }
+    }
+    Ok(())
 }
 
 async fn shutdown_signal() -> std::io::Result<()> {

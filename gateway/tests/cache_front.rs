@@ -631,3 +631,46 @@ async fn a_fill_that_races_an_invalidation_is_not_stored() -> Result<()> {
     assert_eq!(up.count("/race"), 3, "GET, POST, GET again upstream");
     Ok(())
 }
+
+#[tokio::test]
+async fn the_admin_endpoint_reports_metrics_and_stats_and_purges() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let up = Upstream::start(|_| Reply::ok("m", &[("cache-control", "max-age=600")])).await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let (gw, cache) = (f.addr, &f.cache);
+    get(gw, "/m1", up.addr).await?;
+    get(gw, "/m2", up.addr).await?;
+    wait_for(|| cache.stats().stored == 2).await?;
+    get(gw, "/m1", up.addr).await?;
+
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let admin = listener.local_addr()?;
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(gateway::admin::serve(listener, cache.clone(), stop_rx));
+
+    let stats = gateway::admin::fetch_stats(admin).await?;
+    assert_eq!((stats.hits, stats.misses, stats.entries), (1, 2, 2));
+    assert!((stats.hit_ratio - 1.0 / 3.0).abs() < 1e-9, "{stats:?}");
+
+    let mut stream = TcpStream::connect(admin).await?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n")
+        .await?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await?;
+    let text = String::from_utf8_lossy(&raw);
+    for line in [
+        "gateway_cache_lookups_total{outcome=\"hit\"} 1",
+        "gateway_cache_lookups_total{outcome=\"miss\"} 2",
+        "gateway_cache_entries 2",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+
+    let removed =
+        gateway::admin::request_purge(admin, &gateway::cache::Purge::Host("127.0.0.1".into()))
+            .await?;
+    assert_eq!(removed, 2);
+    assert_eq!(cache.stats().entries, 0);
+    Ok(())
+}

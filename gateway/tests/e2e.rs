@@ -18,8 +18,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gateway::config::{
-    BypassConfig, CacheConfig, DirectConfig, GatewayConfig as DaemonConfig, HttpConfig,
-    InterceptConfig, ListenConfig,
+    AdminConfig, BypassConfig, CacheConfig, DirectConfig, GatewayConfig as DaemonConfig,
+    HttpConfig, InterceptConfig, ListenConfig,
 };
 use gateway_transport::AssociationConfig;
 use serde::Serialize;
@@ -488,6 +488,7 @@ fn shipped_config_shows_every_key_with_its_default_and_validates() {
         ("http", defaults(&HttpConfig::default())),
         ("direct", defaults(&DirectConfig::default())),
         ("cache", defaults(&CacheConfig::default())),
+        ("admin", defaults(&AdminConfig::default())),
     ] {
         assert_eq!(
             shipped.get(section).and_then(|s| s.as_table()),

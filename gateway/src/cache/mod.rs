@@ -30,7 +30,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use self::coalesce::{Coalescer, Join};
 use self::config::CacheConfig;
@@ -81,7 +81,7 @@ impl Counters {
 }
 
 /// The cache's figures: lookups by outcome since start, and the store's.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct CacheStats {
     /// Answered from a fresh stored entry.
     pub hits: u64,

@@ -839,6 +839,27 @@ impl Store {
         Ok(out)
     }
 
+    /// Every entry with its effective URI, in key order (for inspection
+    /// tools). Rows that do not decode are skipped.
+    pub fn entries(&self) -> Result<Vec<(String, EntryMeta)>, StoreError> {
+        let txn = self.read_txn()?;
+        let meta = match txn.open_table(META) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(db_err(e)),
+        };
+        let mut out = Vec::new();
+        for row in meta.iter().map_err(db_err)? {
+            let (key, value) = row.map_err(db_err)?;
+            let key = key.value();
+            let primary = key.split(|&b| b == 0).next().unwrap_or(key);
+            if let Ok(entry) = EntryMeta::decode(value.value()) {
+                out.push((String::from_utf8_lossy(primary).into_owned(), entry));
+            }
+        }
+        Ok(out)
+    }
+
     fn kick_eviction(&self) {
         if let Some(tx) = lock(&self.inner.evict_tx).as_ref() {
             // A full channel means a pass is already due.
