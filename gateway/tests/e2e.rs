@@ -393,6 +393,127 @@ fn origin_killed_mid_response_then_restarted() {
         .expect("the gateway kept running");
 }
 
+/// `curl -D -` in the client namespace: the response head (lower-case) and body.
+fn curl_with_head(demo: &Demo, url: &str) -> (String, Vec<u8>) {
+    let head_file = demo.dir().join("curl-head.txt");
+    let mut command = Command::new("curl");
+    command
+        .args(["-sS", "--fail", "--max-time", "15", "-D"])
+        .arg(&head_file)
+        .arg(url);
+    let out = exec_in(demo.topology.client.name(), &command)
+        .output()
+        .expect("run curl");
+    assert!(
+        out.status.success(),
+        "curl {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let head = std::fs::read_to_string(&head_file).expect("curl's head file");
+    (head.to_ascii_lowercase(), out.stdout)
+}
+
+/// `gateway cache ...` in the gateway's namespace with the demo's config.
+fn gateway_cache_cli(demo: &Demo, args: &[&str]) -> String {
+    let mut command = Command::new(binaries().gateway);
+    command
+        .arg("--config")
+        .arg(&demo.gateway_config_path)
+        .arg("cache")
+        .args(args);
+    let out = exec_in(demo.topology.gateway.name(), &command)
+        .output()
+        .expect("run gateway cache");
+    assert!(
+        out.status.success(),
+        "gateway cache {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn cache_stats(demo: &Demo) -> serde_json::Value {
+    serde_json::from_str(&gateway_cache_cli(demo, &["stats"])).expect("stats are JSON")
+}
+
+#[test]
+fn the_cache_answers_repeats_validates_html_and_outlives_the_origin() {
+    let mut demo = start(options("cache"));
+    let asset = "/assets/tile-03.svg";
+    let url = format!("http://203.0.113.10{asset}");
+    let expected = demo_file("assets/tile-03.svg");
+    assert_eq!(curl(&demo, &url).expect("first request"), expected);
+    // The entry is committed after the browser has the bytes.
+    wait_until("the entry to be stored", Duration::from_secs(10), || {
+        Ok(cache_stats(&demo)["stored"].as_u64() >= Some(1))
+    })
+    .expect("stored");
+    let (head, body) = curl_with_head(&demo, &url);
+    assert_eq!(body, expected);
+    assert!(head.contains("\r\nage: "), "a hit carries Age:\n{head}");
+    assert!(head.contains("cache-control: max-age=86400"), "{head}");
+    assert_eq!(
+        origin_streams(&origin_log(&demo), asset).len(),
+        1,
+        "the second request reached the origin"
+    );
+
+    // index.html is `no-cache` at the origin: stored, validated on each
+    // request, the origin answers 304, the browser gets the stored 200.
+    let index = demo_file("index.html");
+    assert_eq!(
+        curl(&demo, "http://203.0.113.10/index.html").expect("1st"),
+        index
+    );
+    wait_until("index.html to be stored", Duration::from_secs(10), || {
+        Ok(cache_stats(&demo)["stored"].as_u64() >= Some(2))
+    })
+    .expect("stored");
+    assert_eq!(
+        curl(&demo, "http://203.0.113.10/index.html").expect("2nd"),
+        index
+    );
+    let log = origin_log(&demo);
+    let index_lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("origin::service") && l.contains(" target=/index.html "))
+        .collect();
+    assert_eq!(index_lines.len(), 2, "{index_lines:#?}");
+    assert!(index_lines[1].contains("status=304"), "{index_lines:#?}");
+
+    // Without the origin, the fresh asset is still served.
+    demo.origin
+        .as_mut()
+        .expect("origin")
+        .signal(Signal::Kill)
+        .expect("kill origin");
+    assert_eq!(
+        curl(&demo, &url).expect("a fresh entry is served without the origin"),
+        expected
+    );
+    let stats = cache_stats(&demo);
+    assert!(stats["hits"].as_u64() >= Some(2), "{stats}");
+    assert_eq!(stats["revalidated"].as_u64(), Some(1), "{stats}");
+    let access = gateway_access_log(&demo);
+    assert!(
+        access
+            .iter()
+            .any(|l| l.contains("cache=\"hit\"") || l.contains("cache=hit")),
+        "{access:#?}"
+    );
+
+    // The operator's read-only listing, once the gateway let go of the file.
+    let gateway = demo.gateway.as_mut().expect("gateway");
+    let (status, _) = gateway.stop(Duration::from_secs(10)).expect("stop");
+    assert!(status.success());
+    let listing = gateway_cache_cli(&demo, &["list"]);
+    assert!(
+        listing.contains(&format!("http://203.0.113.10{asset}")),
+        "{listing}"
+    );
+    assert!(listing.contains("2 entries"), "{listing}");
+}
+
 #[test]
 fn fail_open_serves_the_original_destination_without_origin() {
     let mut options = options("fail-open");
