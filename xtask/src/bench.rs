@@ -43,6 +43,9 @@ pub(crate) enum Which {
     Scheduler,
     /// Static-file request rate: the origin against nginx on the same files.
     Static,
+    /// A cache hit served by the gateway against nginx (wrk), and the
+    /// gateway's memory at 1,000 connections.
+    Cache,
 }
 
 const BACKENDS: [&str; 3] = ["tcp", "framed-tcp", "userspace"];
@@ -160,6 +163,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Transport => transport(options),
         Which::Scheduler => scheduler(options),
         Which::Static => static_files(),
+        Which::Cache => crate::bench_cache::run(),
     }
 }
 
@@ -574,7 +578,7 @@ fn build_example(package: &str, example: &str) -> Result<PathBuf> {
 
 /// A report's title and the lines every report starts with: how to reproduce it,
 /// when, and on what.
-fn report_header(title: &str, subcommand: &str) -> Result<String> {
+pub(crate) fn report_header(title: &str, subcommand: &str) -> Result<String> {
     let mut report = String::new();
     writeln!(report, "# {title}\n")?;
     writeln!(report, "- command: `cargo xtask bench {subcommand}`")?;

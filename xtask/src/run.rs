@@ -333,7 +333,7 @@ fn run_router(options: &RunOptions, origin: SocketAddr) -> Result<()> {
 
 /// Builds the binaries of `packages` (each package's binary of the same name) in
 /// release mode; returns their paths in that order.
-fn build(packages: &[&str]) -> Result<Vec<PathBuf>> {
+pub(crate) fn build(packages: &[&str]) -> Result<Vec<PathBuf>> {
     step(&format!("building {} (release)", packages.join(" and ")));
     let mut command = Command::new("cargo");
     command

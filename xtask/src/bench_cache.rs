@@ -1,0 +1,428 @@
+//! `cargo xtask bench cache`: a cache hit served by the gateway against the same
+//! file served by nginx, loaded by wrk in one run, and the gateway's memory with
+//! 1,000 browser connections open.
+//!
+//! Both servers run in the gateway's namespace and are reached by wrk in the
+//! client namespace over the same veth: the gateway through TPROXY at the site's
+//! address (the file is in its cache; the origin is not asked), nginx at the
+//! router's LAN address. nginx runs as it would on this machine: one worker per
+//! core, access log on (the gateway logs each request too). The cells alternate
+//! (gateway, nginx, gateway, nginx) so that drift on a noisy machine hits both.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use testbed::topology::{LAN, SITE_V4};
+use testbed::{Binaries, Demo, DemoOptions, NsProcess, exec_in};
+
+use crate::cmd::workspace_root;
+
+/// Namespace prefix of this benchmark.
+const PREFIX: &str = "gwbench-";
+/// The file both servers serve.
+const FILE: &str = "/assets/tile-01.svg";
+/// nginx's port on the router's LAN address.
+const NGINX_PORT: u16 = 8080;
+/// Rounds of (gateway, nginx).
+const ROUNDS: usize = 2;
+/// Length of each wrk cell.
+const CELL_SECONDS: u32 = 10;
+
+/// One wrk run's figures.
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    requests: u64,
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    errors: u64,
+}
+
+pub(crate) fn run() -> Result<()> {
+    let built = crate::run::build(&["gateway", "origin"])?;
+    let binaries = Binaries {
+        gateway: built[0].clone(),
+        origin: built[1].clone(),
+    };
+    let dir = testbed::target_dir().join("bench-cache");
+    let _ = std::fs::remove_dir_all(&dir);
+    testbed::cleanup_stale(PREFIX)?;
+    println!("==> starting the demo topology (gateway, origin, nginx)");
+    let mut demo = Demo::start(
+        binaries.clone(),
+        DemoOptions::new(PREFIX, &workspace_root(), &dir),
+    )?;
+    let gateway_ns = demo.topology.gateway.name().to_owned();
+    let client_ns = demo.topology.client.name().to_owned();
+    let mut nginx = start_nginx(
+        &gateway_ns,
+        SocketAddr::new(LAN.gateway_v4.into(), NGINX_PORT),
+        &testbed::demo_site(),
+        &dir.join("nginx-baseline"),
+    )?;
+    let gateway_url = format!("http://{SITE_V4}{FILE}");
+    let nginx_url = format!("http://{}:{NGINX_PORT}{FILE}", LAN.gateway_v4);
+
+    println!("==> filling the cache with {gateway_url}");
+    curl(&client_ns, &gateway_url)?;
+    let stats = |demo: &Demo| cache_stats(&binaries.gateway, demo);
+    for _ in 0..100 {
+        if stats(&demo)?["stored"].as_u64() >= Some(1) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let hits_before = stats(&demo)?["hits"].as_u64().unwrap_or(0);
+
+    let mut cells: Vec<(&str, Load)> = Vec::new();
+    for round in 1..=ROUNDS {
+        for (name, url) in [("gateway", &gateway_url), ("nginx", &nginx_url)] {
+            println!(
+                "==> round {round}/{ROUNDS}: {name}, wrk 2 threads, 100 connections, {CELL_SECONDS} s"
+            );
+            let load = wrk(&client_ns, url, 100, CELL_SECONDS)?;
+            println!(
+                "    {:.0} requests/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
+                load.rps, load.p50_ms, load.p99_ms, load.errors
+            );
+            cells.push((name, load));
+        }
+    }
+    let hits = stats(&demo)?["hits"].as_u64().unwrap_or(0) - hits_before;
+    let gateway_requests: u64 = cells
+        .iter()
+        .filter(|(n, _)| *n == "gateway")
+        .map(|(_, l)| l.requests)
+        .sum();
+
+    println!("==> memory: wrk with 1,000 connections against each");
+    let gateway_pid = demo.gateway.as_ref().context("gateway")?.pid();
+    let gateway_idle = rss_kib(&[gateway_pid]);
+    let (gateway_peak, gateway_load) =
+        peak_rss_under_load(&client_ns, &gateway_url, move || vec![gateway_pid])?;
+    let nginx_pid = nginx.pid();
+    let nginx_pids = move || with_children(nginx_pid);
+    let nginx_idle = rss_kib(&nginx_pids());
+    let (nginx_peak, nginx_load) = peak_rss_under_load(&client_ns, &nginx_url, nginx_pids)?;
+
+    let report = report(
+        &cells,
+        hits,
+        gateway_requests,
+        [
+            ("gateway", gateway_idle, gateway_peak, gateway_load),
+            ("nginx (all processes)", nginx_idle, nginx_peak, nginx_load),
+        ],
+    )?;
+    let path = workspace_root().join("bench/results/cache.md");
+    std::fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
+    println!("{report}");
+    println!("==> report written to bench/results/cache.md");
+    let _ = nginx.stop(Duration::from_secs(5));
+    if let Some(gateway) = demo.gateway.as_mut() {
+        let _ = gateway.stop(Duration::from_secs(10));
+    }
+    Ok(())
+}
+
+/// nginx as configured for production on this machine: a master, one worker
+/// per core, access log on, in the foreground.
+fn start_nginx(ns: &str, listen: SocketAddr, root: &Path, dir: &Path) -> Result<NsProcess> {
+    std::fs::create_dir_all(dir)?;
+    let d = dir.display();
+    let conf = format!(
+        "daemon off;\nworker_processes auto;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+         worker_rlimit_nofile 8192;\n\
+         events {{ worker_connections 4096; }}\n\
+         http {{\n  types {{ text/html html; text/css css; application/javascript js; image/svg+xml svg; }}\n\
+         \x20 access_log {d}/access.log;\n  sendfile on;\n\
+         \x20 client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
+         \x20 fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+         \x20 server {{ listen {listen}; root {root}; }}\n}}\n",
+        root = root.display()
+    );
+    let conf_path = dir.join("nginx.conf");
+    std::fs::write(&conf_path, conf)?;
+    let mut command = Command::new(testbed::NGINX);
+    command.arg("-p").arg(dir).arg("-c").arg(&conf_path);
+    let mut process = NsProcess::spawn(ns, "nginx", &command, &dir.join("nginx.out"))?;
+    process.wait_for_tcp(ns, listen, Duration::from_secs(10))?;
+    Ok(process)
+}
+
+fn curl(ns: &str, url: &str) -> Result<()> {
+    let mut command = Command::new("curl");
+    command.args(["-sS", "--fail", "-o", "/dev/null", "--max-time", "10", url]);
+    let status = exec_in(ns, &command).status().context("running curl")?;
+    if !status.success() {
+        bail!("curl {url} failed: {status}");
+    }
+    Ok(())
+}
+
+fn cache_stats(gateway: &Path, demo: &Demo) -> Result<testbed::serde_json::Value> {
+    let mut command = Command::new(gateway);
+    command
+        .arg("--config")
+        .arg(&demo.gateway_config_path)
+        .args(["cache", "stats"]);
+    let out = exec_in(demo.topology.gateway.name(), &command)
+        .output()
+        .context("running gateway cache stats")?;
+    if !out.status.success() {
+        bail!(
+            "gateway cache stats: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(testbed::serde_json::from_slice(&out.stdout)?)
+}
+
+/// wrk in `ns` with `connections`, two threads, for `seconds`; the open-file
+/// limit raised for large connection counts.
+fn wrk(ns: &str, url: &str, connections: u32, seconds: u32) -> Result<Load> {
+    let mut command = Command::new("sh");
+    command.args([
+        "-c",
+        &format!(
+            "ulimit -n 16384 && exec wrk -t2 -c{connections} -d{seconds}s --timeout 5s --latency {url}"
+        ),
+    ]);
+    let out = exec_in(ns, &command)
+        .output()
+        .context("running wrk (package wrk)")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!(
+            "wrk failed: {}\n{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    parse_wrk(&text).with_context(|| format!("unexpected wrk output:\n{text}"))
+}
+
+fn parse_wrk(text: &str) -> Option<Load> {
+    let mut load = Load {
+        requests: 0,
+        rps: 0.0,
+        p50_ms: 0.0,
+        p99_ms: 0.0,
+        errors: 0,
+    };
+    for line in text.lines().map(str::trim) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["Requests/sec:", rps] => load.rps = rps.parse().ok()?,
+            ["50%", value] => load.p50_ms = millis(value)?,
+            ["99%", value] => load.p99_ms = millis(value)?,
+            [n, "requests", "in", ..] => load.requests = n.parse().ok()?,
+            ["Non-2xx", "or", "3xx", "responses:", n] => load.errors += n.parse::<u64>().ok()?,
+            ["Socket", "errors:", rest @ ..] => {
+                load.errors += rest
+                    .iter()
+                    .filter_map(|w| w.trim_end_matches(',').parse::<u64>().ok())
+                    .sum::<u64>();
+            }
+            _ => {}
+        }
+    }
+    (load.rps > 0.0).then_some(load)
+}
+
+/// wrk's latency figures: `812.00us`, `1.23ms`, `1.02s`.
+fn millis(value: &str) -> Option<f64> {
+    let (number, factor) = if let Some(n) = value.strip_suffix("us") {
+        (n, 0.001)
+    } else if let Some(n) = value.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = value.strip_suffix('s') {
+        (n, 1000.0)
+    } else {
+        return None;
+    };
+    number.parse::<f64>().ok().map(|n| n * factor)
+}
+
+/// Resident memory of `pids`, summed, in KiB.
+fn rss_kib(pids: &[u32]) -> u64 {
+    pids.iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .filter_map(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// `pid` and its children (nginx's workers).
+fn with_children(pid: u32) -> Vec<u32> {
+    let mut pids = vec![pid];
+    if let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
+        pids.extend(
+            children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    pids
+}
+
+/// The highest summed RSS of `pids()` sampled every 100 ms while wrk holds
+/// 1,000 connections to `url` for 10 s; also wrk's figures.
+fn peak_rss_under_load(
+    ns: &str,
+    url: &str,
+    pids: impl Fn() -> Vec<u32> + Send + 'static,
+) -> Result<(u64, Load)> {
+    let done = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(Mutex::new(0u64));
+    let sampler = {
+        let (done, peak) = (Arc::clone(&done), Arc::clone(&peak));
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let now = rss_kib(&pids());
+                let mut peak = peak.lock().unwrap_or_else(|e| e.into_inner());
+                *peak = (*peak).max(now);
+                drop(peak);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let load = wrk(ns, url, 1000, 10);
+    done.store(true, Ordering::Relaxed);
+    let _ = sampler.join();
+    let peak = *peak.lock().unwrap_or_else(|e| e.into_inner());
+    Ok((peak, load?))
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+fn report(
+    cells: &[(&str, Load)],
+    hits: u64,
+    gateway_requests: u64,
+    memory: [(&str, u64, u64, Load); 2],
+) -> Result<String> {
+    let mut r =
+        crate::bench::report_header("Cache-hit benchmark: the gateway against nginx", "cache")?;
+    writeln!(
+        r,
+        "- path: wrk in the client namespace, one veth to the router namespace, where both servers run: \
+         the gateway behind TPROXY (site address {SITE_V4}:80, the file in its cache) and nginx \
+         ({}:{NGINX_PORT}, `worker_processes auto`, sendfile, access log on)",
+        LAN.gateway_v4
+    )?;
+    writeln!(
+        r,
+        "- file: config/demo-site{FILE}; each cell wrk -t2 -c100 -d{CELL_SECONDS}s --latency; cells alternate, {ROUNDS} rounds"
+    )?;
+    writeln!(
+        r,
+        "- the gateway's cache counted {hits} hits for the {gateway_requests} requests wrk completed against it\n"
+    )?;
+    writeln!(
+        r,
+        "| cell | server | requests/s | p50 ms | p99 ms | errors |"
+    )?;
+    writeln!(r, "|---|---|---|---|---|---|")?;
+    for (i, (name, load)) in cells.iter().enumerate() {
+        writeln!(
+            r,
+            "| {} | {name} | {:.0} | {:.2} | {:.2} | {} |",
+            i + 1,
+            load.rps,
+            load.p50_ms,
+            load.p99_ms,
+            load.errors
+        )?;
+    }
+    let pick = |server: &str, f: fn(&Load) -> f64| {
+        median(
+            cells
+                .iter()
+                .filter(|(n, _)| *n == server)
+                .map(|(_, l)| f(l))
+                .collect(),
+        )
+    };
+    let (g_rps, n_rps) = (pick("gateway", |l| l.rps), pick("nginx", |l| l.rps));
+    let (g_p99, n_p99) = (pick("gateway", |l| l.p99_ms), pick("nginx", |l| l.p99_ms));
+    writeln!(
+        r,
+        "\n| median over rounds | gateway | nginx | ratio (gateway / nginx) | target |"
+    )?;
+    writeln!(r, "|---|---|---|---|---|")?;
+    writeln!(
+        r,
+        "| requests/s | {g_rps:.0} | {n_rps:.0} | {:.2} | ≥ 0.8 |",
+        g_rps / n_rps
+    )?;
+    writeln!(
+        r,
+        "| p99 latency, ms | {g_p99:.2} | {n_p99:.2} | {:.2} | ≤ 2 |",
+        g_p99 / n_p99
+    )?;
+    writeln!(
+        r,
+        "\n## Memory with 1,000 connections (wrk -t2 -c1000 -d10s)\n"
+    )?;
+    writeln!(
+        r,
+        "| server | RSS idle, MiB | peak RSS under load, MiB | requests/s | errors |"
+    )?;
+    writeln!(r, "|---|---|---|---|---|")?;
+    for (name, idle, peak, load) in memory {
+        writeln!(
+            r,
+            "| {name} | {:.1} | {:.1} | {:.0} | {} |",
+            idle as f64 / 1024.0,
+            peak as f64 / 1024.0,
+            load.rps,
+            load.errors
+        )?;
+    }
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrk_output_is_read() {
+        let text = "Running 10s test @ http://x/\n  2 threads and 100 connections\n\
+            \x20 Latency Distribution\n     50%  812.00us\n     75%    1.10ms\n     90%    2.00ms\n     99%    4.25ms\n\
+            \x20 523400 requests in 10.00s, 1.20GB read\n\
+            \x20 Socket errors: connect 0, read 2, write 0, timeout 1\n\
+            Requests/sec:  52340.12\nTransfer/sec:    123.00MB\n";
+        let load = parse_wrk(text).expect("parses");
+        assert_eq!(load.requests, 523_400);
+        assert!((load.rps - 52_340.12).abs() < 1e-6);
+        assert!((load.p50_ms - 0.812).abs() < 1e-9);
+        assert!((load.p99_ms - 4.25).abs() < 1e-9);
+        assert_eq!(load.errors, 3);
+        assert_eq!(millis("1.02s"), Some(1020.0));
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0]), 2.5);
+    }
+}
