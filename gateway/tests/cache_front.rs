@@ -254,6 +254,11 @@ async fn a_fresh_response_is_served_from_the_cache_with_age_and_via() -> Result<
     assert_eq!(second.header("cache-control"), Some("max-age=60"));
     let stats = cache.stats();
     assert_eq!((stats.hits, stats.misses, stats.entries), (1, 1, 1));
+    assert_eq!(
+        (stats.memory_hits, stats.memory_entries),
+        (1, 1),
+        "a small entry just stored is hit in memory"
+    );
     Ok(())
 }
 
@@ -557,6 +562,17 @@ async fn entries_survive_a_restart_and_purge_removes_them() -> Result<()> {
     let again = get(gw, "/k", up.addr).await?;
     assert_eq!(again.text(), "kept");
     assert_eq!(up.count("/k"), 1, "served from the reopened file");
+    assert_eq!(
+        (cache.stats().hits, cache.stats().memory_hits),
+        (1, 0),
+        "the first hit after a restart reads the file"
+    );
+    get(gw, "/k", up.addr).await?;
+    assert_eq!(
+        cache.stats().memory_hits,
+        1,
+        "and promotes the entry into memory"
+    );
     let removed = cache
         .purge(gateway::cache::Purge::Url(format!("http://{}/k", up.addr)))
         .await?;

@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 
 /// Default database budget: 1 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+/// Default memory tier: 64 MiB.
+pub const DEFAULT_MEMORY_BYTES: u64 = 64 << 20;
 /// Default largest single response body stored: 64 MiB.
 pub const DEFAULT_MAX_OBJECT_BYTES: u64 = 64 << 20;
 /// The smallest budget accepted: redb's fixed overhead (a few pages per table,
@@ -28,6 +30,9 @@ pub struct CacheConfig {
     /// Largest response body stored, in bytes; larger ones pass uncached.
     /// A response that announces more (`Content-Length`) is not even tried.
     pub max_object_bytes: u64,
+    /// Memory for hot small entries (bodies up to 256 KiB) in front of the
+    /// database, in bytes; 0 turns the memory tier off.
+    pub memory_bytes: u64,
 }
 
 impl Default for CacheConfig {
@@ -37,6 +42,7 @@ impl Default for CacheConfig {
             path: PathBuf::from("/var/cache/sctp-gateway/cache.redb"),
             max_bytes: DEFAULT_MAX_BYTES,
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
+            memory_bytes: DEFAULT_MEMORY_BYTES,
         }
     }
 }

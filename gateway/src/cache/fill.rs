@@ -170,6 +170,10 @@ impl Fill {
                         body_len: entry.response.body_len,
                         ..fresh
                     };
+                    shared
+                        .changes
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    shared.memory.remove(&self.key);
                     let store = shared.store.clone();
                     let head = fresh.clone();
                     let updated =
@@ -360,10 +364,19 @@ async fn write(shared: Arc<Shared>, mut reader: Subscriber<FlightHead>, job: Wri
         Err(_) => return,
     };
     let mut batch = BytesMut::new();
+    // A copy of a small body for the memory tier.
+    let mut copy = Some(BytesMut::new());
     loop {
         match reader.next_chunk().await {
             Some(Ok(chunk)) => {
                 batch.extend_from_slice(&chunk);
+                if let Some(c) = &mut copy {
+                    if (c.len() + chunk.len()) as u64 <= super::memory::MAX_OBJECT_BYTES {
+                        c.extend_from_slice(&chunk);
+                    } else {
+                        copy = None;
+                    }
+                }
                 if batch.len() >= WRITE_BATCH {
                     let data = batch.split().freeze();
                     match write_blocking(writer, data).await {
@@ -395,6 +408,7 @@ async fn write(shared: Arc<Shared>, mut reader: Subscriber<FlightHead>, job: Wri
     }
     let data = batch.freeze();
     let declared = job.declared;
+    let changes = shared.changes.load(std::sync::atomic::Ordering::SeqCst);
     let finished = tokio::task::spawn_blocking(move || {
         writer.write(&data)?;
         writer.finish(declared)
@@ -414,6 +428,17 @@ async fn write(shared: Arc<Shared>, mut reader: Subscriber<FlightHead>, job: Wri
                     bytes = entry.response.body_len,
                     "cache: stored"
                 );
+                if let Some(body) = copy {
+                    let key = full_key(&job.primary, &job.secondary);
+                    shared.remember(
+                        &job.primary,
+                        &job.vary,
+                        &key,
+                        &entry,
+                        body.freeze(),
+                        changes,
+                    );
+                }
             }
         }
         Ok(Err(e)) => tracing::debug!(uri = job.primary, error = %e, "cache: not stored"),

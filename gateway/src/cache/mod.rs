@@ -11,6 +11,8 @@
 //!   purge, stats, read-only open. Blocking: called from `spawn_blocking`.
 //! - [`coalesce`]: one upstream fetch per key, streamed to every waiter.
 //! - [`fill`]: a miss in progress: the producer and writer tasks.
+//! - `memory`: small hot entries with their bodies in front of redb, so that
+//!   a hit on them needs no blocking call.
 //! - [`config`]: the `[cache]` section.
 //!
 //! What it never does: touch sockets, or block an async executor thread.
@@ -19,6 +21,7 @@ mod body;
 pub mod coalesce;
 pub mod config;
 pub mod fill;
+mod memory;
 pub mod policy;
 pub mod store;
 
@@ -36,6 +39,7 @@ use self::coalesce::{Coalescer, Join};
 use self::config::CacheConfig;
 use self::fill::FillTicket;
 pub use self::fill::{Fill, Filled, FlightHead};
+use self::memory::{Hot, Memory};
 use self::policy::{EffectiveUri, LookupDecision, StoredAnswer};
 pub use self::store::Purge;
 use self::store::{EntryMeta, Store, StoreError, StoreLimits, StoreStats, full_key};
@@ -55,6 +59,11 @@ pub struct Cache {
 #[derive(Debug)]
 pub(crate) struct Shared {
     store: Store,
+    memory: Memory,
+    /// Bumped by every removal or change of entries (invalidation, purge,
+    /// discard, freshening): a lookup that promotes an entry into memory
+    /// undoes it if this moved meanwhile.
+    changes: AtomicU64,
     flights: Coalescer<FlightHead>,
     /// Per primary key with fills in progress: (fills, invalidation epoch).
     fills: Mutex<HashMap<String, (u32, u64)>>,
@@ -65,6 +74,7 @@ pub(crate) struct Shared {
 #[derive(Debug, Default)]
 struct Counters {
     hits: AtomicU64,
+    memory_hits: AtomicU64,
     coalesced: AtomicU64,
     misses: AtomicU64,
     validations: AtomicU64,
@@ -83,8 +93,10 @@ impl Counters {
 /// The cache's figures: lookups by outcome since start, and the store's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct CacheStats {
-    /// Answered from a fresh stored entry.
+    /// Answered from a fresh stored entry...
     pub hits: u64,
+    /// ...of which from the memory tier (no database read).
+    pub memory_hits: u64,
     /// Joined another request's fetch in flight.
     pub coalesced: u64,
     /// Fetched from upstream (nothing usable stored).
@@ -112,6 +124,10 @@ pub struct CacheStats {
     pub file_bytes: u64,
     /// Writes switched off after an error (a full disk), or no cache at all.
     pub disabled: bool,
+    /// Entries in the memory tier.
+    pub memory_entries: u64,
+    /// Bytes they take.
+    pub memory_bytes: u64,
 }
 
 /// A request as the cache keys and judges it.
@@ -143,6 +159,7 @@ pub enum Lookup {
 /// What the blocking part of a lookup found.
 struct Found {
     key: Vec<u8>,
+    vary: Vec<String>,
     entry: Option<EntryMeta>,
     decision: LookupDecision,
     /// A fresh answer and, for small bodies, the bytes already read.
@@ -174,15 +191,17 @@ impl Cache {
         })
         .await
         .map_err(|_| StoreError::Corrupt("open task failed"))??;
-        Ok(Self::from_store(store))
+        Ok(Self::from_store(store, config.memory_bytes))
     }
 
-    /// A cache over an open store.
-    pub fn from_store(store: Store) -> Self {
+    /// A cache over an open store, with a memory tier of `memory_bytes`.
+    pub fn from_store(store: Store, memory_bytes: u64) -> Self {
         let join_limit = JOIN_LIMIT.min(store.max_object_bytes());
         Self {
             shared: Some(Arc::new(Shared {
                 store,
+                memory: Memory::new(memory_bytes),
+                changes: AtomicU64::new(0),
                 flights: Coalescer::new(join_limit),
                 fills: Mutex::new(HashMap::new()),
                 counters: Counters::default(),
@@ -207,8 +226,12 @@ impl Cache {
         let primary = EffectiveUri::new(request.host, request.port, request.target)
             .as_str()
             .to_owned();
+        if let Some(hit) = shared.memory_hit(&primary, request) {
+            return hit;
+        }
         // A follower that finds the entry refreshed looks again, once.
         for _ in 0..2 {
+            let changes = shared.changes.load(Ordering::SeqCst);
             let found = match shared.find(&primary, request).await {
                 Ok(found) => found,
                 Err(e) => {
@@ -223,6 +246,11 @@ impl Cache {
                         return Lookup::Pass;
                     };
                     shared.counters.inc(&shared.counters.hits);
+                    if answer.body == policy::BodySlice::Whole
+                        && let Some(parts) = &inline
+                    {
+                        shared.promote(&primary, &found.vary, &found.key, &entry, parts, changes);
+                    }
                     return Lookup::Hit(shared.answer(found.key, &entry, answer, inline), "hit");
                 }
                 LookupDecision::GatewayTimeout => {
@@ -314,6 +342,7 @@ impl Cache {
         }
         let primaries: Vec<String> = targets.iter().map(|t| t.as_str().to_owned()).collect();
         shared.bump(|primary| primaries.iter().any(|p| p == primary));
+        shared.memory.remove_primaries(&primaries);
         shared.counters.inc(&shared.counters.invalidations);
         let store = shared.store.clone();
         let removed = tokio::task::spawn_blocking(move || {
@@ -338,15 +367,8 @@ impl Cache {
         let Some(shared) = &self.shared else {
             return Ok(0);
         };
-        shared.bump(|primary| match &what {
-            Purge::Url(url) => primary == url,
-            Purge::Prefix(prefix) => primary.starts_with(prefix.as_str()),
-            Purge::Host(host) => {
-                let host = host.to_ascii_lowercase();
-                primary.starts_with(&format!("http://{host}/"))
-                    || primary.starts_with(&format!("http://{host}:"))
-            }
-        });
+        shared.bump(|primary| memory::purge_matches(&what, primary));
+        shared.memory.purge(&what);
         let store = shared.store.clone();
         tokio::task::spawn_blocking(move || store.purge(&what))
             .await
@@ -379,8 +401,12 @@ impl Cache {
             get(&c.passes),
         );
         let lookups = hits + coalesced + misses + validations + passes;
+        let (memory_entries, memory_bytes) = shared.memory.size();
         CacheStats {
             hits,
+            memory_hits: get(&c.memory_hits),
+            memory_entries,
+            memory_bytes,
             coalesced,
             misses,
             validations,
@@ -415,7 +441,8 @@ impl Shared {
         let method = request.method.clone();
         let headers = request.headers.clone();
         tokio::task::spawn_blocking(move || {
-            let names = store.vary_names(&primary)?.unwrap_or_default();
+            let vary = store.vary_names(&primary)?.unwrap_or_default();
+            let names = &vary;
             let secondary = policy::secondary_key(&names, &headers);
             let key = full_key(&primary, &secondary);
             let entry = store.get(&key)?;
@@ -445,6 +472,7 @@ impl Shared {
                                     store.remove_keys(std::slice::from_ref(&key))?;
                                     return Ok(Found {
                                         key,
+                                        vary,
                                         entry: None,
                                         decision: LookupDecision::Pass,
                                         answer: None,
@@ -461,6 +489,7 @@ impl Shared {
             };
             Ok(Found {
                 key,
+                vary,
                 entry,
                 decision,
                 answer,
@@ -494,9 +523,90 @@ impl Shared {
         response
     }
 
+    /// A fresh entry from the memory tier, answered without a blocking call.
+    fn memory_hit(&self, primary: &str, request: &CacheRequest<'_>) -> Option<Lookup> {
+        let (key, hot) = self.memory.get(primary, request.headers)?;
+        let decision = policy::decide_lookup(
+            request.method,
+            request.headers,
+            Some(&hot.entry.response),
+            SystemTime::now(),
+        );
+        let LookupDecision::Fresh { age } = decision else {
+            return None;
+        };
+        let answer =
+            policy::answer_from_stored(request.method, request.headers, &hot.entry.response, age);
+        let parts = match answer.body {
+            policy::BodySlice::Empty => Vec::new(),
+            policy::BodySlice::Whole => vec![hot.body.clone()],
+            policy::BodySlice::Range { start, end } => {
+                let (start, end) = (usize::try_from(start).ok()?, usize::try_from(end).ok()?);
+                vec![
+                    hot.body
+                        .get(start..end)
+                        .map(|_| hot.body.slice(start..end))?,
+                ]
+            }
+        };
+        self.counters.inc(&self.counters.hits);
+        self.counters.inc(&self.counters.memory_hits);
+        Some(Lookup::Hit(
+            self.answer(key, &hot.entry, answer, Some(parts)),
+            "hit",
+        ))
+    }
+
+    /// Copies an entry read from the store into memory, unless the cache
+    /// changed since `changes` was read (the entry may be invalidated).
+    fn promote(
+        &self,
+        primary: &str,
+        vary: &[String],
+        key: &[u8],
+        entry: &EntryMeta,
+        parts: &[Bytes],
+        changes: u64,
+    ) {
+        if entry.response.body_len > memory::MAX_OBJECT_BYTES {
+            return;
+        }
+        let body = match parts {
+            [one] => one.clone(),
+            _ => Bytes::from(parts.concat()),
+        };
+        self.remember(primary, vary, key, entry, body, changes);
+    }
+
+    /// Puts an entry into memory; takes it out again if the cache changed
+    /// since `changes` was read (an invalidation may have missed it).
+    fn remember(
+        &self,
+        primary: &str,
+        vary: &[String],
+        key: &[u8],
+        entry: &EntryMeta,
+        body: Bytes,
+        changes: u64,
+    ) {
+        self.memory.insert(
+            primary,
+            vary,
+            key.to_vec(),
+            Hot {
+                entry: entry.clone(),
+                body,
+            },
+        );
+        if self.changes.load(Ordering::SeqCst) != changes {
+            self.memory.remove(key);
+        }
+    }
+
     /// Marks the primary keys `matches` selects as invalidated for the fills
     /// in progress on them.
     fn bump(&self, matches: impl Fn(&str) -> bool) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
         for (primary, slot) in lock(&self.fills).iter_mut() {
             if matches(primary) {
                 slot.1 += 1;
@@ -506,6 +616,8 @@ impl Shared {
 
     /// Removes one entry (off the executor).
     async fn remove_key(&self, key: Vec<u8>) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        self.memory.remove(&key);
         let store = self.store.clone();
         let _ = tokio::task::spawn_blocking(move || store.remove_keys(&[key])).await;
     }
