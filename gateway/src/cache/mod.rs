@@ -442,8 +442,7 @@ impl Shared {
         let headers = request.headers.clone();
         tokio::task::spawn_blocking(move || {
             let vary = store.vary_names(&primary)?.unwrap_or_default();
-            let names = &vary;
-            let secondary = policy::secondary_key(&names, &headers);
+            let secondary = policy::secondary_key(&vary, &headers);
             let key = full_key(&primary, &secondary);
             let entry = store.get(&key)?;
             let decision = policy::decide_lookup(
