@@ -422,6 +422,10 @@ impl Front {
                 "request body too large",
             ));
         }
+        if hyper::body::Body::is_end_stream(&body) {
+            // No Content-Length and no Transfer-Encoding: no body, no timer.
+            return Ok(Bytes::new());
+        }
         let limit = usize::try_from(max).unwrap_or(usize::MAX);
         let collect = Limited::new(body, limit).collect();
         match tokio::time::timeout(self.http.body_timeout, collect).await {

@@ -12,7 +12,7 @@
 //! clears set bits and evicts the first clear one.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -32,7 +32,7 @@ pub(super) struct Hot {
 
 #[derive(Debug)]
 struct Slot {
-    hot: Hot,
+    hot: Arc<Hot>,
     primary: String,
     visited: bool,
     /// Tells this insertion's place in `order` from an earlier one's.
@@ -67,13 +67,13 @@ impl Memory {
 
     /// The entry for `primary` that matches `request`'s Vary values, marked as
     /// used, with its full key.
-    pub(super) fn get(&self, primary: &str, request: &HeaderMap) -> Option<(Vec<u8>, Hot)> {
+    pub(super) fn get(&self, primary: &str, request: &HeaderMap) -> Option<(Vec<u8>, Arc<Hot>)> {
         let mut inner = super::lock(&self.inner);
         let (names, _) = inner.vary.get(primary)?;
         let key = full_key(primary, &policy::secondary_key(names, request));
         let slot = inner.entries.get_mut(&key)?;
         slot.visited = true;
-        Some((key, slot.hot.clone()))
+        Some((key, Arc::clone(&slot.hot)))
     }
 
     /// Keeps `hot` under `key` (replacing what was there) if it is small
@@ -119,7 +119,7 @@ impl Memory {
         inner.entries.insert(
             key,
             Slot {
-                hot,
+                hot: Arc::new(hot),
                 primary: primary.to_owned(),
                 visited: false,
                 generation,
