@@ -268,19 +268,17 @@ impl Front {
         host: &str,
         port: u16,
     ) -> Result<(Response<Body>, &'static str, &'static str), Refusal> {
-        let (method, path, headers) = (
-            request.method.clone(),
-            request.path.clone(),
-            request.headers.clone(),
-        );
-        let key = CacheRequest {
-            method: &method,
-            host,
-            port,
-            target: &path,
-            headers: &headers,
-        };
-        match self.cache.lookup(&key).await {
+        let lookup = self
+            .cache
+            .lookup(&CacheRequest {
+                method: &request.method,
+                host,
+                port,
+                target: &request.path,
+                headers: &request.headers,
+            })
+            .await;
+        match lookup {
             Lookup::Hit(response, label) => Ok((response, "cache", label)),
             Lookup::Fill(fill) => {
                 let label = if fill.is_validation() {
@@ -301,7 +299,15 @@ impl Front {
                 }
             }
             Lookup::Pass => {
+                let (method, path) = (request.method.clone(), request.path.clone());
                 let (response, route) = self.dispatch(flow, decision, request).await?;
+                let key = CacheRequest {
+                    method: &method,
+                    host,
+                    port,
+                    target: &path,
+                    headers: &HeaderMap::new(),
+                };
                 self.cache
                     .after_pass(&key, response.status(), response.headers())
                     .await;
