@@ -9,6 +9,11 @@
 //!   stylesheets, preloads, icons, manifests, media, same-origin frames, and
 //!   the `url()`s of inline CSS. Start here.
 //! - [`css`]: `url()` and `@import` of a stylesheet.
+//! - [`queue`]: [`PrefetchQueue`], the state machine that orders prefetches
+//!   per page, enforces the limits, promotes a prefetch a browser asks for,
+//!   cancels what an abandoned page no longer needs, and counts what was used
+//!   and wasted. Input through `handle_*` calls, output through
+//!   [`PrefetchQueue::poll_action`]; time is an argument.
 //! - [`manners`]: the request fields a prefetch may carry and whether its
 //!   response may be kept.
 //! - [`config`]: the `[prefetch]` section.
@@ -22,6 +27,7 @@ pub mod css;
 pub mod extract;
 pub mod manners;
 mod media;
+pub mod queue;
 mod srcset;
 
 use std::borrow::Cow;
@@ -31,6 +37,7 @@ pub use config::PrefetchConfig;
 pub use css::{CssResources, extract_css};
 pub use extract::{HtmlScanner, extract_html};
 pub use manners::{NotKept, keep_prefetched, prefetch_request_headers};
+pub use queue::{Action, Demand, FetchId, PageId, PrefetchQueue, PrefetchStats};
 
 /// One subresource a page will ask for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
