@@ -56,6 +56,14 @@ pub const FIRST_SCAN_BYTES: usize = 4 << 10;
 /// was cut into chunks.
 pub const PRESCAN_BYTES: usize = 1024;
 
+/// Most elements open at once in a page that is still parsed. html5ever's
+/// tree builder walks the stack of open elements for many start tags, so a
+/// page of thousands of unclosed `<div>`s costs time quadratic in its
+/// nesting (seconds for 10 000); browsers cap the tree depth for the same
+/// reason (Chromium at 512). A pass whose prefix nests deeper stops the
+/// scan of the page: what earlier passes found stands.
+pub const MAX_NESTING: usize = 512;
+
 /// Image types current browsers decode (`<source type>`, `preload type`).
 const IMAGE_TYPES: [&str; 12] = [
     "image/avif",
@@ -221,13 +229,24 @@ impl HtmlScanner {
     }
 
     fn scan(&mut self) {
-        self.passes += 1;
         let encoding = *self.encoding.get_or_insert_with(|| {
             let sniffed = &self.body[..self.body.len().min(PRESCAN_BYTES)];
             let whole = self.input == Input::Ended && self.body.len() <= PRESCAN_BYTES;
             sniff_encoding(sniffed, self.transport_encoding, &self.document, whole)
         });
         let text = encoding.decode_with_bom_removal(&self.body).0;
+        let nesting = nesting(&text);
+        if nesting > MAX_NESTING {
+            tracing::debug!(
+                document = %self.document,
+                nesting,
+                "prefetch: page nests too deep to parse, scan stopped"
+            );
+            self.input = Input::Capped;
+            self.body = Vec::new();
+            return;
+        }
+        self.passes += 1;
         let html = Html::parse_document(&text);
         let mut pass = Pass {
             document: &self.document,
@@ -259,6 +278,87 @@ pub fn extract_html(
     scanner.handle_chunk(body);
     scanner.handle_end();
     std::iter::from_fn(|| scanner.poll_resource()).collect()
+}
+
+/// An upper bound of how deeply `text` nests elements, from html5ever's
+/// tokenizer alone (linear time): start tags open, end tags close, except
+/// void elements, elements whose end the parser implies (`p`, `li`, `td`,
+/// ...), and self-closing tags inside SVG and MathML. Raw text (`script`,
+/// `style`, `textarea`, ...) is tokenized as the tree builder would have it.
+fn nesting(text: &str) -> usize {
+    let sink = NestingSink::default();
+    let tokenizer = html5ever::tokenizer::Tokenizer::new(sink, Default::default());
+    let input = BufferQueue::default();
+    input.push_back(html5ever::tendril::StrTendril::from_slice(text));
+    while !matches!(tokenizer.feed(&input), TokenizerResult::Done) {}
+    tokenizer.end();
+    tokenizer.sink.deepest.get()
+}
+
+/// Elements that never have content.
+const VOID: [&str; 14] = [
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
+    "wbr", "param",
+];
+/// Elements the parser closes by itself when a sibling starts.
+const IMPLIED_END: [&str; 20] = [
+    "p", "li", "dt", "dd", "option", "optgroup", "tr", "td", "th", "rb", "rt", "rtc", "rp",
+    "tbody", "thead", "tfoot", "colgroup", "caption", "head", "body",
+];
+
+#[derive(Debug, Default)]
+struct NestingSink {
+    depth: std::cell::Cell<usize>,
+    deepest: std::cell::Cell<usize>,
+    /// The depth at which an `<svg>` or `<math>` opened, while inside one.
+    foreign_from: std::cell::Cell<Option<usize>>,
+}
+
+impl html5ever::tokenizer::TokenSink for NestingSink {
+    type Handle = ();
+
+    fn process_token(
+        &self,
+        token: html5ever::tokenizer::Token,
+        _line: u64,
+    ) -> html5ever::tokenizer::TokenSinkResult<()> {
+        use html5ever::tokenizer::states::RawKind;
+        use html5ever::tokenizer::{TagKind, Token, TokenSinkResult};
+        let Token::TagToken(tag) = token else {
+            return TokenSinkResult::Continue;
+        };
+        let name: &str = &tag.name;
+        let depth = self.depth.get();
+        if tag.kind == TagKind::EndTag {
+            let depth = depth.saturating_sub(1);
+            self.depth.set(depth);
+            if self.foreign_from.get().is_some_and(|from| depth <= from) {
+                self.foreign_from.set(None);
+            }
+            return TokenSinkResult::Continue;
+        }
+        let foreign = self.foreign_from.get().is_some();
+        if VOID.contains(&name) || IMPLIED_END.contains(&name) || (foreign && tag.self_closing) {
+            return TokenSinkResult::Continue;
+        }
+        if !foreign && matches!(name, "svg" | "math") {
+            self.foreign_from.set(Some(depth));
+        }
+        self.depth.set(depth + 1);
+        self.deepest.set(self.deepest.get().max(depth + 1));
+        if foreign {
+            return TokenSinkResult::Continue;
+        }
+        match name {
+            "title" | "textarea" => TokenSinkResult::RawData(RawKind::Rcdata),
+            "style" | "xmp" | "iframe" | "noembed" | "noframes" | "noscript" => {
+                TokenSinkResult::RawData(RawKind::Rawtext)
+            }
+            "script" => TokenSinkResult::RawData(RawKind::ScriptData),
+            "plaintext" => TokenSinkResult::Plaintext,
+            _ => TokenSinkResult::Continue,
+        }
+    }
 }
 
 /// HTML's encoding sniffing, less what needs a user or a reload.
@@ -467,9 +567,9 @@ impl Pass<'_> {
     }
 
     fn link(&mut self, element: &Element) {
-        let Some(href) = element.attr("href") else {
-            return;
-        };
+        // An image preload may have only `imagesrcset`; everything else
+        // needs an `href`.
+        let href = element.attr("href").unwrap_or_default();
         let rel = element.attr("rel").unwrap_or_default().to_ascii_lowercase();
         let rel: Vec<&str> = rel.split_ascii_whitespace().collect();
         let has = |token: &str| rel.contains(&token);
@@ -510,7 +610,7 @@ impl Pass<'_> {
                 let chosen = srcset::choose(
                     element.attr("imagesrcset"),
                     element.attr("imagesizes"),
-                    Some(href),
+                    element.attr("href"),
                     self.viewport,
                 );
                 if let Some(url) = chosen {
@@ -746,6 +846,27 @@ mod tests {
     }
 
     #[test]
+    fn nesting_is_bounded_above_without_counting_what_closes_itself() {
+        assert_eq!(nesting("<p>a<p>b<ul><li>x<li>y</ul><img><br>"), 1);
+        assert_eq!(nesting("<div><div><span></span></div></div>"), 3);
+        assert_eq!(
+            nesting("<div/><div/>"),
+            2,
+            "self-closing means nothing in HTML"
+        );
+        assert_eq!(nesting("<svg><path/><path/><g><path/></g></svg><p>"), 2);
+        assert_eq!(
+            nesting("<script>for (;;) '<div><div><div>'</script><style><div></style>"),
+            1
+        );
+        assert_eq!(
+            nesting("<title><b><b><b></title><textarea><i><i></textarea>"),
+            1
+        );
+        assert_eq!(nesting("</div></div><div>"), 1);
+    }
+
+    #[test]
     fn top_level_domains_chardetng_accepts() {
         let tld = |s: &str| top_level_domain(&Url::parse(s).expect("URL")).map(<[u8]>::to_vec);
         assert_eq!(tld("http://example.jp/"), Some(b"jp".to_vec()));
@@ -785,6 +906,89 @@ mod tests {
                 "image http://example.test/two.png",
             ]
         );
+    }
+
+    #[test]
+    fn hostile_input_neither_panics_nor_recurses_away() {
+        let config = PrefetchConfig::default();
+        let doc = document();
+        // Quadratic for the tree builder: the scan stops, after what the
+        // shallower prefix gave.
+        let mut deep = "<img src=first.png>".to_owned();
+        deep.push_str(&"<div>".repeat(100_000));
+        deep.push_str("<img src=deep.png>");
+        let mut scanner = HtmlScanner::new(doc.clone(), None, &config);
+        scanner.handle_chunk(&deep.as_bytes()[..2048]);
+        scanner.handle_chunk(&deep.as_bytes()[2048..]);
+        scanner.handle_end();
+        assert!(scanner.is_finished());
+        let found: Vec<String> = std::iter::from_fn(|| scanner.poll_resource())
+            .map(|r| r.to_string())
+            .collect();
+        assert_eq!(
+            found,
+            Vec::<String>::new(),
+            "first pass at 4 KiB is already too deep"
+        );
+        let mut shallow = "<div>".repeat(MAX_NESTING - 1);
+        shallow.push_str("<img src=deep.png>");
+        assert_eq!(
+            scan_all(shallow.as_bytes(), None),
+            ["image http://example.test/dir/deep.png"]
+        );
+        let nested_css = format!(
+            "<style>{}</style><div style=\"{}\">",
+            "a{".repeat(50_000),
+            "x:(".repeat(50_000)
+        );
+        let _ = scan_all(nested_css.as_bytes(), None);
+        let media = format!(
+            "<picture><source srcset=a.png media=\"{}\"></picture>",
+            "(".repeat(10_000)
+        );
+        let _ = scan_all(media.as_bytes(), None);
+        let _ = css::extract_css(
+            &doc,
+            None,
+            None,
+            "@media (".repeat(20_000).as_bytes(),
+            &config,
+        );
+        // Pseudo-random bytes, salted with markup, in pseudo-random chunks.
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let pieces: [&[u8]; 8] = [
+            b"<img src=",
+            b"<picture><source srcset=\"a 1x, b 2x\" media=(",
+            b"<style>@import url(",
+            b"<base href=",
+            b"\xEF\xBB\xBF",
+            b"<meta charset=shift_jis>",
+            b"url(",
+            b"\"'>",
+        ];
+        for _ in 0..200 {
+            let mut body = Vec::new();
+            for _ in 0..(next() % 64) {
+                if next() % 3 == 0 {
+                    body.extend_from_slice(pieces[(next() % 8) as usize]);
+                } else {
+                    body.extend((0..next() % 16).map(|_| (next() % 256) as u8));
+                }
+            }
+            let mut scanner = HtmlScanner::new(doc.clone(), None, &config).first_scan_at(1);
+            for chunk in body.chunks(1 + (next() % 50) as usize) {
+                scanner.handle_chunk(chunk);
+            }
+            scanner.handle_end();
+            while scanner.poll_resource().is_some() {}
+            let _ = css::extract_css(&doc, None, None, &body, &config);
+        }
     }
 
     #[test]
