@@ -27,4 +27,5 @@ pub mod front;
 pub mod intercept;
 pub mod listener;
 pub mod origin_link;
+pub mod prefetch;
 pub mod route;
