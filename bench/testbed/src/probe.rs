@@ -1,7 +1,13 @@
 //! Measuring probes for links between namespaces: a UDP echo with per-probe
 //! round-trip times, a paced UDP sender with sequence numbers and a sink that
 //! timestamps every datagram, a TCP bulk sender and a sink that timestamps every
-//! read. Each socket is opened inside its namespace ([`in_netns`]) and then
+//! read.
+//!
+//! Round trips are timed the way TWAMP times them, so that what is measured is
+//! the path and not how promptly two threads were scheduled: the probe is
+//! stamped just before it is sent, its answer by the kernel when it arrived
+//! (`SO_TIMESTAMPNS`), and the echo writes into the answer how long it held the
+//! probe (kernel arrival to send), which is subtracted. Each socket is opened inside its namespace ([`in_netns`]) and then
 //! used from an ordinary thread; every loop is bounded in count and time, and
 //! every background thread stops when its guard is dropped.
 //!
@@ -14,7 +20,7 @@ use std::os::fd::AsRawFd as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::{Result, TestbedError, io};
 use crate::netns::in_netns;
@@ -28,6 +34,10 @@ const SOCKET_BUFFER_BYTES: libc::c_int = 16 << 20;
 
 /// Bytes at the start of every probe datagram: sequence number (u64, big endian).
 const SEQ_BYTES: usize = 8;
+
+/// Bytes of a round-trip probe: the sequence number, then the nanoseconds the
+/// echo held it (u64, big endian, filled in by the echo).
+const RTT_PROBE_HEADER: usize = SEQ_BYTES + 8;
 
 fn set_buffer(socket: &impl std::os::fd::AsRawFd, option: libc::c_int) {
     let value = SOCKET_BUFFER_BYTES;
@@ -55,6 +65,119 @@ pub fn udp_socket(ns: &str, addr: SocketAddr) -> Result<UdpSocket> {
         .set_read_timeout(Some(POLL))
         .map_err(io("setting a read timeout"))?;
     Ok(socket)
+}
+
+/// SCHED_FIFO priority of the threads that time round trips: below the WAN
+/// emulator's default (50), above every normally scheduled process.
+const TIMING_RT_PRIORITY: libc::c_int = 40;
+
+/// Puts the calling thread under SCHED_FIFO, best effort: a thread that only
+/// wakes to timestamp a datagram then does so promptly on a busy machine,
+/// instead of up to a scheduler slice late. Without the privilege nothing
+/// changes.
+fn prefer_realtime() {
+    let param = libc::sched_param {
+        sched_priority: TIMING_RT_PRIORITY,
+    };
+    // SAFETY: pthread_setschedparam on this thread with a valid sched_param.
+    unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+}
+
+/// Asks the kernel to stamp every datagram `socket` receives with the time it
+/// arrived (CLOCK_REALTIME, nanoseconds).
+fn stamp_arrivals(socket: &UdpSocket) -> Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads one c_int from a live variable.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&raw const on).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io("enabling SO_TIMESTAMPNS")(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads one datagram (waiting up to the socket's read timeout): its length,
+/// sender and arrival time, the kernel's if [`stamp_arrivals`] is on, now
+/// otherwise.
+fn recv_stamped(
+    socket: &UdpSocket,
+    buffer: &mut [u8],
+) -> std::io::Result<(usize, SocketAddr, SystemTime)> {
+    // SAFETY: all-zero sockaddr_storage and msghdr are valid; pointers set below.
+    let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: buffer.as_mut_ptr().cast(),
+        iov_len: buffer.len(),
+    };
+    // SAFETY: as above.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_name = (&raw mut from).cast();
+    message.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = size_of_val(&control);
+    // SAFETY: every pointer in `message` refers to a live buffer of the size
+    // given.
+    let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut arrived = None;
+    // SAFETY: the kernel filled `message` and `control`; the CMSG macros walk
+    // within msg_controllen.
+    unsafe {
+        let mut header = libc::CMSG_FIRSTHDR(&message);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET
+                && (*header).cmsg_type == libc::SCM_TIMESTAMPNS
+            {
+                let stamp: libc::timespec =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(header).cast());
+                arrived = Some(
+                    SystemTime::UNIX_EPOCH
+                        + Duration::new(stamp.tv_sec as u64, stamp.tv_nsec as u32),
+                );
+            }
+            header = libc::CMSG_NXTHDR(&message, header);
+        }
+    }
+    let from = socket_addr(&from).ok_or_else(|| std::io::Error::other("no sender address"))?;
+    Ok((n as usize, from, arrived.unwrap_or_else(SystemTime::now)))
+}
+
+fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match libc::c_int::from(storage.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let v4: &libc::sockaddr_in = unsafe { &*(&raw const *storage).cast() };
+            Some(SocketAddr::from((
+                u32::from_be(v4.sin_addr.s_addr).to_be_bytes(),
+                u16::from_be(v4.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let v6: &libc::sockaddr_in6 = unsafe { &*(&raw const *storage).cast() };
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                v6.sin6_addr.s6_addr.into(),
+                u16::from_be(v6.sin6_port),
+                v6.sin6_flowinfo,
+                v6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
 }
 
 fn unspecified(peer: SocketAddr) -> SocketAddr {
@@ -116,7 +239,10 @@ impl<T> Drop for Worker<T> {
     }
 }
 
-/// A UDP echo server: sends every datagram back to where it came from.
+/// A UDP echo server: sends every datagram back to where it came from. In a
+/// datagram of at least 16 bytes it writes, as bytes 8 to 15 (u64, big endian),
+/// the nanoseconds from the kernel's arrival stamp to just before the answer is
+/// sent, so that [`measure_rtt`] can leave out the echo's own delay.
 #[derive(Debug)]
 pub struct UdpEcho {
     worker: Worker<u64>,
@@ -126,13 +252,23 @@ impl UdpEcho {
     /// Starts echoing on `addr` inside `ns`.
     pub fn start(ns: &str, addr: SocketAddr) -> Result<Self> {
         let socket = udp_socket(ns, addr)?;
+        stamp_arrivals(&socket)?;
         let worker = Worker::spawn("udp-echo", move |stop| {
+            prefer_realtime();
             let mut buffer = [0u8; 65_536];
             let mut echoed = 0;
             while !stop.load(Ordering::Relaxed) {
-                if let Ok((n, from)) = socket.recv_from(&mut buffer)
-                    && socket.send_to(&buffer[..n], from).is_ok()
-                {
+                let Ok((n, from, arrived)) = recv_stamped(&socket, &mut buffer) else {
+                    continue;
+                };
+                if n >= RTT_PROBE_HEADER {
+                    let held = SystemTime::now()
+                        .duration_since(arrived)
+                        .unwrap_or_default()
+                        .as_nanos() as u64;
+                    buffer[SEQ_BYTES..RTT_PROBE_HEADER].copy_from_slice(&held.to_be_bytes());
+                }
+                if socket.send_to(&buffer[..n], from).is_ok() {
                     echoed += 1;
                 }
             }
@@ -191,10 +327,11 @@ impl RttReport {
 /// across a long-delay link included).
 const WARM_UP_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Sends `count` numbered probes of `size` bytes (at least 8) from `ns` to the
-/// echo at `peer`, one every `interval`, and times each answer; answers later
-/// than `timeout` after the last probe count as lost. One warm-up probe is sent
-/// and answered first, so neighbour resolution (ARP, NDP) is not measured.
+/// Sends `count` numbered probes of `size` bytes (at least 16) from `ns` to the
+/// [`UdpEcho`] at `peer`, one every `interval`, and times each round trip (see
+/// the module docs); answers later than `timeout` after the last probe count as
+/// lost. One warm-up probe is sent and answered first, so neighbour resolution
+/// (ARP, NDP) is not measured.
 pub fn measure_rtt(
     ns: &str,
     peer: SocketAddr,
@@ -208,42 +345,58 @@ pub fn measure_rtt(
         .connect(peer)
         .map_err(io(format!("connecting UDP to {peer}")))?;
     warm_up(&socket, peer)?;
+    stamp_arrivals(&socket)?;
     let receiver = socket.try_clone().map_err(io("cloning a UDP socket"))?;
-    let sent_at: Arc<Vec<std::sync::OnceLock<Instant>>> =
+    let sent_at: Arc<Vec<std::sync::OnceLock<SystemTime>>> =
         Arc::new((0..count).map(|_| std::sync::OnceLock::new()).collect());
     let stamps = Arc::clone(&sent_at);
     let collector = Worker::spawn("rtt-collector", move |stop| {
+        prefer_realtime();
         let mut rtts = Vec::new();
         let mut seen = vec![false; stamps.len()];
         let mut buffer = [0u8; 65_536];
         while !stop.load(Ordering::Relaxed) {
-            let Ok(n) = receiver.recv(&mut buffer) else {
+            let Ok((n, _, arrived)) = recv_stamped(&receiver, &mut buffer) else {
                 continue;
             };
-            let now = Instant::now();
-            if n < SEQ_BYTES {
+            if n < RTT_PROBE_HEADER {
                 continue;
             }
-            let seq = u64::from_be_bytes(buffer[..SEQ_BYTES].try_into().unwrap_or_default());
+            let field = |range: std::ops::Range<usize>| {
+                u64::from_be_bytes(buffer[range].try_into().unwrap_or_default())
+            };
+            let (seq, held) = (field(0..SEQ_BYTES), field(SEQ_BYTES..RTT_PROBE_HEADER));
             let Some(sent) = stamps.get(seq as usize).and_then(|s| s.get()) else {
                 continue;
             };
             if !std::mem::replace(&mut seen[seq as usize], true) {
-                rtts.push(now - *sent);
+                let round_trip = arrived.duration_since(*sent).unwrap_or_default();
+                rtts.push(round_trip.saturating_sub(Duration::from_nanos(held)));
             }
         }
         rtts
     })?;
-    let mut probe = vec![0u8; size.max(SEQ_BYTES)];
-    let start = Instant::now();
-    for seq in 0..count {
-        sleep_until(start + interval * seq as u32);
-        probe[..SEQ_BYTES].copy_from_slice(&seq.to_be_bytes());
-        let _ = sent_at[seq as usize].set(Instant::now());
-        socket
-            .send(&probe)
-            .map_err(io(format!("sending a probe to {peer}")))?;
-    }
+    // The sender gets a thread of its own, so that its real-time policy does
+    // not stay with the caller.
+    let sender = Worker::spawn("rtt-sender", move |stop| -> std::io::Result<()> {
+        prefer_realtime();
+        let mut probe = vec![0u8; size.max(RTT_PROBE_HEADER)];
+        let start = Instant::now();
+        for seq in 0..count {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            sleep_until(start + interval * seq as u32);
+            probe[..SEQ_BYTES].copy_from_slice(&seq.to_be_bytes());
+            let _ = sent_at[seq as usize].set(SystemTime::now());
+            socket.send(&probe)?;
+        }
+        Ok(())
+    })?;
+    let sending = interval * count as u32 + Duration::from_secs(5);
+    sender
+        .wait(sending)?
+        .map_err(io(format!("sending a probe to {peer}")))?;
     std::thread::sleep(timeout);
     let mut rtts = collector.finish()?;
     rtts.sort();
@@ -253,7 +406,8 @@ pub fn measure_rtt(
 /// Sends an unnumbered probe (sequence `u64::MAX`) every 100 ms until one is
 /// answered.
 fn warm_up(socket: &UdpSocket, peer: SocketAddr) -> Result<()> {
-    let probe = u64::MAX.to_be_bytes();
+    let mut probe = [0u8; RTT_PROBE_HEADER];
+    probe[..SEQ_BYTES].copy_from_slice(&u64::MAX.to_be_bytes());
     let deadline = Instant::now() + WARM_UP_TIMEOUT;
     let mut buffer = [0u8; 64];
     let mut next_send = Instant::now();
@@ -265,8 +419,8 @@ fn warm_up(socket: &UdpSocket, peer: SocketAddr) -> Result<()> {
             next_send += Duration::from_millis(100);
         }
         if let Ok(n) = socket.recv(&mut buffer)
-            && buffer[..n.min(SEQ_BYTES)] == probe[..n.min(SEQ_BYTES)]
             && n >= SEQ_BYTES
+            && buffer[..SEQ_BYTES] == probe[..SEQ_BYTES]
         {
             return Ok(());
         }
@@ -452,13 +606,13 @@ pub struct TcpSent {
 }
 
 /// Connects from `ns` to `peer` and writes for `duration` (then closes);
-/// returns what it wrote.
+/// returns what it wrote. The send buffer is the kernel's autotuned one, so up
+/// to a few MiB written may still be on their way when this returns.
 pub fn send_tcp(ns: &str, peer: SocketAddr, duration: Duration) -> Result<TcpSent> {
     let mut stream = in_netns(ns, move || {
         TcpStream::connect_timeout(&peer, Duration::from_secs(5))
     })?
     .map_err(io(format!("connecting TCP to {peer}")))?;
-    set_buffer(&stream, libc::SO_SNDBUFFORCE);
     stream
         .set_write_timeout(Some(POLL))
         .map_err(io("setting a write timeout"))?;

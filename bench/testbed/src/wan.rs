@@ -140,6 +140,9 @@ pub struct WanParams {
     /// Print counters this often into the log (read with
     /// [`WanEmulator::latest_stats`]); only at exit when `None`.
     pub stats_every: Option<Duration>,
+    /// SCHED_FIFO priority of the forwarding threads (0: normal scheduling);
+    /// `None` for wanem's default (50).
+    pub rt_priority: Option<u8>,
 }
 
 impl WanParams {
@@ -151,6 +154,7 @@ impl WanParams {
             seed: 1,
             reorder: false,
             stats_every: None,
+            rt_priority: None,
         }
     }
 
@@ -177,6 +181,9 @@ impl WanParams {
         args.extend(["--seed".into(), self.seed.to_string()]);
         if self.reorder {
             args.push("--reorder".into());
+        }
+        if let Some(priority) = self.rt_priority {
+            args.extend(["--rt-priority".into(), priority.to_string()]);
         }
         if let Some(every) = self.stats_every {
             args.extend(["--stats-every".into(), format!("{}ms", every.as_millis())]);
@@ -210,6 +217,10 @@ pub struct DirectionCounters {
     pub kernel_drops: u64,
     /// Waiting in the emulated link.
     pub pending: u64,
+    /// Sent 1 ms or more after they were due.
+    pub late_over_1ms: u64,
+    /// The latest a frame was sent after it was due, µs.
+    pub late_max_us: u64,
 }
 
 impl DirectionCounters {
@@ -249,6 +260,8 @@ impl DirectionCounters {
                 "checksum_not_ready" => &mut counters.checksum_not_ready,
                 "kernel_drops" => &mut counters.kernel_drops,
                 "pending" => &mut counters.pending,
+                "late_over_1ms" => &mut counters.late_over_1ms,
+                "late_max_us" => &mut counters.late_max_us,
                 _ => continue,
             };
             *slot = value;

@@ -72,6 +72,13 @@ pub struct Cli {
     /// timing precision; 0 to never spin.
     #[arg(long, value_parser = parse_duration, default_value = "50us")]
     pub spin: Duration,
+    /// Run the forwarding threads under SCHED_FIFO with this priority (1-99),
+    /// so a busy machine's other processes do not delay departures by a
+    /// scheduler slice; 0 for normal scheduling. Needs CAP_SYS_NICE; without it
+    /// wanem warns and runs normally.
+    #[arg(long, value_name = "PRIORITY", default_value_t = DEFAULT_RT_PRIORITY,
+          value_parser = clap::value_parser!(u8).range(0..=99))]
+    pub rt_priority: u8,
 
     // Last, so that their help headings do not capture the options above.
     #[command(flatten)]
@@ -79,6 +86,10 @@ pub struct Cli {
     #[command(flatten)]
     pub b_to_a: BToA,
 }
+
+/// SCHED_FIFO priority of the forwarding threads unless --rt-priority says
+/// otherwise: mid-range, above nothing the testbed runs.
+pub const DEFAULT_RT_PRIORITY: u8 = 50;
 
 /// Defines the per-direction override group `$name` with flags `--$prefix-*`.
 macro_rules! overrides {
@@ -278,6 +289,7 @@ mod tests {
             }
         );
         assert_eq!(parse(&[]).driver_options().spin, Duration::from_micros(50));
+        assert_eq!(parse(&[]).rt_priority, DEFAULT_RT_PRIORITY);
     }
 
     #[test]
@@ -291,6 +303,7 @@ mod tests {
             &["--rate", "10mbps"],
             &["--delay", "40"],
             &["--a-to-b-loss", "1%", "--a-to-b-ge", "1%,2%"],
+            &["--rt-priority", "100"],
         ] {
             assert!(
                 Cli::try_parse_args(["wanem", "--a", "x", "--b", "y"].iter().chain(args)).is_err(),

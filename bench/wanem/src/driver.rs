@@ -32,6 +32,9 @@ const FRAME_BUFFER_BYTES: usize = 65_536 + 64;
 /// Ethernet header plus one VLAN tag: the largest frame is the MTU plus this.
 const LINK_HEADER_ALLOWANCE: usize = 14 + 4;
 
+/// A frame sent this long after it was due counts as late.
+const LATE: Duration = Duration::from_millis(1);
+
 /// How often the kernel's drop counter of the receive socket is read.
 const KERNEL_STATS_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -85,6 +88,8 @@ struct DirectionCounters {
     checksum_not_ready: AtomicU64,
     kernel_drops: AtomicU64,
     pending: AtomicU64,
+    late_over_1ms: AtomicU64,
+    late_max_ns: AtomicU64,
 }
 
 /// A snapshot of one direction's counters.
@@ -119,6 +124,11 @@ pub struct DirectionStats {
     pub kernel_drops: u64,
     /// Frames waiting in the emulated link now.
     pub pending: u64,
+    /// Frames sent 1 ms or more after they were due (the thread was not
+    /// scheduled in time, or the receive path kept it busy).
+    pub late_over_1ms: u64,
+    /// The latest any frame was sent after it was due, in microseconds.
+    pub late_max_us: u64,
 }
 
 impl fmt::Display for DirectionStats {
@@ -126,7 +136,7 @@ impl fmt::Display for DirectionStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "received={} received_bytes={} dropped_loss={} dropped_queue={} oversize={} sent={} sent_bytes={} send_errors={} checksum_not_ready={} kernel_drops={} pending={}",
+            "received={} received_bytes={} dropped_loss={} dropped_queue={} oversize={} sent={} sent_bytes={} send_errors={} checksum_not_ready={} kernel_drops={} pending={} late_over_1ms={} late_max_us={}",
             self.received,
             self.received_bytes,
             self.dropped_loss,
@@ -137,7 +147,9 @@ impl fmt::Display for DirectionStats {
             self.send_errors,
             self.checksum_not_ready,
             self.kernel_drops,
-            self.pending
+            self.pending,
+            self.late_over_1ms,
+            self.late_max_us
         )
     }
 }
@@ -157,6 +169,8 @@ impl DirectionCounters {
             checksum_not_ready: get(&self.checksum_not_ready),
             kernel_drops: get(&self.kernel_drops),
             pending: get(&self.pending),
+            late_over_1ms: get(&self.late_over_1ms),
+            late_max_us: get(&self.late_max_ns) / 1000,
         }
     }
 }
@@ -341,11 +355,18 @@ impl Forwarder {
 
     /// Sends every frame due by `now`.
     fn transmit_due(&mut self, now: Instant) {
-        while let Some(frame) = self.link.poll_transmit(now) {
+        while let Some((due, frame)) = self.link.poll_transmit(now) {
             match self.sender.send(&frame) {
                 Ok(()) => {
                     bump(&self.counters.sent, 1);
                     bump(&self.counters.sent_bytes, frame.len() as u64);
+                    let late = Instant::now().saturating_duration_since(due);
+                    if late >= LATE {
+                        bump(&self.counters.late_over_1ms, 1);
+                    }
+                    self.counters
+                        .late_max_ns
+                        .fetch_max(late.as_nanos() as u64, Ordering::Relaxed);
                 }
                 Err(error) => {
                     bump(&self.counters.send_errors, 1);

@@ -20,12 +20,14 @@ fn main() -> Result<()> {
     // Blocked here, before the threads start (they inherit the mask): SIGINT and
     // SIGTERM are then only taken by sigtimedwait below, in this thread.
     let signals = block_stop_signals()?;
+    // Also before the threads start: they inherit the policy.
+    let scheduling = set_realtime(cli.rt_priority);
     let emulator = Emulator::start(&directions, cli.driver_options())?;
     let started = Instant::now();
     for direction in &directions {
         println!("wanem {}: {}", direction.label(), describe(direction));
     }
-    println!("wanem ready (seed {})", cli.seed);
+    println!("wanem ready (seed {}, {scheduling})", cli.seed);
     std::io::stdout().flush()?;
 
     let mut next_stats = cli.stats_every.map(|every| started + every);
@@ -90,6 +92,28 @@ fn describe(direction: &DirectionConfig) -> String {
         link.jitter,
         if link.reorder { " (may reorder)" } else { "" }
     )
+}
+
+/// Puts this thread (and so every thread it starts) under SCHED_FIFO with
+/// `priority`, unless it is 0. Says what it got; a failure is a warning, not an
+/// error, since the emulator works without (less precisely on a busy machine).
+fn set_realtime(priority: u8) -> String {
+    if priority == 0 {
+        return "normal scheduling".to_owned();
+    }
+    let param = libc::sched_param {
+        sched_priority: i32::from(priority),
+    };
+    // SAFETY: sched_setscheduler reads one valid sched_param; pid 0 is this
+    // thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0 {
+        return format!("SCHED_FIFO priority {priority}");
+    }
+    let error = std::io::Error::last_os_error();
+    eprintln!(
+        "wanem: cannot use SCHED_FIFO ({error}); running with normal scheduling, so departures may be late by a scheduler slice when the machine is busy"
+    );
+    "normal scheduling (SCHED_FIFO refused)".to_owned()
 }
 
 /// SIGINT and SIGTERM, blocked in this thread (and so in every thread started
