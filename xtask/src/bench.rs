@@ -1,5 +1,7 @@
 //! `cargo xtask bench transport`: every association backend against plain TCP on
 //! the same veth path between two namespaces, in one run, reported as ratios.
+//! (`bench scheduler` and `bench static` live here too; `bench wan` in
+//! `bench_wan.rs`.)
 //!
 //! The measuring program is `gateway-transport/examples/transport_bench.rs`; this
 //! module builds it, creates the namespaces (removed on drop, also on error), runs
@@ -28,7 +30,7 @@ pub(crate) struct BenchOptions {
     #[arg(long)]
     pub rate_limited: bool,
     /// Run only the sections whose workload is named here (scheduler: zipf,
-    /// prefetch, thesis); all by default.
+    /// prefetch, thesis; wan: rtt, loss, rate); all by default.
     #[arg(long)]
     pub only: Vec<String>,
 }
@@ -43,6 +45,8 @@ pub(crate) enum Which {
     Scheduler,
     /// Static-file request rate: the origin against nginx on the same files.
     Static,
+    /// The WAN emulator against its tolerances: round-trip time, loss, rate.
+    Wan,
 }
 
 const BACKENDS: [&str; 3] = ["tcp", "framed-tcp", "userspace"];
@@ -160,6 +164,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Transport => transport(options),
         Which::Scheduler => scheduler(options),
         Which::Static => static_files(),
+        Which::Wan => crate::bench_wan::run(&options.only),
     }
 }
 
@@ -574,7 +579,7 @@ fn build_example(package: &str, example: &str) -> Result<PathBuf> {
 
 /// A report's title and the lines every report starts with: how to reproduce it,
 /// when, and on what.
-fn report_header(title: &str, subcommand: &str) -> Result<String> {
+pub(crate) fn report_header(title: &str, subcommand: &str) -> Result<String> {
     let mut report = String::new();
     writeln!(report, "# {title}\n")?;
     writeln!(report, "- command: `cargo xtask bench {subcommand}`")?;

@@ -8,6 +8,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_wan;
 mod cmd;
 mod ebpf;
 mod run;
