@@ -319,9 +319,11 @@ impl WanEmulator {
         params: &WanParams,
         log: &Path,
     ) -> Result<Self> {
-        let wan = topology.wan.as_ref().ok_or_else(|| TestbedError::Config {
-            path: log.to_owned(),
-            what: "the topology has no wan namespace (use WanLink::ThroughNamespace)".into(),
+        let wan = topology.wan.as_ref().ok_or_else(|| {
+            TestbedError::Topology(
+                "no wan namespace to run the WAN emulator in (create it with WanLink::ThroughNamespace)"
+                    .into(),
+            )
         })?;
         for (ns, dev) in [
             (topology.gateway.name(), WAN_IF),
