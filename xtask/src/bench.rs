@@ -1,5 +1,7 @@
 //! `cargo xtask bench transport`: every association backend against plain TCP on
 //! the same veth path between two namespaces, in one run, reported as ratios.
+//! (`bench scheduler` and `bench static` live here too; `bench wan` in
+//! `bench_wan.rs`.)
 //!
 //! The measuring program is `gateway-transport/examples/transport_bench.rs`; this
 //! module builds it, creates the namespaces (removed on drop, also on error), runs
@@ -28,7 +30,7 @@ pub(crate) struct BenchOptions {
     #[arg(long)]
     pub rate_limited: bool,
     /// Run only the sections whose workload is named here (scheduler: zipf,
-    /// prefetch, thesis); all by default.
+    /// prefetch, thesis; wan: rtt, loss, rate); all by default.
     #[arg(long)]
     pub only: Vec<String>,
 }
@@ -46,6 +48,8 @@ pub(crate) enum Which {
     /// A cache hit served by the gateway against nginx (wrk), and the
     /// gateway's memory at 1,000 connections.
     Cache,
+    /// The WAN emulator against its tolerances: round-trip time, loss, rate.
+    Wan,
 }
 
 const BACKENDS: [&str; 3] = ["tcp", "framed-tcp", "userspace"];
@@ -164,6 +168,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Scheduler => scheduler(options),
         Which::Static => static_files(),
         Which::Cache => crate::bench_cache::run(),
+        Which::Wan => crate::bench_wan::run(&options.only),
     }
 }
 

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context as _, Result, bail};
 
@@ -63,6 +64,40 @@ pub(crate) fn which(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|dir| dir.join(name))
         .find(|path| path.is_file())
+}
+
+/// Set by SIGINT, SIGTERM or SIGHUP; long-running subcommands poll it through
+/// [`stop_requested`].
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Turns SIGINT, SIGTERM and SIGHUP into [`STOP`], so that teardown runs in
+/// order instead of the process dying with its namespaces still there. The
+/// children run in process groups of their own, so a terminal's Ctrl-C reaches
+/// only this process, which stops them in order.
+pub(crate) fn install_stop_handlers() -> Result<()> {
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: an all-zero sigaction is valid (empty mask, no flags); the
+        // handler only stores to an atomic, which is async-signal-safe.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // SAFETY: `action` is initialised; the old action is not asked for.
+        if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } != 0 {
+            bail!(
+                "cannot handle signal {signal}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether SIGINT, SIGTERM or SIGHUP arrived since [`install_stop_handlers`].
+pub(crate) fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
 }
 
 #[cfg(test)]

@@ -16,7 +16,6 @@ use std::net::SocketAddr;
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -25,7 +24,7 @@ use testbed::{
     Binaries, Browser, Demo, DemoOptions, GatewayConfig, GatewayConfigOverrides, NsProcess,
 };
 
-use crate::cmd::{run_command, workspace_root};
+use crate::cmd::{install_stop_handlers, run_command, stop_requested, workspace_root};
 use crate::setup;
 
 /// Options for `cargo xtask run`.
@@ -130,7 +129,7 @@ fn run_demo(options: &RunOptions) -> Result<()> {
 
 /// Waits for a stop signal, or fails when the gateway or origin dies on its own.
 fn watch(demo: &mut Demo) -> Result<()> {
-    while !STOP.load(Ordering::SeqCst) {
+    while !stop_requested() {
         for process in [demo.gateway.as_mut(), demo.origin.as_mut()]
             .into_iter()
             .flatten()
@@ -296,7 +295,7 @@ fn run_router(options: &RunOptions, origin: SocketAddr) -> Result<()> {
         if let Some(status) = child.try_wait()? {
             break status;
         }
-        if STOP.load(Ordering::SeqCst) {
+        if stop_requested() {
             println!("\n  stopping the gateway (SIGTERM)");
             // SAFETY: kill(2) has no memory-safety preconditions; the child is
             // not reaped yet, so its pid is still ours.
@@ -325,7 +324,7 @@ fn run_router(options: &RunOptions, origin: SocketAddr) -> Result<()> {
             path.display()
         );
     }
-    if !status.success() && !STOP.load(Ordering::SeqCst) {
+    if !status.success() && !stop_requested() {
         bail!("the gateway exited with {status}");
     }
     Ok(())
@@ -364,32 +363,4 @@ fn step(name: &str) {
 fn is_not_root() -> bool {
     // SAFETY: geteuid(2) cannot fail and has no preconditions.
     unsafe { libc::geteuid() != 0 }
-}
-
-/// Set by SIGINT, SIGTERM or SIGHUP; the foreground loops poll it.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_stop_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-/// Turns SIGINT, SIGTERM and SIGHUP into [`STOP`], so that teardown runs in
-/// order instead of the process dying with its namespaces still there. The
-/// children run in process groups of their own, so a terminal's Ctrl-C reaches
-/// only this process, which stops them in order.
-fn install_stop_handlers() -> Result<()> {
-    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: an all-zero sigaction is valid (empty mask, no flags); the
-        // handler only stores to an atomic, which is async-signal-safe.
-        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-        action.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        // SAFETY: `action` is initialised; the old action is not asked for.
-        if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } != 0 {
-            bail!(
-                "cannot handle signal {signal}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-    }
-    Ok(())
 }

@@ -67,6 +67,10 @@ pub(crate) const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "curl",
         "HTTP client in the end-to-end tests and the demo's instructions",
     ),
+    (
+        "ethtool",
+        "turns GRO/GSO/TSO and tx checksumming off on the veths the WAN emulator forwards between",
+    ),
     ("wrk", "HTTP load generator for the benchmarks"),
     ("hyperfine", "command timing for the benchmarks"),
     (

@@ -66,6 +66,9 @@ pub enum TestbedError {
         /// What is wrong.
         what: String,
     },
+    /// The topology lacks what was asked of it (a `wan` namespace, say).
+    #[error("topology: {0}")]
+    Topology(String),
     /// Chromium's DevTools protocol answered with an error or something unexpected.
     #[error("DevTools: {0}")]
     DevTools(String),

@@ -13,11 +13,16 @@
 //! - [`Browser`]: headless Chromium in a namespace over the DevTools pipe: page
 //!   loads with every request's outcome and navigation timing, JavaScript
 //!   evaluation, screenshots.
+//! - [`WanEmulator`]: the `wanem` WAN emulator (bench/wanem) on the gateway–origin
+//!   link of a topology with a middle `wan` namespace: delay, jitter, loss, rate.
+//! - [`probe`]: UDP echo and round-trip times, paced UDP and TCP bulk senders and
+//!   timestamping sinks, for measuring links between namespaces.
 //!
 //! What it never does: touch the host's own network namespace beyond creating and
 //! deleting namespaces and veth pairs, or leave a process running after its guard
-//! is dropped. It needs root (namespaces), `ip` (iproute2), and for the servers
-//! and the browser Debian's `nginx-light` and `chromium`.
+//! is dropped. It needs root (namespaces), `ip` (iproute2), and for the servers,
+//! the browser and the WAN emulator Debian's `nginx-light`, `chromium` and
+//! `ethtool`.
 //!
 //! Where to start: [`Topology::create`], then [`NsProcess::spawn`].
 
@@ -26,8 +31,10 @@ mod demo;
 mod error;
 mod netns;
 mod nginx;
+pub mod probe;
 mod process;
 pub mod topology;
+mod wan;
 
 pub use browser::{
     Browser, BrowserConfig, CHROMIUM, CHROMIUM_FLAGS, NavigationTiming, Page, PageLoad,
@@ -44,6 +51,10 @@ pub use process::{NsProcess, Signal, tcp_accepts, wait_for_tcp, wait_until};
 /// The JSON type [`Page::evaluate`] returns.
 pub use serde_json;
 pub use topology::{Topology, WanLink};
+pub use wan::{
+    DirectionCounters, LinkParams, Loss, OFFLOADS_OFF, WANEM_READY, WanEmulator, WanParams,
+    WanStats, disable_offloads,
+};
 
 use std::path::PathBuf;
 

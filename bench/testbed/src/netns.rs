@@ -99,6 +99,7 @@ fn package_hint(program: &OsStr) -> &'static str {
         Some("nginx") => " (Debian package nginx-light)",
         Some("chromium") => " (Debian package chromium)",
         Some("curl") => " (Debian package curl)",
+        Some("ethtool") => " (Debian package ethtool)",
         _ => "",
     }
 }

@@ -96,8 +96,8 @@ pub const LAN_IF: &str = "lan0";
 pub const WAN_IF: &str = "wan0";
 /// The gateway's interface toward the unmapped web server.
 pub const WEB_IF: &str = "web0";
-/// Every other host's one interface.
-const HOST_IF: &str = "eth0";
+/// Every other host's one interface (the client's, the origin's, the web server's).
+pub const HOST_IF: &str = "eth0";
 
 /// The origin's SCTP address over IPv4 (what the gateway config points at).
 pub fn origin_sctp_v4() -> SocketAddr {
