@@ -5,6 +5,7 @@
 //! | `GET /metrics` | OpenMetrics text (Prometheus), encoded by `prometheus-client` |
 //! | `GET /cache/stats` | [`CacheStats`](crate::cache::CacheStats) as JSON |
 //! | `POST /cache/purge?url=U` (or `prefix=P`, `host=H`) | `{"removed": N}` |
+//! | `GET /prefetch/stats` | [`PrefetchStats`] as JSON |
 //!
 //! `gateway cache stats|purge` are its command-line clients. It listens on
 //! loopback by default: whoever can reach it can purge the cache.
@@ -30,7 +31,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::cache::{Cache, CacheStats, Purge};
-use crate::front::stopped;
+use crate::front::{Prefetcher, stopped};
+use crate::prefetch::PrefetchStats;
 
 /// `[admin]`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -62,9 +64,17 @@ pub struct Purged {
 }
 
 /// Serves the endpoint on `listener` until `shutdown` turns true.
-pub async fn serve(listener: TcpListener, cache: Cache, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    cache: Cache,
+    prefetcher: Option<Arc<Prefetcher>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(CacheCollector(cache.clone())));
+    if let Some(prefetcher) = &prefetcher {
+        registry.register_collector(Box::new(PrefetchCollector(Arc::clone(prefetcher))));
+    }
     let registry = Arc::new(registry);
     loop {
         let accepted = tokio::select! {
@@ -74,11 +84,17 @@ pub async fn serve(listener: TcpListener, cache: Cache, mut shutdown: watch::Rec
         let Ok((stream, _)) = accepted else {
             continue;
         };
-        let (cache, registry) = (cache.clone(), Arc::clone(&registry));
+        let (cache, registry, prefetcher) =
+            (cache.clone(), Arc::clone(&registry), prefetcher.clone());
         tokio::spawn(async move {
             let service = service_fn(move |request| {
-                let (cache, registry) = (cache.clone(), Arc::clone(&registry));
-                async move { Ok::<_, Infallible>(handle(&cache, &registry, request).await) }
+                let (cache, registry, prefetcher) =
+                    (cache.clone(), Arc::clone(&registry), prefetcher.clone());
+                async move {
+                    Ok::<_, Infallible>(
+                        handle(&cache, prefetcher.as_deref(), &registry, request).await,
+                    )
+                }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
@@ -89,6 +105,7 @@ pub async fn serve(listener: TcpListener, cache: Cache, mut shutdown: watch::Rec
 
 async fn handle(
     cache: &Cache,
+    prefetcher: Option<&Prefetcher>,
     registry: &Registry,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
@@ -107,6 +124,10 @@ async fn handle(
             }
         }
         (&Method::GET, "/cache/stats") => json(&cache.stats()),
+        (&Method::GET, "/prefetch/stats") => match prefetcher {
+            Some(p) => json(&p.stats()),
+            None => plain(StatusCode::NOT_FOUND, "prefetch is off"),
+        },
         (&Method::POST, "/cache/purge") => {
             let purge = match purge_from_query(query) {
                 Ok(purge) => purge,
@@ -117,12 +138,12 @@ async fn handle(
                 Err(e) => plain(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
             }
         }
-        (_, "/metrics" | "/cache/stats" | "/cache/purge") => {
+        (_, "/metrics" | "/cache/stats" | "/cache/purge" | "/prefetch/stats") => {
             plain(StatusCode::METHOD_NOT_ALLOWED, "wrong method")
         }
         _ => plain(
             StatusCode::NOT_FOUND,
-            "GET /metrics, GET /cache/stats, POST /cache/purge?url=|prefix=|host=",
+            "GET /metrics, GET /cache/stats, POST /cache/purge?url=|prefix=|host=, GET /prefetch/stats",
         ),
     }
 }
@@ -234,6 +255,53 @@ impl Collector for CacheCollector {
         }
         Ok(())
     }
+}
+
+/// The prefetch queue's counters, read at each scrape.
+#[derive(Debug)]
+struct PrefetchCollector(Arc<Prefetcher>);
+
+impl Collector for PrefetchCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let s = self.0.stats();
+        for (name, help, value) in [
+            ("gateway_prefetch_issued", "Prefetches started", s.issued),
+            (
+                "gateway_prefetch_used",
+                "Prefetches a browser asked for later (joined in flight or after completion)",
+                s.used,
+            ),
+            (
+                "gateway_prefetch_claimed",
+                "Queued prefetches a browser asked for before they started",
+                s.claimed,
+            ),
+            ("gateway_prefetch_completed", "Prefetches completed", s.completed),
+            ("gateway_prefetch_failed", "Prefetches failed", s.failed),
+            ("gateway_prefetch_cancelled", "Prefetches cancelled", s.cancelled),
+            (
+                "gateway_prefetch_skipped_fresh",
+                "Subresources not prefetched: fresh in the cache",
+                s.skipped_fresh,
+            ),
+            ("gateway_prefetch_bytes", "Bytes received by prefetches", s.bytes),
+            (
+                "gateway_prefetch_wasted_bytes",
+                "Bytes of prefetches no browser asked for",
+                s.wasted_bytes,
+            ),
+        ] {
+            let counter = ConstCounter::new(value);
+            counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
+/// `gateway prefetch stats`: asks the running gateway at `admin`.
+pub async fn fetch_prefetch_stats(admin: SocketAddr) -> Result<PrefetchStats> {
+    let body = call(admin, Method::GET, "/prefetch/stats").await?;
+    serde_json::from_slice(&body).context("the admin endpoint's answer is not prefetch stats")
 }
 
 /// `gateway cache stats`: asks the running gateway at `admin`.

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::admin::AdminConfig;
 pub use crate::cache::config::CacheConfig;
+pub use crate::prefetch::PrefetchConfig;
 
 /// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +61,8 @@ pub struct GatewayConfig {
     pub direct: DirectConfig,
     /// The persistent HTTP cache (`[cache]`, docs/cache.md).
     pub cache: CacheConfig,
+    /// The HTML-driven prefetch queue (`[prefetch]`, docs/prefetch.md).
+    pub prefetch: PrefetchConfig,
     /// The operator's endpoint: metrics, cache stats and purge (`[admin]`).
     pub admin: AdminConfig,
     /// SCTP origins and the destinations they serve (`[[origin]]`).
@@ -333,6 +336,9 @@ impl GatewayConfig {
         }
         if let Err(e) = self.cache.validate() {
             return invalid(&format!("cache.{}", e.key), &e.reason);
+        }
+        if let Err(e) = self.prefetch.validate() {
+            return invalid(&format!("prefetch.{}", e.key), &e.reason);
         }
         let h = &self.http;
         // hyper's read buffer cannot be smaller than 8 KiB.

@@ -106,7 +106,15 @@ pub async fn run(config: GatewayConfig, stop: impl Future<Output = ()>) -> Resul
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut accepting = JoinSet::new();
     if let Some(socket) = admin {
-        tokio::spawn(crate::admin::serve(socket, cache.clone(), stop_rx.clone()));
+        tokio::spawn(crate::admin::serve(
+            socket,
+            cache.clone(),
+            front.prefetcher().cloned(),
+            stop_rx.clone(),
+        ));
+    }
+    if front.prefetcher().is_some() {
+        tokio::spawn(Arc::clone(&front).prefetch_driver(stop_rx.clone()));
     }
     for socket in listener.into_sockets() {
         accepting.spawn(accept_loop(

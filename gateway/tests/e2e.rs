@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gateway::config::{
-    AdminConfig, BypassConfig, CacheConfig, DirectConfig, GatewayConfig as DaemonConfig,
+    AdminConfig, BypassConfig, PrefetchConfig, CacheConfig, DirectConfig, GatewayConfig as DaemonConfig,
     HttpConfig, InterceptConfig, ListenConfig,
 };
 use gateway_transport::AssociationConfig;
@@ -610,6 +610,7 @@ fn shipped_config_shows_every_key_with_its_default_and_validates() {
         ("direct", defaults(&DirectConfig::default())),
         ("cache", defaults(&CacheConfig::default())),
         ("admin", defaults(&AdminConfig::default())),
+        ("prefetch", defaults(&PrefetchConfig::default())),
     ] {
         assert_eq!(
             shipped.get(section).and_then(|s| s.as_table()),

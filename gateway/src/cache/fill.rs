@@ -124,6 +124,8 @@ pub struct Fill {
     /// `If-None-Match` / `If-Modified-Since` for the validation.
     pub(super) conditional: HeaderMap,
     pub(super) request_time: SystemTime,
+    /// A further condition for storing (and sharing) the response.
+    pub(super) keep: Option<fn(StatusCode, &HeaderMap) -> bool>,
 }
 
 impl Fill {
@@ -138,6 +140,13 @@ impl Fill {
         for (name, value) in &self.conditional {
             headers.insert(name.clone(), value.clone());
         }
+    }
+
+    /// Stores (and shares with joiners) the response only if `keep` also
+    /// says so: a prefetch keeps nothing that varies on the credentials it
+    /// did not send.
+    pub fn only_if(&mut self, keep: fn(StatusCode, &HeaderMap) -> bool) {
+        self.keep = Some(keep);
     }
 
     /// Whether this fill is a validation of a stored entry.
@@ -218,7 +227,8 @@ impl Fill {
             ResponseDecision::Store(stored) => {
                 let declared = content_length(&parts.headers);
                 let max = shared.store.max_object_bytes();
-                if declared.is_some_and(|len| len > max) || shared.store.is_disabled() {
+                let refused = self.keep.is_some_and(|keep| !keep(parts.status, &parts.headers));
+                if declared.is_some_and(|len| len > max) || shared.store.is_disabled() || refused {
                     if self.stored.is_some() {
                         shared.remove_key(self.key.clone()).await;
                     }

@@ -285,6 +285,7 @@ impl Cache {
                         stored: found.entry.filter(|_| validation),
                         conditional,
                         request_time: SystemTime::now(),
+                        keep: None,
                     }));
                 }
                 Join::Follower(subscriber) => subscriber,
@@ -320,6 +321,32 @@ impl Cache {
         }
         shared.counters.inc(&shared.counters.passes);
         Lookup::Pass
+    }
+
+    /// Whether a GET with `request`'s fields would be answered fresh from the
+    /// cache now (the prefetch queue skips what is).
+    pub async fn is_fresh(&self, request: &CacheRequest<'_>) -> bool {
+        let Some(shared) = &self.shared else {
+            return false;
+        };
+        let primary = EffectiveUri::new(request.host, request.port, request.target)
+            .as_str()
+            .to_owned();
+        if let Some((_, hot)) = shared.memory.get(&primary, request.headers) {
+            let decision = policy::decide_lookup(
+                request.method,
+                request.headers,
+                Some(&hot.entry.response),
+                SystemTime::now(),
+            );
+            if matches!(decision, LookupDecision::Fresh { .. }) {
+                return true;
+            }
+        }
+        shared
+            .find(&primary, request)
+            .await
+            .is_ok_and(|found| matches!(found.decision, LookupDecision::Fresh { .. }))
     }
 
     /// After a request went upstream without the cache: an unsafe method's

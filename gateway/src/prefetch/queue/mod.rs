@@ -155,7 +155,7 @@ pub enum Demand {
 }
 
 /// Counters since start.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PrefetchStats {
     /// Prefetches started ([`Action::Start`]).
     pub issued: u64,

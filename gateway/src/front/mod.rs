@@ -34,6 +34,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
+mod prefetch;
+
+pub use self::prefetch::Prefetcher;
 use crate::cache::{Cache, CacheRequest, Filled, Lookup};
 use crate::config::{GatewayConfig, HttpConfig};
 use crate::direct::{DirectError, DirectSettings, DirectUpstream};
@@ -64,6 +67,8 @@ pub struct Front {
     origins: Vec<Origin>,
     direct: DirectSettings,
     cache: Cache,
+    /// The prefetch queue, unless `[prefetch]` turns it off for every route.
+    prefetcher: Option<Arc<Prefetcher>>,
 }
 
 #[derive(Debug)]
@@ -76,6 +81,8 @@ struct Origin {
 /// One browser connection: its ends, its stream pins and its direct upstream.
 #[derive(Debug)]
 struct Flow {
+    /// Numbers the connection for the prefetch queue (0 when unused).
+    id: u64,
     client: SocketAddr,
     dst: SocketAddr,
     /// Per origin index: the stream this connection is pinned to on that origin.
@@ -92,6 +99,18 @@ struct Refusal {
     message: String,
     /// Close the connection after answering (the request body was not read).
     close: bool,
+}
+
+impl Flow {
+    fn new(client: SocketAddr, dst: SocketAddr, direct: DirectSettings, id: u64) -> Self {
+        Self {
+            id,
+            client,
+            dst,
+            pins: Mutex::new(HashMap::new()),
+            direct: tokio::sync::Mutex::new(DirectUpstream::new(dst, direct)),
+        }
+    }
 }
 
 impl Refusal {
@@ -136,7 +155,14 @@ impl Front {
                 response_timeout: config.direct.response_timeout,
             },
             cache,
+            prefetcher: (config.prefetch.enabled_for_origins || config.prefetch.enabled_for_direct)
+                .then(|| Arc::new(Prefetcher::new(&config.prefetch))),
         }
+    }
+
+    /// The prefetch queue, if on.
+    pub fn prefetcher(&self) -> Option<&Arc<Prefetcher>> {
+        self.prefetcher.as_ref()
     }
 
     /// The cache this front uses.
@@ -153,12 +179,8 @@ impl Front {
             client,
             original_dst,
         } = flow;
-        let state = Arc::new(Flow {
-            client,
-            dst: original_dst,
-            pins: Mutex::new(HashMap::new()),
-            direct: tokio::sync::Mutex::new(DirectUpstream::new(original_dst, self.direct)),
-        });
+        let id = self.prefetcher.as_ref().map_or(0, |p| p.connection_id());
+        let state = Arc::new(Flow::new(client, original_dst, self.direct, id));
         let front = Arc::clone(&self);
         let service = service_fn(move |request| {
             let front = Arc::clone(&front);
@@ -182,6 +204,9 @@ impl Front {
         };
         if let Err(e) = result {
             tracing::debug!(%client, dst = %original_dst, error = %e, "browser connection ended");
+        }
+        if let Some(prefetcher) = &self.prefetcher {
+            prefetcher.connection_closed(id);
         }
     }
 
@@ -246,10 +271,26 @@ impl Front {
             host: host_value,
             headers: end_to_end(parts.headers),
             body,
+            urgency: DEMAND_URGENCY,
+            class: gateway_protocol::RequestClass::Demand,
+            promote: None,
         };
         let (mut response, route, cache) = if decision.cacheable && self.cache.is_enabled() {
-            self.through_cache(flow, decision, forwarded, &host, port)
-                .await?
+            if forwarded.method == Method::GET && self.prefetcher.is_some() {
+                // The page and its subresources, for the prefetch queue.
+                let claimed = self.prefetch_demand(&decision, &host, port, &forwarded.path);
+                let (path, headers) = (forwarded.path.clone(), forwarded.headers.clone());
+                let (response, route, cache) = self
+                    .through_cache(flow, decision, forwarded, &host, port)
+                    .await?;
+                let response = self.prefetch_watch(
+                    flow, &decision, &headers, &host, port, &path, claimed, response,
+                );
+                (response, route, cache)
+            } else {
+                self.through_cache(flow, decision, forwarded, &host, port)
+                    .await?
+            }
         } else {
             let (response, route) = self.dispatch(flow, decision, forwarded).await?;
             (response, route, "-")
@@ -343,8 +384,8 @@ impl Front {
         let origin_request = OriginRequest {
             head: origin_head(&request),
             body: request.body.clone(),
-            urgency: DEMAND_URGENCY,
-            class: gateway_protocol::RequestClass::Demand,
+            urgency: request.urgency,
+            class: request.class,
         };
         // Dropping the request future on time-out abandons the request cleanly
         // (RESET CANCELLED on its stream).
@@ -478,6 +519,12 @@ struct Forwarded {
     /// End-to-end headers only.
     headers: HeaderMap,
     body: Bytes,
+    /// RFC 9218 urgency toward an origin.
+    urgency: u8,
+    /// Browser demand or the gateway's prefetch.
+    class: gateway_protocol::RequestClass,
+    /// A prefetch's urgency after promotion (a browser asked for it).
+    promote: Option<watch::Receiver<u8>>,
 }
 
 /// The Host header value to forward, and the parsed host and port.
@@ -646,6 +693,9 @@ mod tests {
             host: HeaderValue::from_static("203.0.113.10"),
             headers,
             body: Bytes::from_static(b"xyz"),
+            urgency: DEMAND_URGENCY,
+            class: gateway_protocol::RequestClass::Demand,
+            promote: None,
         };
         let head = origin_head(&request);
         let mut parsed = [httparse::EMPTY_HEADER; 8];

@@ -1,0 +1,698 @@
+//! The prefetch queue's I/O layer: HTML responses are scanned as they pass to
+//! the browser, what they need is fetched through the cache at prefetch class,
+//! and browser requests join those fetches (docs/prefetch.md).
+//!
+//! ```text
+//!  HTML body ──> browser
+//!      └─copy─> page task: HtmlScanner ──> PrefetchQueue (I/O-free, in Prefetcher)
+//!                                               │ Action::Start / Promote / Cancel
+//!  driver task <────────────────────────────────┘
+//!      └─> one task per prefetch: cache lookup ─> Fill ─> origin (class prefetch)
+//!  browser GET ─> on_demand ─> cache lookup joins the prefetch's fill
+//! ```
+//!
+//! Only subresources on the page's own origin (scheme, host, port) are
+//! prefetched: the gateway knows where that origin is (the page's original
+//! destination); others would need a DNS answer the browser has not asked for.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use gateway_protocol::RequestClass;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Response};
+use http_body::{Frame, SizeHint};
+use http_body_util::BodyExt;
+use tokio::sync::{Notify, mpsc, watch};
+use url::Url;
+
+use super::{Body, BoxError, Flow, Forwarded, Front, stopped};
+use crate::cache::{CacheRequest, Filled, Lookup};
+use crate::prefetch::queue::{ConnectionId, Scan};
+use crate::prefetch::{
+    Action, Demand, FetchId, HtmlScanner, PageId, PrefetchConfig, PrefetchQueue, PrefetchStats,
+    Resource, extract_css, is_css, is_html, keep_prefetched, prefetch_request_headers,
+};
+use crate::route::{Decision, Target};
+
+/// Chunks of an HTML body waiting for the page task; beyond this the page is
+/// scanned no further (the browser is never held back).
+const PAGE_CHUNKS: usize = 256;
+
+/// What a prefetch needs from the page that found it.
+#[derive(Debug)]
+struct PageContext {
+    /// The page request's end-to-end fields (User-Agent, Accept-Language...).
+    headers: HeaderMap,
+    document: Url,
+    decision: Decision,
+    /// A flow of its own: prefetches get their own stream pin and upstream
+    /// connection, not the browser's.
+    flow: Arc<Flow>,
+}
+
+/// A prefetch in progress.
+#[derive(Debug)]
+struct Running {
+    task: tokio::task::AbortHandle,
+    promote: watch::Sender<u8>,
+}
+
+#[derive(Debug)]
+struct State {
+    queue: PrefetchQueue,
+    pages: HashMap<PageId, Arc<PageContext>>,
+    running: HashMap<FetchId, Running>,
+}
+
+/// The queue and what the I/O layer keeps beside it.
+#[derive(Debug)]
+pub struct Prefetcher {
+    config: PrefetchConfig,
+    state: Mutex<State>,
+    /// The driver waits on this for new actions.
+    wake: Notify,
+    next_connection: AtomicU64,
+}
+
+impl Prefetcher {
+    /// A prefetcher with `config`'s limits.
+    pub fn new(config: &PrefetchConfig) -> Self {
+        Self {
+            config: config.clone(),
+            state: Mutex::new(State {
+                queue: PrefetchQueue::new(config),
+                pages: HashMap::new(),
+                running: HashMap::new(),
+            }),
+            wake: Notify::new(),
+            next_connection: AtomicU64::new(1),
+        }
+    }
+
+    /// Counters since start.
+    pub fn stats(&self) -> PrefetchStats {
+        self.lock().queue.stats()
+    }
+
+    /// Whether pages reached over this route are scanned.
+    fn enabled_for(&self, decision: &Decision) -> bool {
+        match decision.target {
+            Target::Origin(_) => self.config.enabled_for_origins,
+            Target::Direct => self.config.enabled_for_direct,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the queue, then wakes the driver for what it queued.
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        let r = f(&mut self.lock());
+        self.wake.notify_one();
+        r
+    }
+
+    pub(super) fn connection_id(&self) -> u64 {
+        self.next_connection.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(super) fn connection_closed(&self, connection: u64) {
+        self.with(|s| {
+            s.queue
+                .connection_closed(Instant::now(), ConnectionId(connection));
+        });
+    }
+}
+
+impl Front {
+    /// A browser GET on a cacheable route: tells the queue, so that a
+    /// prefetch in flight is promoted (the request then joins it through the
+    /// cache) and a queued one is claimed. Returns what a claimed stylesheet
+    /// or frame needs: its id and how to scan it.
+    pub(super) fn prefetch_demand(
+        &self,
+        decision: &Decision,
+        host: &str,
+        port: u16,
+        path: &str,
+    ) -> Option<(FetchId, Scan)> {
+        let prefetcher = self.prefetcher.as_ref()?;
+        if !prefetcher.enabled_for(decision) {
+            return None;
+        }
+        let url = document_url(host, port, path)?;
+        match prefetcher.with(|s| s.queue.on_demand(Instant::now(), &url)) {
+            Demand::Claimed {
+                fetch,
+                scan: Some(scan),
+            } => Some((fetch, scan)),
+            Demand::Claimed { .. } | Demand::Alone | Demand::Join(_) | Demand::Prefetched(_) => {
+                None
+            }
+        }
+    }
+
+    /// The browser's response to a cacheable GET: an HTML page opens a page
+    /// whose body is scanned as it passes; a claimed stylesheet or frame is
+    /// scanned for the page that wanted it. Everything else passes untouched.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn prefetch_watch(
+        &self,
+        flow: &Flow,
+        decision: &Decision,
+        request: &HeaderMap,
+        host: &str,
+        port: u16,
+        path: &str,
+        claimed: Option<(FetchId, Scan)>,
+        response: Response<Body>,
+    ) -> Response<Body> {
+        let Some(prefetcher) = self.prefetcher.as_ref() else {
+            return response;
+        };
+        if !response.status().is_success() {
+            if let Some((fetch, _)) = claimed {
+                prefetcher.with(|s| s.queue.handle_failed(Instant::now(), fetch));
+            }
+            return response;
+        }
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let Some(document) = document_url(host, port, path) else {
+            return response;
+        };
+        if let Some((fetch, scan)) = claimed {
+            let (tx, rx) = mpsc::channel(PAGE_CHUNKS);
+            tokio::spawn(scan_fetch(
+                Arc::clone(prefetcher),
+                self.cache.clone(),
+                fetch,
+                scan,
+                document,
+                content_type,
+                rx,
+            ));
+            return tee(response, tx);
+        }
+        if response.status() != http::StatusCode::OK
+            || !is_html(content_type.as_deref())
+            || !prefetcher.enabled_for(decision)
+        {
+            return response;
+        }
+        let context = Arc::new(PageContext {
+            headers: request.clone(),
+            document: document.clone(),
+            decision: *decision,
+            flow: Arc::new(Flow::new(flow.client, flow.dst, self.direct, 0)),
+        });
+        let page = prefetcher.with(|s| {
+            let page = s
+                .queue
+                .open_page(Instant::now(), document.clone(), ConnectionId(flow.id));
+            s.pages.insert(page, context);
+            page
+        });
+        let scanner = HtmlScanner::new(document, content_type.as_deref(), &prefetcher.config);
+        let (tx, rx) = mpsc::channel(PAGE_CHUNKS);
+        tokio::spawn(scan_page(
+            Arc::clone(prefetcher),
+            self.cache.clone(),
+            page,
+            scanner,
+            rx,
+        ));
+        tee(response, tx)
+    }
+
+    /// Runs the queue's actions until `shutdown`: starts, promotes and
+    /// cancels prefetches, and expires pages.
+    pub async fn prefetch_driver(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let Some(prefetcher) = self.prefetcher.clone() else {
+            return;
+        };
+        loop {
+            let (actions, deadline) = {
+                let mut state = prefetcher.lock();
+                let now = Instant::now();
+                if state.queue.poll_timeout().is_some_and(|t| t <= now) {
+                    state.queue.handle_timeout(now);
+                }
+                let mut actions = Vec::new();
+                while let Some(action) = state.queue.poll_action() {
+                    actions.push(action);
+                }
+                let live: Vec<PageId> = state.pages.keys().copied().collect();
+                for page in live {
+                    if state.queue.timeline(page).is_none() {
+                        state.pages.remove(&page);
+                    }
+                }
+                (actions, state.queue.poll_timeout())
+            };
+            for action in actions {
+                self.run_action(&prefetcher, action);
+            }
+            let sleep = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = prefetcher.wake.notified() => {}
+                () = sleep => {}
+                () = stopped(&mut shutdown) => return,
+            }
+        }
+    }
+
+    fn run_action(self: &Arc<Self>, prefetcher: &Arc<Prefetcher>, action: Action) {
+        match action {
+            Action::Start {
+                fetch,
+                page,
+                resource,
+                urgency,
+                scan,
+            } => {
+                let context = prefetcher.lock().pages.get(&page).cloned();
+                let Some(context) = context else {
+                    prefetcher.with(|s| s.queue.handle_failed(Instant::now(), fetch));
+                    return;
+                };
+                let (promote, promoted) = watch::channel(urgency.level());
+                let task = tokio::spawn(Arc::clone(self).prefetch(
+                    Arc::clone(prefetcher),
+                    fetch,
+                    context,
+                    resource,
+                    promoted,
+                    scan,
+                ));
+                prefetcher.lock().running.insert(
+                    fetch,
+                    Running {
+                        task: task.abort_handle(),
+                        promote,
+                    },
+                );
+            }
+            Action::Promote { fetch, urgency } => {
+                if let Some(running) = prefetcher.lock().running.get(&fetch) {
+                    running.promote.send_replace(urgency.level());
+                }
+                tracing::debug!(%fetch, urgency = urgency.level(), "prefetch promoted");
+            }
+            Action::Cancel { fetch } => {
+                if let Some(running) = prefetcher.lock().running.remove(&fetch) {
+                    running.task.abort();
+                }
+            }
+        }
+    }
+
+    /// One prefetch: through the cache (a fresh entry ends it; a miss fills
+    /// it at prefetch class), reporting progress to the queue.
+    async fn prefetch(
+        self: Arc<Self>,
+        prefetcher: Arc<Prefetcher>,
+        fetch: FetchId,
+        page: Arc<PageContext>,
+        resource: Resource,
+        promoted: watch::Receiver<u8>,
+        scan: Option<Scan>,
+    ) {
+        let outcome = self
+            .prefetch_inner(&prefetcher, fetch, &page, &resource, promoted, scan)
+            .await;
+        prefetcher.with(|s| {
+            s.running.remove(&fetch);
+            let now = Instant::now();
+            match outcome {
+                Outcome::Fresh => s.queue.handle_fresh(now, fetch),
+                Outcome::Complete => s.queue.handle_complete(now, fetch),
+                Outcome::Failed(why) => {
+                    tracing::debug!(%fetch, url = %resource.url, why, "prefetch failed");
+                    s.queue.handle_failed(now, fetch);
+                }
+            }
+        });
+    }
+
+    async fn prefetch_inner(
+        &self,
+        prefetcher: &Arc<Prefetcher>,
+        fetch: FetchId,
+        page: &PageContext,
+        resource: &Resource,
+        promoted: watch::Receiver<u8>,
+        scan: Option<Scan>,
+    ) -> Outcome {
+        let url = &resource.url;
+        let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+            return Outcome::Failed("no host");
+        };
+        let host = host.trim_matches(['[', ']']).to_ascii_lowercase();
+        let authority = match url.port() {
+            Some(port) => format!("{}:{port}", url.host_str().unwrap_or_default()),
+            None => url.host_str().unwrap_or_default().to_owned(),
+        };
+        let Ok(host_value) = HeaderValue::from_str(&authority) else {
+            return Outcome::Failed("host");
+        };
+        let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
+        let urgency = *promoted.borrow();
+        let mut request = Forwarded {
+            method: Method::GET,
+            path: path.to_owned(),
+            host: host_value,
+            headers: prefetch_request_headers(&page.headers, &page.document, resource),
+            body: Bytes::new(),
+            urgency,
+            class: RequestClass::Prefetch,
+            promote: Some(promoted),
+        };
+        let lookup = self
+            .cache
+            .lookup(&CacheRequest {
+                method: &request.method,
+                host: &host,
+                port,
+                target: &request.path,
+                headers: &request.headers,
+            })
+            .await;
+        let response = match lookup {
+            Lookup::Hit(response, _) => {
+                if scan.is_none() {
+                    return Outcome::Fresh;
+                }
+                response
+            }
+            Lookup::Pass => return Outcome::Failed("the cache passes it"),
+            Lookup::Fill(mut fill) => {
+                fill.prepare(&mut request.headers);
+                fill.only_if(|status, headers| keep_prefetched(status, headers).is_ok());
+                let response = match self.dispatch(&page.flow, page.decision, request).await {
+                    Ok((response, _)) => response,
+                    Err(refusal) => return Outcome::Failed(refusal_reason(&refusal)),
+                };
+                match fill.respond(response).await {
+                    Filled::Answer(response) => response,
+                    Filled::Refetch => return Outcome::Failed("refetch"),
+                }
+            }
+        };
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let length = response
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        prefetcher.with(|s| s.queue.handle_head(Instant::now(), fetch, length));
+        let mut body = response.into_body();
+        let mut kept = Vec::new();
+        let keep = scan.is_some();
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else {
+                return Outcome::Failed("body");
+            };
+            if let Ok(data) = frame.into_data() {
+                prefetcher.with(|s| s.queue.handle_data(Instant::now(), fetch, data.len() as u64));
+                if keep {
+                    kept.push(data);
+                }
+            }
+        }
+        if let Some(scan) = scan {
+            let body: Vec<u8> = kept.concat();
+            let found = match scan {
+                Scan::Css => extract_css(
+                    url,
+                    content_type.as_deref(),
+                    None,
+                    &body,
+                    &prefetcher.config,
+                )
+                .into_vec(),
+                Scan::Html => {
+                    let mut scanner =
+                        HtmlScanner::new(url.clone(), content_type.as_deref(), &prefetcher.config);
+                    scanner.handle_chunk(&body);
+                    scanner.handle_end();
+                    std::iter::from_fn(|| scanner.poll_resource()).collect()
+                }
+            };
+            report_discovered(prefetcher, &self.cache, fetch, url, found).await;
+        }
+        Outcome::Complete
+    }
+}
+
+/// How a prefetch ended.
+enum Outcome {
+    Fresh,
+    Complete,
+    Failed(&'static str),
+}
+
+fn refusal_reason(refusal: &super::Refusal) -> &'static str {
+    if refusal.status.is_server_error() {
+        "upstream error"
+    } else {
+        "refused"
+    }
+}
+
+/// `http://host[:port]/path` of a request, as the scanner resolves against.
+fn document_url(host: &str, port: u16, path: &str) -> Option<Url> {
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    Url::parse(&format!("http://{host}:{port}{path}")).ok()
+}
+
+/// Whether `resource` is on `document`'s origin.
+fn same_origin(document: &Url, resource: &Url) -> bool {
+    document.scheme() == resource.scheme()
+        && document.host_str() == resource.host_str()
+        && document.port_or_known_default() == resource.port_or_known_default()
+}
+
+/// Whether the cache holds `url` fresh for a request with `headers`.
+async fn fresh_in_cache(cache: &crate::cache::Cache, url: &Url, headers: &HeaderMap) -> bool {
+    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+        return false;
+    };
+    let host = host.trim_matches(['[', ']']).to_ascii_lowercase();
+    let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
+    cache
+        .is_fresh(&CacheRequest {
+            method: &Method::GET,
+            host: &host,
+            port,
+            target: path,
+            headers,
+        })
+        .await
+}
+
+/// Scans an HTML page's body as copies of its chunks arrive, feeding the
+/// queue. A body the browser did not receive whole abandons the page.
+async fn scan_page(
+    prefetcher: Arc<Prefetcher>,
+    cache: crate::cache::Cache,
+    page: PageId,
+    mut scanner: HtmlScanner,
+    mut chunks: mpsc::Receiver<Chunk>,
+) {
+    let document = prefetcher
+        .lock()
+        .pages
+        .get(&page)
+        .map(|p| (p.document.clone(), p.headers.clone()));
+    let Some((document, headers)) = document else {
+        return;
+    };
+    let complete = loop {
+        match chunks.recv().await {
+            Some(Chunk::Data(data)) => scanner.handle_chunk(&data),
+            Some(Chunk::End) => {
+                scanner.handle_end();
+                break true;
+            }
+            None => break false,
+        }
+        feed(&prefetcher, &cache, page, &document, &headers, &mut scanner).await;
+    };
+    feed(&prefetcher, &cache, page, &document, &headers, &mut scanner).await;
+    prefetcher.with(|s| {
+        let now = Instant::now();
+        if complete {
+            s.queue.handle_html_end(now, page);
+        } else {
+            s.queue.page_abandoned(now, page);
+        }
+    });
+}
+
+/// Hands what the scanner found so far to the queue.
+async fn feed(
+    prefetcher: &Arc<Prefetcher>,
+    cache: &crate::cache::Cache,
+    page: PageId,
+    document: &Url,
+    headers: &HeaderMap,
+    scanner: &mut HtmlScanner,
+) {
+    while let Some(resource) = scanner.poll_resource() {
+        if !same_origin(document, &resource.url) {
+            continue;
+        }
+        let fresh = fresh_in_cache(cache, &resource.url, headers).await;
+        prefetcher.with(|s| {
+            s.queue
+                .handle_resource(Instant::now(), page, resource, fresh)
+        });
+    }
+}
+
+/// Scans a claimed stylesheet or frame the browser fetched itself.
+async fn scan_fetch(
+    prefetcher: Arc<Prefetcher>,
+    cache: crate::cache::Cache,
+    fetch: FetchId,
+    scan: Scan,
+    url: Url,
+    content_type: Option<String>,
+    mut chunks: mpsc::Receiver<Chunk>,
+) {
+    let mut body = Vec::new();
+    let complete = loop {
+        match chunks.recv().await {
+            Some(Chunk::Data(data)) => body.extend_from_slice(&data),
+            Some(Chunk::End) => break true,
+            None => break false,
+        }
+    };
+    if !complete {
+        prefetcher.with(|s| s.queue.handle_failed(Instant::now(), fetch));
+        return;
+    }
+    let found: Vec<Resource> = match scan {
+        Scan::Css if is_css(content_type.as_deref()) || content_type.is_none() => {
+            extract_css(&url, content_type.as_deref(), None, &body, &prefetcher.config).into_vec()
+        }
+        Scan::Css => Vec::new(),
+        Scan::Html => {
+            let mut scanner = HtmlScanner::new(url.clone(), content_type.as_deref(), &prefetcher.config);
+            scanner.handle_chunk(&body);
+            scanner.handle_end();
+            std::iter::from_fn(|| scanner.poll_resource()).collect()
+        }
+    };
+    report_discovered(&prefetcher, &cache, fetch, &url, found).await;
+    prefetcher.with(|s| s.queue.handle_complete(Instant::now(), fetch));
+}
+
+/// What a scanned stylesheet or frame references, to the pages that want it.
+async fn report_discovered(
+    prefetcher: &Arc<Prefetcher>,
+    cache: &crate::cache::Cache,
+    fetch: FetchId,
+    source: &Url,
+    found: Vec<Resource>,
+) {
+    let headers = HeaderMap::new();
+    for resource in found {
+        if !same_origin(source, &resource.url) {
+            continue;
+        }
+        let fresh = fresh_in_cache(cache, &resource.url, &headers).await;
+        prefetcher.with(|s| {
+            s.queue
+                .handle_discovered(Instant::now(), fetch, resource, fresh)
+        });
+    }
+}
+
+/// A copy of a body on its way to a scanner.
+enum Chunk {
+    Data(Bytes),
+    End,
+}
+
+/// Passes `response`'s body through unchanged, sending a copy of each chunk
+/// (never waiting: a full channel ends the copies) and `End` when the body
+/// ended cleanly. Dropping the body early drops the sender: the scanner sees
+/// an abandoned page.
+fn tee(response: Response<Body>, tx: mpsc::Sender<Chunk>) -> Response<Body> {
+    let (parts, body) = response.into_parts();
+    let body = Tee {
+        inner: body,
+        tx: Some(tx),
+    };
+    Response::from_parts(parts, body.boxed_unsync())
+}
+
+struct Tee {
+    inner: Body,
+    tx: Option<mpsc::Sender<Chunk>>,
+}
+
+impl http_body::Body for Tee {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            std::task::Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(data), Some(tx)) = (frame.data_ref(), &self.tx)
+                    && tx.try_send(Chunk::Data(data.clone())).is_err()
+                {
+                    // The scanner is behind: it keeps what it has.
+                    if let Some(tx) = self.tx.take() {
+                        let _ = tx.try_send(Chunk::End);
+                    }
+                }
+            }
+            std::task::Poll::Ready(None) => {
+                if let Some(tx) = self.tx.take() {
+                    let _ = tx.try_send(Chunk::End);
+                }
+            }
+            std::task::Poll::Ready(Some(Err(_))) => {
+                self.tx = None;
+            }
+            std::task::Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
