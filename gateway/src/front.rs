@@ -339,6 +339,7 @@ impl Front {
             body: request.body.clone(),
             urgency: DEMAND_URGENCY,
             class: gateway_protocol::RequestClass::Demand,
+            priority: None,
         };
         // Dropping the request future on time-out abandons the request cleanly
         // (RESET CANCELLED on its stream).
