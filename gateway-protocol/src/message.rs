@@ -36,6 +36,8 @@ pub enum MessageType {
     Request = 0x10,
     /// Data: a chunk of a request body.
     RequestBody = 0x11,
+    /// Data: new urgency and class for a request in flight.
+    Priority = 0x12,
     /// Data: an HTTP/1.1 response head.
     ResponseHead = 0x20,
     /// Data: a chunk of a response body.
@@ -57,6 +59,7 @@ impl MessageType {
             0x05 => Self::Ping,
             0x10 => Self::Request,
             0x11 => Self::RequestBody,
+            0x12 => Self::Priority,
             0x20 => Self::ResponseHead,
             0x21 => Self::ResponseBody,
             0x22 => Self::ResponseEnd,
@@ -79,6 +82,17 @@ pub enum RequestClass {
     Demand = 0,
     /// The gateway's prefetch queue asked for it; served after demand.
     Prefetch = 1,
+}
+
+impl RequestClass {
+    /// Maps the wire value; `None` for values this version does not know.
+    pub fn from_code(code: u8) -> Option<Self> {
+        match code {
+            0 => Some(Self::Demand),
+            1 => Some(Self::Prefetch),
+            _ => None,
+        }
+    }
 }
 
 /// RFC 9218 urgency: 0 is the most urgent, 7 the least; 3 is the default.
@@ -134,6 +148,9 @@ impl Capabilities {
     pub const FEEDBACK: Capabilities = Capabilities(1 << 0);
     /// The sender distinguishes demand from prefetch requests.
     pub const PREFETCH_CLASS: Capabilities = Capabilities(1 << 1);
+    /// The sender may send (gateway) or acts on (origin) PRIORITY. A gateway
+    /// sends PRIORITY only to an origin that announced this bit.
+    pub const PRIORITY: Capabilities = Capabilities(1 << 2);
 
     /// True if every bit of `other` is set.
     pub fn contains(self, other: Capabilities) -> bool {
@@ -217,6 +234,16 @@ pub enum Message {
         /// At most [`MAX_CHUNK`] bytes.
         data: Bytes,
     },
+    /// Serve an open request at this urgency and class from now on (a prefetch
+    /// promoted to demand, say). Travels on the request's stream.
+    Priority {
+        /// The request id.
+        id: RequestId,
+        /// RFC 9218 urgency.
+        urgency: Urgency,
+        /// Demand or prefetch.
+        class: RequestClass,
+    },
     /// The response status line and header fields.
     ResponseHead {
         /// The request id.
@@ -260,6 +287,7 @@ impl Message {
             Message::Ping { .. } => MessageType::Ping,
             Message::Request(_) => MessageType::Request,
             Message::RequestBody { .. } => MessageType::RequestBody,
+            Message::Priority { .. } => MessageType::Priority,
             Message::ResponseHead { .. } => MessageType::ResponseHead,
             Message::ResponseBody { .. } => MessageType::ResponseBody,
             Message::ResponseEnd { .. } => MessageType::ResponseEnd,
@@ -276,6 +304,7 @@ impl Message {
             | Message::Ping { .. } => 0,
             Message::Cancel { id }
             | Message::RequestBody { id, .. }
+            | Message::Priority { id, .. }
             | Message::ResponseHead { id, .. }
             | Message::ResponseBody { id, .. }
             | Message::ResponseEnd { id, .. }
@@ -297,6 +326,7 @@ impl Message {
                 Message::RequestBody { data, .. } | Message::ResponseBody { data, .. } => {
                     data.len()
                 }
+                Message::Priority { .. } => 4,
                 Message::ResponseHead { head, .. } => head.len(),
                 Message::ResponseEnd { .. } => 8,
                 Message::Reset { reason, .. } => 2 + reason.len(),
@@ -354,6 +384,11 @@ impl Message {
             }
             Message::RequestBody { data, .. } | Message::ResponseBody { data, .. } => {
                 out.put_slice(data)
+            }
+            Message::Priority { urgency, class, .. } => {
+                out.put_u8(urgency.level());
+                out.put_u8(*class as u8);
+                out.put_u16(0);
             }
             Message::ResponseHead { head, .. } => out.put_slice(head),
             Message::ResponseEnd { body_len, .. } => out.put_u64(*body_len),
@@ -458,13 +493,7 @@ impl Message {
                 if buf.len() < 4 {
                     return Err(bad("REQUEST shorter than 4 bytes"));
                 }
-                let urgency = Urgency::new(buf.get_u8()).ok_or_else(|| bad("urgency above 7"))?;
-                let class = match buf.get_u8() {
-                    0 => RequestClass::Demand,
-                    1 => RequestClass::Prefetch,
-                    _ => return Err(bad("unknown request class")),
-                };
-                let _reserved = buf.get_u16();
+                let (urgency, class) = priority_fields(&mut buf).map_err(bad)?;
                 if buf.is_empty() {
                     return Err(bad("empty request head"));
                 }
@@ -502,6 +531,11 @@ impl Message {
                 } else {
                     Message::ResponseBody { id, data: buf }
                 }
+            }
+            MessageType::Priority => {
+                exact(&buf, 4)?;
+                let (urgency, class) = priority_fields(&mut buf).map_err(bad)?;
+                Message::Priority { id, urgency, class }
             }
             MessageType::ResponseHead => {
                 if buf.is_empty() {
@@ -574,6 +608,15 @@ impl Message {
             _ => Ok(()),
         }
     }
+}
+
+/// The 4 bytes REQUEST and PRIORITY share: urgency u8, class u8, reserved u16.
+/// The caller has checked that they are there.
+fn priority_fields(buf: &mut Bytes) -> Result<(Urgency, RequestClass), &'static str> {
+    let urgency = Urgency::new(buf.get_u8()).ok_or("urgency above 7")?;
+    let class = RequestClass::from_code(buf.get_u8()).ok_or("unknown request class")?;
+    let _reserved = buf.get_u16();
+    Ok((urgency, class))
 }
 
 fn reason(buf: Bytes) -> Result<String, &'static str> {

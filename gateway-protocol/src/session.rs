@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use crate::error::{DecodeError, ErrorCode, Reaction};
-use crate::message::{Capabilities, Hello, Message, RequestId};
+use crate::message::{Capabilities, Hello, Message, MessageType, RequestId};
 use crate::{CONTROL_STREAM, MAX_CHUNK, VERSION};
 
 /// Which end of the association this session is.
@@ -39,7 +39,9 @@ impl Default for SessionConfig {
         Self {
             data_streams: 1,
             max_chunk: MAX_CHUNK as u32,
-            capabilities: Capabilities::FEEDBACK | Capabilities::PREFETCH_CLASS,
+            capabilities: Capabilities::FEEDBACK
+                | Capabilities::PREFETCH_CLASS
+                | Capabilities::PRIORITY,
         }
     }
 }
@@ -143,6 +145,18 @@ impl Session {
         self.open.len()
     }
 
+    /// Gateway: whether a PRIORITY for `id` may be sent now, that is, the origin
+    /// announced [`Capabilities::PRIORITY`] and the request is open (sent, and its
+    /// response has not ended). The PRIORITY goes on the request's stream.
+    ///
+    /// Even so it may cross the response's end in flight; the origin ignores it
+    /// then (docs/protocol.md, PRIORITY).
+    pub fn may_send_priority(&self, id: RequestId) -> bool {
+        self.role == Role::Gateway
+            && self.peer_capabilities.contains(Capabilities::PRIORITY)
+            && self.open.contains_key(&id)
+    }
+
     /// Gateway: records a REQUEST about to be sent on `stream`. Fails (and records
     /// nothing) if the id would break the per-stream ordering or the stream is not a
     /// data stream: both are bugs in the caller.
@@ -179,6 +193,9 @@ impl Session {
     pub fn handle_message(&mut self, stream: u16, bytes: &Bytes) -> Result<Message, Reaction> {
         let message = Message::decode(bytes).map_err(|e| self.react_to_decode_error(e))?;
         let kind = message.message_type();
+        if kind == MessageType::Priority && self.ignores_priority() {
+            return Err(Reaction::Ignore);
+        }
         let protocol_error = Reaction::GoAway {
             code: ErrorCode::ProtocolError,
         };
@@ -205,10 +222,12 @@ impl Session {
                 Role::Origin => Ok(message),
                 Role::Gateway => Err(protocol_error),
             },
-            Message::Request(_) | Message::RequestBody { .. } => match self.role {
-                Role::Origin => self.origin_receives(stream, message),
-                Role::Gateway => Err(protocol_error),
-            },
+            Message::Request(_) | Message::RequestBody { .. } | Message::Priority { .. } => {
+                match self.role {
+                    Role::Origin => self.origin_receives(stream, message),
+                    Role::Gateway => Err(protocol_error),
+                }
+            }
             Message::ResponseHead { .. }
             | Message::ResponseBody { .. }
             | Message::ResponseEnd { .. }
@@ -229,6 +248,14 @@ impl Session {
     }
 
     fn react_to_decode_error(&mut self, error: DecodeError) -> Reaction {
+        if let DecodeError::BadPayload {
+            kind: MessageType::Priority,
+            ..
+        } = error
+            && self.ignores_priority()
+        {
+            return Reaction::Ignore;
+        }
         let reaction = error.reaction();
         if let Reaction::Reset { id, .. } = reaction {
             // A request we do not know cannot be reset: there is nothing to stop.
@@ -237,6 +264,13 @@ impl Session {
             }
         }
         reaction
+    }
+
+    /// An origin that did not announce PRIORITY ignores every PRIORITY, wherever
+    /// and however it arrives, as an origin that predates the type would (to it,
+    /// 0x12 is an unknown type).
+    fn ignores_priority(&self) -> bool {
+        self.role == Role::Origin && !self.config.capabilities.contains(Capabilities::PRIORITY)
     }
 
     fn accept_hello(&mut self, hello: Hello) -> Result<Message, Reaction> {
@@ -307,6 +341,24 @@ impl Session {
                 open.body_bytes += data.len() as u64;
                 if end {
                     open.phase = Phase::Body;
+                }
+                Ok(message)
+            }
+            Message::Priority { id, .. } => {
+                let id = *id;
+                let Some(open) = self.open.get(&id) else {
+                    // A request that has ended is normal: the PRIORITY crossed
+                    // its RESPONSE_END or RESET in flight.
+                    let seen = self.last_id.get(&stream).is_some_and(|last| id <= *last);
+                    return if seen {
+                        Err(Reaction::Ignore)
+                    } else {
+                        reset(id, ErrorCode::ProtocolError)
+                    };
+                };
+                if open.stream != stream {
+                    self.open.remove(&id);
+                    return reset(id, ErrorCode::ProtocolError);
                 }
                 Ok(message)
             }

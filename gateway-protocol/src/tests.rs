@@ -24,6 +24,14 @@ fn request(id: RequestId, end: bool) -> Message {
     })
 }
 
+fn priority(id: RequestId, urgency: u8, class: RequestClass) -> Message {
+    Message::Priority {
+        id,
+        urgency: Urgency::new(urgency).expect("urgency 0..=7"),
+        class,
+    }
+}
+
 fn every_kind() -> Vec<Message> {
     vec![
         hello(false, 10),
@@ -67,6 +75,16 @@ fn every_kind() -> Vec<Message> {
             end: false,
             data: Bytes::from(vec![0xab; MAX_CHUNK]),
         },
+        Message::Priority {
+            id: 3,
+            urgency: Urgency::HIGHEST,
+            class: RequestClass::Demand,
+        },
+        Message::Priority {
+            id: u32::MAX,
+            urgency: Urgency::LOWEST,
+            class: RequestClass::Prefetch,
+        },
         Message::ResponseHead {
             id: 4,
             head: Bytes::from_static(b"HTTP/1.1 200 OK\r\n\r\n"),
@@ -109,6 +127,11 @@ fn header_and_payload_layout_is_exact() {
             1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0x0a, 0x0b, 0, 1, 0, 0, 0, 0, 0, 1
         ]
     );
+
+    let bytes = priority(0x0102_0304, 1, RequestClass::Demand).to_bytes();
+    assert_eq!(&bytes[..], &[0x12, 0, 0, 0, 1, 2, 3, 4, 1, 0, 0, 0]);
+    let bytes = priority(9, 7, RequestClass::Prefetch).to_bytes();
+    assert_eq!(&bytes[..], &[0x12, 0, 0, 0, 0, 0, 0, 9, 7, 1, 0, 0]);
 
     let bytes = Message::ResponseEnd {
         id: 9,
@@ -204,6 +227,43 @@ fn malformed_messages_get_the_documented_reaction() {
             },
         ),
         (
+            "priority urgency 8",
+            vec![0x12, 0, 0, 0, 0, 0, 0, 5, 8, 0, 0, 0],
+            Reaction::Reset {
+                id: 5,
+                code: ErrorCode::ProtocolError,
+            },
+        ),
+        (
+            "priority class 2",
+            vec![0x12, 0, 0, 0, 0, 0, 0, 5, 0, 2, 0, 0],
+            Reaction::Reset {
+                id: 5,
+                code: ErrorCode::ProtocolError,
+            },
+        ),
+        (
+            "priority too short",
+            vec![0x12, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0],
+            Reaction::Reset {
+                id: 5,
+                code: ErrorCode::ProtocolError,
+            },
+        ),
+        (
+            "priority too long",
+            vec![0x12, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0],
+            Reaction::Reset {
+                id: 5,
+                code: ErrorCode::ProtocolError,
+            },
+        ),
+        (
+            "priority of request 0",
+            vec![0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            protocol_goaway.clone(),
+        ),
+        (
             "response body of request 0",
             vec![0x21, 0, 0, 0, 0, 0, 0, 0, 1],
             protocol_goaway.clone(),
@@ -234,6 +294,19 @@ fn malformed_messages_get_the_documented_reaction() {
 /// A gateway and an origin session fed each other's messages, the way the
 /// drivers will, through one request's whole life.
 fn open_pair(gateway_streams: u16, origin_streams: u16) -> (Session, Session) {
+    open_pair_offering(
+        gateway_streams,
+        origin_streams,
+        SessionConfig::default().capabilities,
+    )
+}
+
+/// As [`open_pair`], with the origin announcing `origin_capabilities`.
+fn open_pair_offering(
+    gateway_streams: u16,
+    origin_streams: u16,
+    origin_capabilities: Capabilities,
+) -> (Session, Session) {
     let mut gateway = Session::new(
         Role::Gateway,
         SessionConfig {
@@ -245,6 +318,7 @@ fn open_pair(gateway_streams: u16, origin_streams: u16) -> (Session, Session) {
         Role::Origin,
         SessionConfig {
             data_streams: origin_streams,
+            capabilities: origin_capabilities,
             ..SessionConfig::default()
         },
     );
@@ -428,4 +502,150 @@ fn after_goaway_the_origin_refuses_new_requests() {
             code: ErrorCode::Refused
         })
     );
+}
+
+/// PRIORITY is taken for a request that is open at the origin, on its own stream,
+/// while its body arrives or its response runs; once the request has ended it is
+/// ignored (it crossed the end in flight); anything else is an error.
+#[test]
+fn priority_is_accepted_only_for_an_open_request_on_its_stream() {
+    let reset = |id| {
+        Err(Reaction::Reset {
+            id,
+            code: ErrorCode::ProtocolError,
+        })
+    };
+    let goaway = Err(Reaction::GoAway {
+        code: ErrorCode::ProtocolError,
+    });
+    let promote = |id| priority(id, 1, RequestClass::Demand);
+    let (mut gateway, mut origin) = open_pair(4, 4);
+
+    // While the request body is still arriving, and after it.
+    assert!(
+        origin
+            .handle_message(1, &request(1, false).to_bytes())
+            .is_ok()
+    );
+    assert_eq!(
+        origin.handle_message(1, &promote(1).to_bytes()),
+        Ok(promote(1))
+    );
+    let last_body = Message::RequestBody {
+        id: 1,
+        end: true,
+        data: Bytes::from_static(b"x"),
+    };
+    assert!(origin.handle_message(1, &last_body.to_bytes()).is_ok());
+    let demote = priority(1, 6, RequestClass::Prefetch);
+    assert_eq!(origin.handle_message(1, &demote.to_bytes()), Ok(demote));
+
+    // The response ended (RESPONSE_END sent): a late PRIORITY is ignored, and so
+    // is a malformed one, since there is nothing left to reset.
+    origin.handle_request_finished(1);
+    assert_eq!(
+        origin.handle_message(1, &promote(1).to_bytes()),
+        Err(Reaction::Ignore)
+    );
+    let urgency_8 = Bytes::from_static(&[0x12, 0, 0, 0, 0, 0, 0, 1, 8, 0, 0, 0]);
+    assert_eq!(origin.handle_message(1, &urgency_8), Err(Reaction::Ignore));
+    // A request the gateway reset is forgotten the same way.
+    assert!(
+        origin
+            .handle_message(2, &request(2, true).to_bytes())
+            .is_ok()
+    );
+    let reset_by_gateway = Message::Reset {
+        id: 2,
+        code: ErrorCode::Cancelled,
+        reason: String::new(),
+    };
+    assert!(
+        origin
+            .handle_message(2, &reset_by_gateway.to_bytes())
+            .is_ok()
+    );
+    assert_eq!(
+        origin.handle_message(2, &promote(2).to_bytes()),
+        Err(Reaction::Ignore)
+    );
+
+    // Never issued on that stream: an error for that id.
+    assert_eq!(origin.handle_message(1, &promote(9).to_bytes()), reset(9));
+    // On another stream than its REQUEST: the request is reset and forgotten.
+    assert!(
+        origin
+            .handle_message(3, &request(3, true).to_bytes())
+            .is_ok()
+    );
+    assert_eq!(origin.handle_message(4, &promote(3).to_bytes()), reset(3));
+    assert_eq!(origin.open_requests(), 0);
+    // Malformed, for an open request: RESET PROTOCOL_ERROR, like REQUEST.
+    assert!(
+        origin
+            .handle_message(3, &request(4, true).to_bytes())
+            .is_ok()
+    );
+    let class_2 = Bytes::from_static(&[0x12, 0, 0, 0, 0, 0, 0, 4, 0, 2, 0, 0]);
+    assert_eq!(origin.handle_message(3, &class_2), reset(4));
+    // On the control stream, or reaching the gateway: the association is over.
+    assert!(
+        origin
+            .handle_message(3, &request(5, true).to_bytes())
+            .is_ok()
+    );
+    assert_eq!(origin.handle_message(0, &promote(5).to_bytes()), goaway);
+    gateway.handle_request_sent(1, 1).expect("valid request");
+    assert_eq!(gateway.handle_message(1, &promote(1).to_bytes()), goaway);
+}
+
+/// The gateway may send PRIORITY only for an open request to an origin that
+/// announced it; an origin that did not announce it ignores PRIORITY entirely,
+/// as one that predates the message would.
+#[test]
+fn priority_needs_the_origin_capability() {
+    let (mut gateway, mut origin) = open_pair(4, 4);
+    assert!(!gateway.may_send_priority(1), "not sent yet");
+    gateway.handle_request_sent(1, 1).expect("valid request");
+    assert!(gateway.may_send_priority(1));
+    assert!(
+        origin
+            .handle_message(1, &request(1, true).to_bytes())
+            .is_ok()
+    );
+    assert!(!origin.may_send_priority(1), "origins never send it");
+    let end = Message::ResponseEnd { id: 1, body_len: 0 };
+    let head = Message::ResponseHead {
+        id: 1,
+        head: Bytes::from_static(b"HTTP/1.1 204 No Content\r\n\r\n"),
+    };
+    assert!(gateway.handle_message(1, &head.to_bytes()).is_ok());
+    assert!(gateway.may_send_priority(1), "the response is running");
+    assert!(gateway.handle_message(1, &end.to_bytes()).is_ok());
+    assert!(!gateway.may_send_priority(1), "the response has ended");
+
+    let older = Capabilities::FEEDBACK | Capabilities::PREFETCH_CLASS;
+    let (mut gateway, mut origin) = open_pair_offering(4, 4, older);
+    gateway.handle_request_sent(1, 1).expect("valid request");
+    assert!(!gateway.may_send_priority(1));
+    assert!(
+        origin
+            .handle_message(1, &request(1, true).to_bytes())
+            .is_ok()
+    );
+    let urgency_8 = Bytes::from_static(&[0x12, 0, 0, 0, 0, 0, 0, 1, 8, 0, 0, 0]);
+    for (stream, bytes) in [
+        (1, priority(1, 0, RequestClass::Demand).to_bytes()),
+        (2, priority(1, 0, RequestClass::Demand).to_bytes()),
+        (1, priority(7, 0, RequestClass::Demand).to_bytes()),
+        (0, priority(1, 0, RequestClass::Demand).to_bytes()),
+        (1, urgency_8),
+    ] {
+        assert_eq!(
+            origin.handle_message(stream, &bytes),
+            Err(Reaction::Ignore),
+            "{bytes:?} on {stream}"
+        );
+    }
+    assert_eq!(origin.open_requests(), 1, "the request is untouched");
 }

@@ -276,15 +276,27 @@ impl Collector for PrefetchCollector {
                 "Queued prefetches a browser asked for before they started",
                 s.claimed,
             ),
-            ("gateway_prefetch_completed", "Prefetches completed", s.completed),
+            (
+                "gateway_prefetch_completed",
+                "Prefetches completed",
+                s.completed,
+            ),
             ("gateway_prefetch_failed", "Prefetches failed", s.failed),
-            ("gateway_prefetch_cancelled", "Prefetches cancelled", s.cancelled),
+            (
+                "gateway_prefetch_cancelled",
+                "Prefetches cancelled",
+                s.cancelled,
+            ),
             (
                 "gateway_prefetch_skipped_fresh",
                 "Subresources not prefetched: fresh in the cache",
                 s.skipped_fresh,
             ),
-            ("gateway_prefetch_bytes", "Bytes received by prefetches", s.bytes),
+            (
+                "gateway_prefetch_bytes",
+                "Bytes received by prefetches",
+                s.bytes,
+            ),
             (
                 "gateway_prefetch_wasted_bytes",
                 "Bytes of prefetches no browser asked for",
@@ -292,7 +304,12 @@ impl Collector for PrefetchCollector {
             ),
         ] {
             let counter = ConstCounter::new(value);
-            counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
+            counter.encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                counter.metric_type(),
+            )?)?;
         }
         Ok(())
     }

@@ -662,7 +662,12 @@ async fn the_admin_endpoint_reports_metrics_and_stats_and_purges() -> Result<()>
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let admin = listener.local_addr()?;
     let (_stop_tx, stop_rx) = watch::channel(false);
-    tokio::spawn(gateway::admin::serve(listener, cache.clone(), None, stop_rx));
+    tokio::spawn(gateway::admin::serve(
+        listener,
+        cache.clone(),
+        None,
+        stop_rx,
+    ));
 
     let stats = gateway::admin::fetch_stats(admin).await?;
     assert_eq!((stats.hits, stats.misses, stats.entries), (1, 2, 2));

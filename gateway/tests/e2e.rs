@@ -18,8 +18,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gateway::config::{
-    AdminConfig, BypassConfig, PrefetchConfig, CacheConfig, DirectConfig, GatewayConfig as DaemonConfig,
-    HttpConfig, InterceptConfig, ListenConfig,
+    AdminConfig, BypassConfig, CacheConfig, DirectConfig, GatewayConfig as DaemonConfig,
+    HttpConfig, InterceptConfig, ListenConfig, PrefetchConfig,
 };
 use gateway_transport::AssociationConfig;
 use serde::Serialize;

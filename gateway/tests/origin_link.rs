@@ -11,12 +11,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
 use gateway::origin_link::{LinkError, LinkState, OriginLink, OriginRequest, ResponseBody};
-use gateway_protocol::{ErrorCode, GoAway, Message, RequestClass};
+use gateway_protocol::{Capabilities, ErrorCode, GoAway, Message, RequestClass, Urgency};
 use gateway_transport::BackendKind;
 use http_body::Body;
 use http_body_util::BodyExt;
+use origin::scheduler::PolicyKind;
 use origin::synthetic::pattern_byte;
 use support::{ScriptedOrigin, TestOrigin, bounded, collect, entry, free_address, get};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 const TEST_LIMIT: Duration = Duration::from_secs(30);
@@ -28,6 +30,7 @@ fn request(head: Bytes) -> OriginRequest {
         body: Bytes::new(),
         urgency: 3,
         class: RequestClass::Demand,
+        priority: None,
     }
 }
 
@@ -476,6 +479,7 @@ async fn request_body_in_chunks(kind: BackendKind) -> Result<()> {
                 body,
                 urgency: 9,
                 class: RequestClass::Prefetch,
+                priority: None,
             };
             link.request(&pin, req).await
         }
@@ -509,6 +513,215 @@ async fn request_body_in_chunks(kind: BackendKind) -> Result<()> {
     let response = sending.await??;
     ensure!(response.status() == 201);
     ensure!(collect(response.into_body()).await?.is_empty());
+    Ok(())
+}
+
+/// A prefetch of `path` at urgency 7 whose priority follows `watched`.
+fn prefetch(path: &str, watched: Option<watch::Receiver<(u8, RequestClass)>>) -> OriginRequest {
+    OriginRequest {
+        head: get(path),
+        body: Bytes::new(),
+        urgency: 7,
+        class: RequestClass::Prefetch,
+        priority: watched,
+    }
+}
+
+/// Waits until the origin's handler has been handed `count` requests, that is,
+/// until the origin's scheduler holds all of them.
+async fn origin_has_seen(origin: &TestOrigin, count: u64) -> Result<()> {
+    bounded(UP_LIMIT, async {
+        while origin.handler.requests.load(Ordering::Relaxed) < count {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// The origin's priority scheduler serves equal prefetches in arrival order. A
+/// prefetch promoted to demand once all of them are queued at the origin (so
+/// only PRIORITY can reach it) overtakes the prefetches that arrived before it:
+/// it finishes before all of them except, possibly, the first, which was
+/// already running.
+///
+/// A scheduler orders only what it still holds. Framed TCP's socket buffers,
+/// autotuned to megabytes on loopback, would take every response here on its
+/// way before the PRIORITY arrives; small buffers keep the depth below the
+/// scheduler shallow, as SCTP's receive window does for the userspace backend.
+async fn a_promoted_prefetch_overtakes_earlier_ones(kind: BackendKind) -> Result<()> {
+    let mut transport = support::transport();
+    if kind == BackendKind::FramedTcp {
+        transport.send_buffer = Some(64 * 1024);
+        transport.recv_buffer = Some(64 * 1024);
+    }
+    let origin =
+        TestOrigin::start_with(kind, free_address(kind)?, PolicyKind::Priority, &transport).await?;
+    let mut entry = entry(kind, origin.addr);
+    entry.transport = transport;
+    let link = OriginLink::spawn(&entry);
+    ensure!(link.wait_up(UP_LIMIT).await, "link did not come up");
+    let (promote, watched) = watch::channel((7, RequestClass::Prefetch));
+    let mut watched = Some(watched);
+    let sizes = [2_000_000u64, 600_000, 600_000, 600_000, 600_000];
+    let promoted = sizes.len() - 1;
+    let mut fetches = JoinSet::new();
+    for (i, size) in sizes.into_iter().enumerate() {
+        let req = prefetch(
+            &format!("/bytes/{size}"),
+            if i == promoted { watched.take() } else { None },
+        );
+        let link = link.clone();
+        fetches.spawn(async move {
+            let pin = link.pin();
+            let response = link.request(&pin, req).await?;
+            let body = collect(response.into_body()).await?;
+            ensure!(
+                body == pattern(size),
+                "request {i}: {} bytes differ from /bytes/{size}",
+                body.len()
+            );
+            Ok((Instant::now(), i))
+        });
+        // One at a time, so that the origin's arrival order is this order.
+        origin_has_seen(&origin, i as u64 + 1).await?;
+    }
+    promote.send_replace((1, RequestClass::Demand));
+    let mut finished = Vec::new();
+    while let Some(done) = fetches.join_next().await {
+        finished.push(done??);
+    }
+    finished.sort();
+    let order: Vec<usize> = finished.into_iter().map(|(_, i)| i).collect();
+    let ahead = order
+        .iter()
+        .position(|i| *i == promoted)
+        .context("the promoted request is missing")?;
+    ensure!(
+        order[..ahead].iter().all(|i| *i == 0),
+        "finished in order {order:?}: the promoted request {promoted} did not overtake"
+    );
+    Ok(())
+}
+
+fn priority(id: u32, urgency: u8, class: RequestClass) -> Result<Message> {
+    let urgency = Urgency::new(urgency).context("urgency above 7")?;
+    Ok(Message::Priority { id, urgency, class })
+}
+
+/// What the link sends for a promotion: one PRIORITY per change on the
+/// request's stream while it is open (before and after the head; an unchanged
+/// value is not sent, urgency above 7 counts as 7), nothing once the response
+/// has ended; a change made before the REQUEST goes out rides in the REQUEST.
+async fn promotions_on_the_wire(kind: BackendKind) -> Result<()> {
+    let origin = ScriptedOrigin::bind(kind).await?;
+    let link = OriginLink::spawn(&entry(kind, origin.addr));
+    let mut script = bounded(UP_LIMIT, origin.accept()).await?;
+    ensure!(link.wait_up(UP_LIMIT).await);
+    let spawn_request = |req: OriginRequest| {
+        let link = link.clone();
+        tokio::spawn(async move {
+            let pin = link.pin();
+            link.request(&pin, req).await
+        })
+    };
+
+    let (promote, watched) = watch::channel((7, RequestClass::Prefetch));
+    let requesting = spawn_request(prefetch("/x", Some(watched)));
+    let (stream, message) = script.recv().await?;
+    let Message::Request(req) = message else {
+        anyhow::bail!("expected REQUEST, got {message:?}");
+    };
+    ensure!(req.class == RequestClass::Prefetch && req.urgency.level() == 7);
+    let id = req.id;
+    // Before the response head.
+    promote.send_replace((1, RequestClass::Demand));
+    let got = bounded(UP_LIMIT, script.recv()).await?;
+    ensure!(
+        got == (stream, priority(id, 1, RequestClass::Demand)?),
+        "{got:?}"
+    );
+    let head = Bytes::from_static(b"HTTP/1.1 200 OK\r\n\r\n");
+    script
+        .send(stream, Message::ResponseHead { id, head })
+        .await?;
+    let response = requesting.await??;
+    // After it: an unchanged value is skipped, urgency 9 counts as 7.
+    promote.send_replace((1, RequestClass::Demand));
+    promote.send_replace((9, RequestClass::Demand));
+    let got = bounded(UP_LIMIT, script.recv()).await?;
+    ensure!(
+        got == (stream, priority(id, 7, RequestClass::Demand)?),
+        "{got:?}"
+    );
+    script
+        .send(stream, Message::ResponseEnd { id, body_len: 0 })
+        .await?;
+    ensure!(collect(response.into_body()).await?.is_empty());
+    // The response has ended: changes are no longer sent.
+    promote.send_replace((0, RequestClass::Demand));
+
+    // Promoted before it was sent: the REQUEST itself carries the new value.
+    let (promote_early, watched) = watch::channel((7, RequestClass::Prefetch));
+    promote_early.send_replace((2, RequestClass::Demand));
+    let requesting = spawn_request(prefetch("/y", Some(watched)));
+    let (stream, message) = script.recv().await?;
+    let Message::Request(req) = message else {
+        anyhow::bail!("expected REQUEST, got {message:?}");
+    };
+    ensure!(
+        req.class == RequestClass::Demand && req.urgency.level() == 2,
+        "{req:?}"
+    );
+    let id = req.id;
+    let head = Bytes::from_static(b"HTTP/1.1 204 No Content\r\n\r\n");
+    script
+        .send(stream, Message::ResponseHead { id, head })
+        .await?;
+    script
+        .send(stream, Message::ResponseEnd { id, body_len: 0 })
+        .await?;
+    ensure!(requesting.await??.status() == 204);
+    // Nothing came in between: the next message is the next REQUEST.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    scripted_request(&link, &mut script).await?;
+    Ok(())
+}
+
+/// An origin that did not announce PRIORITY never receives one: the request
+/// is served at the priority it was sent with.
+async fn no_priority_to_an_older_origin(kind: BackendKind) -> Result<()> {
+    let origin = ScriptedOrigin::bind(kind).await?;
+    let link = OriginLink::spawn(&entry(kind, origin.addr));
+    let older = Capabilities::FEEDBACK | Capabilities::PREFETCH_CLASS;
+    let mut script = bounded(UP_LIMIT, origin.accept_offering(older)).await?;
+    ensure!(link.wait_up(UP_LIMIT).await);
+    let (promote, watched) = watch::channel((7, RequestClass::Prefetch));
+    let requesting = tokio::spawn({
+        let link = link.clone();
+        async move {
+            let pin = link.pin();
+            link.request(&pin, prefetch("/x", Some(watched))).await
+        }
+    });
+    let (stream, message) = script.recv().await?;
+    let Message::Request(req) = message else {
+        anyhow::bail!("expected REQUEST, got {message:?}");
+    };
+    let id = req.id;
+    promote.send_replace((0, RequestClass::Demand));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The scripted origin's session, like an older origin, refuses to pass a
+    // PRIORITY on, so a PRIORITY here fails the test.
+    scripted_request(&link, &mut script).await?;
+    let head = Bytes::from_static(b"HTTP/1.1 204 No Content\r\n\r\n");
+    script
+        .send(stream, Message::ResponseHead { id, head })
+        .await?;
+    script
+        .send(stream, Message::ResponseEnd { id, body_len: 0 })
+        .await?;
+    ensure!(requesting.await??.status() == 204);
     Ok(())
 }
 
@@ -565,6 +778,25 @@ macro_rules! backend_tests {
             #[tokio::test]
             async fn origin_errors_map_to_link_errors() -> Result<()> {
                 bounded(TEST_LIMIT, origin_misbehaviour($kind)).await
+            }
+
+            #[tokio::test]
+            async fn a_promoted_prefetch_overtakes_earlier_prefetches() -> Result<()> {
+                bounded(
+                    TEST_LIMIT,
+                    a_promoted_prefetch_overtakes_earlier_ones($kind),
+                )
+                .await
+            }
+
+            #[tokio::test]
+            async fn promotions_travel_as_priority_messages() -> Result<()> {
+                bounded(TEST_LIMIT, promotions_on_the_wire($kind)).await
+            }
+
+            #[tokio::test]
+            async fn an_older_origin_gets_no_priority() -> Result<()> {
+                bounded(TEST_LIMIT, no_priority_to_an_older_origin($kind)).await
             }
         }
     };

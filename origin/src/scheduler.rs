@@ -18,6 +18,10 @@
 //!   gateway (FEEDBACK) is above a window or whose bytes in the transport are above
 //!   a per-stream target.
 //!
+//! A job's class and urgency may change while it runs
+//! ([`Scheduler::handle_reprioritize`], the gateway's PRIORITY): a prefetch the
+//! browser now waits for is promoted to demand.
+//!
 //! Independently of the policy, nothing is handed out while the bytes waiting in
 //! the transport are at or above [`SchedulerConfig::transport_target`]: a deep
 //! transport queue would send in its own FIFO order, not the scheduler's.
@@ -202,23 +206,7 @@ impl Scheduler {
 
     /// A request arrived; its job starts not ready (no chunk yet).
     pub fn handle_arrival(&mut self, spec: JobSpec) {
-        let class = class_index(spec.class);
-        if !self
-            .jobs
-            .values()
-            .any(|j| class_index(j.spec.class) == class)
-        {
-            // A class becoming active starts at the least virtual time of the
-            // active ones, so idle time earns it no burst.
-            let floor = self
-                .jobs
-                .values()
-                .map(|j| self.class_virtual[class_index(j.spec.class)])
-                .min();
-            if let Some(floor) = floor {
-                self.class_virtual[class] = self.class_virtual[class].max(floor);
-            }
-        }
+        self.activate_class(spec.class);
         self.jobs.insert(
             spec.id,
             Job {
@@ -228,6 +216,56 @@ impl Scheduler {
             },
         );
         self.next_seq += 1;
+    }
+
+    /// The gateway reprioritised a request in flight (PRIORITY): from its next
+    /// chunk on the job is served as `class` at `urgency`, by every policy that
+    /// looks at them (Priority, WFQ). It keeps its arrival order, so a prefetch
+    /// promoted to demand goes ahead of every prefetch and ranks among demand
+    /// jobs of its urgency by when it arrived.
+    ///
+    /// WFQ accounting: the bytes the job already sent stay charged to the class
+    /// it had (they were served as that class); its later bytes are charged to
+    /// the new one. A class that the move makes active starts at the least
+    /// virtual time of the active classes, exactly as for an arrival, so a
+    /// promotion earns no burst from the class's idle time.
+    ///
+    /// An unknown id (the job has ended) is ignored: PRIORITY may cross a
+    /// response's end.
+    pub fn handle_reprioritize(&mut self, id: RequestId, class: RequestClass, urgency: Urgency) {
+        let Some(old_class) = self.jobs.get(&id).map(|j| j.spec.class) else {
+            return;
+        };
+        if old_class != class {
+            // While the job still counts in its old class, which stays active
+            // until the move: the floor includes that class's virtual time.
+            self.activate_class(class);
+        }
+        if let Some(job) = self.jobs.get_mut(&id) {
+            job.spec.class = class;
+            job.spec.urgency = urgency;
+        }
+    }
+
+    /// A job is about to join `class`. A class becoming active starts at the
+    /// least virtual time of the active ones, so idle time earns it no burst.
+    fn activate_class(&mut self, class: RequestClass) {
+        let class = class_index(class);
+        if self
+            .jobs
+            .values()
+            .any(|j| class_index(j.spec.class) == class)
+        {
+            return;
+        }
+        let floor = self
+            .jobs
+            .values()
+            .map(|j| self.class_virtual[class_index(j.spec.class)])
+            .min();
+        if let Some(floor) = floor {
+            self.class_virtual[class] = self.class_virtual[class].max(floor);
+        }
     }
 
     /// Whether the job has a chunk waiting to be sent.

@@ -13,7 +13,8 @@
 //! Control messages (HELLO answer, PING answer, RESET, GOAWAY) bypass the
 //! scheduler. Response messages go one chunk at a time, and only while the bytes
 //! waiting in the transport are below the scheduler's target, so the order on the
-//! wire is the scheduler's. CANCEL stops a response before its next chunk.
+//! wire is the scheduler's. CANCEL stops a response before its next chunk;
+//! PRIORITY changes a response's class and urgency from its next chunk on.
 //!
 //! What produces a response is a [`Handler`]; the origin binary's handler serves
 //! files or proxies, tests use their own.
@@ -25,8 +26,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use gateway_protocol::{
-    Capabilities, ErrorCode, GoAway, Message, Reaction, Request, RequestId, Role, Session,
-    SessionConfig,
+    Capabilities, ErrorCode, GoAway, Message, Reaction, Request, RequestClass, RequestId, Role,
+    Session, SessionConfig, Urgency,
 };
 use gateway_transport::{Association, TransportError};
 use tokio::sync::{Semaphore, mpsc};
@@ -186,7 +187,9 @@ pub async fn drive<H: Handler>(
         SessionConfig {
             data_streams,
             max_chunk: gateway_protocol::MAX_CHUNK as u32,
-            capabilities: Capabilities::FEEDBACK | Capabilities::PREFETCH_CLASS,
+            capabilities: Capabilities::FEEDBACK
+                | Capabilities::PREFETCH_CLASS
+                | Capabilities::PRIORITY,
         },
     );
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
@@ -433,6 +436,7 @@ impl<H: Handler> Driver<H> {
                     self.start(p.stream, p.request, p.body.freeze());
                 }
             }
+            Message::Priority { id, urgency, class } => self.reprioritize(id, urgency, class),
             Message::ResponseHead { .. }
             | Message::ResponseBody { .. }
             | Message::ResponseEnd { .. } => {
@@ -477,6 +481,20 @@ impl<H: Handler> Driver<H> {
                 head_len: 0,
             },
         );
+    }
+
+    /// PRIORITY: the request is served at `urgency` and `class` from its next
+    /// chunk on; one still receiving its body starts with them. The session
+    /// passes PRIORITY only for requests it holds open, so an id found in
+    /// neither map would be a request already forgotten here: nothing to do.
+    fn reprioritize(&mut self, id: RequestId, urgency: Urgency, class: RequestClass) {
+        tracing::debug!(id, ?class, urgency = urgency.level(), "reprioritised");
+        if let Some(pending) = self.pending_bodies.get_mut(&id) {
+            pending.request.urgency = urgency;
+            pending.request.class = class;
+        } else if self.jobs.contains_key(&id) {
+            self.scheduler.handle_reprioritize(id, class, urgency);
+        }
     }
 
     /// Stops a response at the next chunk. `answer` sends RESET CANCELLED (for

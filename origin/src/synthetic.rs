@@ -15,11 +15,16 @@ pub fn pattern_byte(i: u64) -> u8 {
     (i.wrapping_mul(31) % 251) as u8
 }
 
-/// Serves `/bytes/N` and `/endless`; counts the body bytes it generated.
+/// Serves `/bytes/N` and `/endless`; counts the requests it answered and the
+/// body bytes it generated.
 #[derive(Debug, Default)]
 pub struct SyntheticHandler {
     /// Body bytes generated so far, across all requests.
     pub produced: Arc<AtomicU64>,
+    /// Requests handed to the handler so far. The driver has scheduled a
+    /// request's job by the time it counts here, so a test can wait for it
+    /// before acting on the request (cancelling or reprioritising it).
+    pub requests: Arc<AtomicU64>,
 }
 
 /// A generated body.
@@ -51,6 +56,7 @@ impl Handler for SyntheticHandler {
     type Body = Pattern;
 
     async fn handle(&self, request: IncomingRequest) -> Reply<Pattern> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
         let head = &request.request.head;
         let path = head
             .split(|b| *b == b' ')

@@ -10,7 +10,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use gateway_protocol::{ErrorCode, Message, RequestClass, RequestId};
+use bytes::Bytes;
+use gateway_protocol::{ErrorCode, Message, RequestClass, RequestId, Urgency};
 use gateway_transport::{AssociationConfig, BackendKind, Listener, connect};
 use origin::scheduler::{PolicyKind, SchedulerConfig};
 use origin::server::{DriverConfig, drive};
@@ -177,6 +178,73 @@ async fn stream_limit_does_not_strand_a_response(kind: BackendKind) -> Result<()
     Ok(())
 }
 
+/// Waits until the handler has been handed `count` requests: the driver has
+/// scheduled all of them by then.
+async fn handler_has_seen(handler: &TestHandler, count: u64) -> Result<()> {
+    while handler.requests.load(Ordering::Relaxed) < count {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(())
+}
+
+/// Under the priority policy, prefetches of equal urgency go in arrival order.
+/// PRIORITY promotes two late ones to demand: one whose job is queued, one whose
+/// request body is still arriving (it starts as demand). Both finish before the
+/// earlier prefetches that had not started; only the first, already running,
+/// may finish before them.
+///
+/// This gateway reads nothing until all requests are out, so what the origin
+/// hands to the transport meanwhile piles up below the scheduler, out of its
+/// reach (framed TCP: socket buffers and the reader's queue of 256 messages,
+/// some 4 MB). The first response is larger than that, so the later ones are
+/// still the scheduler's to order when the PRIORITY messages arrive.
+async fn priority_promotes_queued_prefetches(kind: BackendKind) -> Result<()> {
+    let handler = Arc::new(TestHandler::default());
+    let mut gw = start(kind, PolicyKind::Priority, Arc::clone(&handler)).await?;
+    let promote = |id, urgency| Message::Priority {
+        id,
+        urgency: Urgency::new(urgency).expect("urgency 0..=7"),
+        class: RequestClass::Demand,
+    };
+    let mut earlier = Vec::new();
+    for (stream, size) in [(1, 8_000_000), (2, 600_000), (3, 600_000), (4, 600_000)] {
+        let path = format!("/bytes/{size}");
+        earlier.push(gw.request(stream, &path, RequestClass::Prefetch).await?);
+        handler_has_seen(&handler, u64::from(stream)).await?;
+    }
+    let queued = gw
+        .request(5, "/bytes/600000", RequestClass::Prefetch)
+        .await?;
+    handler_has_seen(&handler, 5).await?;
+    gw.assoc.send(5, promote(queued, 1).to_bytes()).await?;
+    let uploading = gw
+        .request_with_body_to_follow(6, "/bytes/600000", RequestClass::Prefetch)
+        .await?;
+    gw.assoc.send(6, promote(uploading, 2).to_bytes()).await?;
+    let body = Message::RequestBody {
+        id: uploading,
+        end: true,
+        data: Bytes::from_static(b"x"),
+    };
+    gw.assoc.send(6, body.to_bytes()).await?;
+    gw.until_finished(6).await?;
+    let order = gw.finished.clone();
+    let position = |id| order.iter().position(|f| *f == id).unwrap_or(usize::MAX);
+    for promoted in [queued, uploading] {
+        for later in &earlier[1..] {
+            ensure!(
+                position(promoted) < position(*later),
+                "finished in order {order:?}: {promoted} did not overtake {later}"
+            );
+        }
+    }
+    for id in order {
+        let seen = &gw.seen[&id];
+        ensure!(seen.reset.is_none() && seen.end.is_some(), "{id}: {seen:?}");
+    }
+    Ok(())
+}
+
 async fn bounded<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
     tokio::time::timeout(TIMEOUT, f)
         .await
@@ -226,6 +294,12 @@ macro_rules! backend_tests {
             $(#[$attr])*
             async fn cancel_stops_the_bytes_and_frees_the_stream() -> Result<()> {
                 bounded(cancellation($kind)).await
+            }
+
+            #[tokio::test]
+            $(#[$attr])*
+            async fn priority_promotes_queued_prefetches_on_the_wire() -> Result<()> {
+                bounded(priority_promotes_queued_prefetches($kind)).await
             }
         }
     };

@@ -227,7 +227,9 @@ impl Fill {
             ResponseDecision::Store(stored) => {
                 let declared = content_length(&parts.headers);
                 let max = shared.store.max_object_bytes();
-                let refused = self.keep.is_some_and(|keep| !keep(parts.status, &parts.headers));
+                let refused = self
+                    .keep
+                    .is_some_and(|keep| !keep(parts.status, &parts.headers));
                 if declared.is_some_and(|len| len > max) || shared.store.is_disabled() || refused {
                     if self.stored.is_some() {
                         shared.remove_key(self.key.clone()).await;

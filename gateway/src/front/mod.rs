@@ -386,6 +386,7 @@ impl Front {
             body: request.body.clone(),
             urgency: request.urgency,
             class: request.class,
+            priority: request.promote.clone(),
         };
         // Dropping the request future on time-out abandons the request cleanly
         // (RESET CANCELLED on its stream).
@@ -523,8 +524,9 @@ struct Forwarded {
     urgency: u8,
     /// Browser demand or the gateway's prefetch.
     class: gateway_protocol::RequestClass,
-    /// A prefetch's urgency after promotion (a browser asked for it).
-    promote: Option<watch::Receiver<u8>>,
+    /// A prefetch's urgency and class after promotion (a browser asked for
+    /// it): the origin link sends PRIORITY when it changes.
+    promote: Option<watch::Receiver<(u8, gateway_protocol::RequestClass)>>,
 }
 
 /// The Host header value to forward, and the parsed host and port.

@@ -58,7 +58,7 @@ struct PageContext {
 #[derive(Debug)]
 struct Running {
     task: tokio::task::AbortHandle,
-    promote: watch::Sender<u8>,
+    promote: watch::Sender<(u8, RequestClass)>,
 }
 
 #[derive(Debug)]
@@ -160,7 +160,10 @@ impl Front {
     /// The browser's response to a cacheable GET: an HTML page opens a page
     /// whose body is scanned as it passes; a claimed stylesheet or frame is
     /// scanned for the page that wanted it. Everything else passes untouched.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the request's parts as the front holds them; a struct would be built for this call only"
+    )]
     pub(super) fn prefetch_watch(
         &self,
         flow: &Flow,
@@ -289,7 +292,7 @@ impl Front {
                     prefetcher.with(|s| s.queue.handle_failed(Instant::now(), fetch));
                     return;
                 };
-                let (promote, promoted) = watch::channel(urgency.level());
+                let (promote, promoted) = watch::channel((urgency.level(), RequestClass::Prefetch));
                 let task = tokio::spawn(Arc::clone(self).prefetch(
                     Arc::clone(prefetcher),
                     fetch,
@@ -308,7 +311,9 @@ impl Front {
             }
             Action::Promote { fetch, urgency } => {
                 if let Some(running) = prefetcher.lock().running.get(&fetch) {
-                    running.promote.send_replace(urgency.level());
+                    running
+                        .promote
+                        .send_replace((urgency.level(), RequestClass::Demand));
                 }
                 tracing::debug!(%fetch, urgency = urgency.level(), "prefetch promoted");
             }
@@ -328,7 +333,7 @@ impl Front {
         fetch: FetchId,
         page: Arc<PageContext>,
         resource: Resource,
-        promoted: watch::Receiver<u8>,
+        promoted: watch::Receiver<(u8, RequestClass)>,
         scan: Option<Scan>,
     ) {
         let outcome = self
@@ -354,7 +359,7 @@ impl Front {
         fetch: FetchId,
         page: &PageContext,
         resource: &Resource,
-        promoted: watch::Receiver<u8>,
+        promoted: watch::Receiver<(u8, RequestClass)>,
         scan: Option<Scan>,
     ) -> Outcome {
         let url = &resource.url;
@@ -370,7 +375,7 @@ impl Front {
             return Outcome::Failed("host");
         };
         let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
-        let urgency = *promoted.borrow();
+        let (urgency, class) = *promoted.borrow();
         let mut request = Forwarded {
             method: Method::GET,
             path: path.to_owned(),
@@ -378,7 +383,7 @@ impl Front {
             headers: prefetch_request_headers(&page.headers, &page.document, resource),
             body: Bytes::new(),
             urgency,
-            class: RequestClass::Prefetch,
+            class,
             promote: Some(promoted),
         };
         let lookup = self
@@ -431,7 +436,10 @@ impl Front {
                 return Outcome::Failed("body");
             };
             if let Ok(data) = frame.into_data() {
-                prefetcher.with(|s| s.queue.handle_data(Instant::now(), fetch, data.len() as u64));
+                prefetcher.with(|s| {
+                    s.queue
+                        .handle_data(Instant::now(), fetch, data.len() as u64)
+                });
                 if keep {
                     kept.push(data);
                 }
@@ -595,12 +603,18 @@ async fn scan_fetch(
         return;
     }
     let found: Vec<Resource> = match scan {
-        Scan::Css if is_css(content_type.as_deref()) || content_type.is_none() => {
-            extract_css(&url, content_type.as_deref(), None, &body, &prefetcher.config).into_vec()
-        }
+        Scan::Css if is_css(content_type.as_deref()) || content_type.is_none() => extract_css(
+            &url,
+            content_type.as_deref(),
+            None,
+            &body,
+            &prefetcher.config,
+        )
+        .into_vec(),
         Scan::Css => Vec::new(),
         Scan::Html => {
-            let mut scanner = HtmlScanner::new(url.clone(), content_type.as_deref(), &prefetcher.config);
+            let mut scanner =
+                HtmlScanner::new(url.clone(), content_type.as_deref(), &prefetcher.config);
             scanner.handle_chunk(&body);
             scanner.handle_end();
             std::iter::from_fn(|| scanner.poll_resource()).collect()

@@ -6,16 +6,16 @@
 //! they send and the ones they abandon). No lock is held across an await.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_protocol::{
-    CONTROL_STREAM, ErrorCode, GoAway, MAX_HEAD, Message, Reaction, Request, RequestId, Session,
-    Urgency,
+    CONTROL_STREAM, Capabilities, ErrorCode, GoAway, MAX_HEAD, Message, Reaction, Request,
+    RequestClass, RequestId, Session, Urgency,
 };
 use gateway_transport::{Association, BackendKind, TransportError};
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::backoff::stream_for;
 use super::error::LinkError;
@@ -59,6 +59,9 @@ struct Slot {
     tx: mpsc::Sender<Event>,
     outcome: Outcome,
     head_seen: bool,
+    /// Held while the request's PRIORITY watcher may send; dropped with the
+    /// slot (whichever way the request ends), which stops the watcher.
+    _priority_watch: Option<oneshot::Sender<()>>,
 }
 
 impl Slot {
@@ -197,8 +200,9 @@ impl Conn {
             ));
         }
         let stream = stream_for(pinned, self.data_streams);
+        let mut priority = request.priority;
         let _order = self.send_order[usize::from(stream) - 1].lock().await;
-        let (id, rx, outcome) = {
+        let (id, rx, outcome, watch_ended) = {
             let mut state = lock(&self.state);
             if !state.accepting {
                 return Err(LinkError::Unavailable(format!(
@@ -221,6 +225,18 @@ impl Conn {
             state.next_id = next;
             let (tx, rx) = mpsc::channel(RESPONSE_QUEUE);
             let outcome = Outcome::default();
+            // An origin without PRIORITY would ignore it: watch nothing then.
+            let origin_takes_priority = state
+                .session
+                .peer_capabilities()
+                .contains(Capabilities::PRIORITY);
+            let (watching, watch_ended) = match &priority {
+                Some(_) if origin_takes_priority => {
+                    let (watching, ended) = oneshot::channel();
+                    (Some(watching), Some(ended))
+                }
+                _ => (None, None),
+            };
             state.open.insert(
                 id,
                 Slot {
@@ -228,9 +244,10 @@ impl Conn {
                     tx,
                     outcome: Arc::clone(&outcome),
                     head_seen: false,
+                    _priority_watch: watching,
                 },
             );
-            (id, rx, outcome)
+            (id, rx, outcome, watch_ended)
         };
         // From here on, dropping this future abandons the request.
         let guard = RequestGuard {
@@ -238,14 +255,33 @@ impl Conn {
             id,
         };
         let mut body = request.body;
+        let mut sent = (clamped_urgency(request.urgency), request.class);
+        // A promotion made before the REQUEST leaves travels in it.
+        if let Some(watched) = &mut priority
+            && watched.has_changed().unwrap_or(false)
+        {
+            let (urgency, class) = *watched.borrow_and_update();
+            sent = (clamped_urgency(urgency), class);
+        }
         let head = Message::Request(Request {
             id,
-            urgency: Urgency::new(request.urgency.min(Urgency::LOWEST.level())).unwrap_or_default(),
-            class: request.class,
+            urgency: sent.0,
+            class: sent.1,
             end: body.is_empty(),
             head: request.head,
         });
         self.send(stream, head).await?;
+        if let (Some(watched), Some(ended)) = (priority, watch_ended) {
+            // Spawned only now: a PRIORITY must follow its REQUEST on the stream.
+            tokio::spawn(watch_priority(
+                Arc::downgrade(self),
+                id,
+                stream,
+                watched,
+                ended,
+                sent,
+            ));
+        }
         while !body.is_empty() {
             let data = body.split_to(body.len().min(self.max_chunk));
             let end = body.is_empty();
@@ -538,6 +574,66 @@ impl Conn {
         };
         self.retire(state, reason);
     }
+}
+
+/// Sends one PRIORITY for request `id` per change of `watched`, until the
+/// request ends (its slot drops `ended`'s sender), the caller drops the watch
+/// sender, or the association goes. `sent` is what the origin has now.
+async fn watch_priority(
+    conn: Weak<Conn>,
+    id: RequestId,
+    stream: u16,
+    mut watched: watch::Receiver<(u8, RequestClass)>,
+    mut ended: oneshot::Receiver<()>,
+    mut sent: (Urgency, RequestClass),
+) {
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut ended => return,
+            changed = watched.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+        let (urgency, class) = *watched.borrow_and_update();
+        let wanted = (clamped_urgency(urgency), class);
+        if wanted == sent {
+            continue;
+        }
+        let Some(conn) = conn.upgrade() else {
+            return;
+        };
+        if !lock(&conn.state).session.may_send_priority(id) {
+            return;
+        }
+        let (urgency, class) = wanted;
+        let priority = Message::Priority { id, urgency, class };
+        // A send held up by a full stream queue must not outlive the request.
+        tokio::select! {
+            biased;
+            _ = &mut ended => return,
+            result = conn.send(stream, priority) => {
+                if result.is_err() {
+                    return;
+                }
+            }
+        }
+        tracing::debug!(
+            origin = %conn.name,
+            id,
+            ?class,
+            urgency = urgency.level(),
+            "PRIORITY sent"
+        );
+        sent = wanted;
+    }
+}
+
+/// RFC 9218 urgency from a caller's level; above 7 counts as 7.
+fn clamped_urgency(level: u8) -> Urgency {
+    Urgency::new(level.min(Urgency::LOWEST.level())).unwrap_or_default()
 }
 
 fn reset(id: RequestId, code: ErrorCode, reason: &str) -> Message {

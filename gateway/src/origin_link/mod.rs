@@ -5,7 +5,9 @@
 //! dies or the origin sends GOAWAY. The HTTP front-end pins each browser flow to a
 //! data stream ([`OriginLink::pin`]) and sends its requests with
 //! [`OriginLink::request`], which returns the response head and a
-//! [`ResponseBody`]. docs/gateway-origin-link.md is the overview; the error
+//! [`ResponseBody`]. A request can be promoted while in flight (a prefetch that
+//! a browser joined) through [`OriginRequest::priority`], which makes the link
+//! send PRIORITY. docs/gateway-origin-link.md is the overview; the error
 //! mapping is on [`LinkError`].
 //!
 //! ```text
@@ -91,6 +93,14 @@ pub struct OriginRequest {
     pub urgency: u8,
     /// Browser demand or the gateway's prefetch.
     pub class: RequestClass,
+    /// Reprioritisation in flight, `None` for a request whose priority never
+    /// changes. While the request is open, each change of the watched
+    /// `(urgency, class)` sends one PRIORITY for it (the latest value; equal
+    /// values are skipped), if the origin announced PRIORITY; an older origin
+    /// keeps serving it at `urgency` and `class`. A change made before the
+    /// REQUEST goes out is carried by the REQUEST itself. Urgency is clamped to
+    /// 7 like `urgency`. See [`OriginLink::request`].
+    pub priority: Option<watch::Receiver<(u8, RequestClass)>>,
 }
 
 /// A browser flow's data stream, pinned for the flow's lifetime; released on
@@ -280,6 +290,13 @@ impl OriginLink {
     /// (at most once per `reconnect_min`). Dropping the future abandons the
     /// request (RESET CANCELLED to the origin), so a caller's time-out around it
     /// is clean.
+    ///
+    /// With [`OriginRequest::priority`] set, the caller can promote the request
+    /// while it is in flight, before or after the head arrives, for instance a
+    /// prefetch that a browser request has joined:
+    /// `promote.send_replace((urgency, RequestClass::Demand))`. The PRIORITY
+    /// travels on the request's stream, behind its REQUEST; once the response
+    /// has ended, or the request was abandoned, changes are not sent.
     pub async fn request(
         &self,
         pin: &StreamPin,

@@ -146,7 +146,7 @@ async fn establish(shared: &Shared) -> Result<Conn, String> {
             data_streams,
             max_chunk: MAX_CHUNK as u32,
             // FEEDBACK is not sent yet: do not announce it.
-            capabilities: Capabilities::PREFETCH_CLASS,
+            capabilities: Capabilities::PREFETCH_CLASS | Capabilities::PRIORITY,
         },
     );
     let hello = session.hello().to_bytes();

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use gateway::config::OriginEntry;
 use gateway::origin_link::{LinkError, ResponseBody};
-use gateway_protocol::{Message, Role, Session, SessionConfig};
+use gateway_protocol::{Capabilities, Message, Role, Session, SessionConfig};
 use gateway_transport::{Association, AssociationConfig, BackendChoice, BackendKind, Listener};
 use http_body_util::BodyExt;
 use origin::scheduler::{PolicyKind, SchedulerConfig};
@@ -69,8 +69,18 @@ pub(crate) struct TestOrigin {
 }
 
 impl TestOrigin {
+    /// With the shortest-remaining-first scheduler and [`transport`].
     pub(crate) async fn start(kind: BackendKind, addr: SocketAddr) -> Result<Self> {
-        let listener = Listener::bind(kind, addr, &transport()).await?;
+        Self::start_with(kind, addr, PolicyKind::Scf, &transport()).await
+    }
+
+    pub(crate) async fn start_with(
+        kind: BackendKind,
+        addr: SocketAddr,
+        policy: PolicyKind,
+        transport: &AssociationConfig,
+    ) -> Result<Self> {
+        let listener = Listener::bind(kind, addr, transport).await?;
         let addr = listener.local_addr()?;
         let handler = Arc::new(SyntheticHandler::default());
         let assocs = Arc::new(Mutex::new(Vec::new()));
@@ -84,7 +94,7 @@ impl TestOrigin {
                     drivers.push(AbortOnDrop(tokio::spawn(drive(
                         assoc,
                         Arc::clone(&handler),
-                        driver_config(),
+                        driver_config(policy),
                     ))));
                 }
             }
@@ -120,10 +130,10 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-fn driver_config() -> DriverConfig {
+fn driver_config(policy: PolicyKind) -> DriverConfig {
     DriverConfig {
         scheduler: SchedulerConfig {
-            policy: PolicyKind::Scf,
+            policy,
             transport_target: 32 * 1024,
             ..SchedulerConfig::default()
         },
@@ -156,14 +166,22 @@ impl ScriptedOrigin {
         })
     }
 
-    /// The next association, with HELLO answered.
+    /// The next association, with HELLO answered, announcing every capability.
     pub(crate) async fn accept(&self) -> Result<Scripted> {
+        self.accept_offering(SessionConfig::default().capabilities)
+            .await
+    }
+
+    /// As [`accept`](Self::accept), announcing `capabilities` (an older origin
+    /// announces fewer).
+    pub(crate) async fn accept_offering(&self, capabilities: Capabilities) -> Result<Scripted> {
         let assoc = self.listener.accept().await?;
         let streams = assoc.streams();
         let mut session = Session::new(
             Role::Origin,
             SessionConfig {
                 data_streams: streams.outbound.min(streams.inbound) - 1,
+                capabilities,
                 ..SessionConfig::default()
             },
         );

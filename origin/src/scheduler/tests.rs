@@ -34,6 +34,25 @@ fn prefetch(at: u64, id: RequestId, stream: u16, size: u64) -> Arrival {
     }
 }
 
+/// A PRIORITY from the gateway, applied at the first chunk boundary at or after
+/// `at`.
+#[derive(Clone, Copy)]
+struct Promotion {
+    at: u64,
+    id: RequestId,
+    class: RequestClass,
+    urgency: u8,
+}
+
+fn promote(at: u64, id: RequestId, urgency: u8) -> Promotion {
+    Promotion {
+        at,
+        id,
+        class: RequestClass::Demand,
+        urgency,
+    }
+}
+
 /// What the simulation saw: the job of every chunk in order, and completions.
 struct Trace {
     chunks: Vec<RequestId>,
@@ -53,9 +72,19 @@ impl Trace {
     }
 }
 
-fn simulate(config: SchedulerConfig, mut arrivals: Vec<Arrival>) -> Trace {
+fn simulate(config: SchedulerConfig, arrivals: Vec<Arrival>) -> Trace {
+    simulate_with_promotions(config, arrivals, Vec::new())
+}
+
+fn simulate_with_promotions(
+    config: SchedulerConfig,
+    mut arrivals: Vec<Arrival>,
+    mut promotions: Vec<Promotion>,
+) -> Trace {
     arrivals.sort_by_key(|a| a.at);
+    promotions.sort_by_key(|p| p.at);
     let mut pending = std::collections::VecDeque::from(arrivals);
+    let mut promotions = std::collections::VecDeque::from(promotions);
     let mut remaining = HashMap::new();
     let mut scheduler = Scheduler::new(config);
     let mut trace = Trace {
@@ -75,6 +104,13 @@ fn simulate(config: SchedulerConfig, mut arrivals: Vec<Arrival>) -> Trace {
             });
             scheduler.handle_ready(a.id, true);
             remaining.insert(a.id, a.size);
+        }
+        while promotions.front().is_some_and(|p| p.at <= now) {
+            let Some(p) = promotions.pop_front() else {
+                break;
+            };
+            let urgency = Urgency::new(p.urgency).expect("valid urgency");
+            scheduler.handle_reprioritize(p.id, p.class, urgency);
         }
         let Some(id) = scheduler.poll_next() else {
             match pending.front() {
@@ -322,5 +358,97 @@ fn fcfs_waits_for_an_oldest_job_that_has_no_chunk_yet() {
     s.handle_ready(2, true);
     assert_eq!(s.poll_next(), None, "job 1 came first and is not ready");
     s.handle_ready(1, true);
+    assert_eq!(s.poll_next(), Some(1));
+}
+
+#[test]
+fn priority_serves_a_promoted_prefetch_before_other_prefetches() {
+    let prefetches = vec![
+        prefetch(0, 1, 1, 50),
+        prefetch(0, 2, 2, 50),
+        prefetch(0, 3, 3, 50),
+    ];
+    let trace = simulate(policy(PolicyKind::Priority), prefetches.clone());
+    assert_eq!(trace.chunk_string(), "AAAAABBBBBCCCCC");
+    // C, the last prefetch to arrive, is promoted while A runs: it takes the
+    // next chunk and finishes first.
+    let trace = simulate_with_promotions(
+        policy(PolicyKind::Priority),
+        prefetches,
+        vec![promote(15, 3, 3)],
+    );
+    assert_eq!(trace.chunk_string(), "AACCCCCAAABBBBB");
+    assert_eq!(trace.finish_order(), vec![3, 1, 2]);
+}
+
+#[test]
+fn priority_ranks_a_promoted_prefetch_among_demand_by_its_new_urgency() {
+    let jobs = || {
+        vec![
+            prefetch(0, 1, 1, 50),
+            prefetch(0, 2, 2, 50),
+            prefetch(0, 3, 3, 50),
+            // D: demand at the default urgency 3.
+            demand(0, 4, 4, 30),
+        ]
+    };
+    // Promoted at urgency 1, C passes the demand job D as well.
+    let trace =
+        simulate_with_promotions(policy(PolicyKind::Priority), jobs(), vec![promote(5, 3, 1)]);
+    assert_eq!(trace.chunk_string(), "DCCCCCDDAAAAABBBBB");
+    // Promoted at urgency 5, it waits for D but still passes the prefetches.
+    let trace =
+        simulate_with_promotions(policy(PolicyKind::Priority), jobs(), vec![promote(5, 3, 5)]);
+    assert_eq!(trace.chunk_string(), "DDDCCCCCAAAAABBBBB");
+    // Demoted back to prefetch, a job yields to the next demand chunk.
+    let trace = simulate_with_promotions(
+        policy(PolicyKind::Priority),
+        vec![demand(0, 1, 1, 30), demand(0, 2, 2, 30)],
+        vec![Promotion {
+            at: 5,
+            id: 1,
+            class: RequestClass::Prefetch,
+            urgency: 3,
+        }],
+    );
+    assert_eq!(trace.chunk_string(), "ABBBAA");
+}
+
+#[test]
+fn wfq_charges_a_promoted_job_to_demand_from_its_next_chunk() {
+    let config = SchedulerConfig {
+        policy: PolicyKind::Wfq,
+        demand_weight: 3,
+        prefetch_weight: 1,
+        ..SchedulerConfig::default()
+    };
+    let jobs = vec![prefetch(0, 1, 1, 300), prefetch(0, 2, 2, 300)];
+    // Alone in the prefetch class, A runs first (FCFS inside a class).
+    let trace = simulate(config.clone(), jobs.clone());
+    assert_eq!(&trace.chunk_string()[..20], "AAAAAAAAAAAAAAAAAAAA");
+    // B promoted after 100 bytes: demand, idle until now, starts at prefetch's
+    // virtual time (no burst of 30 chunks for B) and then takes 3 chunks of 4.
+    let trace = simulate_with_promotions(config.clone(), jobs.clone(), vec![promote(100, 2, 3)]);
+    assert_eq!(&trace.chunk_string()[..18], "AAAAAAAAAAABBBABBB");
+    // A promoted after sending 100 bytes as prefetch: those bytes stay charged
+    // to prefetch, so neither class gets a burst; A now has the demand share.
+    let trace = simulate_with_promotions(config, jobs, vec![promote(100, 1, 3)]);
+    assert_eq!(&trace.chunk_string()[..20], "AAAAAAAAAAABAAABAAAB");
+}
+
+#[test]
+fn reprioritizing_an_unknown_or_finished_job_changes_nothing() {
+    let mut s = Scheduler::new(policy(PolicyKind::Priority));
+    for (id, class) in [(1, RequestClass::Prefetch), (2, RequestClass::Prefetch)] {
+        s.handle_arrival(JobSpec {
+            class,
+            ..demand_job(id, Some(100))
+        });
+        s.handle_ready(id, true);
+    }
+    s.handle_done(2);
+    s.handle_reprioritize(2, RequestClass::Demand, Urgency::HIGHEST);
+    s.handle_reprioritize(9, RequestClass::Demand, Urgency::HIGHEST);
+    assert_eq!(s.len(), 1);
     assert_eq!(s.poll_next(), Some(1));
 }

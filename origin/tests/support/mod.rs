@@ -92,6 +92,31 @@ impl TestGateway {
         Ok(id)
     }
 
+    /// Sends a REQUEST for `path` whose body is still to come (no END); the
+    /// caller sends the REQUEST_BODY messages.
+    pub(crate) async fn request_with_body_to_follow(
+        &mut self,
+        stream: u16,
+        path: &str,
+        class: RequestClass,
+    ) -> Result<RequestId> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.session
+            .handle_request_sent(id, stream)
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let request = Message::Request(Request {
+            id,
+            urgency: Urgency::DEFAULT,
+            class,
+            end: false,
+            head: Bytes::from(format!("POST {path} HTTP/1.1\r\nhost: test\r\n\r\n")),
+        });
+        self.assoc.send(stream, request.to_bytes()).await?;
+        self.seen.insert(id, Seen::default());
+        Ok(id)
+    }
+
     /// Handles one message; returns the id it concerned.
     pub(crate) async fn receive_one(&mut self) -> Result<Option<RequestId>> {
         let m = self.assoc.recv().await?;
