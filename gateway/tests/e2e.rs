@@ -514,6 +514,86 @@ fn the_cache_answers_repeats_validates_html_and_outlives_the_origin() {
     assert!(listing.contains("2 entries"), "{listing}");
 }
 
+/// The admin endpoint's JSON at `path`, fetched inside the gateway's namespace.
+fn admin_json(demo: &Demo, path: &str) -> serde_json::Value {
+    let mut command = Command::new("curl");
+    command.args([
+        "-sS",
+        "--fail",
+        "--max-time",
+        "5",
+        &format!("http://127.0.0.1:3130{path}"),
+    ]);
+    let out = exec_in(demo.topology.gateway.name(), &command)
+        .output()
+        .expect("run curl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+#[test]
+fn prefetch_serves_chromiums_subresources_from_the_cache_or_joined_fetches() {
+    let demo = start(options("prefetch"));
+    let mut browser = Browser::launch_in(demo.topology.client.name()).expect("chromium starts");
+    // A fresh profile: Chromium's own cache is empty. (Disabling it instead
+    // would make Chromium send `Cache-Control: no-cache`, which no cache may
+    // answer without asking the origin.)
+    let mut page = browser.new_page().expect("new tab");
+    let load = page
+        .load("http://203.0.113.10/", Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}\n(logs in {})", demo.dir().display()));
+    assert!(load.failures().is_empty(), "{:#?}", load.failures());
+    // What the gateway did with each of the page's subresource requests: the
+    // access log's `cache=` field (hit: from the cache, which a completed
+    // prefetch filled; coalesced: joined a fetch in flight).
+    let access = gateway_access_log(&demo);
+    let subresources: Vec<&String> = access
+        .iter()
+        .filter(|l| l.contains("method=GET") && !l.contains("target=/ "))
+        .collect();
+    let served = subresources
+        .iter()
+        .filter(|l| l.contains("cache=\"hit\"") || l.contains("cache=\"coalesced\""))
+        .count();
+    let stats = admin_json(&demo, "/prefetch/stats");
+    println!("cache: {}", admin_json(&demo, "/cache/stats"));
+    println!(
+        "{served} of {} subresource requests from the cache or joined; prefetch stats: {stats}",
+        subresources.len()
+    );
+    assert!(
+        subresources.len() + 1 >= load.requests.len(),
+        "the gateway logged {} subresource requests for {} browser requests",
+        subresources.len(),
+        load.requests.len()
+    );
+    assert!(
+        served * 10 >= subresources.len() * 9,
+        "only {served} of {} subresource requests were served from the cache or \
+         joined a prefetch:\n{subresources:#?}\nprefetch stats: {stats}",
+        subresources.len()
+    );
+    assert!(stats["issued"].as_u64() >= Some(1), "{stats}");
+    // One origin fetch per URL: a browser request that joined a prefetch did
+    // not fetch again.
+    let log = origin_log(&demo);
+    let mut per_target: std::collections::HashMap<&str, usize> = Default::default();
+    for line in log.lines().filter(|l| l.contains("origin::service")) {
+        if let Some(target) = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("target="))
+        {
+            *per_target.entry(target).or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = per_target.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "fetched more than once: {twice:?}");
+}
+
 #[test]
 fn fail_open_serves_the_original_destination_without_origin() {
     let mut options = options("fail-open");

@@ -142,6 +142,34 @@ impl<H> Coalescer<H> {
     pub fn in_flight(&self) -> usize {
         lock(&self.flights).len()
     }
+
+    /// Takes no new joiners for the keys `matches` selects (their response
+    /// was invalidated); those already in keep reading.
+    pub fn forget(&self, matches: impl Fn(&[u8]) -> bool) {
+        lock(&self.flights).retain(|key, _| !matches(key));
+    }
+}
+
+/// A finished flight that still takes joiners (they read the whole body at
+/// once) until this is dropped: the fill holds it until its entry is
+/// committed, so that no request falls between the flight and the store.
+#[derive(Debug)]
+pub struct Hold<H> {
+    flight: Arc<Flight<H>>,
+    key: Vec<u8>,
+    flights: Arc<Flights<H>>,
+}
+
+impl<H> Drop for Hold<H> {
+    fn drop(&mut self) {
+        let mut flights = lock(&self.flights);
+        if flights
+            .get(&self.key)
+            .is_some_and(|f| Arc::ptr_eq(f, &self.flight))
+        {
+            flights.remove(&self.key);
+        }
+    }
 }
 
 /// The leader's side of a flight. Dropping it before [`FillGuard::finish`]
@@ -212,6 +240,18 @@ impl<H> FillGuard<H> {
     /// The body is complete.
     pub fn finish(mut self) {
         self.end(Ok(()));
+    }
+
+    /// The body is complete; the flight keeps taking joiners until the
+    /// returned [`Hold`] is dropped.
+    pub fn finish_held(mut self) -> Hold<H> {
+        self.ended = true;
+        self.flight.update(|s| s.end = Some(Ok(())));
+        Hold {
+            flight: Arc::clone(&self.flight),
+            key: self.key.clone(),
+            flights: Arc::clone(&self.flights),
+        }
     }
 
     /// The fetch failed: every reader gets `reason`.

@@ -22,7 +22,7 @@ use http::header::{self, HeaderMap};
 use http::{Method, Response, StatusCode};
 use http_body_util::BodyExt;
 
-use super::coalesce::{FillGuard, Subscriber};
+use super::coalesce::{FillGuard, Hold, Subscriber};
 use super::policy::{self, ResponseDecision, StoredResponse};
 use super::store::{CHUNK_BYTES, EntryMeta, EntryWriter, StoreError, full_key};
 use super::{Shared, body};
@@ -271,11 +271,13 @@ impl Fill {
         });
         let browser = (!conditional_hit).then(|| guard.subscribe());
         let writer = guard.subscribe();
-        tokio::spawn(produce(guard, upstream));
+        let hold = Arc::new(std::sync::Mutex::new(HoldSlot::Waiting));
+        tokio::spawn(produce(guard, upstream, Arc::clone(&hold)));
         tokio::spawn(write(
             Arc::clone(&shared),
             writer,
             WriteJob {
+                hold,
                 ticket,
                 primary,
                 vary,
@@ -315,9 +317,26 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// Between the producer and the writer: the finished flight stays joinable
+/// until the writer is done with the store, so that a request arriving in
+/// between reads the flight instead of fetching again.
+#[derive(Debug)]
+enum HoldSlot {
+    Waiting,
+    /// Dropping it lets the flight go.
+    Held {
+        _hold: Hold<FlightHead>,
+    },
+    WriterDone,
+}
+
 /// Reads the upstream body into the flight, no faster than its slowest reader
 /// once the flight is closed to joiners; stops when nobody reads.
-async fn produce(guard: FillGuard<FlightHead>, mut upstream: Body) {
+async fn produce(
+    guard: FillGuard<FlightHead>,
+    mut upstream: Body,
+    hold: Arc<std::sync::Mutex<HoldSlot>>,
+) {
     loop {
         guard.ready().await;
         if guard.readers() == 0 {
@@ -327,7 +346,11 @@ async fn produce(guard: FillGuard<FlightHead>, mut upstream: Body) {
         }
         match upstream.frame().await {
             None => {
-                guard.finish();
+                let held = guard.finish_held();
+                let mut slot = hold.lock().unwrap_or_else(|e| e.into_inner());
+                if !matches!(*slot, HoldSlot::WriterDone) {
+                    *slot = HoldSlot::Held { _hold: held };
+                }
                 return;
             }
             Some(Ok(frame)) => {
@@ -347,6 +370,7 @@ async fn produce(guard: FillGuard<FlightHead>, mut upstream: Body) {
 
 /// What the writer stores.
 struct WriteJob {
+    hold: Arc<std::sync::Mutex<HoldSlot>>,
     ticket: FillTicket,
     primary: String,
     vary: Vec<String>,
@@ -357,7 +381,18 @@ struct WriteJob {
 
 /// Stores the flight's body: batches of chunks written in `spawn_blocking`,
 /// then the verified, durable finish, unless the URI was invalidated meanwhile.
-async fn write(shared: Arc<Shared>, mut reader: Subscriber<FlightHead>, job: WriteJob) {
+/// Then lets the finished flight go.
+async fn write(shared: Arc<Shared>, reader: Subscriber<FlightHead>, job: WriteJob) {
+    let hold = Arc::clone(&job.hold);
+    write_entry(shared, reader, job).await;
+    let released = std::mem::replace(
+        &mut *hold.lock().unwrap_or_else(|e| e.into_inner()),
+        HoldSlot::WriterDone,
+    );
+    drop(released);
+}
+
+async fn write_entry(shared: Arc<Shared>, mut reader: Subscriber<FlightHead>, job: WriteJob) {
     let store = shared.store.clone();
     let (primary, vary, secondary, stored) = (
         job.primary.clone(),
@@ -429,6 +464,9 @@ async fn write(shared: Arc<Shared>, mut reader: Subscriber<FlightHead>, job: Wri
     match finished {
         Ok(Ok(entry)) => {
             shared.counters.inc(&shared.counters.stored);
+            shared
+                .commits
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             // An invalidation between the check above and the commit: undo.
             if job.ticket.invalidated() {
                 shared

@@ -64,6 +64,10 @@ pub(crate) struct Shared {
     /// discard, freshening): a lookup that promotes an entry into memory
     /// undoes it if this moved meanwhile.
     changes: AtomicU64,
+    /// Bumped when an entry becomes visible: a lookup that read the store
+    /// before a commit and found no flight after it (the flight ended in
+    /// between) looks again instead of fetching a second time.
+    commits: AtomicU64,
     flights: Coalescer<FlightHead>,
     /// Per primary key with fills in progress: (fills, invalidation epoch).
     fills: Mutex<HashMap<String, (u32, u64)>>,
@@ -202,6 +206,7 @@ impl Cache {
                 store,
                 memory: Memory::new(memory_bytes),
                 changes: AtomicU64::new(0),
+                commits: AtomicU64::new(0),
                 flights: Coalescer::new(join_limit),
                 fills: Mutex::new(HashMap::new()),
                 counters: Counters::default(),
@@ -229,9 +234,11 @@ impl Cache {
         if let Some(hit) = shared.memory_hit(&primary, request) {
             return hit;
         }
-        // A follower that finds the entry refreshed looks again, once.
-        for _ in 0..2 {
+        // A follower that finds the entry refreshed looks again, and so does a
+        // leader that finds an entry committed while it looked.
+        for attempt in 0..3 {
             let changes = shared.changes.load(Ordering::SeqCst);
+            let commits = shared.commits.load(Ordering::SeqCst);
             let found = match shared.find(&primary, request).await {
                 Ok(found) => found,
                 Err(e) => {
@@ -268,6 +275,14 @@ impl Cache {
             };
             let mut subscriber = match shared.flights.join(&found.key) {
                 Join::Leader(guard) => {
+                    if attempt < 2
+                        && shared.commits.load(Ordering::SeqCst) != commits
+                        && guard.readers() == 0
+                    {
+                        // Nobody joined yet: give the flight up and look again.
+                        drop(guard);
+                        continue;
+                    }
                     let validation = found.entry.is_some() && !conditional.is_empty();
                     shared.counters.inc(if validation {
                         &shared.counters.validations
@@ -633,6 +648,10 @@ impl Shared {
     /// in progress on them.
     fn bump(&self, matches: impl Fn(&str) -> bool) {
         self.changes.fetch_add(1, Ordering::SeqCst);
+        self.flights.forget(|key| {
+            let primary = key.split(|&b| b == 0).next().unwrap_or(key);
+            std::str::from_utf8(primary).is_ok_and(&matches)
+        });
         for (primary, slot) in lock(&self.fills).iter_mut() {
             if matches(primary) {
                 slot.1 += 1;

@@ -653,13 +653,20 @@ enum Chunk {
 
 /// Passes `response`'s body through unchanged, sending a copy of each chunk
 /// (never waiting: a full channel ends the copies) and `End` when the body
-/// ended cleanly. Dropping the body early drops the sender: the scanner sees
-/// an abandoned page.
+/// ended cleanly: its end seen, or its `Content-Length` reached (hyper stops
+/// polling a body once it has written that many bytes). Dropping the body
+/// before either drops the sender: the scanner sees an abandoned page.
 fn tee(response: Response<Body>, tx: mpsc::Sender<Chunk>) -> Response<Body> {
     let (parts, body) = response.into_parts();
+    let left = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     let body = Tee {
         inner: body,
         tx: Some(tx),
+        left,
     };
     Response::from_parts(parts, body.boxed_unsync())
 }
@@ -667,6 +674,8 @@ fn tee(response: Response<Body>, tx: mpsc::Sender<Chunk>) -> Response<Body> {
 struct Tee {
     inner: Body,
     tx: Option<mpsc::Sender<Chunk>>,
+    /// Body bytes still to come, when announced.
+    left: Option<u64>,
 }
 
 impl http_body::Body for Tee {
@@ -680,11 +689,17 @@ impl http_body::Body for Tee {
         let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
         match &polled {
             std::task::Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(data), Some(tx)) = (frame.data_ref(), &self.tx)
-                    && tx.try_send(Chunk::Data(data.clone())).is_err()
-                {
-                    // The scanner is behind: it keeps what it has.
-                    if let Some(tx) = self.tx.take() {
+                if let Some(data) = frame.data_ref() {
+                    let data = data.clone();
+                    let sent = self
+                        .tx
+                        .as_ref()
+                        .is_some_and(|tx| tx.try_send(Chunk::Data(data.clone())).is_ok());
+                    self.left = self.left.map(|n| n.saturating_sub(data.len() as u64));
+                    // Done, or the scanner is behind (it keeps what it has).
+                    if (self.left == Some(0) || !sent)
+                        && let Some(tx) = self.tx.take()
+                    {
                         let _ = tx.try_send(Chunk::End);
                     }
                 }
