@@ -730,6 +730,7 @@ fn generated_configs_validate() {
         connect_timeout_ms: Some(1000),
         cache_path: Some("/tmp/elsewhere/c.redb".into()),
         cache_enabled: Some(false),
+        prefetch_enabled: Some(false),
     };
     let generated = GatewayConfig::from_shipped(&workspace(), &overrides).expect("generate");
     let config = DaemonConfig::from_toml(&generated.text).expect("parses");
@@ -740,6 +741,7 @@ fn generated_configs_validate() {
         std::path::Path::new("/tmp/elsewhere/c.redb")
     );
     assert!(!config.cache.enabled);
+    assert!(!config.prefetch.enabled_for_origins);
     let origin = &config.origins[0];
     assert!(!origin.fail_open);
     assert_eq!(origin.reconnect_max, Duration::from_millis(100));

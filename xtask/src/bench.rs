@@ -33,6 +33,9 @@ pub(crate) struct BenchOptions {
     /// prefetch, thesis; wan: rtt, loss, rate); all by default.
     #[arg(long)]
     pub only: Vec<String>,
+    /// Round-trip time of the emulated WAN, in ms (prefetch).
+    #[arg(long, default_value_t = 80)]
+    pub rtt_ms: u64,
 }
 
 /// The benchmarks this command knows.
@@ -50,6 +53,9 @@ pub(crate) enum Which {
     Cache,
     /// The WAN emulator against its tolerances: round-trip time, loss, rate.
     Wan,
+    /// Page load in Chromium with the prefetch queue off and on, over an
+    /// emulated WAN (--rtt-ms).
+    Prefetch,
 }
 
 const BACKENDS: [&str; 3] = ["tcp", "framed-tcp", "userspace"];
@@ -169,6 +175,9 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Static => static_files(),
         Which::Cache => crate::bench_cache::run(),
         Which::Wan => crate::bench_wan::run(&options.only),
+        Which::Prefetch => crate::bench_prefetch::run(crate::bench_prefetch::PrefetchBench {
+            rtt_ms: options.rtt_ms,
+        }),
     }
 }
 

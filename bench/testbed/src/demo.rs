@@ -15,10 +15,12 @@ use crate::error::{Result, TestbedError, io};
 use crate::netns::{exec_in, ip, run};
 use crate::nginx::{Nginx, write_web_page};
 use crate::process::{NsProcess, wait_until};
+use crate::topology::WanLink;
 use crate::topology::{
     LAN_IF, ORIGIN_PORT, SITE_NET_V4, SITE_NET_V6, SITE_V4, SITE_V6, Topology, WAN, WEB_V4, WEB_V6,
     origin_sctp_v4,
 };
+use crate::wan::{WanEmulator, WanParams};
 
 /// How long the origin and the gateway get to become ready.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -50,6 +52,8 @@ pub struct GatewayConfigOverrides {
     pub cache_path: Option<PathBuf>,
     /// `cache.enabled`.
     pub cache_enabled: Option<bool>,
+    /// `prefetch.enabled_for_origins`.
+    pub prefetch_enabled: Option<bool>,
 }
 
 /// A gateway configuration generated from the shipped file, and the keys the
@@ -86,6 +90,14 @@ impl GatewayConfig {
             if let Some(intercept) = intercept.as_table_mut() {
                 intercept.insert("lan_interfaces".into(), interfaces.clone().into());
             }
+        }
+        if let Some(enabled) = overrides.prefetch_enabled {
+            let prefetch = table
+                .entry("prefetch")
+                .or_insert_with(|| toml::Table::new().into())
+                .as_table_mut()
+                .ok_or_else(|| bad("prefetch is not a table".into()))?;
+            prefetch.insert("enabled_for_origins".into(), enabled.into());
         }
         if overrides.cache_path.is_some() || overrides.cache_enabled.is_some() {
             let cache = table
@@ -245,6 +257,17 @@ pub struct DemoOptions {
     pub start_origin: bool,
     /// Start the gateway (false: only the topology, nginx and the origin).
     pub start_gateway: bool,
+    /// Put the WAN emulator between the gateway and the origin host.
+    pub wan: Option<DemoWan>,
+}
+
+/// The WAN emulator of a demo: its executable and the link it emulates.
+#[derive(Debug, Clone)]
+pub struct DemoWan {
+    /// The `wanem` executable.
+    pub wanem: PathBuf,
+    /// The link.
+    pub params: WanParams,
 }
 
 impl DemoOptions {
@@ -259,6 +282,7 @@ impl DemoOptions {
             gateway: GatewayConfigOverrides::default(),
             start_origin: true,
             start_gateway: true,
+            wan: None,
         }
     }
 }
@@ -274,6 +298,8 @@ pub struct Demo {
     pub site: Nginx,
     /// nginx on the unmapped web server.
     pub web: Nginx,
+    /// The WAN emulator, if asked for.
+    pub wan: Option<WanEmulator>,
     /// The generated gateway config.
     pub gateway_config: GatewayConfig,
     /// Its path.
@@ -299,7 +325,19 @@ impl Demo {
         }
         let dir = &options.dir;
         std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
-        let topology = Topology::create(&options.prefix)?;
+        let topology = match &options.wan {
+            None => Topology::create(&options.prefix)?,
+            Some(_) => Topology::create_with(&options.prefix, WanLink::ThroughNamespace)?,
+        };
+        let wan = match &options.wan {
+            None => None,
+            Some(demo_wan) => Some(WanEmulator::start(
+                &topology,
+                &demo_wan.wanem,
+                &demo_wan.params,
+                &dir.join("wanem.log"),
+            )?),
+        };
         let site = Nginx::start(
             topology.origin.name(),
             &[
@@ -348,6 +386,7 @@ impl Demo {
             binaries,
             options,
             origin_starts: 0,
+            wan,
         };
         if start_origin {
             demo.start_origin()?;

@@ -41,7 +41,7 @@ pub use browser::{
     RequestRecord,
 };
 pub use demo::{
-    Binaries, DAEMON_LOG_FILTER, Demo, DemoOptions, GatewayConfig, GatewayConfigOverrides,
+    Binaries, DAEMON_LOG_FILTER, Demo, DemoOptions, DemoWan, GatewayConfig, GatewayConfigOverrides,
     READY_TIMEOUT, tcp_listening,
 };
 pub use error::{Result, TestbedError};
