@@ -169,6 +169,7 @@ fn mapped_site_is_served_by_the_origin_over_sctp_on_both_families() {
 
 #[test]
 fn chromium_loads_the_demo_site_through_the_gateway() {
+    let _one_browser = one_browser_at_a_time();
     let demo = start(options("chromium"));
     let mut browser = Browser::launch_in(demo.topology.client.name()).expect("chromium starts");
     let mut page = browser.new_page().expect("new tab");
@@ -514,6 +515,14 @@ fn the_cache_answers_repeats_validates_html_and_outlives_the_origin() {
     assert!(listing.contains("2 entries"), "{listing}");
 }
 
+/// Chromium tests take turns: two browsers at once on two cores measure the
+/// machine, not the gateway (the prefetch test times the browser against the
+/// gateway's scanner).
+fn one_browser_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static BROWSER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    BROWSER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The admin endpoint's JSON at `path`, fetched inside the gateway's namespace.
 fn admin_json(demo: &Demo, path: &str) -> serde_json::Value {
     let mut command = Command::new("curl");
@@ -537,6 +546,7 @@ fn admin_json(demo: &Demo, path: &str) -> serde_json::Value {
 
 #[test]
 fn prefetch_serves_chromiums_subresources_from_the_cache_or_joined_fetches() {
+    let _one_browser = one_browser_at_a_time();
     let demo = start(options("prefetch"));
     let mut browser = Browser::launch_in(demo.topology.client.name()).expect("chromium starts");
     // A fresh profile: Chromium's own cache is empty. (Disabling it instead
