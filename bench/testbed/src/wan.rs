@@ -192,83 +192,9 @@ impl WanParams {
     }
 }
 
-/// One direction's counters as wanem prints them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DirectionCounters {
-    /// Frames read.
-    pub received: u64,
-    /// Their bytes.
-    pub received_bytes: u64,
-    /// Dropped by the loss model.
-    pub dropped_loss: u64,
-    /// Dropped by the queue limit.
-    pub dropped_queue: u64,
-    /// Dropped for not fitting the MTU (offloads on somewhere).
-    pub oversize: u64,
-    /// Sent.
-    pub sent: u64,
-    /// Their bytes.
-    pub sent_bytes: u64,
-    /// Refused by the kernel.
-    pub send_errors: u64,
-    /// Forwarded with a checksum left to offload (the receiver drops them).
-    pub checksum_not_ready: u64,
-    /// Dropped by the kernel before wanem read them.
-    pub kernel_drops: u64,
-    /// Waiting in the emulated link.
-    pub pending: u64,
-    /// Sent 1 ms or more after they were due.
-    pub late_over_1ms: u64,
-    /// The latest a frame was sent after it was due, µs.
-    pub late_max_us: u64,
-}
-
-impl DirectionCounters {
-    /// Frames that went missing other than by design (loss model, queue
-    /// limit): oversize, send errors, checksum trouble, kernel drops.
-    pub fn faults(&self) -> u64 {
-        self.oversize + self.send_errors + self.checksum_not_ready + self.kernel_drops
-    }
-
-    /// Whether every frame received is accounted for: dropped (by design or
-    /// not), sent, failed, or still pending.
-    pub fn balanced(&self) -> bool {
-        self.received
-            == self.dropped_loss
-                + self.dropped_queue
-                + self.oversize
-                + self.sent
-                + self.send_errors
-                + self.pending
-    }
-
-    fn parse(fields: &str) -> Self {
-        let mut counters = Self::default();
-        for (key, value) in fields.split_whitespace().filter_map(|f| f.split_once('=')) {
-            let Ok(value) = value.parse::<u64>() else {
-                continue;
-            };
-            let slot = match key {
-                "received" => &mut counters.received,
-                "received_bytes" => &mut counters.received_bytes,
-                "dropped_loss" => &mut counters.dropped_loss,
-                "dropped_queue" => &mut counters.dropped_queue,
-                "oversize" => &mut counters.oversize,
-                "sent" => &mut counters.sent,
-                "sent_bytes" => &mut counters.sent_bytes,
-                "send_errors" => &mut counters.send_errors,
-                "checksum_not_ready" => &mut counters.checksum_not_ready,
-                "kernel_drops" => &mut counters.kernel_drops,
-                "pending" => &mut counters.pending,
-                "late_over_1ms" => &mut counters.late_over_1ms,
-                "late_max_us" => &mut counters.late_max_us,
-                _ => continue,
-            };
-            *slot = value;
-        }
-        counters
-    }
-}
+/// One direction's counters as wanem prints them (its own type, which also
+/// reads them back).
+pub use wanem::DirectionStats as DirectionCounters;
 
 /// Both directions' counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -289,7 +215,7 @@ impl WanStats {
             log.lines()
                 .rev()
                 .find_map(|line| line.strip_prefix(prefix))
-                .map(DirectionCounters::parse)
+                .map(DirectionCounters::parse_fields)
         };
         Some(Self {
             a_to_b: last(&forward)?,

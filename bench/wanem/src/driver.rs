@@ -131,6 +131,55 @@ pub struct DirectionStats {
     pub late_max_us: u64,
 }
 
+impl DirectionStats {
+    /// Frames that went missing other than by design (loss model, queue
+    /// limit): oversize, send errors, checksum trouble, kernel drops.
+    pub fn faults(&self) -> u64 {
+        self.oversize + self.send_errors + self.checksum_not_ready + self.kernel_drops
+    }
+
+    /// Whether every frame received is accounted for: dropped (by design or
+    /// not), sent, failed, or still pending.
+    pub fn balanced(&self) -> bool {
+        self.received
+            == self.dropped_loss
+                + self.dropped_queue
+                + self.oversize
+                + self.sent
+                + self.send_errors
+                + self.pending
+    }
+
+    /// Reads the `key=value` pairs [`Display`](fmt::Display) writes; unknown
+    /// keys and values that are not numbers are skipped.
+    pub fn parse_fields(fields: &str) -> Self {
+        let mut stats = Self::default();
+        for (key, value) in fields.split_whitespace().filter_map(|f| f.split_once('=')) {
+            let Ok(value) = value.parse::<u64>() else {
+                continue;
+            };
+            let slot = match key {
+                "received" => &mut stats.received,
+                "received_bytes" => &mut stats.received_bytes,
+                "dropped_loss" => &mut stats.dropped_loss,
+                "dropped_queue" => &mut stats.dropped_queue,
+                "oversize" => &mut stats.oversize,
+                "sent" => &mut stats.sent,
+                "sent_bytes" => &mut stats.sent_bytes,
+                "send_errors" => &mut stats.send_errors,
+                "checksum_not_ready" => &mut stats.checksum_not_ready,
+                "kernel_drops" => &mut stats.kernel_drops,
+                "pending" => &mut stats.pending,
+                "late_over_1ms" => &mut stats.late_over_1ms,
+                "late_max_us" => &mut stats.late_max_us,
+                _ => continue,
+            };
+            *slot = value;
+        }
+        stats
+    }
+}
+
 impl fmt::Display for DirectionStats {
     /// `key=value` pairs, the format of the stats lines.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -446,4 +495,31 @@ impl Forwarder {
 fn set_fine_timer_slack() {
     // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's slack.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_lines_read_back_as_written() {
+        let stats = DirectionStats {
+            received: 10,
+            received_bytes: 15_000,
+            dropped_loss: 1,
+            dropped_queue: 2,
+            oversize: 0,
+            sent: 6,
+            sent_bytes: 9_000,
+            send_errors: 0,
+            checksum_not_ready: 3,
+            kernel_drops: 4,
+            pending: 1,
+            late_over_1ms: 5,
+            late_max_us: 1234,
+        };
+        assert_eq!(DirectionStats::parse_fields(&stats.to_string()), stats);
+        assert!(stats.balanced());
+        assert_eq!(stats.faults(), 7);
+    }
 }
