@@ -347,16 +347,8 @@ impl Cache {
         let primary = EffectiveUri::new(request.host, request.port, request.target)
             .as_str()
             .to_owned();
-        if let Some((_, hot)) = shared.memory.get(&primary, request.headers) {
-            let decision = policy::decide_lookup(
-                request.method,
-                request.headers,
-                Some(&hot.entry.response),
-                SystemTime::now(),
-            );
-            if matches!(decision, LookupDecision::Fresh { .. }) {
-                return true;
-            }
+        if shared.memory_fresh(&primary, request).is_some() {
+            return true;
         }
         shared
             .find(&primary, request)
@@ -564,8 +556,13 @@ impl Shared {
         response
     }
 
-    /// A fresh entry from the memory tier, answered without a blocking call.
-    fn memory_hit(&self, primary: &str, request: &CacheRequest<'_>) -> Option<Lookup> {
+    /// The memory tier's entry for `request` if it may be used as it is, with
+    /// its key and current age.
+    fn memory_fresh(
+        &self,
+        primary: &str,
+        request: &CacheRequest<'_>,
+    ) -> Option<(Vec<u8>, Arc<Hot>, std::time::Duration)> {
         let (key, hot) = self.memory.get(primary, request.headers)?;
         let decision = policy::decide_lookup(
             request.method,
@@ -576,6 +573,12 @@ impl Shared {
         let LookupDecision::Fresh { age } = decision else {
             return None;
         };
+        Some((key, hot, age))
+    }
+
+    /// A fresh entry from the memory tier, answered without a blocking call.
+    fn memory_hit(&self, primary: &str, request: &CacheRequest<'_>) -> Option<Lookup> {
+        let (key, hot, age) = self.memory_fresh(primary, request)?;
         let answer =
             policy::answer_from_stored(request.method, request.headers, &hot.entry.response, age);
         let parts = match answer.body {

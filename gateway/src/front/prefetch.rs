@@ -184,11 +184,7 @@ impl Front {
             }
             return response;
         }
-        let content_type = response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let content_type = content_type(response.headers());
         let Some(document) = document_url(host, port, path) else {
             return response;
         };
@@ -363,18 +359,13 @@ impl Front {
         scan: Option<Scan>,
     ) -> Outcome {
         let url = &resource.url;
-        let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+        let Some((host, port, path)) = cache_target(url) else {
             return Outcome::Failed("no host");
         };
-        let host = host.trim_matches(['[', ']']).to_ascii_lowercase();
-        let authority = match url.port() {
-            Some(port) => format!("{}:{port}", url.host_str().unwrap_or_default()),
-            None => url.host_str().unwrap_or_default().to_owned(),
-        };
-        let Ok(host_value) = HeaderValue::from_str(&authority) else {
+        // The extractor drops URLs with credentials: the authority is host[:port].
+        let Ok(host_value) = HeaderValue::from_str(url.authority()) else {
             return Outcome::Failed("host");
         };
-        let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
         let (urgency, class) = *promoted.borrow();
         let mut request = Forwarded {
             method: Method::GET,
@@ -417,11 +408,7 @@ impl Front {
                 }
             }
         };
-        let content_type = response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let content_type = content_type(response.headers());
         let length = response
             .headers()
             .get(header::CONTENT_LENGTH)
@@ -502,13 +489,34 @@ fn same_origin(document: &Url, resource: &Url) -> bool {
         && document.port_or_known_default() == resource.port_or_known_default()
 }
 
+/// A URL as the cache keys it: host (lower-case, IPv6 without brackets),
+/// port, origin-form target.
+fn cache_target(url: &Url) -> Option<(String, u16, &str)> {
+    let host = url
+        .host_str()?
+        .trim_matches(['[', ']'])
+        .to_ascii_lowercase();
+    let port = url.port_or_known_default()?;
+    Some((
+        host,
+        port,
+        &url[url::Position::BeforePath..url::Position::AfterQuery],
+    ))
+}
+
+/// `Content-Type`, if present and readable as a string.
+fn content_type(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
 /// Whether the cache holds `url` fresh for a request with `headers`.
 async fn fresh_in_cache(cache: &crate::cache::Cache, url: &Url, headers: &HeaderMap) -> bool {
-    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+    let Some((host, port, path)) = cache_target(url) else {
         return false;
     };
-    let host = host.trim_matches(['[', ']']).to_ascii_lowercase();
-    let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
     cache
         .is_fresh(&CacheRequest {
             method: &Method::GET,
