@@ -54,6 +54,8 @@ pub struct GatewayConfigOverrides {
     pub cache_enabled: Option<bool>,
     /// `prefetch.enabled_for_origins`.
     pub prefetch_enabled: Option<bool>,
+    /// The first `[[origin]]`'s `backend` (auto, kernel, userspace, framed-tcp).
+    pub backend: Option<String>,
 }
 
 /// A gateway configuration generated from the shipped file, and the keys the
@@ -123,6 +125,9 @@ impl GatewayConfig {
         }
         if let Some(destinations) = &overrides.destinations {
             origin.insert("destinations".into(), destinations.clone().into());
+        }
+        if let Some(backend) = &overrides.backend {
+            origin.insert("backend".into(), backend.clone().into());
         }
         if let Some(fail_open) = overrides.fail_open {
             origin.insert("fail_open".into(), fail_open.into());
@@ -248,8 +253,12 @@ pub struct DemoOptions {
     pub dir: PathBuf,
     /// The workspace (for `config/`).
     pub workspace: PathBuf,
-    /// The origin's document root; `config/demo-site` by default.
+    /// The origin's and the site nginx's document root; `config/demo-site` by
+    /// default.
     pub origin_root: Option<PathBuf>,
+    /// The origin's transport (`--transport`: auto, kernel, userspace,
+    /// framed-tcp); the origin's config file decides if `None`.
+    pub origin_transport: Option<String>,
     /// Changes to the shipped gateway config (the origin address and LAN
     /// interface are set to the topology's unless given here).
     pub gateway: GatewayConfigOverrides,
@@ -279,6 +288,7 @@ impl DemoOptions {
             dir: dir.to_owned(),
             workspace: workspace.to_owned(),
             origin_root: None,
+            origin_transport: None,
             gateway: GatewayConfigOverrides::default(),
             start_origin: true,
             start_gateway: true,
@@ -344,7 +354,10 @@ impl Demo {
                 SocketAddr::new(SITE_V4.into(), 80),
                 SocketAddr::new(SITE_V6.into(), 80),
             ],
-            &options.workspace.join("config/demo-site"),
+            &options
+                .origin_root
+                .clone()
+                .unwrap_or_else(|| options.workspace.join("config/demo-site")),
             &dir.join("nginx-site"),
         )?;
         let web_root = write_web_page(&dir.join("web-root"))?;
@@ -418,6 +431,9 @@ impl Demo {
             .env("RUST_BACKTRACE", "0");
         if let Some(root) = &self.options.origin_root {
             command.arg("--root").arg(root);
+        }
+        if let Some(transport) = &self.options.origin_transport {
+            command.arg("--transport").arg(transport);
         }
         let log = self
             .options
