@@ -36,6 +36,24 @@ pub(crate) struct BenchOptions {
     /// Round-trip time of the emulated WAN, in ms (prefetch).
     #[arg(long, default_value_t = 80)]
     pub rtt_ms: u64,
+    /// Recorded loads per page, alternative and link (pages).
+    #[arg(long, default_value_t = 3)]
+    pub loads: usize,
+    /// Round-trip times of the links, in ms (pages).
+    #[arg(long, value_delimiter = ',', default_values_t = [20, 80, 200])]
+    pub rtt: Vec<u64>,
+    /// Random loss per direction of the links, in percent (pages).
+    #[arg(long, value_delimiter = ',', default_values_t = [0.0, 1.0, 3.0])]
+    pub loss: Vec<f64>,
+    /// Bottleneck rates of the links, in Mbit/s (pages).
+    #[arg(long, value_delimiter = ',', default_values_t = [10, 100])]
+    pub rate: Vec<u64>,
+    /// Which alternatives, by the letters a-g (pages).
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = crate::bench_pages::Alternative::ALL)]
+    pub alternatives: Vec<crate::bench_pages::Alternative>,
+    /// Which pages: the generated p25, p50, p75 and the demo site's `demo` (pages).
+    #[arg(long, value_delimiter = ',', default_values_t = ["p50".to_owned()])]
+    pub pages: Vec<String>,
 }
 
 /// The benchmarks this command knows.
@@ -56,6 +74,11 @@ pub(crate) enum Which {
     /// Page load in Chromium with the prefetch queue off and on, over an
     /// emulated WAN (--rtt-ms).
     Prefetch,
+    /// Page loads in Chromium through every alternative (nginx HTTP/1.1 and
+    /// HTTP/2, Squid, the gateway over framed TCP and SCTP, prefetch, warm
+    /// cache) over the same emulated links (--rtt, --loss, --rate, --loads,
+    /// --alternatives, --pages).
+    Pages,
 }
 
 const BACKENDS: [&str; 3] = ["tcp", "framed-tcp", "userspace"];
@@ -175,6 +198,14 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Static => static_files(),
         Which::Cache => crate::bench_cache::run(),
         Which::Wan => crate::bench_wan::run(&options.only),
+        Which::Pages => crate::bench_pages::run(&crate::bench_pages::PagesBench {
+            loads: options.loads,
+            rtts_ms: options.rtt.clone(),
+            losses: options.loss.clone(),
+            rates_mbit: options.rate.clone(),
+            alternatives: options.alternatives.clone(),
+            pages: options.pages.clone(),
+        }),
         Which::Prefetch => crate::bench_prefetch::run(crate::bench_prefetch::PrefetchBench {
             rtt_ms: options.rtt_ms,
         }),

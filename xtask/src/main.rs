@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_cache;
+mod bench_pages;
 mod bench_prefetch;
 mod bench_wan;
 mod cmd;

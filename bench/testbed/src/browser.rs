@@ -207,6 +207,8 @@ pub struct PageLoad {
     pub timing: NavigationTiming,
     /// Every request the page made, the document first, in the order they started.
     pub requests: Vec<RequestRecord>,
+    /// The resource timing entries of the subresources, in the order they started.
+    pub resources: Vec<ResourceTiming>,
 }
 
 impl PageLoad {
@@ -262,6 +264,8 @@ pub struct NavigationTiming {
     pub transfer_size: u64,
     /// Resource timing entries (subresources loaded).
     pub resource_count: u64,
+    /// The document's protocol (`http/1.1`, `h2`, ...).
+    pub next_hop_protocol: String,
 }
 
 impl NavigationTiming {
@@ -278,9 +282,52 @@ impl NavigationTiming {
             load_event_end: f("loadEventEnd"),
             transfer_size: v["transferSize"].as_u64().unwrap_or(0),
             resource_count: v["resourceCount"].as_u64().unwrap_or(0),
+            next_hop_protocol: v["nextHopProtocol"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
         }
     }
 }
+
+/// One `PerformanceResourceTiming` entry, times in ms since navigation start.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResourceTiming {
+    /// The URL.
+    pub name: String,
+    /// What started the fetch (`link`, `script`, `img`, `css`, ...).
+    pub initiator_type: String,
+    /// Fetch start.
+    pub start_time: f64,
+    /// First byte of the response.
+    pub response_start: f64,
+    /// Last byte of the response.
+    pub response_end: f64,
+    /// Bytes on the wire, headers included (0 when served from Chromium's cache).
+    pub transfer_size: u64,
+    /// `http/1.1`, `h2`, ...
+    pub next_hop_protocol: String,
+}
+
+impl ResourceTiming {
+    fn from_json(v: &Value) -> Self {
+        let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
+        let s = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+        Self {
+            name: s("name"),
+            initiator_type: s("initiatorType"),
+            start_time: f("startTime"),
+            response_start: f("responseStart"),
+            response_end: f("responseEnd"),
+            transfer_size: v["transferSize"].as_u64().unwrap_or(0),
+            next_hop_protocol: s("nextHopProtocol"),
+        }
+    }
+}
+
+/// Resource timing entries as JSON (the default buffer of 250 entries holds any
+/// page of the benchmark corpus).
+const RESOURCE_ENTRIES_JS: &str = "performance.getEntriesByType('resource').map(e => e.toJSON())";
 
 const NAVIGATION_ENTRY_JS: &str = "(() => { \
     const n = performance.getEntriesByType('navigation')[0]; \
@@ -344,12 +391,17 @@ impl Page<'_> {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let resources = match self.evaluate(RESOURCE_ENTRIES_JS)? {
+            Value::Array(entries) => entries.iter().map(ResourceTiming::from_json).collect(),
+            _ => Vec::new(),
+        };
         Ok(PageLoad {
             url: url.to_owned(),
             load_event_ms: timing.load_event_start,
             wall,
             timing,
             requests: requests.records,
+            resources,
         })
     }
 

@@ -38,7 +38,7 @@ mod wan;
 
 pub use browser::{
     Browser, BrowserConfig, CHROMIUM, CHROMIUM_FLAGS, NavigationTiming, Page, PageLoad,
-    RequestRecord,
+    RequestRecord, ResourceTiming,
 };
 pub use demo::{
     Binaries, DAEMON_LOG_FILTER, Demo, DemoOptions, DemoWan, GatewayConfig, GatewayConfigOverrides,
