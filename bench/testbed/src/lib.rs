@@ -7,7 +7,8 @@
 //!   of [`topology`].
 //! - [`NsProcess`]: a program inside a namespace with its output in a log file,
 //!   killed on drop; bounded waits for ports, log lines and conditions.
-//! - [`Nginx`]: the plain-HTTP servers (the site's addresses, the web server).
+//! - [`Nginx`]: the plain-HTTP servers (the site's addresses, the web server),
+//!   and the site over TLS with HTTP/2 ([`Nginx::start_tls`], [`TlsSite`]).
 //! - [`Demo`]: all of the above with the `origin` and `gateway` binaries running,
 //!   the gateway's config generated from `config/gateway.toml`.
 //! - [`Browser`]: headless Chromium in a namespace over the DevTools pipe: page
@@ -46,7 +47,7 @@ pub use demo::{
 };
 pub use error::{Result, TestbedError};
 pub use netns::{Netns, cleanup_stale, display, exec_in, exists, in_netns, ip, run, sysctl, veth};
-pub use nginx::{AccessEntry, NGINX, Nginx, WEB_PAGE, write_web_page};
+pub use nginx::{AccessEntry, NGINX, Nginx, OPENSSL, TlsSite, WEB_PAGE, write_web_page};
 pub use process::{NsProcess, Signal, tcp_accepts, wait_for_tcp, wait_until};
 /// The JSON type [`Page::evaluate`] returns.
 pub use serde_json;
