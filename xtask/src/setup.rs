@@ -71,6 +71,14 @@ pub(crate) const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "ethtool",
         "turns GRO/GSO/TSO and tx checksumming off on the veths the WAN emulator forwards between",
     ),
+    (
+        "openssl",
+        "openssl: the self-signed certificate of the benchmark's HTTPS (HTTP/2) nginx",
+    ),
+    (
+        "squid",
+        "the benchmark's transparent caching proxy (TPROXY) the gateway is compared with",
+    ),
     ("wrk", "HTTP load generator for the benchmarks"),
     ("hyperfine", "command timing for the benchmarks"),
     (

@@ -50,6 +50,21 @@ pub enum TestbedError {
         /// The last lines of that log.
         tail: String,
     },
+    /// A running process reported in its log that it cannot do what it was
+    /// started for (a port it cannot bind, say).
+    #[error("{name} failed while waiting for {what}: `{line}`; end of {}:\n{tail}", log.display())]
+    Failed {
+        /// The process's name in the testbed.
+        name: String,
+        /// What was awaited.
+        what: String,
+        /// The log line that says why.
+        line: String,
+        /// Its log file.
+        log: PathBuf,
+        /// The last lines of that log.
+        tail: String,
+    },
     /// A file or socket operation failed.
     #[error("{context}: {source}")]
     Io {

@@ -7,7 +7,10 @@
 //!   of [`topology`].
 //! - [`NsProcess`]: a program inside a namespace with its output in a log file,
 //!   killed on drop; bounded waits for ports, log lines and conditions.
-//! - [`Nginx`]: the plain-HTTP servers (the site's addresses, the web server).
+//! - [`Nginx`]: the plain-HTTP servers (the site's addresses, the web server),
+//!   and the site over TLS with HTTP/2 ([`Nginx::start_tls`], [`TlsSite`]).
+//! - [`Squid`]: Squid as a transparent TPROXY cache in the router namespace,
+//!   the page-load benchmark's caching-proxy alternative.
 //! - [`Demo`]: all of the above with the `origin` and `gateway` binaries running,
 //!   the gateway's config generated from `config/gateway.toml`.
 //! - [`Browser`]: headless Chromium in a namespace over the DevTools pipe: page
@@ -22,7 +25,7 @@
 //! deleting namespaces and veth pairs, or leave a process running after its guard
 //! is dropped. It needs root (namespaces), `ip` (iproute2), and for the servers,
 //! the browser and the WAN emulator Debian's `nginx-light`, `chromium` and
-//! `ethtool`.
+//! `ethtool`; for the benchmark's alternatives `openssl`, `squid` and `nftables`.
 //!
 //! Where to start: [`Topology::create`], then [`NsProcess::spawn`].
 
@@ -33,6 +36,7 @@ mod netns;
 mod nginx;
 pub mod probe;
 mod process;
+mod squid;
 pub mod topology;
 mod wan;
 
@@ -46,10 +50,15 @@ pub use demo::{
 };
 pub use error::{Result, TestbedError};
 pub use netns::{Netns, cleanup_stale, display, exec_in, exists, in_netns, ip, run, sysctl, veth};
-pub use nginx::{AccessEntry, NGINX, Nginx, WEB_PAGE, write_web_page};
+pub use nginx::{AccessEntry, NGINX, Nginx, OPENSSL, TlsSite, WEB_PAGE, write_web_page};
 pub use process::{NsProcess, Signal, tcp_accepts, wait_for_tcp, wait_until};
 /// The JSON type [`Page::evaluate`] returns.
 pub use serde_json;
+pub use squid::{
+    CACHE_DIR_MB, CACHE_MEM_MB, MAX_OBJECT_IN_MEMORY_KB, MAX_OBJECT_MB, SQUID, SQUID_FORWARD_PORT,
+    SQUID_MARK, SQUID_ROUTE_TABLE, SQUID_RULE_PRIORITY, SQUID_TABLE, SQUID_TPROXY_PORT, SQUID_USER,
+    Squid, SquidAccess,
+};
 pub use topology::{Topology, WanLink};
 pub use wan::{
     DirectionCounters, LinkParams, Loss, OFFLOADS_OFF, WANEM_READY, WanEmulator, WanParams,

@@ -99,6 +99,8 @@ fn package_hint(program: &OsStr) -> &'static str {
         Some("nginx") => " (Debian package nginx-light)",
         Some("chromium") => " (Debian package chromium)",
         Some("curl") => " (Debian package curl)",
+        Some("openssl") => " (Debian package openssl)",
+        Some("squid") | Some("/usr/sbin/squid") => " (Debian package squid)",
         Some("ethtool") => " (Debian package ethtool)",
         _ => "",
     }

@@ -2,7 +2,13 @@
 //! on given addresses and writes an access log that tests read back.
 //!
 //! The site's addresses on the origin host run one (the original destination and
-//! the fail-open target), the unmapped web server another.
+//! the fail-open target), the unmapped web server another. [`Nginx::start_tls`]
+//! is the page-load benchmark's "HTTPS with HTTP/2" alternative: the same site
+//! over TLS with a fresh self-signed certificate for the listen addresses, and
+//! the [`TlsSite`] a client needs to trust exactly that certificate.
+//!
+//! Both variants use the settings a production nginx has (sendfile, keep-alive;
+//! for TLS a session cache and TLS 1.3), so that a comparison with them is fair.
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
@@ -10,14 +16,24 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::error::{Result, io};
+use base64::Engine as _;
+
+use crate::error::{Result, TestbedError, io};
+use crate::netns::run;
 use crate::process::NsProcess;
 
 /// The nginx binary (Debian's nginx-light or nginx).
 pub const NGINX: &str = "/usr/sbin/nginx";
 
+/// The `openssl` command-line tool, which makes the TLS variant's certificate.
+pub const OPENSSL: &str = "openssl";
+
 /// How long nginx gets to start listening.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Validity of the generated certificate, in days: longer than any run, short
+/// enough that a leaked one is worthless soon.
+const CERT_DAYS: u32 = 7;
 
 /// The unmapped web server's page: small and distinct from the demo site.
 pub const WEB_PAGE: &str = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -53,9 +69,36 @@ impl Nginx {
     /// Returns once it accepts TCP on the first address.
     pub fn start(ns: &str, listen: &[SocketAddr], root: &Path, dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+        Self::spawn(ns, listen, &config(listen, root, dir, None), dir)
+    }
+
+    /// Starts nginx in `ns` serving `root` over TLS with HTTP/2 (and HTTP/1.1 for
+    /// clients that do not offer h2 in ALPN) on every address of `listen`. A fresh
+    /// self-signed certificate whose subjectAltName holds the listen IP addresses
+    /// is generated into `dir` first (the site is dialled by address). Everything
+    /// else is as in [`Nginx::start`]. Returns once nginx accepts TCP on the first
+    /// address, with what a client needs to trust the certificate.
+    pub fn start_tls(
+        ns: &str,
+        listen: &[SocketAddr],
+        root: &Path,
+        dir: &Path,
+    ) -> Result<(Self, TlsSite)> {
+        std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+        let mut ips: Vec<IpAddr> = Vec::new();
+        for addr in listen {
+            if !ips.contains(&addr.ip()) {
+                ips.push(addr.ip());
+            }
+        }
+        let site = TlsSite::generate(&ips, dir)?;
+        let nginx = Self::spawn(ns, listen, &config(listen, root, dir, Some(&site)), dir)?;
+        Ok((nginx, site))
+    }
+
+    fn spawn(ns: &str, listen: &[SocketAddr], text: &str, dir: &Path) -> Result<Self> {
         let conf = dir.join("nginx.conf");
-        std::fs::write(&conf, config(listen, root, dir))
-            .map_err(io(format!("writing {}", conf.display())))?;
+        std::fs::write(&conf, text).map_err(io(format!("writing {}", conf.display())))?;
         let mut command = Command::new(NGINX);
         command
             .arg("-p")
@@ -94,6 +137,93 @@ impl Nginx {
     }
 }
 
+/// A self-signed certificate made for one TLS nginx, and how to trust it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSite {
+    /// The certificate, PEM: what `curl --cacert` takes.
+    pub cert: PathBuf,
+    /// Its private key (ECDSA P-256), PEM, unencrypted.
+    pub key: PathBuf,
+    /// SHA-256 of the certificate's DER SubjectPublicKeyInfo, base64: the pin
+    /// Chromium's `--ignore-certificate-errors-spki-list` takes.
+    pub spki_sha256_base64: String,
+}
+
+impl TlsSite {
+    /// Generates a key and a self-signed certificate valid for `ips` (as
+    /// subjectAltName IP entries; the first is also the subject's CN) into
+    /// `cert.pem` and `key.pem` in `dir`, with the `openssl` tool: it is on
+    /// every machine that has nginx, and it keeps a crypto library out of the
+    /// workspace's build.
+    pub fn generate(ips: &[IpAddr], dir: &Path) -> Result<Self> {
+        let first = ips.first().ok_or_else(|| TestbedError::Config {
+            path: dir.to_owned(),
+            what: "a TLS certificate needs at least one address".into(),
+        })?;
+        let cert = dir.join("cert.pem");
+        let key = dir.join("key.pem");
+        let spki = dir.join("spki.der");
+        let san: Vec<String> = ips.iter().map(|ip| format!("IP:{ip}")).collect();
+        // A leaf, not a CA (what `req -x509` makes by default), so that a
+        // browser sees what a real site would send.
+        run(Command::new(OPENSSL)
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+            .arg("ec_paramgen_curve:prime256v1")
+            .args(["-nodes", "-days", &CERT_DAYS.to_string(), "-subj"])
+            .arg(format!("/CN={first}"))
+            .arg("-addext")
+            .arg(format!("subjectAltName={}", san.join(",")))
+            .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+            .args(["-addext", "keyUsage=critical,digitalSignature"])
+            .args(["-addext", "extendedKeyUsage=serverAuth"])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert))?;
+        run(Command::new(OPENSSL)
+            .args(["pkey", "-pubout", "-outform", "DER", "-in"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&spki))?;
+        // `-r` prints `HEX *FILE`: text, where `-binary` would not survive the
+        // UTF-8 conversion of the output.
+        let digest = run(Command::new(OPENSSL)
+            .args(["dgst", "-sha256", "-r"])
+            .arg(&spki))?;
+        let hex = digest.split_whitespace().next().unwrap_or_default();
+        let bytes = decode_hex(hex).ok_or_else(|| TestbedError::Config {
+            path: spki.clone(),
+            what: format!("`openssl dgst -sha256 -r` printed no SHA-256: {digest:?}"),
+        })?;
+        Ok(TlsSite {
+            cert,
+            key,
+            spki_sha256_base64: base64::engine::general_purpose::STANDARD.encode(bytes),
+        })
+    }
+
+    /// Chromium flags that make it trust this certificate and no other
+    /// untrusted one: the SPKI pin. (Chromium honours the flag only with its
+    /// own `--user-data-dir`, which [`Browser`](crate::Browser) always gives.)
+    pub fn chromium_args(&self) -> Vec<String> {
+        vec![format!(
+            "--ignore-certificate-errors-spki-list={}",
+            self.spki_sha256_base64
+        )]
+    }
+}
+
+/// `hex` as 32 bytes, if it is 64 hex digits.
+fn decode_hex(hex: &str) -> Option<Vec<u8>> {
+    if hex.len() != 64 || !hex.is_ascii() {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok())
+        .collect()
+}
+
 /// Writes [`WEB_PAGE`] as `index.html` in `dir` (created) and returns `dir`.
 pub fn write_web_page(dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
@@ -105,13 +235,34 @@ pub fn write_web_page(dir: &Path) -> Result<PathBuf> {
 /// Tab-separated so that the request line's spaces need no quoting.
 const LOG_FORMAT: &str = "$server_addr\\t$remote_addr\\t$request\\t$status\\t$body_bytes_sent";
 
-fn config(listen: &[SocketAddr], root: &Path, dir: &Path) -> String {
+/// The TLS settings: what Mozilla's "intermediate" profile and Debian's
+/// defaults have. A shared session cache lets a returning browser resume
+/// without a full handshake, as it would against a real server.
+const TLS_SETTINGS: &str = "    ssl_protocols TLSv1.2 TLSv1.3;\n\
+    ssl_prefer_server_ciphers off;\n\
+    ssl_session_cache shared:testbed_tls:10m;\n\
+    ssl_session_timeout 1d;\n\
+    ssl_session_tickets off;\n";
+
+fn config(listen: &[SocketAddr], root: &Path, dir: &Path, tls: Option<&TlsSite>) -> String {
     let d = dir.display();
-    let mut listen_lines = String::new();
+    let mut server = String::new();
     for addr in listen {
-        let _ = writeln!(listen_lines, "    listen {addr};");
+        // nginx 1.22 (Debian bookworm) knows only the `listen ... http2`
+        // parameter; the `http2 on;` directive came with 1.25.1.
+        let params = if tls.is_some() { " ssl http2" } else { "" };
+        let _ = writeln!(server, "    listen {addr}{params};");
     }
-    // One process, in the foreground, everything under `dir`: no state outside it.
+    if let Some(site) = tls {
+        let _ = write!(
+            server,
+            "    ssl_certificate {};\n    ssl_certificate_key {};\n{TLS_SETTINGS}",
+            site.cert.display(),
+            site.key.display()
+        );
+    }
+    // One process, in the foreground, everything under `dir`: no state outside
+    // it. sendfile, tcp_nopush and keep-alive are Debian's shipped defaults.
     format!(
         "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
          error_log {d}/error.log;\n\
@@ -120,11 +271,12 @@ fn config(listen: &[SocketAddr], root: &Path, dir: &Path) -> String {
          \x20 types {{ text/html html; text/css css; application/javascript js; \
          image/svg+xml svg; image/png png; application/octet-stream bin; }}\n\
          \x20 default_type application/octet-stream;\n\
+         \x20 sendfile on; tcp_nopush on; keepalive_timeout 65;\n\
          \x20 log_format testbed \"{LOG_FORMAT}\";\n\
          \x20 access_log {d}/access.log testbed;\n\
          \x20 client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
          \x20 fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
-         \x20 server {{\n{listen_lines}    root {root};\n  }}\n}}\n",
+         \x20 server {{\n{server}    root {root};\n  }}\n}}\n",
         root = root.display(),
     )
 }
@@ -163,9 +315,47 @@ mod tests {
             ],
             Path::new("/srv/site"),
             Path::new("/tmp/x"),
+            None,
         );
         assert!(text.contains("listen 203.0.113.10:80;"), "{text}");
         assert!(text.contains("listen [2001:db8:203::10]:80;"), "{text}");
         assert!(text.contains("root /srv/site;"), "{text}");
+        assert!(!text.contains("ssl"), "{text}");
+    }
+
+    #[test]
+    fn tls_config_has_http2_and_the_certificate() {
+        let site = TlsSite {
+            cert: "/tmp/x/cert.pem".into(),
+            key: "/tmp/x/key.pem".into(),
+            spki_sha256_base64: String::new(),
+        };
+        let text = config(
+            &["[2001:db8:203::10]:443".parse().expect("addr")],
+            Path::new("/srv/site"),
+            Path::new("/tmp/x"),
+            Some(&site),
+        );
+        assert!(
+            text.contains("listen [2001:db8:203::10]:443 ssl http2;"),
+            "{text}"
+        );
+        assert!(text.contains("ssl_certificate /tmp/x/cert.pem;"), "{text}");
+        assert!(
+            text.contains("ssl_certificate_key /tmp/x/key.pem;"),
+            "{text}"
+        );
+        assert!(text.contains("TLSv1.3"), "{text}");
+    }
+
+    #[test]
+    fn hex_digests_decode() {
+        let hex = "59d1bbb57f4fd49b8bbaaec5b68490136c98f3bc20abdc38dcaf8e2c7231dcb5";
+        let bytes = decode_hex(hex).expect("decodes");
+        assert_eq!(bytes.len(), 32);
+        assert_eq!(bytes[0], 0x59);
+        assert_eq!(bytes[31], 0xb5);
+        assert!(decode_hex("59d1").is_none());
+        assert!(decode_hex(&"zz".repeat(32)).is_none());
     }
 }
