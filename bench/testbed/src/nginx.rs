@@ -118,7 +118,8 @@ fn config(listen: &[SocketAddr], root: &Path, dir: &Path) -> String {
          events {{ worker_connections 1024; }}\n\
          http {{\n\
          \x20 types {{ text/html html; text/css css; application/javascript js; \
-         image/svg+xml svg; image/png png; application/octet-stream bin; }}\n\
+         image/svg+xml svg; image/png png; image/jpeg jpg jpeg; image/gif gif; \
+         font/woff2 woff2; application/octet-stream bin; }}\n\
          \x20 default_type application/octet-stream;\n\
          \x20 log_format testbed \"{LOG_FORMAT}\";\n\
          \x20 access_log {d}/access.log testbed;\n\
@@ -167,5 +168,9 @@ mod tests {
         assert!(text.contains("listen 203.0.113.10:80;"), "{text}");
         assert!(text.contains("listen [2001:db8:203::10]:80;"), "{text}");
         assert!(text.contains("root /srv/site;"), "{text}");
+        // The page corpus's types, as the origin sends them.
+        for mapping in ["image/png png;", "font/woff2 woff2;", "text/css css;"] {
+            assert!(text.contains(mapping), "{mapping} in {text}");
+        }
     }
 }
