@@ -288,8 +288,9 @@ pub struct Link {
     pub rate_bits_per_second: u64,
 }
 
-/// The least time a load of `page` can take over `link`: what physics leaves
-/// after every protocol, cache and prefetch trick has done its best.
+/// The physical lower bound of loading `page` over `link`, as the page-load
+/// benchmark defines it: what is left after every protocol, cache and
+/// prefetch trick has done its best.
 ///
 /// ```text
 /// lower_bound = rtt × (1 + (max_depth + 1)) + total_bytes × 8 / rate
@@ -300,10 +301,12 @@ pub struct Link {
 /// (depth 0), the objects it references (depth 1), what those reference
 /// (depth 2), ..., because a browser cannot ask for a level before the level
 /// above has told it the URLs. On top comes the time to push every byte of
-/// every object through the bottleneck once. It ignores request bytes, headers
-/// and TCP's slow start (each would only add), and assumes the levels' bytes
-/// can overlap the round trips of nothing else, so no real load can beat it;
-/// a good one comes within a few round trips of it. A rate of zero gives
+/// every object through the bottleneck once. This is the benchmark's
+/// reference, not a proof: it ignores request bytes, headers and TCP's slow
+/// start (each would add), but it also lets no byte travel during a round trip
+/// of the next level, and a real load can overlap them (fonts requested while
+/// a large script is still arriving), so a load may in principle come in a
+/// little under it. A rate of zero gives
 /// [`Duration::MAX`].
 pub fn lower_bound(page: &GeneratedPage, link: &Link) -> Duration {
     if link.rate_bits_per_second == 0 {
