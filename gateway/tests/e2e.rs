@@ -741,6 +741,7 @@ fn generated_configs_validate() {
         cache_path: Some("/tmp/elsewhere/c.redb".into()),
         cache_enabled: Some(false),
         prefetch_enabled: Some(false),
+        backend: None,
     };
     let generated = GatewayConfig::from_shipped(&workspace(), &overrides).expect("generate");
     let config = DaemonConfig::from_toml(&generated.text).expect("parses");

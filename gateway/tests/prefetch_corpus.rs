@@ -12,11 +12,18 @@
 //!
 //! HTML pages are also fed in small chunks, with the first parse as early as
 //! the scanner allows, and must give the same list as in one piece.
+//!
+//! The generated page corpus of the page-load benchmark (testbed's `corpus`)
+//! is checked too: the extractor must find every object of each page, the
+//! HTML's from the HTML and the stylesheets' from the stylesheets, so that the
+//! benchmark exercises the prefetch queue as a real page would.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use gateway::prefetch::extract::PRESCAN_BYTES;
 use gateway::prefetch::{HtmlScanner, PrefetchConfig, extract_css};
+use testbed::corpus::{self, ObjectKind};
 use url::Url;
 
 /// Fewer cases than this means the corpus went missing, not that it passed.
@@ -231,4 +238,88 @@ fn the_scanner_parses_a_growing_page_a_logarithmic_number_of_times() {
     // 40 KiB from 1 KiB on: 1, 2, 4, 8, 16, 32 KiB, then the end.
     assert!(news.body.len() > 32 << 10);
     assert_eq!(passes, 7);
+}
+
+/// The gateway's name for what the corpus generated.
+fn prefetch_kind(kind: ObjectKind) -> &'static str {
+    match kind {
+        ObjectKind::Html => "document",
+        ObjectKind::Css => "style",
+        ObjectKind::Js => "script",
+        ObjectKind::Image => "image",
+        ObjectKind::Font => "font",
+    }
+}
+
+#[test]
+fn the_generated_page_corpus_is_found_in_full() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let pages = corpus::generate(dir.path(), 11).expect("the corpus generates");
+    let origin = Url::parse("http://corpus.test/").expect("the origin URL");
+    let config = PrefetchConfig::default();
+    let listed = |objects: &mut dyn Iterator<Item = &corpus::ObjectSpec>| -> BTreeSet<String> {
+        objects
+            .map(|o| {
+                format!(
+                    "{} {}",
+                    prefetch_kind(o.kind),
+                    origin.join(&o.path).expect("a URL")
+                )
+            })
+            .collect()
+    };
+    for page in &pages {
+        let document = origin.join(&page.url_path).expect("the page URL");
+        let html = std::fs::read(dir.path().join(&page.name).join("index.html")).expect("the HTML");
+        // In network-sized pieces, as the gateway sees a response.
+        let mut scanner = HtmlScanner::new(document, Some("text/html; charset=utf-8"), &config);
+        let mut from_html = Vec::new();
+        for piece in html.chunks(1460) {
+            scanner.handle_chunk(piece);
+            while let Some(resource) = scanner.poll_resource() {
+                from_html.push(resource.to_string());
+            }
+        }
+        scanner.handle_end();
+        while let Some(resource) = scanner.poll_resource() {
+            from_html.push(resource.to_string());
+        }
+        let from_html_set: BTreeSet<String> = from_html.iter().cloned().collect();
+        assert_eq!(
+            from_html.len(),
+            from_html_set.len(),
+            "{}: duplicates",
+            page.name
+        );
+        assert_eq!(
+            from_html_set,
+            listed(&mut page.at_depth(1)),
+            "{}: the HTML's references",
+            page.name
+        );
+
+        let mut from_css = BTreeSet::new();
+        for stylesheet in page.of_kind(ObjectKind::Css) {
+            let url = origin.join(&stylesheet.path).expect("the stylesheet URL");
+            let body = std::fs::read(dir.path().join(stylesheet.path.trim_start_matches('/')))
+                .expect("the stylesheet");
+            from_css.extend(
+                extract_css(&url, Some("text/css"), None, &body, &config)
+                    .into_vec()
+                    .iter()
+                    .map(ToString::to_string),
+            );
+        }
+        assert!(
+            !from_css.is_empty(),
+            "{}: the stylesheets reference something",
+            page.name
+        );
+        assert_eq!(
+            from_css,
+            listed(&mut page.at_depth(2)),
+            "{}: the stylesheets' references",
+            page.name
+        );
+    }
 }

@@ -626,6 +626,10 @@ mod tests {
         assert_eq!(text("/a.css"), "text/css; charset=utf-8");
         assert_eq!(text("/a.js"), "text/javascript; charset=utf-8");
         assert_eq!(text("/a.png"), "image/png");
+        // The page corpus's fonts (bench/testbed's corpus) and other images.
+        assert_eq!(text("/a.woff2"), "font/woff2");
+        assert_eq!(text("/a.jpg"), "image/jpeg");
+        assert_eq!(text("/a.gif"), "image/gif");
         assert_eq!(text("/a.json"), "application/json");
         assert_eq!(text("/noext"), "application/octet-stream");
     }

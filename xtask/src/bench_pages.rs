@@ -36,8 +36,7 @@ use anyhow::{Context, Result, bail};
 use testbed::corpus::{self, GeneratedPage, Link};
 use testbed::{
     Binaries, Browser, BrowserConfig, Demo, DemoOptions, DemoWan, GatewayConfig,
-    GatewayConfigOverrides, Nginx, NsProcess, PageLoad, Squid, TlsSite, WanEmulator,
-    WanParams,
+    GatewayConfigOverrides, Nginx, NsProcess, PageLoad, Squid, TlsSite, WanEmulator, WanParams,
 };
 
 use crate::cmd::{install_stop_handlers, stop_requested, workspace_root};
@@ -113,10 +112,18 @@ impl Alternative {
 
     fn method(self) -> &'static str {
         match self {
-            Self::A => "Chromium to nginx on the origin host over plain HTTP/1.1; the router only forwards",
-            Self::B => "Chromium to nginx on the origin host over HTTP/2 and TLS 1.3 (a certificate Chromium trusts by its key); the router only forwards",
-            Self::C => "Squid intercepts port 80 on the router (TPROXY) and fetches from nginx; restarted on an empty cache before each load, then one warm-up request",
-            Self::D => "the gateway intercepts port 80 and carries requests to the origin over its framed-TCP backend (one TCP connection, streams framed on it); prefetch off; cache purged before each load, after one warm-up request",
+            Self::A => {
+                "Chromium to nginx on the origin host over plain HTTP/1.1; the router only forwards"
+            }
+            Self::B => {
+                "Chromium to nginx on the origin host over HTTP/2 and TLS 1.3 (a certificate Chromium trusts by its key); the router only forwards"
+            }
+            Self::C => {
+                "Squid intercepts port 80 on the router (TPROXY) and fetches from nginx; restarted on an empty cache before each load, then one warm-up request"
+            }
+            Self::D => {
+                "the gateway intercepts port 80 and carries requests to the origin over its framed-TCP backend (one TCP connection, streams framed on it); prefetch off; cache purged before each load, after one warm-up request"
+            }
             Self::E => "as (d) over userspace SCTP (one association, 32 streams)",
             Self::F => "as (e) with the prefetch queue on",
             Self::G => "as (f); the cache keeps what one unrecorded load (fresh profile) put in it",
@@ -286,8 +293,8 @@ fn site_pages(site: &Path, wanted: &[String]) -> Result<Vec<GeneratedPage>> {
     let mut pages = Vec::new();
     for name in wanted {
         if name == DEMO_PAGE {
-            let mut page = corpus::describe_dir(site, "/")
-                .context("describing the demo site's page")?;
+            let mut page =
+                corpus::describe_dir(site, "/").context("describing the demo site's page")?;
             page.name = DEMO_PAGE.into();
             pages.push(page);
         } else {
@@ -600,7 +607,6 @@ fn successes<'r>(
 /// Summary of one cell.
 #[derive(Debug, Clone, Copy)]
 struct CellSummary {
-    ok: usize,
     failed: usize,
     load_median: Option<f64>,
     load_p95: Option<f64>,
@@ -624,7 +630,6 @@ fn summarize(
     let pick = |f: fn(&Measured) -> f64| measured.iter().map(|m| f(m)).collect::<Vec<f64>>();
     let load = pick(|m| m.load.timing.load_event_end);
     CellSummary {
-        ok: measured.len(),
         failed,
         load_median: median(&load),
         load_p95: percentile(&load, 0.95),
@@ -741,7 +746,10 @@ fn report(
         r,
         "- lower bound: one round trip to connect, one per dependency level, all bytes at the bottleneck rate (`testbed::corpus::lower_bound`)"
     )?;
-    writeln!(r, "- CSV: bench/results/pages/loads.csv (every load), resources.csv (every resource timing entry)\n")?;
+    writeln!(
+        r,
+        "- CSV: bench/results/pages/loads.csv (every load), resources.csv (every resource timing entry)\n"
+    )?;
     writeln!(r, "## Alternatives\n")?;
     writeln!(r, "| | alternative | how |")?;
     writeln!(r, "|---|---|---|")?;
@@ -765,7 +773,11 @@ fn report(
     targets(&mut r, options, cells, records)?;
 
     for page in pages {
-        writeln!(r, "\n## {}: median loadEventEnd, ms (p95; ratio to (a); multiple of the lower bound)\n", page.name)?;
+        writeln!(
+            r,
+            "\n## {}: median loadEventEnd, ms (p95; ratio to (a); multiple of the lower bound)\n",
+            page.name
+        )?;
         write!(r, "| link | lower bound |")?;
         for a in &options.alternatives {
             write!(r, " ({}) |", a.letter())?;
@@ -797,7 +809,11 @@ fn report(
             }
             writeln!(r)?;
         }
-        writeln!(r, "\n### {}: median DOMContentLoaded end and responseStart, ms\n", page.name)?;
+        writeln!(
+            r,
+            "\n### {}: median DOMContentLoaded end and responseStart, ms\n",
+            page.name
+        )?;
         write!(r, "| link |")?;
         for a in &options.alternatives {
             write!(r, " ({}) DCL | ({}) TTFB |", a.letter(), a.letter())?;

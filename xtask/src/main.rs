@@ -1,5 +1,6 @@
 //! `cargo xtask`: set up the machine, build the eBPF programs, run the tests, the
-//! kernel-SCTP VM tests, the demo topology and the benchmarks.
+//! kernel-SCTP VM tests, the demo topology and the benchmarks, and write the
+//! generated page corpus.
 //!
 //! Every subcommand prints what it is doing before long steps, and every step that
 //! installs something first checks whether it is already there.
@@ -13,6 +14,7 @@ mod bench_pages;
 mod bench_prefetch;
 mod bench_wan;
 mod cmd;
+mod corpus;
 mod ebpf;
 mod run;
 mod setup;
@@ -42,6 +44,8 @@ enum Command {
     Run(run::RunOptions),
     /// Run a benchmark and write its report to bench/results/.
     Bench(bench::BenchOptions),
+    /// Write the generated page corpus (p25, p50, p75 pages) to a directory.
+    Corpus(corpus::CorpusOptions),
     /// Run only the kernel-SCTP tests inside a virtme-ng VM with Debian's kernel.
     VmTest(vm::VmOptions),
 }
@@ -54,5 +58,6 @@ fn main() -> Result<()> {
         Command::VmTest(options) => vm::run(&options),
         Command::Bench(options) => bench::run(&options),
         Command::Run(options) => run::run(&options),
+        Command::Corpus(options) => corpus::run(&options),
     }
 }

@@ -282,10 +282,7 @@ impl NavigationTiming {
             load_event_end: f("loadEventEnd"),
             transfer_size: v["transferSize"].as_u64().unwrap_or(0),
             resource_count: v["resourceCount"].as_u64().unwrap_or(0),
-            next_hop_protocol: v["nextHopProtocol"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
+            next_hop_protocol: v["nextHopProtocol"].as_str().unwrap_or_default().to_owned(),
         }
     }
 }

@@ -81,6 +81,15 @@ pub enum TestbedError {
         /// What is wrong.
         what: String,
     },
+    /// A page corpus could not be generated, or a site's page not described
+    /// (a referenced file missing, a size that cannot be met).
+    #[error("page corpus: {}: {what}", path.display())]
+    Corpus {
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
     /// The topology lacks what was asked of it (a `wan` namespace, say).
     #[error("topology: {0}")]
     Topology(String),

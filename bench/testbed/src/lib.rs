@@ -18,6 +18,8 @@
 //!   evaluation, screenshots.
 //! - [`WanEmulator`]: the `wanem` WAN emulator (bench/wanem) on the gateway–origin
 //!   link of a topology with a middle `wan` namespace: delay, jitter, loss, rate.
+//! - [`corpus`]: generated pages shaped like the HTTP Archive's 25th, 50th and
+//!   75th percentile pages, and the lower bound of a page load over a link.
 //! - [`probe`]: UDP echo and round-trip times, paced UDP and TCP bulk senders and
 //!   timestamping sinks, for measuring links between namespaces.
 //!
@@ -30,6 +32,7 @@
 //! Where to start: [`Topology::create`], then [`NsProcess::spawn`].
 
 mod browser;
+pub mod corpus;
 mod demo;
 mod error;
 mod netns;
@@ -43,6 +46,10 @@ mod wan;
 pub use browser::{
     Browser, BrowserConfig, CHROMIUM, CHROMIUM_FLAGS, NavigationTiming, Page, PageLoad,
     RequestRecord, ResourceTiming,
+};
+pub use corpus::{
+    GeneratedPage, Link, ObjectKind, ObjectSpec, PROFILES, PageProfile, describe_dir, generate,
+    lower_bound,
 };
 pub use demo::{
     Binaries, DAEMON_LOG_FILTER, Demo, DemoOptions, DemoWan, GatewayConfig, GatewayConfigOverrides,

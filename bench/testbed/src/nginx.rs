@@ -269,7 +269,8 @@ fn config(listen: &[SocketAddr], root: &Path, dir: &Path, tls: Option<&TlsSite>)
          events {{ worker_connections 1024; }}\n\
          http {{\n\
          \x20 types {{ text/html html; text/css css; application/javascript js; \
-         image/svg+xml svg; image/png png; application/octet-stream bin; }}\n\
+         image/svg+xml svg; image/png png; image/jpeg jpg jpeg; image/gif gif; \
+         font/woff2 woff2; application/octet-stream bin; }}\n\
          \x20 default_type application/octet-stream;\n\
          \x20 sendfile on; tcp_nopush on; keepalive_timeout 65;\n\
          \x20 log_format testbed \"{LOG_FORMAT}\";\n\
@@ -321,6 +322,10 @@ mod tests {
         assert!(text.contains("listen [2001:db8:203::10]:80;"), "{text}");
         assert!(text.contains("root /srv/site;"), "{text}");
         assert!(!text.contains("ssl"), "{text}");
+        // The page corpus's types, as the origin sends them.
+        for mapping in ["image/png png;", "font/woff2 woff2;", "text/css css;"] {
+            assert!(text.contains(mapping), "{mapping} in {text}");
+        }
     }
 
     #[test]
