@@ -510,18 +510,31 @@ impl Bench {
         }
     }
 
-    /// One request for a file outside every page, so that the proxy's
-    /// upstream connection or association is up before the load.
+    /// Requests a file outside every page until the answer is not a 502, so
+    /// that the proxy's upstream connection or association is up before the
+    /// load (the gateway, with fail-open off, answers 502 until it is).
     fn warm_up(&self) -> Result<()> {
-        let mut curl = Command::new("curl");
-        curl.args(["-s", "-o", "/dev/null", "--max-time", "30"])
-            .arg(format!("http://{SITE}/warm-up.txt"));
-        testbed::run(&mut testbed::exec_in(
-            self.demo.topology.client.name(),
-            &curl,
-        ))
-        .context("the warm-up request")?;
-        Ok(())
+        let deadline = std::time::Instant::now() + testbed::READY_TIMEOUT;
+        loop {
+            let mut curl = Command::new("curl");
+            curl.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "30"])
+                .arg(format!("http://{SITE}/warm-up.txt"));
+            let status = testbed::run(&mut testbed::exec_in(
+                self.demo.topology.client.name(),
+                &curl,
+            ))
+            .context("the warm-up request")?;
+            if status.trim() != "502" {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "the warm-up request was still answered 502 after {:?}: no upstream",
+                    testbed::READY_TIMEOUT
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Empties the gateway's cache (memory tier and redb) for the site.
