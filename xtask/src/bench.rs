@@ -54,6 +54,17 @@ pub(crate) struct BenchOptions {
     /// Which pages: the generated p25, p50, p75 and the demo site's `demo` (pages).
     #[arg(long, value_delimiter = ',', default_values_t = ["p50".to_owned()])]
     pub pages: Vec<String>,
+    /// Load nothing: redraw the report and charts from the last run's
+    /// bench/results/{name}/loads.csv (pages).
+    #[arg(long)]
+    pub from_csv: bool,
+    /// The report's name: bench/results/{name}.md and {name}/ (pages).
+    #[arg(long, default_value = "pages")]
+    pub name: String,
+    /// TCP congestion control of every TCP sender on the origin host, e.g.
+    /// reno (pages; the kernel's default otherwise).
+    #[arg(long)]
+    pub origin_tcp_cc: Option<String>,
 }
 
 /// The benchmarks this command knows.
@@ -198,6 +209,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Static => static_files(),
         Which::Cache => crate::bench_cache::run(),
         Which::Wan => crate::bench_wan::run(&options.only),
+        Which::Pages if options.from_csv => crate::bench_pages::rerender(&options.name),
         Which::Pages => crate::bench_pages::run(&crate::bench_pages::PagesBench {
             loads: options.loads,
             rtts_ms: options.rtt.clone(),
@@ -205,6 +217,8 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
             rates_mbit: options.rate.clone(),
             alternatives: options.alternatives.clone(),
             pages: options.pages.clone(),
+            name: options.name.clone(),
+            origin_tcp_cc: options.origin_tcp_cc.clone(),
         }),
         Which::Prefetch => crate::bench_prefetch::run(crate::bench_prefetch::PrefetchBench {
             rtt_ms: options.rtt_ms,

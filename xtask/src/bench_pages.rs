@@ -98,6 +98,10 @@ impl Alternative {
         }
     }
 
+    fn from_letter(letter: char) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.letter() == letter)
+    }
+
     fn label(self) -> &'static str {
         match self {
             Self::A => "nginx HTTP/1.1",
@@ -150,6 +154,11 @@ pub(crate) struct PagesBench {
     pub alternatives: Vec<Alternative>,
     /// Which pages: generated profiles (p25, p50, p75) and `demo`.
     pub pages: Vec<String>,
+    /// The report's name: bench/results/{name}.md and bench/results/{name}/.
+    pub name: String,
+    /// TCP congestion control for every TCP sender on the origin host (nginx,
+    /// the framed-TCP origin), e.g. `reno`; the kernel's default if `None`.
+    pub origin_tcp_cc: Option<String>,
 }
 
 /// One emulated link.
@@ -253,7 +262,14 @@ pub(crate) fn run(options: &PagesBench) -> Result<()> {
         pages.len(),
         options.loads
     );
-    let mut bench = Bench::start(&built, &dir, &site, pages, first)?;
+    let mut bench = Bench::start(
+        &built,
+        &dir,
+        &site,
+        pages,
+        first,
+        options.origin_tcp_cc.as_deref(),
+    )?;
     let mut records = Vec::new();
     'links: for (n, &cell) in cells.iter().enumerate() {
         println!("==> link {}/{}: {}", n + 1, cells.len(), cell.name());
@@ -268,15 +284,69 @@ pub(crate) fn run(options: &PagesBench) -> Result<()> {
     }
     bench.stop_gateway()?;
 
-    let results = workspace_root().join("bench/results");
-    let csv_dir = results.join("pages");
+    let csv_dir = results_dir().join(&options.name);
     std::fs::create_dir_all(&csv_dir)?;
-    write_csv(&csv_dir, &records, &bench.pages)?;
-    let report = report(options, &cells, &records, &bench.pages)?;
-    let path = results.join("pages.md");
+    write_resources(&csv_dir.join("resources.csv"), &records)?;
+    let rows: Vec<LoadRow> = records
+        .iter()
+        .map(|r| LoadRow::from_record(r, &bench.pages))
+        .collect();
+    write_loads(&csv_dir.join("loads.csv"), &rows)?;
+    let notes = match &options.origin_tcp_cc {
+        Some(cc) => vec![format!(
+            "TCP congestion control on the origin host (nginx, the framed-TCP origin): {cc}"
+        )],
+        None => Vec::new(),
+    };
+    render(&options.name, &rows, &bench.pages, &notes)
+}
+
+/// `cargo xtask bench pages --from-csv`: the report and charts again from the
+/// last run's bench/results/pages/loads.csv, without loading anything.
+pub(crate) fn rerender(name: &str) -> Result<()> {
+    let path = results_dir().join(name).join("loads.csv");
+    let mut reader =
+        csv::Reader::from_path(&path).with_context(|| format!("reading {}", path.display()))?;
+    let rows = reader
+        .deserialize()
+        .collect::<std::result::Result<Vec<LoadRow>, _>>()
+        .with_context(|| format!("parsing {}", path.display()))?;
+    let mut names: Vec<String> = Vec::new();
+    for row in &rows {
+        if !names.contains(&row.page) {
+            names.push(row.page.clone());
+        }
+    }
+    // The corpus is deterministic: generating it again describes the same pages.
+    let site = tempfile_dir()?;
+    let pages = site_pages(&site, &names)?;
+    let rendered = render(name, &rows, &pages, &[]);
+    let _ = std::fs::remove_dir_all(&site);
+    rendered
+}
+
+fn results_dir() -> PathBuf {
+    workspace_root().join("bench/results")
+}
+
+fn tempfile_dir() -> Result<PathBuf> {
+    let dir = testbed::target_dir().join("bench-pages-rerender");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Writes bench/results/{name}.md and the charts for `rows`.
+fn render(name: &str, rows: &[LoadRow], pages: &[GeneratedPage], notes: &[String]) -> Result<()> {
+    let run = RunShape::of(rows);
+    let charts = charts(name, &run, rows, pages)?;
+    let report = report(name, &run, rows, pages, &charts, notes)?;
+    let path = results_dir().join(format!("{name}.md"));
     std::fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
     println!("{report}");
-    println!("==> report written to bench/results/pages.md, CSV to bench/results/pages/");
+    println!(
+        "==> report written to bench/results/{name}.md, CSV and charts to bench/results/{name}/"
+    );
     Ok(())
 }
 
@@ -318,6 +388,7 @@ impl Bench {
         site: &Path,
         pages: Vec<GeneratedPage>,
         first: LinkCell,
+        origin_tcp_cc: Option<&str>,
     ) -> Result<Self> {
         let binaries = Binaries {
             gateway: built[0].clone(),
@@ -334,6 +405,10 @@ impl Bench {
         println!("==> starting namespaces, nginx, the origins and the WAN emulator");
         let demo = Demo::start(binaries, options)?;
         let origin_ns = demo.topology.origin.name().to_owned();
+        if let Some(cc) = origin_tcp_cc {
+            testbed::sysctl(&origin_ns, "net.ipv4.tcp_congestion_control", cc)
+                .with_context(|| format!("setting TCP congestion control {cc} on the origin host"))?;
+        }
 
         let framed = testbed::topology::WAN.host_v4;
         let mut command = Command::new(&built[1]);
@@ -578,6 +653,182 @@ impl Bench {
     }
 }
 
+/// One load as the CSV holds it: what the report needs, from a run or from
+/// the file.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct LoadRow {
+    page: String,
+    alternative: char,
+    rtt_ms: u64,
+    loss_percent: f64,
+    rate_mbit: u64,
+    load: usize,
+    ok: bool,
+    error: String,
+    protocol: String,
+    response_start_ms: Option<f64>,
+    dom_content_loaded_ms: Option<f64>,
+    load_event_end_ms: Option<f64>,
+    requests: Option<usize>,
+    bytes: Option<u64>,
+    lower_bound_ms: f64,
+}
+
+impl LoadRow {
+    fn from_record(r: &Record, pages: &[GeneratedPage]) -> Self {
+        let lower_bound_ms = pages
+            .iter()
+            .find(|p| p.name == r.page)
+            .map_or(f64::NAN, |p| ms_of(corpus::lower_bound(p, &r.link.link())));
+        let mut row = LoadRow {
+            page: r.page.clone(),
+            alternative: r.alternative.letter(),
+            rtt_ms: r.link.rtt_ms,
+            loss_percent: r.link.loss_percent,
+            rate_mbit: r.link.rate_mbit,
+            load: r.index + 1,
+            ok: r.outcome.is_ok(),
+            error: String::new(),
+            protocol: String::new(),
+            response_start_ms: None,
+            dom_content_loaded_ms: None,
+            load_event_end_ms: None,
+            requests: None,
+            bytes: None,
+            lower_bound_ms,
+        };
+        match &r.outcome {
+            Ok(m) => {
+                let t = &m.load.timing;
+                row.protocol = t.next_hop_protocol.clone();
+                row.response_start_ms = Some(t.response_start);
+                row.dom_content_loaded_ms = Some(t.dom_content_loaded_event_end);
+                row.load_event_end_ms = Some(t.load_event_end);
+                row.requests = Some(m.load.requests.len());
+                row.bytes = Some(m.bytes);
+            }
+            Err(e) => row.error = e.clone(),
+        }
+        row
+    }
+
+    fn link(&self) -> LinkCell {
+        LinkCell {
+            rtt_ms: self.rtt_ms,
+            loss_percent: self.loss_percent,
+            rate_mbit: self.rate_mbit,
+        }
+    }
+
+    fn is(&self, page: &str, alternative: Alternative, cell: LinkCell) -> bool {
+        self.page == page && self.alternative == alternative.letter() && self.link() == cell
+    }
+}
+
+/// One resource timing entry of one load.
+#[derive(Debug, serde::Serialize)]
+struct ResourceRow<'a> {
+    page: &'a str,
+    alternative: char,
+    rtt_ms: u64,
+    loss_percent: f64,
+    rate_mbit: u64,
+    load: usize,
+    url: &'a str,
+    initiator: &'a str,
+    protocol: &'a str,
+    start_ms: f64,
+    response_start_ms: f64,
+    response_end_ms: f64,
+    transfer_size: u64,
+}
+
+fn write_loads(path: &Path, rows: &[LoadRow]) -> Result<()> {
+    let mut writer =
+        csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
+    for row in rows {
+        writer.serialize(row)?;
+    }
+    writer.flush()?;
+    Ok(())
+}
+
+fn write_resources(path: &Path, records: &[Record]) -> Result<()> {
+    let mut writer =
+        csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
+    for r in records {
+        let Ok(m) = &r.outcome else { continue };
+        for res in &m.load.resources {
+            writer.serialize(ResourceRow {
+                page: &r.page,
+                alternative: r.alternative.letter(),
+                rtt_ms: r.link.rtt_ms,
+                loss_percent: r.link.loss_percent,
+                rate_mbit: r.link.rate_mbit,
+                load: r.index + 1,
+                url: &res.name,
+                initiator: &res.initiator_type,
+                protocol: &res.next_hop_protocol,
+                start_ms: res.start_time,
+                response_start_ms: res.response_start,
+                response_end_ms: res.response_end,
+                transfer_size: res.transfer_size,
+            })?;
+        }
+    }
+    writer.flush()?;
+    Ok(())
+}
+
+fn ms_of(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// What a run covered, in the order it ran, as read back from its rows.
+struct RunShape {
+    pages: Vec<String>,
+    alternatives: Vec<Alternative>,
+    cells: Vec<LinkCell>,
+    loads: usize,
+}
+
+impl RunShape {
+    fn of(rows: &[LoadRow]) -> Self {
+        let mut shape = RunShape {
+            pages: Vec::new(),
+            alternatives: Vec::new(),
+            cells: Vec::new(),
+            loads: 0,
+        };
+        for row in rows {
+            if !shape.pages.contains(&row.page) {
+                shape.pages.push(row.page.clone());
+            }
+            if let Some(a) = Alternative::from_letter(row.alternative)
+                && !shape.alternatives.contains(&a)
+            {
+                shape.alternatives.push(a);
+            }
+            if !shape.cells.contains(&row.link()) {
+                shape.cells.push(row.link());
+            }
+            shape.loads = shape.loads.max(row.load);
+        }
+        shape.alternatives.sort();
+        shape
+    }
+
+    fn values<T: PartialEq + Copy>(&self, f: fn(&LinkCell) -> T) -> Vec<T> {
+        let mut out = Vec::new();
+        for c in &self.cells {
+            if !out.contains(&f(c)) {
+                out.push(f(c));
+            }
+        }
+        out
+    }
+}
+
 fn percentile(values: &[f64], p: f64) -> Option<f64> {
     if values.is_empty() {
         return None;
@@ -603,20 +854,6 @@ fn median(values: &[f64]) -> Option<f64> {
     })
 }
 
-/// The recorded loads of one cell that succeeded.
-fn successes<'r>(
-    records: &'r [Record],
-    page: &str,
-    alternative: Alternative,
-    cell: LinkCell,
-) -> impl Iterator<Item = &'r Measured> + 'r {
-    let page = page.to_owned();
-    records
-        .iter()
-        .filter(move |r| r.page == page && r.alternative == alternative && r.link == cell)
-        .filter_map(|r| r.outcome.as_ref().ok())
-}
-
 /// Summary of one cell.
 #[derive(Debug, Clone, Copy)]
 struct CellSummary {
@@ -627,93 +864,18 @@ struct CellSummary {
     ttfb_median: Option<f64>,
 }
 
-fn summarize(
-    records: &[Record],
-    page: &str,
-    alternative: Alternative,
-    cell: LinkCell,
-) -> CellSummary {
-    let measured: Vec<&Measured> = successes(records, page, alternative, cell).collect();
-    let failed = records
-        .iter()
-        .filter(|r| {
-            r.page == page && r.alternative == alternative && r.link == cell && r.outcome.is_err()
-        })
-        .count();
-    let pick = |f: fn(&Measured) -> f64| measured.iter().map(|m| f(m)).collect::<Vec<f64>>();
-    let load = pick(|m| m.load.timing.load_event_end);
+fn summarize(rows: &[LoadRow], page: &str, alternative: Alternative, cell: LinkCell) -> CellSummary {
+    let cell_rows: Vec<&LoadRow> = rows.iter().filter(|r| r.is(page, alternative, cell)).collect();
+    let pick = |f: fn(&LoadRow) -> Option<f64>| -> Vec<f64> {
+        cell_rows.iter().filter(|r| r.ok).filter_map(|r| f(r)).collect()
+    };
+    let load = pick(|r| r.load_event_end_ms);
     CellSummary {
-        failed,
+        failed: cell_rows.iter().filter(|r| !r.ok).count(),
         load_median: median(&load),
         load_p95: percentile(&load, 0.95),
-        dcl_median: median(&pick(|m| m.load.timing.dom_content_loaded_event_end)),
-        ttfb_median: median(&pick(|m| m.load.timing.response_start)),
-    }
-}
-
-fn write_csv(dir: &Path, records: &[Record], pages: &[GeneratedPage]) -> Result<()> {
-    let mut loads = String::from(
-        "page,alternative,rtt_ms,loss_percent,rate_mbit,load,ok,error,protocol,response_start_ms,dom_content_loaded_ms,load_event_end_ms,requests,bytes,lower_bound_ms\n",
-    );
-    let mut resources = String::from(
-        "page,alternative,rtt_ms,loss_percent,rate_mbit,load,url,initiator,protocol,start_ms,response_start_ms,response_end_ms,transfer_size\n",
-    );
-    for r in records {
-        let bound = pages
-            .iter()
-            .find(|p| p.name == r.page)
-            .map(|p| corpus::lower_bound(p, &r.link.link()).as_secs_f64() * 1000.0)
-            .unwrap_or(f64::NAN);
-        let key = format!(
-            "{},{},{},{},{},{}",
-            r.page,
-            r.alternative.letter(),
-            r.link.rtt_ms,
-            r.link.loss_percent,
-            r.link.rate_mbit,
-            r.index + 1
-        );
-        match &r.outcome {
-            Ok(m) => {
-                let t = &m.load.timing;
-                writeln!(
-                    loads,
-                    "{key},1,,{},{:.1},{:.1},{:.1},{},{},{bound:.1}",
-                    t.next_hop_protocol,
-                    t.response_start,
-                    t.dom_content_loaded_event_end,
-                    t.load_event_end,
-                    m.load.requests.len(),
-                    m.bytes
-                )?;
-                for res in &m.load.resources {
-                    writeln!(
-                        resources,
-                        "{key},{},{},{},{:.1},{:.1},{:.1},{}",
-                        csv_field(&res.name),
-                        res.initiator_type,
-                        res.next_hop_protocol,
-                        res.start_time,
-                        res.response_start,
-                        res.response_end,
-                        res.transfer_size
-                    )?;
-                }
-            }
-            Err(e) => writeln!(loads, "{key},0,{},,,,,,,{bound:.1}", csv_field(e))?,
-        }
-    }
-    std::fs::write(dir.join("loads.csv"), loads)?;
-    std::fs::write(dir.join("resources.csv"), resources)?;
-    Ok(())
-}
-
-/// Quotes a CSV field that needs it.
-fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n']) {
-        format!("\"{}\"", text.replace('"', "\"\"").replace('\n', " "))
-    } else {
-        text.to_owned()
+        dcl_median: median(&pick(|r| r.dom_content_loaded_ms)),
+        ttfb_median: median(&pick(|r| r.response_start_ms)),
     }
 }
 
@@ -728,11 +890,77 @@ fn ratio(value: Option<f64>, base: Option<f64>) -> String {
     }
 }
 
-fn report(
-    options: &PagesBench,
-    cells: &[LinkCell],
-    records: &[Record],
+/// One grouped-bar chart per page and rate: median loadEventEnd per link,
+/// one bar per alternative, and the lower bound. Returns the charts' paths
+/// relative to bench/results/, with a caption each.
+fn charts(
+    name: &str,
+    run: &RunShape,
+    rows: &[LoadRow],
     pages: &[GeneratedPage],
+) -> Result<Vec<(String, String)>> {
+    crate::plot::check_font()?;
+    let mut made = Vec::new();
+    for page in pages {
+        for rate in run.values(|c| c.rate_mbit) {
+            let cells: Vec<LinkCell> = run
+                .cells
+                .iter()
+                .copied()
+                .filter(|c| c.rate_mbit == rate)
+                .collect();
+            let categories: Vec<String> = cells
+                .iter()
+                .map(|c| format!("{}ms/{}%", c.rtt_ms, c.loss_percent))
+                .collect();
+            let mut groups = vec![crate::plot::BarGroup {
+                name: "lower bound".into(),
+                values: cells
+                    .iter()
+                    .map(|c| ms_of(corpus::lower_bound(page, &c.link())) / 1000.0)
+                    .collect(),
+            }];
+            for &a in &run.alternatives {
+                groups.push(crate::plot::BarGroup {
+                    name: format!("({}) {}", a.letter(), a.label()),
+                    values: cells
+                        .iter()
+                        .map(|&c| {
+                            summarize(rows, &page.name, a, c)
+                                .load_median
+                                .map_or(0.0, |v| v / 1000.0)
+                        })
+                        .collect(),
+                });
+            }
+            let file = format!("{name}/{}-{rate}mbit.png", page.name);
+            crate::plot::bars(
+                &results_dir().join(&file),
+                &format!(
+                    "{}: median loadEventEnd at {rate} Mbit/s (RTT / loss)",
+                    page.name
+                ),
+                "link (round trip / loss each way)",
+                "seconds",
+                &categories,
+                &groups,
+            )?;
+            made.push((
+                file,
+                format!("{}, {rate} Mbit/s: median loadEventEnd per link and alternative, with the lower bound", page.name),
+            ));
+        }
+    }
+    Ok(made)
+}
+
+fn report(
+    name: &str,
+    run: &RunShape,
+    rows: &[LoadRow],
+    pages: &[GeneratedPage],
+    charts: &[(String, String)],
+    notes: &[String],
 ) -> Result<String> {
     let mut r = crate::bench::report_header(
         "Page loads: the gateway against the alternatives over emulated links",
@@ -740,12 +968,13 @@ fn report(
     )?;
     writeln!(
         r,
-        "- run: {} recorded loads per page, alternative and link; pages {}; links {} ms RTT x {}% loss x {} Mbit/s",
-        options.loads,
-        options.pages.join(", "),
-        join(&options.rtts_ms),
-        join(&options.losses),
-        join(&options.rates_mbit)
+        "- run: {} recorded loads per page, alternative and link; pages {}; links {} ms RTT x {}% loss x {} Mbit/s ({} links)",
+        run.loads,
+        run.pages.join(", "),
+        join(&run.values(|c| c.rtt_ms)),
+        join(&run.values(|c| c.loss_percent)),
+        join(&run.values(|c| c.rate_mbit)),
+        run.cells.len()
     )?;
     writeln!(
         r,
@@ -753,7 +982,7 @@ fn report(
     )?;
     writeln!(
         r,
-        "- link: wanem between the router and the origin host, the given round trip split evenly, random loss in each direction, token-bucket rate each way, drop-tail queue of one bandwidth-delay product (at least 64 frames); the LAN is not emulated"
+        "- link: wanem between the router and the origin host, the round trip split evenly, random loss in each direction, token-bucket rate each way, drop-tail queue of one bandwidth-delay product (at least 64 frames); the LAN is not emulated"
     )?;
     writeln!(
         r,
@@ -761,12 +990,16 @@ fn report(
     )?;
     writeln!(
         r,
-        "- CSV: bench/results/pages/loads.csv (every load), resources.csv (every resource timing entry)\n"
+        "- data: bench/results/{name}/loads.csv (every load), resources.csv (every resource timing entry); `cargo xtask bench pages --name {name} --from-csv` redraws this report and its charts from loads.csv"
     )?;
+    for note in notes {
+        writeln!(r, "- {note}")?;
+    }
+    writeln!(r)?;
     writeln!(r, "## Alternatives\n")?;
     writeln!(r, "| | alternative | how |")?;
     writeln!(r, "|---|---|---|")?;
-    for a in &options.alternatives {
+    for a in &run.alternatives {
         writeln!(r, "| ({}) | {} | {} |", a.letter(), a.label(), a.method())?;
     }
     writeln!(r, "\n## Pages\n")?;
@@ -783,7 +1016,7 @@ fn report(
         )?;
     }
 
-    targets(&mut r, options, cells, records)?;
+    targets(&mut r, run, rows)?;
 
     for page in pages {
         writeln!(
@@ -792,20 +1025,20 @@ fn report(
             page.name
         )?;
         write!(r, "| link | lower bound |")?;
-        for a in &options.alternatives {
+        for a in &run.alternatives {
             write!(r, " ({}) |", a.letter())?;
         }
         write!(r, "\n|---|---|")?;
-        for _ in &options.alternatives {
+        for _ in &run.alternatives {
             write!(r, "---|")?;
         }
         writeln!(r)?;
-        for &cell in cells {
-            let bound = corpus::lower_bound(page, &cell.link()).as_secs_f64() * 1000.0;
-            let base = summarize(records, &page.name, Alternative::A, cell).load_median;
+        for &cell in &run.cells {
+            let bound = ms_of(corpus::lower_bound(page, &cell.link()));
+            let base = summarize(rows, &page.name, Alternative::A, cell).load_median;
             write!(r, "| {} | {bound:.0} |", cell.name())?;
-            for &a in &options.alternatives {
-                let s = summarize(records, &page.name, a, cell);
+            for &a in &run.alternatives {
+                let s = summarize(rows, &page.name, a, cell);
                 let failed = if s.failed > 0 {
                     format!(", {} failed", s.failed)
                 } else {
@@ -824,53 +1057,53 @@ fn report(
         }
         writeln!(
             r,
-            "\n### {}: median DOMContentLoaded end and responseStart, ms\n",
+            "\n### {}: median DOMContentLoaded end and responseStart (time to first byte), ms\n",
             page.name
         )?;
         write!(r, "| link |")?;
-        for a in &options.alternatives {
+        for a in &run.alternatives {
             write!(r, " ({}) DCL | ({}) TTFB |", a.letter(), a.letter())?;
         }
         write!(r, "\n|---|")?;
-        for _ in &options.alternatives {
+        for _ in &run.alternatives {
             write!(r, "---|---|")?;
         }
         writeln!(r)?;
-        for &cell in cells {
+        for &cell in &run.cells {
             write!(r, "| {} |", cell.name())?;
-            for &a in &options.alternatives {
-                let s = summarize(records, &page.name, a, cell);
+            for &a in &run.alternatives {
+                let s = summarize(rows, &page.name, a, cell);
                 write!(r, " {} | {} |", ms(s.dcl_median), ms(s.ttfb_median))?;
             }
             writeln!(r)?;
         }
     }
-    let failures: Vec<&Record> = records.iter().filter(|r| r.outcome.is_err()).collect();
+    if !charts.is_empty() {
+        writeln!(r, "\n## Charts\n")?;
+        for (file, caption) in charts {
+            writeln!(r, "![{caption}]({file})\n")?;
+        }
+    }
+    let failures: Vec<&LoadRow> = rows.iter().filter(|r| !r.ok).collect();
     if !failures.is_empty() {
         writeln!(r, "\n## Failed loads\n")?;
         for f in failures {
-            if let Err(e) = &f.outcome {
-                writeln!(
-                    r,
-                    "- {} ({}) {} load {}: {e}",
-                    f.page,
-                    f.alternative.letter(),
-                    f.link.name(),
-                    f.index + 1
-                )?;
-            }
+            writeln!(
+                r,
+                "- {} ({}) {} load {}: {}",
+                f.page,
+                f.alternative,
+                f.link().name(),
+                f.load,
+                f.error
+            )?;
         }
     }
     Ok(r)
 }
 
 /// The issue's targets, each page and rate at the link they name.
-fn targets(
-    r: &mut String,
-    options: &PagesBench,
-    cells: &[LinkCell],
-    records: &[Record],
-) -> Result<()> {
+fn targets(r: &mut String, run: &RunShape, rows: &[LoadRow]) -> Result<()> {
     writeln!(r, "\n## Targets (median loadEventEnd)\n")?;
     writeln!(
         r,
@@ -878,13 +1111,14 @@ fn targets(
     )?;
     writeln!(r, "|---|---|---|---|---|")?;
     let mut any = false;
-    for page in &options.pages {
-        for &cell in cells
+    for page in &run.pages {
+        for &cell in run
+            .cells
             .iter()
             .filter(|c| c.rtt_ms == 80 && (c.loss_percent - 1.0).abs() < f64::EPSILON)
         {
             any = true;
-            let m = |a| summarize(records, page, a, cell).load_median;
+            let m = |a| summarize(rows, page, a, cell).load_median;
             writeln!(
                 r,
                 "| {page} | {} | {} | {} | {} |",
@@ -924,6 +1158,52 @@ mod tests {
     }
 
     #[test]
+    fn load_rows_read_back_as_written() {
+        let ok = LoadRow {
+            page: "p50".into(),
+            alternative: 'f',
+            rtt_ms: 80,
+            loss_percent: 1.0,
+            rate_mbit: 10,
+            load: 2,
+            ok: true,
+            error: String::new(),
+            protocol: "http/1.1".into(),
+            response_start_ms: Some(170.5),
+            dom_content_loaded_ms: Some(900.25),
+            load_event_end_ms: Some(2400.0),
+            requests: Some(55),
+            bytes: Some(1_962_000),
+            lower_bound_ms: 1893.5,
+        };
+        let failed = LoadRow {
+            ok: false,
+            error: "1 failed request: \"/p50/\" (502), then, more".into(),
+            protocol: String::new(),
+            response_start_ms: None,
+            dom_content_loaded_ms: None,
+            load_event_end_ms: None,
+            requests: None,
+            bytes: None,
+            ..ok.clone()
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("loads.csv");
+        write_loads(&path, &[ok.clone(), failed.clone()]).expect("write");
+        let read: Vec<LoadRow> = csv::Reader::from_path(&path)
+            .expect("open")
+            .deserialize()
+            .collect::<std::result::Result<_, _>>()
+            .expect("parse");
+        assert_eq!(read, vec![ok.clone(), failed]);
+        let shape = RunShape::of(&read);
+        assert_eq!(shape.alternatives, vec![Alternative::F]);
+        assert_eq!(shape.loads, 2);
+        let s = summarize(&read, "p50", Alternative::F, ok.link());
+        assert_eq!((s.failed, s.load_median), (1, Some(2400.0)));
+    }
+
+    #[test]
     fn the_queue_holds_one_bandwidth_delay_product() {
         let cell = LinkCell {
             rtt_ms: 200,
@@ -939,11 +1219,5 @@ mod tests {
         };
         // 25 KB is less than 64 frames.
         assert_eq!(small.params().b_to_a.queue_bytes, Some(64 * 1514));
-    }
-
-    #[test]
-    fn csv_fields_with_commas_are_quoted() {
-        assert_eq!(csv_field("a,b \"c\""), "\"a,b \"\"c\"\"\"");
-        assert_eq!(csv_field("plain"), "plain");
     }
 }
