@@ -9,10 +9,12 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_cache;
+mod bench_papers;
 mod bench_prefetch;
 mod bench_wan;
 mod cmd;
 mod ebpf;
+mod plot;
 mod run;
 mod setup;
 mod test;
