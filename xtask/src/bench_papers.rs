@@ -1056,7 +1056,7 @@ mod tests {
     #[test]
     fn model_matches_the_papers_closed_form_for_x_2() {
         // Eq. 5 with x = 2 (y = 1): γ(T_r + L/μ) - 2(2^γ - 1)L/μ.
-        let (l_obj, l_mtu, t_r) = (50.0 * 1024.0 * 8.0, 1500.0 * 8.0, 0.1);
+        let (l_obj, l_mtu, t_r): (f64, f64, f64) = (50.0 * 1024.0 * 8.0, 1500.0 * 8.0, 0.1);
         for mu in [28e3, 56e3, 100e3, 1e6, 10e6] {
             let alpha = ((l_obj / l_mtu) / 2.0 + 1.0).log2().ceil();
             let beta = ((1.0 + mu * t_r / l_mtu) / 2.0).log2().floor() + 1.0;
