@@ -7,7 +7,8 @@
 //!
 //! - `hol`: the server sends `--flows` paced flows of `--message`-byte messages
 //!   for `--seconds`, each flow on its own stream (`--one-stream` off) or all on
-//!   stream 1. The first payload byte names the flow, so the client can tell
+//!   stream 1; a flow skips a message while its stream holds more than
+//!   [`FLOW_BACKLOG`] unacknowledged bytes per flow. The first payload byte names the flow, so the client can tell
 //!   flows apart even when they share a stream. The client prints one line
 //!   `d <µs since connect> <flow> <bytes>` per message it receives: what the
 //!   application got, and when.
@@ -40,6 +41,9 @@ const STREAMS: u16 = 65;
 
 /// The largest object a request may ask for, bytes (requests are input).
 const MAX_OBJECT: u32 = 4 * 1024 * 1024;
+
+/// Unacknowledged bytes per flow above which a `hol` flow skips a message.
+const FLOW_BACKLOG: usize = 8 * 1024;
 
 /// Objects fetched once before the `objects` measurements, so that the
 /// association's congestion window is past its first slow start.
@@ -75,7 +79,11 @@ where
     T::Err: std::error::Error + Send + Sync + 'static,
 {
     text.split(',')
-        .map(|v| v.trim().parse::<T>().with_context(|| format!("`{v}` in `{text}`")))
+        .map(|v| {
+            v.trim()
+                .parse::<T>()
+                .with_context(|| format!("`{v}` in `{text}`"))
+        })
         .collect()
 }
 
@@ -135,7 +143,8 @@ fn parse_args() -> Result<Args> {
     if args.flows == 0 || u16::from(args.flows) >= STREAMS {
         bail!("--flows must be 1 to {}", STREAMS - 1);
     }
-    if args.message == 0 || !(args.flow_bits_per_second > 0.0) || !(args.seconds > 0.0) {
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if args.message == 0 || !positive(args.flow_bits_per_second) || !positive(args.seconds) {
         bail!("--message, --flow-bits-per-second and --seconds must be above zero");
     }
     if args.counts.iter().any(|&n| n == 0 || n >= STREAMS) {
@@ -224,6 +233,8 @@ async fn serve_objects(assoc: &Association) -> Result<()> {
 async fn serve_flows(args: &Args, assoc: &Association) -> Result<()> {
     let interval = Duration::from_secs_f64(args.message as f64 * 8.0 / args.flow_bits_per_second);
     let until = Instant::now() + Duration::from_secs_f64(args.seconds);
+    let flows_per_stream = if args.one_stream { args.flows } else { 1 };
+    let gate = FLOW_BACKLOG * usize::from(flows_per_stream);
     let mut senders = tokio::task::JoinSet::new();
     for flow in 0..args.flows {
         let stream = if args.one_stream {
@@ -239,12 +250,19 @@ async fn serve_flows(args: &Args, assoc: &Association) -> Result<()> {
         // interleave on the wire instead of leaving in bursts of five.
         let offset = interval.mul_f64(f64::from(flow) / f64::from(args.flows));
         senders.spawn(async move {
-            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + offset, interval);
-            // A send held up by backpressure is made up for at once, as an
-            // application with data waiting would.
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let mut ticks =
+                tokio::time::interval_at(tokio::time::Instant::now() + offset, interval);
+            // A live source: a tick missed while a send waited is not made up
+            // for, and a message is skipped while the stream already holds
+            // more than its share of unacknowledged bytes, so that the
+            // start-up (slow start from a small window) leaves no backlog that
+            // takes seconds to drain.
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             while Instant::now() < until {
                 ticks.tick().await;
+                if assoc.buffered(stream).unwrap_or(0) > gate {
+                    continue;
+                }
                 assoc.send(stream, payload.clone()).await?;
             }
             Ok::<_, gateway_transport::TransportError>(())

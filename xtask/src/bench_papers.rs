@@ -64,14 +64,16 @@ const HOL_FLOW_RATE: u64 = 240_000;
 /// userspace backend's largest fragment is 1404 bytes).
 const HOL_MESSAGE: usize = 1400;
 /// How long the flows send, seconds.
-const HOL_SECONDS: f64 = 8.0;
+const HOL_SECONDS: f64 = 14.0;
 /// Which server→client frame of at least [`HOL_DROP_MIN_BYTES`] is dropped:
-/// data frames leave at about 107 per second, so this one about 3 s in.
-const HOL_DROP_NTH: u64 = 320;
+/// data frames leave at about 107 per second once the flows run at their
+/// rate, so this one about 8 s in, well after the start-up has settled.
+const HOL_DROP_NTH: u64 = 850;
 /// Frames below this size (SACKs, ACKs, the handshake) are not counted.
 const HOL_DROP_MIN_BYTES: usize = 1000;
-/// Delivery gaps are looked for after this much of the run (the start) ...
-const HOL_SKIP_START: f64 = 1.0;
+/// Delivery gaps are looked for after this much of the run (the start-up,
+/// slow start from a 3-packet window at 240 ms, takes a few seconds) ...
+const HOL_SKIP_START: f64 = 5.0;
 /// ... and before this much of its end (the flows stop one after another).
 const HOL_SKIP_END: f64 = 0.5;
 /// Bin width of the per-stream delivery series, seconds.
@@ -395,10 +397,7 @@ struct HolResult {
 }
 
 fn analyse_hol(deliveries: &[Delivery], flows: usize) -> Result<HolResult> {
-    let end = deliveries
-        .iter()
-        .map(|d| d.at)
-        .fold(0.0f64, f64::max);
+    let end = deliveries.iter().map(|d| d.at).fold(0.0f64, f64::max);
     if end < HOL_SKIP_START + HOL_SKIP_END + 1.0 {
         bail!("the client received data for only {end:.2} s");
     }
@@ -470,7 +469,7 @@ impl Bench<'_> {
         writeln!(report, "\n## 1. Head-of-line blocking after one drop\n")?;
         writeln!(
             report,
-            "The experiment of the multistream paper's Fig. 9/10 on our transport. {HOL_FLOWS} flows from server to client over one association; each flow sends a {HOL_MESSAGE}-byte message every {:.1} ms ({} kbit/s of payload each, {:.2} Mbit/s in all, paced rather than unlimited so that the 10-frame queue never overflows and the one deliberate drop is the only loss). Link: {:.1} Mbit/s and {} ms one way in each direction (RTT {} ms), drop-tail queue of {HOL_QUEUE} frames; wanem drops the {HOL_DROP_NTH}th server→client frame of at least {HOL_DROP_MIN_BYTES} bytes (about 3 s in) and nothing else. The client records every message its application receives; the first payload byte names the flow. The flows send for {HOL_SECONDS} s.\n",
+            "The experiment of the multistream paper's Fig. 9/10 on our transport. {HOL_FLOWS} flows from server to client over one association; each flow sends a {HOL_MESSAGE}-byte message every {:.1} ms ({} kbit/s of payload each, {:.2} Mbit/s in all, paced rather than unlimited so that the 10-frame queue never overflows and the one deliberate drop is the only loss). Link: {:.1} Mbit/s and {} ms one way in each direction (RTT {} ms), drop-tail queue of {HOL_QUEUE} frames; wanem drops the {HOL_DROP_NTH}th server→client frame of at least {HOL_DROP_MIN_BYTES} bytes (about 8 s in) and nothing else. A flow skips a message while its stream holds more than 8 KiB per flow unacknowledged (a live source), so the start-up leaves no backlog behind. The client records every message its application receives; the first payload byte names the flow. The flows send for {HOL_SECONDS} s.\n",
             HOL_MESSAGE as f64 * 8.0 / HOL_FLOW_RATE as f64 * 1e3,
             HOL_FLOW_RATE / 1000,
             f64::from(HOL_FLOWS) * HOL_FLOW_RATE as f64 / 1e6,
@@ -511,9 +510,8 @@ impl Bench<'_> {
             }
             let name = format!("hol-{}", case.tag);
             let timeout = Duration::from_secs_f64(HOL_SECONDS + 40.0);
-            let (log, stats) = self.with_link(&name, &params, || {
-                self.pair(&name, &args, &args, timeout)
-            })?;
+            let (log, stats) =
+                self.with_link(&name, &params, || self.pair(&name, &args, &args, timeout))?;
             let result = analyse_hol(&deliveries(&log), flows)?;
             let (w0, w1) = result.window;
             println!(
@@ -577,11 +575,7 @@ impl Bench<'_> {
                 )?;
             }
             writeln!(report)?;
-            writeln!(
-                report,
-                "![{}](papers/hol-{}.png)\n",
-                case.name, case.tag
-            )?;
+            writeln!(report, "![{}](papers/hol-{}.png)\n", case.name, case.tag)?;
 
             let mut bins_csv = String::from("t_s");
             for flow in 0..flows {
@@ -747,9 +741,8 @@ impl Bench<'_> {
             let per_run = f64::from(MODEL_OBJECT) * 8.0 / rate as f64 * 1.5 + 3.0;
             let timeout = Duration::from_secs_f64(f64::from(runs) * per_run + 15.0);
             let name = format!("model-{backend}-{rate}");
-            let (log, _) = self.with_link(&name, &params, || {
-                self.pair(&name, &args, &args, timeout)
-            })?;
+            let (log, _) =
+                self.with_link(&name, &params, || self.pair(&name, &args, &args, timeout))?;
             let lines: Vec<&str> = log.lines().filter(|l| l.contains("\"run\"")).collect();
             let row = ModelRow {
                 rate,
@@ -786,7 +779,10 @@ impl Bench<'_> {
         let sctp = self.model_backend("userspace")?;
         let tcp = self.model_backend("framed-tcp")?;
 
-        writeln!(report, "\n## 2. Cold-start object latency against the model\n")?;
+        writeln!(
+            report,
+            "\n## 2. Cold-start object latency against the model\n"
+        )?;
         writeln!(
             report,
             "One {} KiB ({MODEL_OBJECT}-byte) object on a fresh association, timed at the client from the start of `connect` (the first INIT, or SYN) to the object's last byte, as the paper times it. RTT {} ms ({} ms each way), the rate each way as given, wanem's default 1000-frame queue. Each run is a new association from a new socket; the client asks for the object on stream 1 once `connect` returns.\n",
@@ -1027,12 +1023,7 @@ impl Bench<'_> {
                     name: format!("{label}, {} KiB", size / 1024),
                     points: OBJECT_COUNTS
                         .iter()
-                        .map(|&c| {
-                            (
-                                f64::from(c),
-                                lookup(backend, size, c) / f64::from(c) * 1e3,
-                            )
-                        })
+                        .map(|&c| (f64::from(c), lookup(backend, size, c) / f64::from(c) * 1e3))
                         .collect(),
                 });
             }

@@ -93,7 +93,14 @@ fn span(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
         high = low + 1.0;
     }
     let pad = (high - low) * 0.05;
-    (if from_zero && low >= 0.0 { low } else { low - pad }, high + pad)
+    (
+        if from_zero && low >= 0.0 {
+            low
+        } else {
+            low - pad
+        },
+        high + pad,
+    )
 }
 
 /// Draws `series` as lines (with a dot at each point) over linear axes; y
@@ -109,8 +116,14 @@ pub(crate) fn lines(
     if series.iter().all(|s| s.points.is_empty()) {
         bail!("{}: nothing to plot", path.display());
     }
-    let (x0, x1) = span(series.iter().flat_map(|s| s.points.iter().map(|p| p.0)), false);
-    let (y0, y1) = span(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)), true);
+    let (x0, x1) = span(
+        series.iter().flat_map(|s| s.points.iter().map(|p| p.0)),
+        false,
+    );
+    let (y0, y1) = span(
+        series.iter().flat_map(|s| s.points.iter().map(|p| p.1)),
+        true,
+    );
     let draw = || -> std::result::Result<(), Box<dyn std::error::Error>> {
         let root = BitMapBackend::new(path, SIZE).into_drawing_area();
         root.fill(&WHITE)?;
@@ -218,7 +231,9 @@ pub(crate) fn bars(
                     )
                 }))?
                 .label(group.name.clone())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], colour(g).filled()));
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 6), (x + 14, y + 6)], colour(g).filled())
+                });
         }
         chart
             .configure_series_labels()
