@@ -30,7 +30,8 @@ pub(crate) struct BenchOptions {
     #[arg(long)]
     pub rate_limited: bool,
     /// Run only the sections whose workload is named here (scheduler: zipf,
-    /// prefetch, thesis; wan: rtt, loss, rate); all by default.
+    /// prefetch, thesis; wan: rtt, loss, rate; papers: hol, model, objects);
+    /// all by default.
     #[arg(long)]
     pub only: Vec<String>,
     /// Round-trip time of the emulated WAN, in ms (prefetch).
@@ -90,6 +91,11 @@ pub(crate) enum Which {
     /// cache) over the same emulated links (--rtt, --loss, --rate, --loads,
     /// --alternatives, --pages).
     Pages,
+    /// The papers' experiments on our transport over the WAN emulator:
+    /// head-of-line blocking after one drop (hol), cold-start object latency
+    /// against the analytical model (model), time per object against object
+    /// count (objects).
+    Papers,
 }
 
 const BACKENDS: [&str; 3] = ["tcp", "framed-tcp", "userspace"];
@@ -220,6 +226,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
             name: options.name.clone(),
             origin_tcp_cc: options.origin_tcp_cc.clone(),
         }),
+        Which::Papers => crate::bench_papers::run(&options.only),
         Which::Prefetch => crate::bench_prefetch::run(crate::bench_prefetch::PrefetchBench {
             rtt_ms: options.rtt_ms,
         }),
@@ -621,7 +628,7 @@ fn transport(options: &BenchOptions) -> Result<()> {
 }
 
 /// Builds `example` of `package` in release mode; returns the executable's path.
-fn build_example(package: &str, example: &str) -> Result<PathBuf> {
+pub(crate) fn build_example(package: &str, example: &str) -> Result<PathBuf> {
     println!("==> building {example} (release)");
     let root = workspace_root();
     run_command(Command::new("cargo").current_dir(&root).args([

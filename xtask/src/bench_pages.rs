@@ -406,8 +406,9 @@ impl Bench {
         let demo = Demo::start(binaries, options)?;
         let origin_ns = demo.topology.origin.name().to_owned();
         if let Some(cc) = origin_tcp_cc {
-            testbed::sysctl(&origin_ns, "net.ipv4.tcp_congestion_control", cc)
-                .with_context(|| format!("setting TCP congestion control {cc} on the origin host"))?;
+            testbed::sysctl(&origin_ns, "net.ipv4.tcp_congestion_control", cc).with_context(
+                || format!("setting TCP congestion control {cc} on the origin host"),
+            )?;
         }
 
         let framed = testbed::topology::WAN.host_v4;
@@ -592,8 +593,16 @@ impl Bench {
         let deadline = std::time::Instant::now() + testbed::READY_TIMEOUT;
         loop {
             let mut curl = Command::new("curl");
-            curl.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "30"])
-                .arg(format!("http://{SITE}/warm-up.txt"));
+            curl.args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "30",
+            ])
+            .arg(format!("http://{SITE}/warm-up.txt"));
             let status = testbed::run(&mut testbed::exec_in(
                 self.demo.topology.client.name(),
                 &curl,
@@ -864,10 +873,22 @@ struct CellSummary {
     ttfb_median: Option<f64>,
 }
 
-fn summarize(rows: &[LoadRow], page: &str, alternative: Alternative, cell: LinkCell) -> CellSummary {
-    let cell_rows: Vec<&LoadRow> = rows.iter().filter(|r| r.is(page, alternative, cell)).collect();
+fn summarize(
+    rows: &[LoadRow],
+    page: &str,
+    alternative: Alternative,
+    cell: LinkCell,
+) -> CellSummary {
+    let cell_rows: Vec<&LoadRow> = rows
+        .iter()
+        .filter(|r| r.is(page, alternative, cell))
+        .collect();
     let pick = |f: fn(&LoadRow) -> Option<f64>| -> Vec<f64> {
-        cell_rows.iter().filter(|r| r.ok).filter_map(|r| f(r)).collect()
+        cell_rows
+            .iter()
+            .filter(|r| r.ok)
+            .filter_map(|r| f(r))
+            .collect()
     };
     let load = pick(|r| r.load_event_end_ms);
     CellSummary {

@@ -246,7 +246,7 @@ fn interruption_point() -> Result<()> {
     Ok(())
 }
 
-fn build_wanem() -> Result<PathBuf> {
+pub(crate) fn build_wanem() -> Result<PathBuf> {
     println!("==> building wanem (release)");
     run_command(Command::new("cargo").current_dir(workspace_root()).args([
         "build",

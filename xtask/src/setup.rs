@@ -87,7 +87,7 @@ pub(crate) const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ),
     (
         "fonts-dejavu-core",
-        "a font, so headless Chromium renders text (recommends are skipped)",
+        "a font, so headless Chromium renders text (recommends are skipped), and the TrueType font the benchmark charts (xtask's plot.rs) set their text in",
     ),
 ];
 

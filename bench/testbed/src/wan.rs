@@ -87,6 +87,9 @@ pub struct LinkParams {
     pub queue_frames: Option<u32>,
     /// Most bytes in the bottleneck queue; `None` for no byte limit.
     pub queue_bytes: Option<u64>,
+    /// Drop exactly one frame: the `.0`th (from 1) of those of at least `.1`
+    /// bytes (wanem's `--*-drop-nth N,MIN_BYTES`); `None` for no such drop.
+    pub drop_nth: Option<(u64, usize)>,
 }
 
 impl LinkParams {
@@ -121,6 +124,9 @@ impl LinkParams {
         }
         if let Some(bytes) = self.queue_bytes {
             args.extend([flag("queue-bytes"), bytes.to_string()]);
+        }
+        if let Some((nth, min_len)) = self.drop_nth {
+            args.extend([flag("drop-nth"), format!("{nth},{min_len}")]);
         }
         args
     }
@@ -349,11 +355,12 @@ mod tests {
             k: 100.0,
         };
         params.b_to_a.queue_frames = Some(50);
+        params.b_to_a.drop_nth = Some((400, 1000));
         params.stats_every = Some(Duration::from_secs(1));
         assert_eq!(
             params.args().join(" "),
             "--a-to-b-delay 40000000ns --a-to-b-jitter 0ns --a-to-b-loss 1% --a-to-b-rate 10000000bit \
-             --b-to-a-delay 40000000ns --b-to-a-jitter 0ns --b-to-a-ge 1%,30%,0%,100% --b-to-a-rate 10000000bit --b-to-a-queue 50 \
+             --b-to-a-delay 40000000ns --b-to-a-jitter 0ns --b-to-a-ge 1%,30%,0%,100% --b-to-a-rate 10000000bit --b-to-a-queue 50 --b-to-a-drop-nth 400,1000 \
              --seed 1 --stats-every 1000ms"
         );
     }

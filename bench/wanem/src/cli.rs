@@ -7,8 +7,10 @@ use clap::Parser;
 
 use crate::driver::{DirectionConfig, DriverOptions};
 use crate::error::ConfigError;
-use crate::model::{DEFAULT_QUEUE_PACKETS, GilbertElliott, LinkConfig, LossModel, Rate};
-use crate::units::{parse_duration, parse_gilbert_elliott, parse_percent, parse_rate};
+use crate::model::{DEFAULT_QUEUE_PACKETS, DropNth, GilbertElliott, LinkConfig, LossModel, Rate};
+use crate::units::{
+    parse_drop_nth, parse_duration, parse_gilbert_elliott, parse_percent, parse_rate,
+};
 
 /// Forward Ethernet frames between two interfaces with delay, jitter, loss, a
 /// rate limit and a queue limit, like a WAN link.
@@ -94,7 +96,7 @@ pub const DEFAULT_RT_PRIORITY: u8 = 50;
 /// Defines the per-direction override group `$name` with flags `--$prefix-*`.
 macro_rules! overrides {
     ($name:ident, $heading:literal, $delay:literal, $jitter:literal, $loss:literal, $ge:literal,
-     $rate:literal, $queue:literal, $queue_bytes:literal) => {
+     $rate:literal, $queue:literal, $queue_bytes:literal, $drop_nth:literal) => {
         /// Settings of one direction that override the symmetric ones.
         #[derive(Debug, Default, clap::Args)]
         #[command(next_help_heading = $heading)]
@@ -120,6 +122,10 @@ macro_rules! overrides {
             /// Queue limit in bytes of this direction.
             #[arg(id = $queue_bytes, long = $queue_bytes, value_name = "BYTES")]
             pub queue_bytes: Option<usize>,
+            /// Drop exactly one frame of this direction: the Nth (from 1) of
+            /// those of at least MIN_BYTES bytes (default 0), e.g. 400,1000.
+            #[arg(id = $drop_nth, long = $drop_nth, value_parser = parse_drop_nth, value_name = "N[,MIN_BYTES]")]
+            pub drop_nth: Option<DropNth>,
         }
 
         impl $name {
@@ -132,6 +138,7 @@ macro_rules! overrides {
                     rate: self.rate,
                     queue: self.queue,
                     queue_bytes: self.queue_bytes,
+                    drop_nth: self.drop_nth,
                 }
             }
         }
@@ -147,7 +154,8 @@ overrides!(
     "a-to-b-ge",
     "a-to-b-rate",
     "a-to-b-queue",
-    "a-to-b-queue-bytes"
+    "a-to-b-queue-bytes",
+    "a-to-b-drop-nth"
 );
 overrides!(
     BToA,
@@ -158,7 +166,8 @@ overrides!(
     "b-to-a-ge",
     "b-to-a-rate",
     "b-to-a-queue",
-    "b-to-a-queue-bytes"
+    "b-to-a-queue-bytes",
+    "b-to-a-drop-nth"
 );
 
 /// One direction's overrides, whichever group they came from.
@@ -171,6 +180,7 @@ struct Overrides {
     rate: Option<Rate>,
     queue: Option<usize>,
     queue_bytes: Option<usize>,
+    drop_nth: Option<DropNth>,
 }
 
 impl Cli {
@@ -204,6 +214,7 @@ impl Cli {
                     queue_packets: Some(o.queue.unwrap_or(self.queue)),
                     queue_bytes: o.queue_bytes.or(self.queue_bytes),
                     reorder: self.reorder,
+                    drop_nth: o.drop_nth,
                 },
             };
             direction.link.validate(&direction.label())?;
@@ -276,6 +287,16 @@ mod tests {
         );
         assert_eq!(ab.link.rate, None);
         assert_eq!(ba.link.rate.map(|r| r.bits_per_second()), Some(1_000_000));
+        let cli = parse(&["--b-to-a-drop-nth", "400,1000"]);
+        let [ab, ba] = cli.directions().expect("valid");
+        assert_eq!(ab.link.drop_nth, None);
+        assert_eq!(
+            ba.link.drop_nth,
+            Some(DropNth {
+                nth: 400,
+                min_len: 1000
+            })
+        );
     }
 
     #[test]

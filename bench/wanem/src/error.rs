@@ -35,6 +35,11 @@ pub enum ParseError {
     /// A Gilbert-Elliott setting without two to four comma-separated percentages.
     #[error("`{0}`: write p,r[,h[,k]] as percentages, e.g. 1%,30% or 1%,30%,0%,100%")]
     GilbertElliott(String),
+    /// A single drop not written as `N[,MIN_BYTES]` with N at least 1.
+    #[error(
+        "`{0}`: write N[,MIN_BYTES], N from 1, e.g. 400,1000 (the 400th frame of at least 1000 bytes)"
+    )]
+    DropNth(String),
     /// A duration humantime does not understand.
     #[error("`{value}` is not a duration ({reason}); write e.g. 40ms, 1.5ms or 250us")]
     Duration {

@@ -1,7 +1,8 @@
 //! A userspace WAN emulator for hosts without netem: it forwards Ethernet frames
 //! between two interfaces (AF_PACKET raw sockets, one blocking thread per
 //! direction) and gives each direction a one-way delay with optional jitter,
-//! Bernoulli or Gilbert-Elliott loss, a bottleneck rate and a queue limit.
+//! Bernoulli or Gilbert-Elliott loss, a bottleneck rate and a queue limit, and
+//! on request one deterministic drop (the Nth frame above a size).
 //!
 //! The benchmarks run it in the testbed's middle `wan` namespace between `gw0`
 //! and `origin0` (the testbed's `WanEmulator` starts it there); docs/wan-emulator.md
@@ -25,4 +26,4 @@ pub mod units;
 
 pub use driver::{DirectionConfig, DirectionStats, DriverOptions, Emulator};
 pub use error::{ConfigError, ParseError, WanemError};
-pub use model::{GilbertElliott, Link, LinkConfig, LossModel, Rate, Verdict};
+pub use model::{DropNth, GilbertElliott, Link, LinkConfig, LossModel, Rate, Verdict};

@@ -86,8 +86,14 @@ fn describe(direction: &DirectionConfig) -> String {
         (None, Some(b)) => format!("queue {b} bytes"),
         (None, None) => "unlimited queue".to_owned(),
     };
+    let single_drop = link.drop_nth.map_or(String::new(), |d| {
+        format!(
+            ", drops frame {} of those of at least {} bytes",
+            d.nth, d.min_len
+        )
+    });
     format!(
-        "delay {:?} jitter {:?}{}, {loss}, {rate}, {queue}",
+        "delay {:?} jitter {:?}{}, {loss}{single_drop}, {rate}, {queue}",
         link.delay,
         link.jitter,
         if link.reorder { " (may reorder)" } else { "" }

@@ -6,9 +6,10 @@
 //!
 //! What happens to a frame, in order:
 //!
-//! 1. **loss**: Bernoulli or Gilbert-Elliott ([`LossModel`]); a lost frame takes no
-//!    place in the queue and no time on the link (as in netem, where loss is
-//!    decided at enqueue);
+//! 1. **loss**: a deterministic single drop ([`DropNth`], for experiments that need
+//!    exactly one loss at a known point), then Bernoulli or Gilbert-Elliott
+//!    ([`LossModel`]); a lost frame takes no place in the queue and no time on the
+//!    link (as in netem, where loss is decided at enqueue);
 //! 2. **queue limit**: tail drop when the bottleneck already holds
 //!    [`LinkConfig::queue_packets`] frames or the frame would take it past
 //!    [`LinkConfig::queue_bytes`]. The bottleneck holds the frames that arrived
@@ -103,6 +104,19 @@ impl GilbertElliott {
     }
 }
 
+/// Drop exactly one frame: the `nth` (counting from 1) of the frames of at
+/// least `min_len` bytes that arrive in this direction. Smaller frames (ACKs,
+/// SACKs, handshakes) are not counted, so a data frame is hit at a point that
+/// depends only on how much data has flowed, not on the acknowledgement pattern.
+/// The frame is counted as lost (`dropped_loss`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DropNth {
+    /// Which of the counted frames to drop, from 1.
+    pub nth: u64,
+    /// Frames shorter than this, bytes, are not counted.
+    pub min_len: usize,
+}
+
 /// A link rate in bits per second, counting every byte of the Ethernet frame as
 /// the socket sees it (destination MAC to end of payload; no preamble, gap or
 /// FCS), as tc's rates do.
@@ -149,6 +163,8 @@ pub struct LinkConfig {
     /// Let jitter reorder frames (netem's behaviour); off by default, so a frame
     /// never leaves before the one ahead of it.
     pub reorder: bool,
+    /// Drop exactly one chosen frame; `None` for no such drop.
+    pub drop_nth: Option<DropNth>,
 }
 
 impl Default for LinkConfig {
@@ -161,6 +177,7 @@ impl Default for LinkConfig {
             queue_packets: Some(DEFAULT_QUEUE_PACKETS),
             queue_bytes: None,
             reorder: false,
+            drop_nth: None,
         }
     }
 }
@@ -201,6 +218,12 @@ impl LinkConfig {
         }
         if self.queue_packets == Some(0) {
             return Err(invalid("queue", "0 frames would drop everything".into()));
+        }
+        if self.drop_nth.is_some_and(|d| d.nth == 0) {
+            return Err(invalid(
+                "drop-nth",
+                "frames are counted from 1, so the 0th never arrives".into(),
+            ));
         }
         if self.queue_bytes == Some(0) {
             return Err(invalid(
@@ -316,6 +339,8 @@ impl<T> Ord for Scheduled<T> {
 pub struct Link<T> {
     config: LinkConfig,
     loss: LossProcess,
+    /// Frames counted toward [`LinkConfig::drop_nth`] so far.
+    counted_for_drop: u64,
     jitter_rng: ChaCha8Rng,
     /// (departure of the last bit, length) of each frame in the bottleneck,
     /// oldest first.
@@ -345,6 +370,7 @@ impl<T> Link<T> {
         Self {
             config,
             loss: LossProcess::new(config.loss, stream(0)),
+            counted_for_drop: 0,
             jitter_rng: stream(1),
             bottleneck: VecDeque::new(),
             bottleneck_bytes: 0,
@@ -373,6 +399,15 @@ impl<T> Link<T> {
         self.stats.arrived += 1;
         self.stats.arrived_bytes += len as u64;
 
+        if let Some(drop) = self.config.drop_nth
+            && len >= drop.min_len
+        {
+            self.counted_for_drop += 1;
+            if self.counted_for_drop == drop.nth {
+                self.stats.dropped_loss += 1;
+                return Verdict::Lost;
+            }
+        }
         if self.loss.lose() {
             self.stats.dropped_loss += 1;
             return Verdict::Lost;
@@ -593,6 +628,35 @@ mod tests {
         };
         assert_eq!(pattern(0), pattern(0));
         assert_ne!(pattern(0), pattern(1));
+    }
+
+    #[test]
+    fn drop_nth_drops_exactly_the_nth_large_frame_once() {
+        let config = LinkConfig {
+            drop_nth: Some(DropNth {
+                nth: 3,
+                min_len: 1000,
+            }),
+            ..LinkConfig::default()
+        };
+        let mut link = Link::new(config, SEED, 0);
+        let t = Instant::now();
+        // Small frames in between are neither counted nor dropped.
+        let lens = [1500, 60, 1500, 60, 1200, 1500, 60, 1500, 1500];
+        let lost: Vec<bool> = lens
+            .iter()
+            .map(|&len| link.handle_arrival(t, len, ()) == Verdict::Lost)
+            .collect();
+        assert_eq!(
+            lost,
+            [false, false, false, false, true, false, false, false, false]
+        );
+        assert_eq!(link.stats().dropped_loss, 1);
+        let zero = LinkConfig {
+            drop_nth: Some(DropNth { nth: 0, min_len: 0 }),
+            ..LinkConfig::default()
+        };
+        assert!(zero.validate("a->b").is_err());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::error::ParseError;
-use crate::model::{GilbertElliott, Rate};
+use crate::model::{DropNth, GilbertElliott, Rate};
 
 /// A duration as humantime writes it (`40ms`, `1.5ms`, `250us`, `1s`), or `0`.
 pub fn parse_duration(text: &str) -> Result<Duration, ParseError> {
@@ -84,6 +84,21 @@ pub fn parse_gilbert_elliott(text: &str) -> Result<GilbertElliott, ParseError> {
     })
 }
 
+/// A single deterministic drop `N[,MIN_BYTES]`: the Nth frame (from 1) of at
+/// least MIN_BYTES bytes (default 0: every frame counts).
+pub fn parse_drop_nth(text: &str) -> Result<DropNth, ParseError> {
+    let bad = || ParseError::DropNth(text.to_owned());
+    let (nth, min_len) = match text.trim().split_once(',') {
+        Some((nth, min_len)) => (nth, min_len.trim().parse().map_err(|_| bad())?),
+        None => (text.trim(), 0),
+    };
+    let nth: u64 = nth.trim().parse().map_err(|_| bad())?;
+    if nth == 0 {
+        return Err(bad());
+    }
+    Ok(DropNth { nth, min_len })
+}
+
 /// A rate for messages: `10 Mbit/s`, `1.5 Gbit/s`, `64 kbit/s`.
 pub fn display_rate(rate: Rate) -> String {
     let bits = rate.bits_per_second() as f64;
@@ -105,6 +120,24 @@ mod tests {
 
     fn bits(text: &str) -> u64 {
         parse_rate(text).expect(text).bits_per_second()
+    }
+
+    #[test]
+    fn drop_nth_reads_count_and_size() {
+        assert_eq!(
+            parse_drop_nth("400,1000").expect("valid"),
+            DropNth {
+                nth: 400,
+                min_len: 1000
+            }
+        );
+        assert_eq!(
+            parse_drop_nth("7").expect("valid"),
+            DropNth { nth: 7, min_len: 0 }
+        );
+        for bad in ["0", "", "x", "5,", "5,-1", "-3,10", "1.5"] {
+            assert!(parse_drop_nth(bad).is_err(), "{bad} accepted");
+        }
     }
 
     #[test]
