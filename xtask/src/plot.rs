@@ -193,6 +193,18 @@ pub(crate) fn bars(
     }
     let (y0, y1) = span(groups.iter().flat_map(|g| g.values.iter().copied()), true);
     let n = categories.len();
+    // The legend goes over the half of the chart whose bars are lower.
+    let half_max = |range: std::ops::Range<usize>| {
+        groups
+            .iter()
+            .flat_map(|g| g.values[range.clone()].iter().copied())
+            .fold(f64::MIN, f64::max)
+    };
+    let legend = if half_max(0..n / 2) < half_max(n / 2..n) {
+        SeriesLabelPosition::UpperLeft
+    } else {
+        SeriesLabelPosition::UpperRight
+    };
     let width = 0.8 / groups.len() as f64;
     let draw = || -> std::result::Result<(), Box<dyn std::error::Error>> {
         let root = BitMapBackend::new(path, SIZE).into_drawing_area();
@@ -240,7 +252,7 @@ pub(crate) fn bars(
             .label_font((FONT, 16))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
+            .position(legend)
             .draw()?;
         root.present()?;
         Ok(())
