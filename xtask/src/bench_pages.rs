@@ -363,13 +363,7 @@ fn render(name: &str, rows: &[LoadRow], pages: &[GeneratedPage], notes: &[String
 /// Writes the corpus and the demo site into `site` and describes the pages asked for.
 fn site_pages(site: &Path, wanted: &[String]) -> Result<Vec<GeneratedPage>> {
     let generated = corpus::generate(site, CORPUS_SEED).context("generating the page corpus")?;
-    let demo = testbed::demo_site();
-    for entry in std::fs::read_dir(&demo)? {
-        let entry = entry?;
-        if entry.file_type()?.is_file() {
-            std::fs::copy(entry.path(), site.join(entry.file_name()))?;
-        }
-    }
+    copy_tree(&testbed::demo_site(), site).context("copying the demo site")?;
     let mut pages = Vec::new();
     for name in wanted {
         if name == DEMO_PAGE {
@@ -389,6 +383,22 @@ fn site_pages(site: &Path, wanted: &[String]) -> Result<Vec<GeneratedPage>> {
         }
     }
     Ok(pages)
+}
+
+/// Copies the files and directories under `from` into `to`.
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)
+                .with_context(|| format!("copying {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
 }
 
 impl Bench {
