@@ -76,9 +76,9 @@ const HOL_DROP_MIN_BYTES: usize = 1000;
 const HOL_SKIP_START: f64 = 5.0;
 /// ... and before this much of its end (the flows stop one after another).
 const HOL_SKIP_END: f64 = 0.5;
-/// A flow counts as stalled when its longest gap exceeds this many times the
-/// usual spacing of deliveries.
-const HOL_STALL_FACTOR: f64 = 3.0;
+/// The other flows count as blocked when, inside the stall window, they
+/// receive less than this share of what their own rate would deliver there.
+const HOL_BLOCKED_SHARE: f64 = 0.5;
 /// Bin width of the per-stream delivery series, seconds.
 const BIN: f64 = 0.1;
 /// Seconds shown on each side of the stall in the charts.
@@ -624,15 +624,21 @@ impl Bench<'_> {
                 .filter(|&f| f != result.stalled_flow)
                 .map(|f| result.longest_gap[f].0)
                 .fold(0.0f64, f64::max);
-            let usual = result
-                .median_gap
-                .iter()
-                .copied()
-                .filter(|g| g.is_finite())
-                .fold(0.0f64, f64::max);
+            // What the other flows would have received in the window at
+            // their sending rate (one message per usual gap).
+            let expected: f64 = (0..flows)
+                .filter(|&f| f != result.stalled_flow)
+                .filter(|&f| result.median_gap[f].is_finite() && result.median_gap[f] > 0.0)
+                .map(|f| (w1 - w0) / result.median_gap[f] * HOL_MESSAGE as f64)
+                .sum();
+            let share = if expected > 0.0 {
+                others_in_window as f64 / expected
+            } else {
+                0.0
+            };
             findings.push((
                 case.name,
-                others_longest > HOL_STALL_FACTOR * usual,
+                share,
                 (w1 - w0) * 1e3,
                 others_longest * 1e3,
                 others_in_window,
@@ -644,19 +650,25 @@ impl Bench<'_> {
         writeln!(report, "### Summary\n")?;
         writeln!(
             report,
-            "| case | stalled flow's gap ms | other flows' longest gap ms | other flows stalled too | other flows' bytes in the stall window | frames dropped on purpose | frames dropped by queues |"
+            "| case | stalled flow's gap ms | other flows' bytes in the stall window | share of their usual rate | other flows blocked too | other flows' longest gap ms | frames dropped on purpose | frames dropped by queues |"
         )?;
-        writeln!(report, "|---|---|---|---|---|---|---|")?;
-        for (name, others_stalled, gap, others_gap, others_bytes, dropped, queue) in &findings {
+        writeln!(report, "|---|---|---|---|---|---|---|---|")?;
+        for (name, share, gap, others_gap, others_bytes, dropped, queue) in &findings {
             writeln!(
                 report,
-                "| {name} | {gap:.0} | {others_gap:.0} | {} | {others_bytes} | {dropped} | {queue} |",
-                if *others_stalled { "yes" } else { "no" }
+                "| {name} | {gap:.0} | {others_bytes} | {:.0}% | {} | {others_gap:.0} | {dropped} | {queue} |",
+                share * 100.0,
+                if *share < HOL_BLOCKED_SHARE {
+                    "yes"
+                } else {
+                    "no"
+                }
             )?;
         }
         writeln!(
             report,
-            "\n\"Stalled too\": another flow's longest gap exceeds {HOL_STALL_FACTOR} times the usual spacing of deliveries (the largest median gap)."
+            "\n\"Share of their usual rate\": what the other flows received inside the stall window, against what one message per usual gap would have given them there; \"blocked too\" below {:.0}%. Their longest gap can fall outside the window: after a fast retransmit the sender halves its congestion window and every flow waits for it (congestion control, not head-of-line blocking).",
+            HOL_BLOCKED_SHARE * 100.0
         )?;
         writeln!(
             report,
