@@ -715,8 +715,33 @@ mod tests {
             wall: Duration::ZERO,
             timing: NavigationTiming::default(),
             requests: log.records,
+            resources: Vec::new(),
         };
         let failures: Vec<&str> = load.failures().iter().map(|r| r.url.as_str()).collect();
         assert_eq!(failures, ["http://a/x.svg"]);
+    }
+
+    #[test]
+    fn resource_timing_entries_parse_and_missing_fields_are_zero() {
+        let entry = ResourceTiming::from_json(&json!({
+            "name": "http://a/s.css", "initiatorType": "link", "startTime": 12.5,
+            "responseStart": 90.25, "responseEnd": 101.0, "transferSize": 2048,
+            "nextHopProtocol": "h2"
+        }));
+        assert_eq!(entry.name, "http://a/s.css");
+        assert_eq!(entry.initiator_type, "link");
+        assert_eq!(
+            (entry.start_time, entry.response_start, entry.response_end),
+            (12.5, 90.25, 101.0)
+        );
+        assert_eq!(entry.transfer_size, 2048);
+        assert_eq!(entry.next_hop_protocol, "h2");
+        assert_eq!(
+            ResourceTiming::from_json(&json!({ "name": "x" })),
+            ResourceTiming {
+                name: "x".into(),
+                ..ResourceTiming::default()
+            }
+        );
     }
 }
