@@ -55,6 +55,8 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(90);
 const CORPUS_SEED: u64 = 2026;
 /// Settings of a run that its rows do not show, one per line, beside its CSV.
 const NOTES_FILE: &str = "notes.txt";
+/// The run's command line after `cargo xtask bench`, beside its CSV.
+const COMMAND_FILE: &str = "command.txt";
 /// The page of the demo site, by its name in the report.
 const DEMO_PAGE: &str = "demo";
 
@@ -300,9 +302,11 @@ pub(crate) fn run(options: &PagesBench) -> Result<()> {
         )],
         None => Vec::new(),
     };
-    // Kept beside the CSV so that --from-csv says it again.
+    // Kept beside the CSV so that --from-csv says them again.
     std::fs::write(csv_dir.join(NOTES_FILE), notes.join("\n"))?;
-    render(&options.name, &rows, &bench.pages, &notes)
+    let command = invocation();
+    std::fs::write(csv_dir.join(COMMAND_FILE), &command)?;
+    render(&options.name, &command, &rows, &bench.pages, &notes)
 }
 
 /// `cargo xtask bench pages --from-csv`: the report and charts again from the
@@ -330,7 +334,10 @@ pub(crate) fn rerender(name: &str) -> Result<()> {
         .filter(|l| !l.trim().is_empty())
         .map(str::to_owned)
         .collect();
-    let rendered = render(name, &rows, &pages, &notes);
+    let command = std::fs::read_to_string(results_dir().join(name).join(COMMAND_FILE))
+        .map(|c| c.trim().to_owned())
+        .unwrap_or_else(|_| "pages".into());
+    let rendered = render(name, &command, &rows, &pages, &notes);
     let _ = std::fs::remove_dir_all(&site);
     rendered
 }
@@ -346,11 +353,28 @@ fn tempfile_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Writes bench/results/{name}.md and the charts for `rows`.
-fn render(name: &str, rows: &[LoadRow], pages: &[GeneratedPage], notes: &[String]) -> Result<()> {
+/// This run's arguments after `cargo xtask bench`, for the report.
+fn invocation() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    args.iter()
+        .skip_while(|a| *a != "pages")
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Writes bench/results/{name}.md and the charts for `rows`; `command` is what
+/// followed `cargo xtask bench` in the run.
+fn render(
+    name: &str,
+    command: &str,
+    rows: &[LoadRow],
+    pages: &[GeneratedPage],
+    notes: &[String],
+) -> Result<()> {
     let run = RunShape::of(rows);
     let charts = charts(name, &run, rows, pages)?;
-    let report = report(name, &run, rows, pages, &charts, notes)?;
+    let report = report(name, command, &run, rows, pages, &charts, notes)?;
     let path = results_dir().join(format!("{name}.md"));
     std::fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
     println!("{report}");
@@ -997,6 +1021,7 @@ fn charts(
 
 fn report(
     name: &str,
+    command: &str,
     run: &RunShape,
     rows: &[LoadRow],
     pages: &[GeneratedPage],
@@ -1005,7 +1030,7 @@ fn report(
 ) -> Result<String> {
     let mut r = crate::bench::report_header(
         "Page loads: the gateway against the alternatives over emulated links",
-        "pages",
+        command,
     )?;
     writeln!(
         r,
@@ -1069,15 +1094,7 @@ fn report(
             "\n## {}: median loadEventEnd, ms (p95; ratio to (a); multiple of the lower bound)\n",
             page.name
         )?;
-        write!(r, "| link | lower bound |")?;
-        for a in &run.alternatives {
-            write!(r, " ({}) |", a.letter())?;
-        }
-        write!(r, "\n|---|---|")?;
-        for _ in &run.alternatives {
-            write!(r, "---|")?;
-        }
-        writeln!(r)?;
+        table_header(&mut r, &["link", "lower bound"], &run.alternatives, &[""])?;
         for &cell in &run.cells {
             let bound = ms_of(corpus::lower_bound(page, &cell.link()));
             let base = summarize(rows, &page.name, Alternative::A, cell).load_median;
@@ -1105,15 +1122,7 @@ fn report(
             "\n### {}: median DOMContentLoaded end and responseStart (time to first byte), ms\n",
             page.name
         )?;
-        write!(r, "| link |")?;
-        for a in &run.alternatives {
-            write!(r, " ({}) DCL | ({}) TTFB |", a.letter(), a.letter())?;
-        }
-        write!(r, "\n|---|")?;
-        for _ in &run.alternatives {
-            write!(r, "---|---|")?;
-        }
-        writeln!(r)?;
+        table_header(&mut r, &["link"], &run.alternatives, &[" DCL", " TTFB"])?;
         for &cell in &run.cells {
             write!(r, "| {} |", cell.name())?;
             for &a in &run.alternatives {
@@ -1145,6 +1154,25 @@ fn report(
         }
     }
     Ok(r)
+}
+
+/// A markdown table's header and rule: the `leading` columns, then one column
+/// per alternative and `suffix` (`(a) DCL`, `(a) TTFB`, ...).
+fn table_header(
+    r: &mut String,
+    leading: &[&str],
+    alternatives: &[Alternative],
+    suffixes: &[&str],
+) -> Result<()> {
+    let mut columns: Vec<String> = leading.iter().map(|c| (*c).to_owned()).collect();
+    for a in alternatives {
+        for suffix in suffixes {
+            columns.push(format!("({}){suffix}", a.letter()));
+        }
+    }
+    writeln!(r, "| {} |", columns.join(" | "))?;
+    writeln!(r, "|{}", "---|".repeat(columns.len()))?;
+    Ok(())
 }
 
 /// The targets, each page and rate at the link they name.
