@@ -35,8 +35,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use testbed::corpus::{self, GeneratedPage, Link};
 use testbed::{
-    Binaries, Browser, BrowserConfig, Demo, DemoOptions, DemoWan, GatewayConfig,
-    GatewayConfigOverrides, Nginx, NsProcess, PageLoad, Squid, TlsSite, WanEmulator, WanParams,
+    Binaries, Browser, BrowserConfig, Demo, DemoOptions, DemoWan, GatewayConfigOverrides, Nginx,
+    NsProcess, PageLoad, Squid, TlsSite, WanEmulator, WanParams,
 };
 
 use crate::cmd::{install_stop_handlers, stop_requested, workspace_root};
@@ -326,7 +326,7 @@ pub(crate) fn rerender(name: &str) -> Result<()> {
         }
     }
     // The corpus is deterministic: generating it again describes the same pages.
-    let site = tempfile_dir()?;
+    let site = rerender_dir()?;
     let pages = site_pages(&site, &names)?;
     let notes: Vec<String> = std::fs::read_to_string(results_dir().join(name).join(NOTES_FILE))
         .unwrap_or_default()
@@ -346,7 +346,7 @@ fn results_dir() -> PathBuf {
     workspace_root().join("bench/results")
 }
 
-fn tempfile_dir() -> Result<PathBuf> {
+fn rerender_dir() -> Result<PathBuf> {
     let dir = testbed::target_dir().join("bench-pages-rerender");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
@@ -524,29 +524,16 @@ impl Bench {
         let cache_path = self.dir.join("cache.redb");
         let _ = std::fs::remove_file(&cache_path);
         let framed = alternative == Alternative::D;
-        let origin = if framed {
-            SocketAddr::new(testbed::topology::WAN.host_v4.into(), FRAMED_TCP_PORT)
-        } else {
-            testbed::topology::origin_sctp_v4()
-        };
-        let overrides = GatewayConfigOverrides {
-            lan_interfaces: Some(vec![testbed::topology::LAN_IF.to_owned()]),
-            origin_address: Some(origin),
-            destinations: Some(vec![
-                testbed::topology::SITE_NET_V4.to_owned(),
-                testbed::topology::SITE_NET_V6.to_owned(),
-            ]),
+        self.demo.restart_gateway(GatewayConfigOverrides {
+            origin_address: framed
+                .then(|| SocketAddr::new(testbed::topology::WAN.host_v4.into(), FRAMED_TCP_PORT)),
             cache_path: Some(cache_path),
             prefetch_enabled: Some(matches!(alternative, Alternative::F | Alternative::G)),
             backend: Some(if framed { "framed-tcp" } else { "userspace" }.into()),
             // A dead origin must show as failed loads, not as nginx's answers.
             fail_open: Some(false),
             ..GatewayConfigOverrides::default()
-        };
-        let config = GatewayConfig::from_shipped(&workspace_root(), &overrides)?;
-        std::fs::write(&self.demo.gateway_config_path, &config.text)?;
-        self.demo.gateway_config = config;
-        self.demo.start_gateway()?;
+        })?;
         Ok(())
     }
 

@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use testbed::{
-    Binaries, Browser, Demo, DemoOptions, DemoWan, GatewayConfig, GatewayConfigOverrides,
-    LinkParams, WanParams,
+    Binaries, Browser, Demo, DemoOptions, DemoWan, GatewayConfigOverrides, LinkParams, WanParams,
 };
 
 use crate::cmd::workspace_root;
@@ -101,21 +100,11 @@ fn restart_gateway(demo: &mut Demo, cache_path: &std::path::Path, prefetch: bool
         gateway.stop(Duration::from_secs(10))?;
     }
     let _ = std::fs::remove_file(cache_path);
-    let overrides = GatewayConfigOverrides {
-        lan_interfaces: Some(vec![testbed::topology::LAN_IF.to_owned()]),
-        origin_address: Some(testbed::topology::origin_sctp_v4()),
-        destinations: Some(vec![
-            testbed::topology::SITE_NET_V4.to_owned(),
-            testbed::topology::SITE_NET_V6.to_owned(),
-        ]),
+    demo.restart_gateway(GatewayConfigOverrides {
         cache_path: Some(cache_path.to_owned()),
         prefetch_enabled: Some(prefetch),
         ..GatewayConfigOverrides::default()
-    };
-    let config = GatewayConfig::from_shipped(&workspace_root(), &overrides)?;
-    std::fs::write(&demo.gateway_config_path, &config.text)?;
-    demo.gateway_config = config;
-    demo.start_gateway()?;
+    })?;
     Ok(())
 }
 

@@ -371,18 +371,7 @@ impl Demo {
             &dir.join("nginx-web"),
         )?;
 
-        let mut overrides = options.gateway.clone();
-        overrides
-            .lan_interfaces
-            .get_or_insert_with(|| vec![LAN_IF.to_owned()]);
-        overrides.origin_address.get_or_insert_with(origin_sctp_v4);
-        overrides
-            .destinations
-            .get_or_insert_with(|| vec![SITE_NET_V4.to_owned(), SITE_NET_V6.to_owned()]);
-        overrides
-            .cache_path
-            .get_or_insert_with(|| dir.join("cache.redb"));
-        let gateway_config = GatewayConfig::from_shipped(&options.workspace, &overrides)?;
+        let gateway_config = topology_config(&options, options.gateway.clone())?;
         let gateway_config_path = dir.join("gateway.toml");
         std::fs::write(&gateway_config_path, &gateway_config.text)
             .map_err(io(format!("writing {}", gateway_config_path.display())))?;
@@ -478,6 +467,22 @@ impl Demo {
         Ok(())
     }
 
+    /// Stops the gateway if it runs, writes a config generated from the
+    /// shipped one with `overrides` (the topology's LAN interface, origin,
+    /// destinations and cache path unless given) and starts it again.
+    pub fn restart_gateway(&mut self, overrides: GatewayConfigOverrides) -> Result<()> {
+        if let Some(mut gateway) = self.gateway.take() {
+            gateway.stop(Duration::from_secs(10))?;
+        }
+        let config = topology_config(&self.options, overrides)?;
+        std::fs::write(&self.gateway_config_path, &config.text).map_err(io(format!(
+            "writing {}",
+            self.gateway_config_path.display()
+        )))?;
+        self.gateway_config = config;
+        self.start_gateway()
+    }
+
     /// Runs `gateway cleanup --config ...` in the gateway namespace.
     pub fn gateway_cleanup(&self) -> Result<String> {
         let mut command = Command::new(&self.binaries.gateway);
@@ -498,6 +503,26 @@ impl Demo {
     pub fn dir(&self) -> &Path {
         &self.options.dir
     }
+}
+
+/// The shipped gateway config with `overrides`, where the topology's LAN
+/// interface, origin, destinations and a cache file in the demo's directory
+/// fill what `overrides` leaves unset.
+fn topology_config(
+    options: &DemoOptions,
+    mut overrides: GatewayConfigOverrides,
+) -> Result<GatewayConfig> {
+    overrides
+        .lan_interfaces
+        .get_or_insert_with(|| vec![LAN_IF.to_owned()]);
+    overrides.origin_address.get_or_insert_with(origin_sctp_v4);
+    overrides
+        .destinations
+        .get_or_insert_with(|| vec![SITE_NET_V4.to_owned(), SITE_NET_V6.to_owned()]);
+    overrides
+        .cache_path
+        .get_or_insert_with(|| options.dir.join("cache.redb"));
+    GatewayConfig::from_shipped(&options.workspace, &overrides)
 }
 
 /// Whether something listens on TCP `port` in namespace `ns` (`ss`, so nothing

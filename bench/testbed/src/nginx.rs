@@ -119,11 +119,7 @@ impl Nginx {
 
     /// The access log, parsed; lines that do not parse are skipped.
     pub fn access_log(&self) -> Vec<AccessEntry> {
-        std::fs::read_to_string(self.dir.join("access.log"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(parse_access_line)
-            .collect()
+        read_log(&self.dir.join("access.log"), parse_access_line)
     }
 
     /// The directory holding the configuration and logs.
@@ -280,6 +276,16 @@ fn config(listen: &[SocketAddr], root: &Path, dir: &Path, tls: Option<&TlsSite>)
          \x20 server {{\n{server}    root {root};\n  }}\n}}\n",
         root = root.display(),
     )
+}
+
+/// The lines of the log at `path` that `parse` understands; none if it is
+/// missing (the server has not written it yet).
+pub(crate) fn read_log<T>(path: &Path, parse: fn(&str) -> Option<T>) -> Vec<T> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(parse)
+        .collect()
 }
 
 fn parse_access_line(line: &str) -> Option<AccessEntry> {

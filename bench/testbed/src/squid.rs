@@ -217,11 +217,7 @@ impl Squid {
 
     /// The access log, parsed; lines that do not parse are skipped.
     pub fn access_log(&self) -> Vec<SquidAccess> {
-        std::fs::read_to_string(self.dir.join("access.log"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(parse_access_line)
-            .collect()
+        crate::nginx::read_log(&self.dir.join("access.log"), parse_access_line)
     }
 
     /// The directory holding the configuration, cache and logs.
