@@ -6,8 +6,17 @@
 //! the browser gave it, as a transparent proxy should. The socket carries
 //! `SO_MARK = intercept.upstream_mark`, which the nftables rules let pass, so the
 //! gateway never intercepts itself.
+//!
+//! Nor does it ever connect to one of this host's own addresses: interception
+//! never delivers a flow addressed to the host itself (the table's `fib daddr
+//! type local return`), so such a destination means a request that came some
+//! other way and would loop back into the gateway. Loopback addresses are the
+//! exception: the kernel drops them as martians when they arrive from the wire,
+//! so only a program that drives this library directly (the tests, a tool) can
+//! ask for one, and the listener resets direct connections to its own port.
 
-use std::net::SocketAddr;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,6 +30,13 @@ use tokio::net::{TcpSocket, TcpStream};
 /// Why a direct request failed before a response head arrived.
 #[derive(Debug, thiserror::Error)]
 pub enum DirectError {
+    /// The destination is one of this host's own addresses: connecting would
+    /// loop back into the gateway.
+    #[error("{dst} is this host's own address: not connecting to itself")]
+    OwnAddress {
+        /// The original destination.
+        dst: SocketAddr,
+    },
     /// The TCP connection could not be opened.
     #[error("cannot connect to {dst}: {source}")]
     Connect {
@@ -110,6 +126,9 @@ impl DirectUpstream {
 
     async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, DirectError> {
         let dst = self.dst;
+        if is_own_address(dst.ip()).map_err(|source| DirectError::Connect { dst, source })? {
+            return Err(DirectError::OwnAddress { dst });
+        }
         let stream = tokio::time::timeout(
             self.settings.connect_timeout,
             connect_marked(dst, self.settings.mark),
@@ -128,6 +147,21 @@ impl DirectUpstream {
         });
         Ok(sender)
     }
+}
+
+/// Whether `ip` is assigned to one of this host's interfaces (in the calling
+/// thread's network namespace), loopback addresses aside (see the module doc).
+/// Asked anew on every connect, so that an address added at run time counts at
+/// once; the list is a netlink dump, small beside the connect it guards.
+pub fn is_own_address(ip: IpAddr) -> io::Result<bool> {
+    if ip.is_loopback() {
+        return Ok(false);
+    }
+    let addresses = nix::ifaddrs::getifaddrs().map_err(io::Error::from)?;
+    Ok(addresses.filter_map(|a| a.address).any(|address| match ip {
+        IpAddr::V4(v4) => address.as_sockaddr_in().is_some_and(|a| a.ip() == v4),
+        IpAddr::V6(v6) => address.as_sockaddr_in6().is_some_and(|a| a.ip() == v6),
+    }))
 }
 
 /// Opens a TCP connection to `dst` whose packets carry `mark`.

@@ -8,6 +8,16 @@
 //!
 //! The option needs `CAP_NET_ADMIN` (or `CAP_NET_RAW`); without it binding fails
 //! with a message that says so.
+//!
+//! The socket also accepts plain connections to the listening port itself, from
+//! any side, and serving one would forward it to that same address: the gateway
+//! would call itself. [`accept`] therefore serves only flows that interception
+//! delivered. TPROXY keeps the port the browser dialled (an intercepted port,
+//! which `validate()` keeps apart from `listen.port`), so a flow whose local
+//! port *is* the listening port reached the socket without TPROXY and is reset
+//! at once. The nftables table drops such connections before they get here
+//! (docs/interception.md, "Loops"); this check holds without that table too
+//! (`intercept.manage = false`).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -86,16 +96,39 @@ impl TransparentListener {
     }
 }
 
-/// Accepts the next intercepted flow from `listener`.
+/// Accepts the next intercepted flow from `listener`, resetting every connection
+/// that was made to the listening port directly (see the module doc).
 pub async fn accept(listener: &TcpListener) -> io::Result<Intercepted> {
-    let (stream, client) = listener.accept().await?;
-    let original_dst = normalize(stream.local_addr()?);
-    stream.set_nodelay(true)?;
-    Ok(Intercepted {
-        stream,
-        client: normalize(client),
-        original_dst,
-    })
+    let listening_port = listener.local_addr()?.port();
+    loop {
+        let (stream, client) = listener.accept().await?;
+        let original_dst = normalize(stream.local_addr()?);
+        let client = normalize(client);
+        if !delivered_by_interception(original_dst, listening_port) {
+            tracing::debug!(%client, dst = %original_dst, "reset a direct connection to the transparent listener");
+            reset(&stream);
+            continue;
+        }
+        stream.set_nodelay(true)?;
+        return Ok(Intercepted {
+            stream,
+            client,
+            original_dst,
+        });
+    }
+}
+
+/// Whether a flow accepted on `listening_port` with local address `original_dst`
+/// came through TPROXY: only then is its local port another one.
+fn delivered_by_interception(original_dst: SocketAddr, listening_port: u16) -> bool {
+    original_dst.port() != listening_port
+}
+
+/// Closes `stream` with a RST rather than a FIN: nothing was read, nothing is
+/// owed, and the peer learns at once (`SO_LINGER` of zero). Dropping the stream
+/// closes it either way, so a failing setsockopt changes only how.
+fn reset(stream: &TcpStream) {
+    let _ = socket2::SockRef::from(stream).set_linger(Some(std::time::Duration::ZERO));
 }
 
 /// IPv4-mapped IPv6 addresses as plain IPv4, so routing and Host checks see one form.
@@ -143,10 +176,22 @@ mod tests {
         assert_eq!(normalize(v6), v6);
     }
 
-    /// A transparent socket on loopback accepts ordinary connections too. Needs
-    /// CAP_NET_ADMIN, like the rest of the gateway's tests.
+    #[test]
+    fn only_other_ports_than_the_listening_one_were_intercepted() {
+        let foreign: SocketAddr = "203.0.113.10:80".parse().expect("literal");
+        assert!(delivered_by_interception(foreign, 3129));
+        let own: SocketAddr = "192.0.2.1:3129".parse().expect("literal");
+        assert!(!delivered_by_interception(own, 3129));
+    }
+
+    /// A transparent socket on loopback also accepts ordinary connections to
+    /// its port; `accept` resets them instead of serving them. Needs
+    /// CAP_NET_ADMIN, like the rest of the gateway's tests (the namespace tests
+    /// in tests/intercept.rs show an intercepted flow being served).
     #[tokio::test]
-    async fn binds_and_accepts() {
+    async fn resets_direct_connections_to_the_listening_port() {
+        use tokio::io::AsyncReadExt as _;
+
         let config = ListenConfig {
             port: 0,
             addresses: vec![IpAddr::from([127, 0, 0, 1])],
@@ -155,9 +200,21 @@ mod tests {
             .unwrap_or_else(|e| panic!("bind (the test needs CAP_NET_ADMIN): {e}"));
         let addr = listener.local_addrs()[0];
         let sockets = listener.into_sockets();
-        let client = tokio::spawn(async move { TcpStream::connect(addr).await });
-        let flow = accept(&sockets[0]).await.expect("accept");
-        assert_eq!(flow.original_dst, addr);
-        client.await.expect("join").expect("connect");
+        let accepting = tokio::spawn(async move { accept(&sockets[0]).await.map(|_| ()) });
+        let mut direct = TcpStream::connect(addr).await.expect("connect");
+        let mut byte = [0; 1];
+        let read = tokio::time::timeout(std::time::Duration::from_secs(10), direct.read(&mut byte))
+            .await
+            .expect("the listener answers a direct connection within 10 s");
+        assert_eq!(
+            read.map_err(|e| e.kind()),
+            Err(io::ErrorKind::ConnectionReset),
+            "a direct connection is reset"
+        );
+        assert!(
+            !accepting.is_finished(),
+            "accept returned a direct connection"
+        );
+        accepting.abort();
     }
 }

@@ -250,7 +250,8 @@ async fn a_fresh_response_is_served_from_the_cache_with_age_and_via() -> Result<
     );
     assert_eq!(up.count("/a"), 1, "the second request was a hit");
     assert!(second.header("age").is_some(), "{:?}", second.headers);
-    assert_eq!(second.header("via"), Some("1.1 sctp-gateway"));
+    let via = second.header("via").context("no Via")?;
+    assert!(via.starts_with("1.1 sctp-gateway-"), "{via}");
     assert_eq!(second.header("cache-control"), Some("max-age=60"));
     let stats = cache.stats();
     assert_eq!((stats.hits, stats.misses, stats.entries), (1, 1, 1));
@@ -298,6 +299,81 @@ async fn uncacheable_responses_and_requests_go_upstream_every_time() -> Result<(
     request(gw, "GET", "/plain", up.addr, "cache-control: no-store\r\n").await?;
     assert_eq!(up.count("/plain"), 2);
     assert_eq!(cache.stats().entries, 1);
+    Ok(())
+}
+
+/// The Set-Cookie values of `answer`, in order.
+fn cookies(answer: &Answer) -> Vec<&str> {
+    answer
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("set-cookie"))
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
+/// A session cookie on a response the site marks `public` (the hostile-input
+/// review's finding): each browser gets the cookie the upstream made for it,
+/// never another's, on a full response and on a 304 that freshens an entry.
+#[tokio::test]
+async fn a_set_cookie_never_reaches_another_client() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sessions = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&sessions);
+    let up = Upstream::start(move |seen| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let cookie = format!("session=client-{n}; HttpOnly");
+        match seen.path.as_str() {
+            "/login" => Reply::ok(
+                "welcome",
+                &[
+                    ("cache-control", "public, max-age=60"),
+                    ("set-cookie", &cookie),
+                ],
+            ),
+            // Stored without a cookie; every validation's 304 sets one.
+            _ if seen.headers.contains_key("if-none-match") => Reply {
+                status: 304,
+                headers: vec![("etag", "\"v1\"".into()), ("set-cookie", cookie)],
+                ..Reply::default()
+            },
+            _ => Reply::ok("page", &[("cache-control", "no-cache"), ("etag", "\"v1\"")]),
+        }
+    })
+    .await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let (gw, cache) = (f.addr, &f.cache);
+
+    let first = get(gw, "/login", up.addr).await?;
+    assert_eq!((first.status, first.text().as_str()), (200, "welcome"));
+    assert_eq!(cookies(&first), ["session=client-1; HttpOnly"]);
+    let second = get(gw, "/login", up.addr).await?;
+    assert_eq!((second.status, second.text().as_str()), (200, "welcome"));
+    assert_eq!(cookies(&second), ["session=client-2; HttpOnly"]);
+    assert_eq!(
+        up.count("/login"),
+        2,
+        "a response with Set-Cookie is not stored"
+    );
+
+    let page = get(gw, "/page", up.addr).await?;
+    assert_eq!((page.status, cookies(&page).len()), (200, 0));
+    wait_for(|| cache.stats().stored == 1).await?;
+    for n in [4, 5] {
+        let revalidated = get(gw, "/page", up.addr).await?;
+        assert_eq!(
+            (revalidated.status, revalidated.text().as_str()),
+            (200, "page")
+        );
+        let mine = format!("session=client-{n}; HttpOnly");
+        assert_eq!(
+            cookies(&revalidated),
+            [mine.as_str()],
+            "only its own 304's cookie"
+        );
+    }
+    assert_eq!(up.count("/page"), 3);
+    assert_eq!(cache.stats().stored, 1, "nothing else was stored");
     Ok(())
 }
 

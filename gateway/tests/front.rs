@@ -16,6 +16,9 @@ mod origin_support;
 #[path = "support/http.rs"]
 mod http_support;
 
+#[path = "support/netns.rs"]
+mod netns;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -139,12 +142,103 @@ async fn direct_requests_reach_the_destination_with_via() -> Result<()> {
     assert_eq!(answers.len(), 1);
     let a = &answers[0];
     assert_eq!(a.status, 200, "{}", a.text());
+    let via = our_via(a)?;
     assert_eq!(
         a.text(),
-        format!("POST /echo?q=1 host={host} via=1.1 sctp-gateway connection= body=hello")
+        format!("POST /echo?q=1 host={host} via={via} connection= body=hello")
     );
-    assert_eq!(a.header("via"), Some("1.1 sctp-gateway"));
     Ok(())
+}
+
+/// The gateway's `Via` entry on `answer`: `1.1 sctp-gateway-` and an id of
+/// eight hex digits.
+fn our_via(answer: &http_support::Answer) -> Result<&str> {
+    let via = answer.header("via").context("no Via")?;
+    let id = via
+        .strip_prefix("1.1 sctp-gateway-")
+        .with_context(|| format!("not the gateway's Via: {via}"))?;
+    if id.len() != 8 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!("not the gateway's Via: {via}");
+    }
+    Ok(via)
+}
+
+/// A request that already passed through this gateway would come back to it
+/// forever: 508 at once, nothing sent upstream, and other requests still served.
+/// Another gateway's entry (a gateway behind a gateway) is no loop.
+#[tokio::test]
+async fn a_request_carrying_this_gateways_via_is_a_loop() -> Result<()> {
+    let up = upstream().await?;
+    let gw = front(GatewayConfig::default(), up.addr).await?;
+    let host = up.addr.to_string();
+    let first = exchange(gw, get("/echo", &host, true).as_bytes()).await?;
+    let via = our_via(&first[0])?.to_owned();
+    assert_eq!(up.requests.load(Ordering::SeqCst), 1);
+
+    let looped = format!(
+        "POST /loop HTTP/1.1\r\nhost: {host}\r\nvia: 1.0 fred, {via}\r\ncontent-length: 0\r\n\r\n"
+    );
+    let answers = exchange(gw, looped.as_bytes()).await?;
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].status, 508, "{}", answers[0].text());
+    assert_eq!(
+        answers[0].text(),
+        "508 Loop Detected: the request has already passed through this gateway\n"
+    );
+    assert_eq!(answers[0].header("connection"), Some("close"));
+    assert_eq!(
+        up.requests.load(Ordering::SeqCst),
+        1,
+        "nothing went upstream"
+    );
+
+    let chained = format!(
+        "GET /echo HTTP/1.1\r\nhost: {host}\r\nvia: 1.1 sctp-gateway-00000000\r\nconnection: close\r\n\r\n"
+    );
+    let answers = exchange(gw, chained.as_bytes()).await?;
+    assert_eq!(answers[0].status, 200, "{}", answers[0].text());
+    assert_eq!(
+        answers[0].text(),
+        format!("GET /echo host={host} via=1.1 sctp-gateway-00000000,{via} connection= body=")
+    );
+    Ok(())
+}
+
+/// A destination that is one of this host's own addresses (not loopback) is
+/// never connected to: the request could only loop back into the gateway. In a
+/// namespace of its own, with addresses of both families on its loopback
+/// interface.
+#[test]
+fn the_gateway_never_connects_to_its_own_addresses() -> Result<()> {
+    let ns = netns::NetNsGuard::new("gwf")?;
+    ns.exec("ip", &["link", "set", "lo", "up"])?;
+    netns::add_address(&ns, "lo", "10.77.0.1/32")?;
+    netns::add_address(&ns, "lo", "fd77::1/128")?;
+    ns.run(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            for own in ["10.77.0.1:8080", "[fd77::1]:8080"] {
+                let own: SocketAddr = own.parse()?;
+                let listener = TcpListener::bind(own).await?;
+                let gw = front(GatewayConfig::default(), own).await?;
+                let answers = exchange(gw, get("/", &own.to_string(), true).as_bytes()).await?;
+                assert_eq!(answers.len(), 1);
+                assert_eq!(answers[0].status, 508, "{}", answers[0].text());
+                assert_eq!(
+                    answers[0].text(),
+                    format!(
+                        "508 Loop Detected: {own} is this host's own address: not connecting to itself\n"
+                    )
+                );
+                let accepted =
+                    tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+                assert!(accepted.is_err(), "the gateway connected to {own}");
+            }
+            Ok(())
+        })
+    })
 }
 
 #[tokio::test]
@@ -357,7 +451,7 @@ async fn mapped_requests_travel_over_sctp_with_exact_bytes() -> Result<()> {
         answers[0].body == expected,
         "body differs from the origin's pattern"
     );
-    assert_eq!(answers[0].header("via"), Some("1.1 sctp-gateway"));
+    our_via(&answers[0])?;
     assert_eq!(origin.handler.produced.load(Ordering::Relaxed), 200_000);
     // The connection is gone, so its pin is released.
     let pinned: u32 = (1..origin_support::STREAMS).map(|s| link.pinned(s)).sum();

@@ -9,7 +9,9 @@
 //!   exactly the table that `install` builds through the JSON API;
 //! - TPROXY end to end: a client in one namespace connects to a foreign address
 //!   routed through the gateway namespace, and a transparent listener there
-//!   accepts it with that address as its local address, IPv4 and IPv6.
+//!   accepts it with that address as its local address, IPv4 and IPv6;
+//! - the listening port is closed to direct connections from the LAN and the
+//!   WAN side, by the table and, without it, by the listener itself.
 
 #[path = "support/netns.rs"]
 mod netns;
@@ -129,10 +131,15 @@ fn install_shows_table_rules_and_routes_then_remove_leaves_nothing() -> Result<(
     let objects = table["nftables"].as_array().context("objects")?;
     let chains: Vec<&Value> = objects.iter().filter_map(|o| o.get("chain")).collect();
     let names: Vec<&str> = chains.iter().filter_map(|c| c["name"].as_str()).collect();
-    assert_eq!(names, ["prerouting", "intercept"]);
+    assert_eq!(names, ["prerouting", "intercept", "input"]);
     assert_eq!(chains[0]["type"], "filter");
     assert_eq!(chains[0]["hook"], "prerouting");
     assert_eq!(chains[0]["prio"], -150, "priority mangle");
+    assert_eq!(chains[2]["type"], "filter");
+    assert_eq!(chains[2]["hook"], "input");
+    assert_eq!(chains[2]["prio"], 0, "priority filter");
+    let input = ns.exec("nft", &["list", "chain", "inet", "sctp_gateway", "input"])?;
+    assert!(input.contains("tcp dport 3129 counter"), "{input}");
     let mut sets: Vec<&str> = objects
         .iter()
         .filter_map(|o| o["set"]["name"].as_str())
@@ -425,6 +432,114 @@ fn tproxy_hands_foreign_destinations_to_the_transparent_listener() -> Result<()>
         "port 443 reached the listener"
     );
 
+    gateway.run(|| Ok(interception.remove()?))?;
+    Ok(())
+}
+
+/// The hostile-input review's loop: port 3129 accepted plain connections to the
+/// gateway's own addresses from the LAN and the WAN side, and the gateway then
+/// forwarded each request to itself. A LAN and a WAN namespace around the
+/// gateway's; the gateway's real listener and accept function.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listening_port_is_closed_to_direct_connections_from_every_side() -> Result<()> {
+    let lan = NetNsGuard::new("gwc")?;
+    let gateway = NetNsGuard::new("gwg")?;
+    let wan = NetNsGuard::new("gww")?;
+    veth(&lan, &gateway, "lan0")?;
+    veth(&wan, &gateway, "wan0")?;
+    for (ns, ifname, cidrs) in [
+        (&gateway, "lan0", ["10.99.0.1/24", "fd99::1/64"]),
+        (&lan, "lan0", ["10.99.0.2/24", "fd99::2/64"]),
+        (&gateway, "wan0", ["10.98.0.1/24", "fd98::1/64"]),
+        (&wan, "wan0", ["10.98.0.2/24", "fd98::2/64"]),
+    ] {
+        for cidr in cidrs {
+            add_address(ns, ifname, cidr)?;
+        }
+    }
+    lan.exec("ip", &["route", "add", "default", "via", "10.99.0.1"])?;
+    lan.exec("ip", &["-6", "route", "add", "default", "via", "fd99::1"])?;
+
+    let config = GatewayConfig::default();
+    let runtime = tokio::runtime::Handle::current();
+    let (interception, sockets) = gateway.run(|| {
+        let _reactor = runtime.enter();
+        let interception = Interception::install(&config)?;
+        let listener = gateway::listener::TransparentListener::bind(&config.listen)?;
+        Ok((interception, listener.into_sockets()))
+    })?;
+    let (flows, mut accepted) = tokio::sync::mpsc::unbounded_channel();
+    for socket in sockets {
+        let flows = flows.clone();
+        tokio::spawn(async move {
+            while let Ok(flow) = gateway::listener::accept(&socket).await {
+                let _ = flows.send(flow.original_dst);
+            }
+        });
+    }
+
+    let port = config.listen.port;
+    let direct: [(&NetNsGuard, SocketAddr); 4] = [
+        (&lan, SocketAddr::from(([10, 99, 0, 1], port))),
+        (&lan, SocketAddr::new("fd99::1".parse()?, port)),
+        (&wan, SocketAddr::from(([10, 98, 0, 1], port))),
+        (&wan, SocketAddr::new("fd98::1".parse()?, port)),
+    ];
+    // The table drops them: the SYN is never answered.
+    for (ns, target) in direct {
+        let outcome = ns.run(move || {
+            Ok(TcpStream::connect_timeout(&target, Duration::from_secs(1)).map_err(|e| e.kind()))
+        })?;
+        assert_eq!(
+            outcome.err(),
+            Some(std::io::ErrorKind::TimedOut),
+            "a direct connection to {target} was not dropped"
+        );
+    }
+    // Interception still delivers browsers' flows.
+    let foreign: SocketAddr = "203.0.113.7:80".parse()?;
+    let _browser = lan.run(move || {
+        Ok(TcpStream::connect_timeout(
+            &foreign,
+            Duration::from_secs(5),
+        )?)
+    })?;
+    let delivered = tokio::time::timeout(Duration::from_secs(5), accepted.recv()).await;
+    assert_eq!(delivered.ok().flatten(), Some(foreign));
+
+    // Without the table's rule (someone else's rules, `intercept.manage =
+    // false`), the listener resets them itself and never serves them.
+    gateway.exec(
+        "nft",
+        &["delete", "chain", "inet", &config.intercept.table, "input"],
+    )?;
+    for (ns, target) in direct {
+        let outcome = ns.run(move || {
+            let mut answer = Vec::new();
+            let exchanged = TcpStream::connect_timeout(&target, Duration::from_secs(5)).and_then(
+                |mut stream| {
+                    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+                    stream.write_all(b"GET /loop HTTP/1.1\r\nHost: loop.example\r\n\r\n")?;
+                    stream.read_to_end(&mut answer)
+                },
+            );
+            Ok((exchanged.map_err(|e| e.kind()), answer))
+        })?;
+        // The handshake completes in the kernel before the listener sees the
+        // connection, so the reset may arrive while connecting, writing or
+        // reading; never an answer.
+        assert!(
+            matches!(
+                outcome,
+                (Err(std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe), ref answer) if answer.is_empty()
+            ),
+            "the listener did not reset a direct connection to {target}: {outcome:?}"
+        );
+    }
+    assert!(
+        accepted.try_recv().is_err(),
+        "accept returned a direct connection"
+    );
     gateway.run(|| Ok(interception.remove()?))?;
     Ok(())
 }

@@ -206,6 +206,13 @@ impl Fill {
                     let mut response = Response::new(body);
                     *response.status_mut() = answer.status;
                     *response.headers_mut() = answer.headers;
+                    // The 304 answered this browser's request: what it set for
+                    // this browser alone reaches it, and only it.
+                    for (name, value) in &parts.headers {
+                        if policy::is_per_client(name) {
+                            response.headers_mut().append(name, value.clone());
+                        }
+                    }
                     Filled::Answer(response)
                 }
                 None => Filled::Refetch,

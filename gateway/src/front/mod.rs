@@ -50,8 +50,11 @@ pub type Body = UnsyncBoxBody<Bytes, BoxError>;
 /// The error type of [`Body`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// What the gateway adds to `Via` (RFC 9110, section 7.6.3).
-const VIA: &str = "1.1 sctp-gateway";
+/// The start of the gateway's `Via` pseudonym (RFC 9110, section 7.6.3); each
+/// running gateway appends an id of its own, so that two gateways in a row (a
+/// laptop acting as a router behind a router that runs one too) are told apart
+/// and only a request that went through *this* gateway already is a loop.
+const VIA_PSEUDONYM: &str = "sctp-gateway";
 /// How long a Host name lookup may take before the Host counts as unverified.
 const HOST_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// RFC 9218's default urgency, used for every browser request: HTTP/1.1 browsers
@@ -69,6 +72,8 @@ pub struct Front {
     cache: Cache,
     /// The prefetch queue, unless `[prefetch]` turns it off for every route.
     prefetcher: Option<Arc<Prefetcher>>,
+    /// What this gateway adds to `Via`: `1.1 sctp-gateway-<id>`.
+    via: HeaderValue,
 }
 
 #[derive(Debug)]
@@ -157,7 +162,13 @@ impl Front {
             cache,
             prefetcher: (config.prefetch.enabled_for_origins || config.prefetch.enabled_for_direct)
                 .then(|| Arc::new(Prefetcher::new(&config.prefetch))),
+            via: via_value(rand::random()),
         }
+    }
+
+    /// The `Via` entry this gateway adds to requests and responses.
+    pub fn via(&self) -> &HeaderValue {
+        &self.via
     }
 
     /// The prefetch queue, if on.
@@ -247,6 +258,13 @@ impl Front {
                 "request target too long",
             ));
         }
+        if names_received_by(&parts.headers, self.via_received_by()) {
+            // It would come back here again: the gateway calling itself.
+            return Err(Refusal::closing(
+                StatusCode::LOOP_DETECTED,
+                "the request has already passed through this gateway",
+            ));
+        }
         if parts.method == Method::CONNECT {
             return Err(Refusal::closing(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -295,7 +313,7 @@ impl Front {
             let (response, route) = self.dispatch(flow, decision, forwarded).await?;
             (response, route, "-")
         };
-        add_via(response.headers_mut());
+        response.headers_mut().append(header::VIA, self.via.clone());
         Ok((response, route, cache))
     }
 
@@ -382,7 +400,7 @@ impl Front {
         }
         let pin = flow.pin(index, &origin.link);
         let origin_request = OriginRequest {
-            head: origin_head(&request),
+            head: origin_head(&request, &self.via),
             body: request.body.clone(),
             urgency: request.urgency,
             class: request.class,
@@ -428,7 +446,7 @@ impl Front {
         if let Some(headers) = builder.headers_mut() {
             *headers = request.headers;
             headers.insert(header::HOST, request.host);
-            add_via(headers);
+            headers.append(header::VIA, self.via.clone());
             if !request.body.is_empty() {
                 headers.insert(
                     header::CONTENT_LENGTH,
@@ -448,6 +466,9 @@ impl Front {
             .map_err(|e| match e {
                 DirectError::ResponseTimeout { .. } => {
                     Refusal::new(StatusCode::GATEWAY_TIMEOUT, e.to_string())
+                }
+                DirectError::OwnAddress { .. } => {
+                    Refusal::new(StatusCode::LOOP_DETECTED, e.to_string())
                 }
                 _ => Refusal::new(StatusCode::BAD_GATEWAY, e.to_string()),
             })?;
@@ -597,9 +618,36 @@ fn end_to_end(mut headers: HeaderMap) -> HeaderMap {
     headers
 }
 
-/// Appends the gateway to `Via`.
-fn add_via(headers: &mut HeaderMap) {
-    headers.append(header::VIA, HeaderValue::from_static(VIA));
+impl Front {
+    /// The received-by part of this gateway's `Via` entry (after "1.1 ").
+    fn via_received_by(&self) -> &str {
+        let via = self.via.to_str().unwrap_or_default();
+        via.split_once(' ').map_or(via, |(_, by)| by)
+    }
+}
+
+/// This gateway's `Via` entry for `id`.
+fn via_value(id: u32) -> HeaderValue {
+    let value = format!("1.1 {VIA_PSEUDONYM}-{id:08x}");
+    HeaderValue::from_str(&value).unwrap_or(HeaderValue::from_static("1.1 sctp-gateway"))
+}
+
+/// Whether any `Via` entry in `headers` was received by `received_by` (RFC 9110,
+/// section 7.6.3: `received-protocol RWS received-by [RWS comment]`, in a
+/// comma-separated list). Comments may hold commas; they cannot make an entry's
+/// second word equal our pseudonym, which contains none.
+fn names_received_by(headers: &HeaderMap, received_by: &str) -> bool {
+    headers
+        .get_all(header::VIA)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|entry| {
+            entry
+                .split_ascii_whitespace()
+                .nth(1)
+                .is_some_and(|by| by.eq_ignore_ascii_case(received_by))
+        })
 }
 
 /// RFC 9110, section 9.2.2: safe to send twice.
@@ -610,8 +658,8 @@ fn is_idempotent(method: &Method) -> bool {
     )
 }
 
-/// The HTTP/1.1 request head carried in a REQUEST message.
-fn origin_head(request: &Forwarded) -> Bytes {
+/// The HTTP/1.1 request head carried in a REQUEST message, with `via` added.
+fn origin_head(request: &Forwarded, via: &HeaderValue) -> Bytes {
     let mut head = BytesMut::with_capacity(512);
     head.put_slice(request.method.as_str().as_bytes());
     head.put_u8(b' ');
@@ -631,7 +679,9 @@ fn origin_head(request: &Forwarded) -> Bytes {
     if !request.body.is_empty() {
         head.put_slice(format!("content-length: {}\r\n", request.body.len()).as_bytes());
     }
-    head.put_slice(format!("via: {VIA}\r\n\r\n").as_bytes());
+    head.put_slice(b"via: ");
+    head.put_slice(via.as_bytes());
+    head.put_slice(b"\r\n\r\n");
     head.freeze()
 }
 
@@ -699,7 +749,7 @@ mod tests {
             class: gateway_protocol::RequestClass::Demand,
             promote: None,
         };
-        let head = origin_head(&request);
+        let head = origin_head(&request, &via_value(0x0123_abcd));
         let mut parsed = [httparse::EMPTY_HEADER; 8];
         let mut req = httparse::Request::new(&mut parsed);
         let status = req.parse(&head).expect("parses");
@@ -709,6 +759,40 @@ mod tests {
         let names: Vec<_> = req.headers.iter().map(|h| h.name).collect();
         assert_eq!(names, ["host", "accept", "content-length", "via"]);
         assert_eq!(req.headers[0].value, b"203.0.113.10");
+        assert_eq!(req.headers[3].value, b"1.1 sctp-gateway-0123abcd");
+    }
+
+    #[test]
+    fn only_this_gateways_via_entry_is_a_loop() {
+        let ours = "sctp-gateway-0123abcd";
+        let via = |values: &[&'static str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append(header::VIA, HeaderValue::from_static(v));
+            }
+            h
+        };
+        assert!(!names_received_by(&via(&[]), ours));
+        assert!(!names_received_by(
+            &via(&["1.1 sctp-gateway-99999999"]),
+            ours
+        ));
+        assert!(!names_received_by(
+            &via(&["1.0 fred, 1.1 p.example (sctp-gateway-0123abcd)"]),
+            ours
+        ));
+        assert!(names_received_by(
+            &via(&["1.1 sctp-gateway-0123abcd"]),
+            ours
+        ));
+        assert!(names_received_by(
+            &via(&["1.0 fred, 1.1 SCTP-Gateway-0123ABCD (x, y)"]),
+            ours
+        ));
+        assert!(names_received_by(
+            &via(&["1.0 fred", "HTTP/1.1  sctp-gateway-0123abcd"]),
+            ours
+        ));
     }
 
     #[test]

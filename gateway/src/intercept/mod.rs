@@ -244,7 +244,8 @@ const HEADER: &str = "\
 #
 # The sctp gateway's interception table: browser TCP to port 80 goes to the
 # gateway's transparent listener (TPROXY), for IPv4 and IPv6. HTTPS and all other
-# traffic pass untouched. docs/interception.md explains every rule.
+# traffic pass untouched; connections made to the listener's port directly, from
+# any side, are dropped. docs/interception.md explains every rule.
 #
 # The gateway installs this itself (intercept.manage = true). Load this file
 # only when you manage the firewall yourself (intercept.manage = false); then add

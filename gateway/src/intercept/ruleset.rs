@@ -25,9 +25,14 @@ use crate::config::GatewayConfig;
 pub(crate) const PREROUTING_CHAIN: &str = "prerouting";
 /// The regular chain that decides, for TCP to an intercepted port, what happens.
 pub(crate) const INTERCEPT_CHAIN: &str = "intercept";
+/// The base chain, hooked at input, that keeps the listening port closed to
+/// direct connections.
+pub(crate) const INPUT_CHAIN: &str = "input";
 /// Priority of the prerouting chain: `mangle` (-150), before conntrack's NAT
 /// (-100) rewrites destinations, as TPROXY requires.
 const PRIORITY_MANGLE: i32 = -150;
+/// Priority of the input chain: `filter` (0).
+const PRIORITY_FILTER: i32 = 0;
 
 /// The named sets of networks left alone. Named, and one per address family,
 /// so that `nft add element` can extend them at run time.
@@ -136,12 +141,18 @@ enum Rule {
         port: u16,
         tproxy_mark: u32,
     },
+    /// input: connections made to the listening port itself, from any side.
+    /// TPROXY'd packets keep the port the browser dialled (never `listen.port`,
+    /// `validate()` sees to that), so only direct connections match; served,
+    /// they would make the gateway forward to itself.
+    ListenerClosed { port: u16 },
 }
 
 impl Rule {
     fn chain(&self) -> &'static str {
         match self {
             Rule::Divert { .. } => PREROUTING_CHAIN,
+            Rule::ListenerClosed { .. } => INPUT_CHAIN,
             _ => INTERCEPT_CHAIN,
         }
     }
@@ -156,6 +167,7 @@ impl Rule {
             Rule::Bypass(set) => set.comment(),
             Rule::Tproxy { v6: false, .. } => "new IPv4 flows to the gateway",
             Rule::Tproxy { v6: true, .. } => "new IPv6 flows to the gateway",
+            Rule::ListenerClosed { .. } => "direct connections to the transparent listener",
         }
     }
 
@@ -244,6 +256,15 @@ impl Rule {
                 counter(),
                 Statement::Accept(None),
             ],
+            Rule::ListenerClosed { port } => vec![
+                matches(
+                    payload("tcp", "dport"),
+                    Operator::EQ,
+                    Expression::Number((*port).into()),
+                ),
+                counter(),
+                Statement::Drop(None),
+            ],
         }
     }
 
@@ -284,6 +305,7 @@ impl Rule {
                 if *v6 { "ip6" } else { "ip" },
                 mark_text(*tproxy_mark)
             ),
+            Rule::ListenerClosed { port } => format!("tcp dport {port} counter drop"),
         }
     }
 }
@@ -324,6 +346,9 @@ impl Ruleset {
                 tproxy_mark: i.tproxy_mark,
             });
         }
+        rules.push(Rule::ListenerClosed {
+            port: config.listen.port,
+        });
         Ruleset {
             table: i.table.clone(),
             sets: BypassSet::ALL
@@ -387,6 +412,16 @@ impl Ruleset {
             name: INTERCEPT_CHAIN.into(),
             ..schema::Chain::default()
         }));
+        batch.add(NfListObject::Chain(schema::Chain {
+            family: NfFamily::INet,
+            table: self.table.clone().into(),
+            name: INPUT_CHAIN.into(),
+            _type: Some(NfChainType::Filter),
+            hook: Some(NfHook::Input),
+            prio: Some(PRIORITY_FILTER),
+            policy: Some(NfChainPolicy::Accept),
+            ..schema::Chain::default()
+        }));
         for rule in &self.rules {
             batch.add(NfListObject::Rule(schema::Rule {
                 family: NfFamily::INet,
@@ -419,16 +454,21 @@ impl Ruleset {
             }
             let _ = writeln!(out, "\t}}\n");
         }
-        for (n, chain) in [PREROUTING_CHAIN, INTERCEPT_CHAIN].into_iter().enumerate() {
+        for (n, chain) in [PREROUTING_CHAIN, INTERCEPT_CHAIN, INPUT_CHAIN]
+            .into_iter()
+            .enumerate()
+        {
             if n > 0 {
                 out.push('\n');
             }
             let _ = writeln!(out, "\tchain {chain} {{");
-            if chain == PREROUTING_CHAIN {
-                let _ = writeln!(
-                    out,
-                    "\t\ttype filter hook prerouting priority mangle; policy accept;"
-                );
+            let hook = match chain {
+                PREROUTING_CHAIN => Some("prerouting priority mangle"),
+                INPUT_CHAIN => Some("input priority filter"),
+                _ => None,
+            };
+            if let Some(hook) = hook {
+                let _ = writeln!(out, "\t\ttype filter hook {hook}; policy accept;");
             }
             for rule in self.rules.iter().filter(|r| r.chain() == chain) {
                 let _ = writeln!(out, "\t\t{} comment \"{}\"", rule.text(), rule.comment());
@@ -532,6 +572,7 @@ mod tests {
                 "ip6 daddr @bypass_destinations_v6 return",
                 "meta l4proto tcp tproxy ip to :3129 meta mark set 0x05c70001 counter accept",
                 "meta l4proto tcp tproxy ip6 to :3129 meta mark set 0x05c70001 counter accept",
+                "tcp dport 3129 counter drop",
             ]
         );
     }
@@ -588,8 +629,8 @@ mod tests {
             ["add table", "delete table", "add table"].map(String::from)
         );
         assert_eq!(verbs.iter().filter(|v| *v == "add set").count(), 4);
-        assert_eq!(verbs.iter().filter(|v| *v == "add chain").count(), 2);
-        assert_eq!(verbs.iter().filter(|v| *v == "add rule").count(), 10);
+        assert_eq!(verbs.iter().filter(|v| *v == "add chain").count(), 3);
+        assert_eq!(verbs.iter().filter(|v| *v == "add rule").count(), 11);
         // The TPROXY statement as nft's JSON schema spells it.
         let text = json.to_string();
         assert!(

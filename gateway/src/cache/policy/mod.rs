@@ -181,10 +181,11 @@ pub enum NotStorable {
     /// `Vary: *` never matches a later request (section 4.1).
     #[error("Vary: *")]
     VaryStar,
-    /// `Set-Cookie` without `public` or `s-maxage`: a transparent cache is
-    /// shared without the origin knowing it, so cookies stay private unless the
-    /// origin said otherwise (stricter than section 7.3; docs/cache.md).
-    #[error("Set-Cookie without public")]
+    /// `Set-Cookie`, whatever `Cache-Control` says: a transparent cache is
+    /// shared without the site knowing it, so one browser's cookie must never
+    /// reach another (stricter than section 7.3, as nginx and Varnish are by
+    /// default; docs/cache.md).
+    #[error("Set-Cookie")]
     SetCookie,
     /// Would be stale at once and cannot be validated: storing it is useless.
     #[error("stale on arrival without validators")]
@@ -226,7 +227,7 @@ pub fn storable(
     if vary_names(response).is_none() {
         return Err(NotStorable::VaryStar);
     }
-    if response.contains_key(header::SET_COOKIE) && !(res_cc.public || res_cc.s_maxage.is_some()) {
+    if response.contains_key(header::SET_COOKIE) {
         return Err(NotStorable::SetCookie);
     }
     let explicit = res_cc.s_maxage.is_some()
@@ -511,7 +512,7 @@ pub fn freshen(
     let mut headers = stored.headers.clone();
     let names: Vec<&HeaderName> = not_modified.keys().collect();
     for name in names {
-        if *name == header::CONTENT_LENGTH || is_hop_by_hop(name) {
+        if *name == header::CONTENT_LENGTH || is_hop_by_hop(name) || is_per_client(name) {
             continue;
         }
         headers.remove(name);
@@ -548,6 +549,13 @@ pub fn storable_headers(headers: &HeaderMap) -> HeaderMap {
 
 fn is_hop_by_hop(name: &HeaderName) -> bool {
     HOP_BY_HOP.contains(&name.as_str())
+}
+
+/// Fields meant for the one browser whose request fetched the response: never
+/// stored, so never served to another (see [`NotStorable::SetCookie`]). A 304
+/// that freshens an entry passes them to its own browser only.
+pub fn is_per_client(name: &HeaderName) -> bool {
+    *name == header::SET_COOKIE
 }
 
 /// Which part of the stored body an answer carries.
@@ -589,6 +597,8 @@ pub fn answer_from_stored(
     age: Duration,
 ) -> StoredAnswer {
     let mut headers = stored.headers.clone();
+    // Entries stored before Set-Cookie made a response unstorable may hold one.
+    headers.remove(header::SET_COOKIE);
     headers.insert(header::AGE, HeaderValue::from(age.as_secs()));
     if not_modified_for(request, &stored.headers) {
         return StoredAnswer {

@@ -635,8 +635,8 @@ fn storage_cases() -> Vec<Case> {
             ],
         ),
         case(
-            "7.3",
-            "Set-Cookie with public is stored",
+            "7.3 (stricter)",
+            "Set-Cookie with public or s-maxage is not stored either",
             vec![
                 get(0, "/a").origin(
                     200,
@@ -646,7 +646,13 @@ fn storage_cases() -> Vec<Case> {
                     ],
                     "x",
                 ),
-                get(1, "/a").expect(Hit),
+                get(1, "/a").origin(200, MAX60, "y").expect(Miss).body("y"),
+                get(2, "/b").origin(
+                    200,
+                    &[("cache-control", "s-maxage=60"), ("set-cookie", "s=1")],
+                    "x",
+                ),
+                get(3, "/b").origin(200, MAX60, "y").expect(Miss).body("y"),
             ],
         ),
         case(
@@ -1182,6 +1188,23 @@ fn freshness_cases() -> Vec<Case> {
 
 fn validation_cases() -> Vec<Case> {
     vec![
+        case(
+            "4.3.4 (stricter)",
+            "a 304's Set-Cookie does not enter the stored entry",
+            vec![
+                get(0, "/a").origin(200, MAX60_ETAG, "body"),
+                get(100, "/a").expect(Revalidate).origin(
+                    304,
+                    &[
+                        ("cache-control", "max-age=60"),
+                        ("etag", "\"v1\""),
+                        ("set-cookie", "session=first-client"),
+                    ],
+                    "",
+                ),
+                get(120, "/a").expect(Hit).lacks("set-cookie").body("body"),
+            ],
+        ),
         case(
             "4.3.1 / 4.3.3",
             "a 304 serves the stored body and freshens it",
