@@ -34,6 +34,36 @@ const PRIORITY_MANGLE: i32 = -150;
 /// Priority of the input chain: `filter` (0).
 const PRIORITY_FILTER: i32 = 0;
 
+/// Where a base chain hooks in, for both renderers.
+#[derive(Debug, Clone, Copy)]
+struct BaseChain {
+    hook: NfHook,
+    priority: i32,
+    /// `<hook> priority <name>` in nft syntax.
+    text: &'static str,
+}
+
+/// The table's chains in order; `None` for a regular chain (jumped to).
+const CHAINS: [(&str, Option<BaseChain>); 3] = [
+    (
+        PREROUTING_CHAIN,
+        Some(BaseChain {
+            hook: NfHook::Prerouting,
+            priority: PRIORITY_MANGLE,
+            text: "prerouting priority mangle",
+        }),
+    ),
+    (INTERCEPT_CHAIN, None),
+    (
+        INPUT_CHAIN,
+        Some(BaseChain {
+            hook: NfHook::Input,
+            priority: PRIORITY_FILTER,
+            text: "input priority filter",
+        }),
+    ),
+];
+
 /// The named sets of networks left alone. Named, and one per address family,
 /// so that `nft add element` can extend them at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -396,32 +426,18 @@ impl Ruleset {
                 ..schema::Set::default()
             })));
         }
-        batch.add(NfListObject::Chain(schema::Chain {
-            family: NfFamily::INet,
-            table: self.table.clone().into(),
-            name: PREROUTING_CHAIN.into(),
-            _type: Some(NfChainType::Filter),
-            hook: Some(NfHook::Prerouting),
-            prio: Some(PRIORITY_MANGLE),
-            policy: Some(NfChainPolicy::Accept),
-            ..schema::Chain::default()
-        }));
-        batch.add(NfListObject::Chain(schema::Chain {
-            family: NfFamily::INet,
-            table: self.table.clone().into(),
-            name: INTERCEPT_CHAIN.into(),
-            ..schema::Chain::default()
-        }));
-        batch.add(NfListObject::Chain(schema::Chain {
-            family: NfFamily::INet,
-            table: self.table.clone().into(),
-            name: INPUT_CHAIN.into(),
-            _type: Some(NfChainType::Filter),
-            hook: Some(NfHook::Input),
-            prio: Some(PRIORITY_FILTER),
-            policy: Some(NfChainPolicy::Accept),
-            ..schema::Chain::default()
-        }));
+        for (name, base) in CHAINS {
+            batch.add(NfListObject::Chain(schema::Chain {
+                family: NfFamily::INet,
+                table: self.table.clone().into(),
+                name: name.into(),
+                _type: base.map(|_| NfChainType::Filter),
+                hook: base.map(|b| b.hook),
+                prio: base.map(|b| b.priority),
+                policy: base.map(|_| NfChainPolicy::Accept),
+                ..schema::Chain::default()
+            }));
+        }
         for rule in &self.rules {
             batch.add(NfListObject::Rule(schema::Rule {
                 family: NfFamily::INet,
@@ -454,21 +470,13 @@ impl Ruleset {
             }
             let _ = writeln!(out, "\t}}\n");
         }
-        for (n, chain) in [PREROUTING_CHAIN, INTERCEPT_CHAIN, INPUT_CHAIN]
-            .into_iter()
-            .enumerate()
-        {
+        for (n, (chain, base)) in CHAINS.into_iter().enumerate() {
             if n > 0 {
                 out.push('\n');
             }
             let _ = writeln!(out, "\tchain {chain} {{");
-            let hook = match chain {
-                PREROUTING_CHAIN => Some("prerouting priority mangle"),
-                INPUT_CHAIN => Some("input priority filter"),
-                _ => None,
-            };
-            if let Some(hook) = hook {
-                let _ = writeln!(out, "\t\ttype filter hook {hook}; policy accept;");
+            if let Some(base) = base {
+                let _ = writeln!(out, "\t\ttype filter hook {}; policy accept;", base.text);
             }
             for rule in self.rules.iter().filter(|r| r.chain() == chain) {
                 let _ = writeln!(out, "\t\t{} comment \"{}\"", rule.text(), rule.comment());
