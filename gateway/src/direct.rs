@@ -153,7 +153,7 @@ impl DirectUpstream {
 /// thread's network namespace), loopback addresses aside (see the module doc).
 /// Asked anew on every connect, so that an address added at run time counts at
 /// once; the list is a netlink dump, small beside the connect it guards.
-pub fn is_own_address(ip: IpAddr) -> io::Result<bool> {
+fn is_own_address(ip: IpAddr) -> io::Result<bool> {
     if ip.is_loopback() {
         return Ok(false);
     }

@@ -74,6 +74,8 @@ pub struct Front {
     prefetcher: Option<Arc<Prefetcher>>,
     /// What this gateway adds to `Via`: `1.1 sctp-gateway-<id>`.
     via: HeaderValue,
+    /// The received-by part of `via`: a request whose `Via` names it is a loop.
+    via_received_by: String,
 }
 
 #[derive(Debug)]
@@ -149,6 +151,7 @@ impl Front {
                 response_timeout: entry.response_timeout,
             })
             .collect();
+        let via_received_by = format!("{VIA_PSEUDONYM}-{:08x}", rand::random::<u32>());
         Self {
             http: config.http.clone(),
             routes: RouteTable::new(config),
@@ -162,13 +165,9 @@ impl Front {
             cache,
             prefetcher: (config.prefetch.enabled_for_origins || config.prefetch.enabled_for_direct)
                 .then(|| Arc::new(Prefetcher::new(&config.prefetch))),
-            via: via_value(rand::random()),
+            via: via_value(&via_received_by),
+            via_received_by,
         }
-    }
-
-    /// The `Via` entry this gateway adds to requests and responses.
-    pub fn via(&self) -> &HeaderValue {
-        &self.via
     }
 
     /// The prefetch queue, if on.
@@ -258,7 +257,7 @@ impl Front {
                 "request target too long",
             ));
         }
-        if names_received_by(&parts.headers, self.via_received_by()) {
+        if names_received_by(&parts.headers, &self.via_received_by) {
             // It would come back here again: the gateway calling itself.
             return Err(Refusal::closing(
                 StatusCode::LOOP_DETECTED,
@@ -618,18 +617,10 @@ fn end_to_end(mut headers: HeaderMap) -> HeaderMap {
     headers
 }
 
-impl Front {
-    /// The received-by part of this gateway's `Via` entry (after "1.1 ").
-    fn via_received_by(&self) -> &str {
-        let via = self.via.to_str().unwrap_or_default();
-        via.split_once(' ').map_or(via, |(_, by)| by)
-    }
-}
-
-/// This gateway's `Via` entry for `id`.
-fn via_value(id: u32) -> HeaderValue {
-    let value = format!("1.1 {VIA_PSEUDONYM}-{id:08x}");
-    HeaderValue::from_str(&value).unwrap_or(HeaderValue::from_static("1.1 sctp-gateway"))
+/// The `Via` entry for a gateway received-by `received_by`.
+fn via_value(received_by: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("1.1 {received_by}"))
+        .expect("the pseudonym and a hex id are visible ASCII")
 }
 
 /// Whether any `Via` entry in `headers` was received by `received_by` (RFC 9110,
@@ -749,7 +740,7 @@ mod tests {
             class: gateway_protocol::RequestClass::Demand,
             promote: None,
         };
-        let head = origin_head(&request, &via_value(0x0123_abcd));
+        let head = origin_head(&request, &via_value("sctp-gateway-0123abcd"));
         let mut parsed = [httparse::EMPTY_HEADER; 8];
         let mut req = httparse::Request::new(&mut parsed);
         let status = req.parse(&head).expect("parses");
