@@ -106,13 +106,23 @@ fn origin_streams(log: &str, target: &str) -> Vec<u16> {
         .collect()
 }
 
-/// The gateway's access-log lines (target `gateway::access`).
-fn gateway_access_log(demo: &Demo) -> Vec<String> {
-    let log = demo.gateway.as_ref().map(|g| g.log()).unwrap_or_default();
-    log.lines()
-        .filter(|l| l.contains("gateway::access"))
-        .map(str::to_owned)
-        .collect()
+/// The gateway's access-log lines (target `gateway::access`) once `done` holds
+/// for them, or as they are after 10 s. The log writer is non-blocking: a line
+/// reaches the file some time after the response reached the browser.
+fn gateway_access_log(demo: &Demo, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = demo.gateway.as_ref().map(|g| g.log()).unwrap_or_default();
+        let lines: Vec<String> = log
+            .lines()
+            .filter(|l| l.contains("gateway::access"))
+            .map(str::to_owned)
+            .collect();
+        if done(&lines) || std::time::Instant::now() >= deadline {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn origin_log(demo: &Demo) -> String {
@@ -237,8 +247,11 @@ fn unmapped_destination_is_proxied_over_tcp() {
         LAN.host_v6
     );
     assert!(origin_streams(&origin_log(&demo), "/").is_empty());
-    let access = gateway_access_log(&demo);
-    for dst in ["dst=198.51.100.10:80", "dst=[2001:db8:198::10]:80"] {
+    let dsts = ["dst=198.51.100.10:80", "dst=[2001:db8:198::10]:80"];
+    let access = gateway_access_log(&demo, |lines| {
+        dsts.iter().all(|dst| lines.iter().any(|l| l.contains(dst)))
+    });
+    for dst in dsts {
         assert!(
             access.iter().any(|l| l.contains(dst)),
             "the gateway logged no request with {dst}: {access:#?}"
@@ -495,13 +508,9 @@ fn the_cache_answers_repeats_validates_html_and_outlives_the_origin() {
     let stats = cache_stats(&demo);
     assert!(stats["hits"].as_u64() >= Some(2), "{stats}");
     assert_eq!(stats["revalidated"].as_u64(), Some(1), "{stats}");
-    let access = gateway_access_log(&demo);
-    assert!(
-        access
-            .iter()
-            .any(|l| l.contains("cache=\"hit\"") || l.contains("cache=hit")),
-        "{access:#?}"
-    );
+    let is_hit = |l: &String| l.contains("cache=\"hit\"") || l.contains("cache=hit");
+    let access = gateway_access_log(&demo, |lines| lines.iter().any(is_hit));
+    assert!(access.iter().any(is_hit), "{access:#?}");
 
     // The operator's read-only listing, once the gateway let go of the file.
     let gateway = demo.gateway.as_mut().expect("gateway");
@@ -560,11 +569,11 @@ fn prefetch_serves_chromiums_subresources_from_the_cache_or_joined_fetches() {
     // What the gateway did with each of the page's subresource requests: the
     // access log's `cache=` field (hit: from the cache, which a completed
     // prefetch filled; coalesced: joined a fetch in flight).
-    let access = gateway_access_log(&demo);
-    let subresources: Vec<&String> = access
-        .iter()
-        .filter(|l| l.contains("method=GET") && !l.contains("target=/ "))
-        .collect();
+    let is_subresource = |l: &String| l.contains("method=GET") && !l.contains("target=/ ");
+    let access = gateway_access_log(&demo, |lines| {
+        lines.iter().filter(|l| is_subresource(l)).count() + 1 >= load.requests.len()
+    });
+    let subresources: Vec<&String> = access.iter().filter(|l| is_subresource(l)).collect();
     let served = subresources
         .iter()
         .filter(|l| l.contains("cache=\"hit\"") || l.contains("cache=\"coalesced\""))
@@ -630,7 +639,7 @@ fn fail_open_serves_the_original_destination_without_origin() {
         IpAddr::from(WAN.gateway_v4),
         "nginx was not reached by the gateway's own connection"
     );
-    let access = gateway_access_log(&demo);
+    let access = gateway_access_log(&demo, |lines| lines.iter().any(|l| l.contains("fail-open")));
     assert!(
         access.iter().any(|l| l.contains("fail-open")),
         "the gateway did not log the request as failed open: {access:#?}"
