@@ -1,0 +1,42 @@
+//! A sans-I/O SCTP core: RFC 9260 with I-DATA and the stream schedulers of
+//! RFC 8260, built for carrying many short web flows over one association.
+//!
+//! It never touches a socket, a clock or a random source of its own: datagrams
+//! come in with the time they arrived, and what goes out (datagrams, events for
+//! the application, the next deadline) is drained through `poll_*` calls. Time
+//! and randomness are passed in, so every test is deterministic. The model is
+//! quinn-proto; the driver that puts this on a UDP socket lives in
+//! `gateway-transport` (`userspace`).
+//!
+//! Two levels, as in quinn-proto:
+//! - `Endpoint` demultiplexes datagrams to associations and answers INITs
+//!   statelessly (a signed state cookie, RFC 9260 section 5.1.3), so an INIT
+//!   flood allocates nothing;
+//! - `Association` is one association's state machine.
+//!
+//! Policy sits behind small traits the association calls at defined points:
+//! congestion control (`congestion`), the acknowledgement policy (`ack`) and
+//! the stream scheduler (`sched`).
+//!
+//! Module map:
+//! - `chunk`: the packet and chunk types; `wire`: their encoding and decoding
+//!   (CRC32c included);
+//! - `seq`: serial-number arithmetic for TSNs, SSNs and MIDs;
+//! - `recv`: the data receiver (TSN tracking, gap reports, reassembly,
+//!   ordered and unordered delivery, the receive window);
+//! - `send`: the data sender (per-stream queues, fragmentation, the
+//!   retransmission queue, per-stream accounting);
+//! - `rtt`: the RTT estimator and RTO (RFC 9260 section 6.3);
+//! - `congestion`, `ack`, `sched`: the pluggable policies;
+//! - `cookie`: the HMAC-signed state cookie;
+//! - `association`, `endpoint`: the two levels above.
+
+pub mod ack;
+pub mod chunk;
+pub mod congestion;
+pub mod cookie;
+mod recv;
+pub mod rtt;
+pub mod sched;
+pub mod seq;
+pub mod wire;
