@@ -34,7 +34,10 @@
 //! - **Round robin per packet** (3.3): one stream fills a whole packet; the next
 //!   packet goes to the next active stream. It is work-conserving: if the
 //!   packet's stream runs dry, the rest of the packet goes to the next active
-//!   stream rather than leaving room unused.
+//!   stream (whose turn that then is) rather than leaving room unused. Without
+//!   I-DATA a packet may open with the tail of another stream's half-sent
+//!   message; that tail does not use up the turn of the packet's stream, which
+//!   follows it in the same packet (or keeps its turn for the next one).
 //! - **Priority** (3.4): the lowest value first (lower is more urgent, as the
 //!   value of 4.3.2 is used by the common stacks); equal values round robin
 //!   with one cursor per priority level, so interleaved urgent traffic cannot
@@ -326,11 +329,20 @@ impl Scheduler for RoundRobin {
         if !in_range(stream, self.streams) {
             return;
         }
-        self.last = Some(stream);
         if self.per_packet {
-            // Also when the sender continues a half-sent DATA message into a
-            // new packet: that packet then belongs to the message's stream.
-            self.packet = Some(stream);
+            // The packet belongs to the stream whose turn it is, which `pick`
+            // named. A fragment from another stream is the sender finishing a
+            // half-sent DATA message: it neither takes the turn nor moves the
+            // cursor, or a stream whose messages keep straddling packets would
+            // take every packet.
+            if let Some(owner) = self.pick() {
+                self.packet = Some(owner);
+                if owner == stream {
+                    self.last = Some(stream);
+                }
+            }
+        } else {
+            self.last = Some(stream);
         }
         match next {
             Some(_) => self.active.insert(stream),
@@ -614,4 +626,549 @@ impl Scheduler for Fair {
 }
 
 #[cfg(test)]
-mod tests {}
+mod tests {
+    use std::collections::VecDeque;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A message in the simulated sender: its enqueue order and the sizes of
+    /// the fragments still to send.
+    #[derive(Debug)]
+    struct Message {
+        order: u64,
+        fragments: VecDeque<usize>,
+    }
+
+    /// A minimal sender driving a scheduler as `send` will: per-stream queues,
+    /// and without I-DATA the stream of a half-sent message pinned.
+    #[derive(Debug)]
+    struct Sim {
+        sched: Box<dyn Scheduler>,
+        queues: Vec<VecDeque<Message>>,
+        next_order: u64,
+        idata: bool,
+        /// Without I-DATA: the stream whose message is half-sent.
+        pinned: Option<u16>,
+    }
+
+    impl Sim {
+        fn new(kind: SchedulerKind, streams: u16, idata: bool) -> Self {
+            Self::with(build(kind, streams), streams, idata)
+        }
+
+        fn with(sched: Box<dyn Scheduler>, streams: u16, idata: bool) -> Self {
+            Self {
+                sched,
+                queues: (0..streams).map(|_| VecDeque::new()).collect(),
+                next_order: 0,
+                idata,
+                pinned: None,
+            }
+        }
+
+        /// Queues one message of `fragments` (their sizes) on `stream`.
+        fn enqueue(&mut self, stream: u16, fragments: &[usize]) {
+            let order = self.next_order;
+            self.next_order += 1;
+            let queue = &mut self.queues[usize::from(stream)];
+            queue.push_back(Message {
+                order,
+                fragments: fragments.iter().copied().collect(),
+            });
+            if queue.len() == 1 {
+                self.sched.activate(stream, order);
+            }
+        }
+
+        /// Queues `count` single-fragment messages of `bytes` on `stream`.
+        fn enqueue_many(&mut self, stream: u16, count: usize, bytes: usize) {
+            for _ in 0..count {
+                self.enqueue(stream, &[bytes]);
+            }
+        }
+
+        fn has_data(&self, stream: u16) -> bool {
+            !self.queues[usize::from(stream)].is_empty()
+        }
+
+        fn any_data(&self) -> bool {
+            self.queues.iter().any(|q| !q.is_empty())
+        }
+
+        /// Sends one fragment; the stream it came from.
+        fn send(&mut self) -> Option<u16> {
+            let picked = self.sched.pick();
+            assert_eq!(picked, self.sched.pick(), "pick changed its answer");
+            let stream = match self.pinned {
+                Some(stream) if !self.idata => stream,
+                _ => picked?,
+            };
+            let queue = &mut self.queues[usize::from(stream)];
+            let head = queue.front_mut().expect("picked an empty stream");
+            let bytes = head.fragments.pop_front().expect("empty message");
+            let done = head.fragments.is_empty();
+            if done {
+                queue.pop_front();
+            }
+            let next = queue.front().map(|m| m.order);
+            self.pinned = (!self.idata && !done).then_some(stream);
+            self.sched.consumed(stream, bytes, done, next);
+            Some(stream)
+        }
+
+        /// Sends up to `n` fragments, ending a packet after every `per_packet`.
+        fn send_packets(&mut self, n: usize, per_packet: usize) -> Vec<u16> {
+            let mut sent = Vec::new();
+            for i in 0..n {
+                let Some(stream) = self.send() else { break };
+                sent.push(stream);
+                if (i + 1) % per_packet == 0 {
+                    self.sched.end_packet();
+                }
+            }
+            sent
+        }
+
+        fn send_all(&mut self) -> Vec<u16> {
+            self.send_packets(usize::MAX, usize::MAX)
+        }
+
+        fn reset(&mut self, stream: u16) {
+            self.queues[usize::from(stream)].clear();
+            if self.pinned == Some(stream) {
+                self.pinned = None;
+            }
+            self.sched.deactivate(stream);
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for kind in SchedulerKind::ALL {
+            assert_eq!(kind.to_string().parse::<SchedulerKind>(), Ok(kind));
+        }
+        let names: Vec<String> = SchedulerKind::ALL.iter().map(|k| k.to_string()).collect();
+        assert_eq!(names, ["fcfs", "rr", "rr-packet", "priority", "fc", "wfq"]);
+        assert_eq!(SchedulerKind::default(), SchedulerKind::RoundRobin);
+        let err = "drr".parse::<SchedulerKind>().expect_err("not a scheduler");
+        assert!(err.contains("`drr`") && err.contains("rr-packet, priority, fc or wfq"));
+    }
+
+    #[test]
+    fn nothing_active_picks_nothing() {
+        for kind in SchedulerKind::ALL {
+            let mut sched = build(kind, 4);
+            assert_eq!(sched.pick(), None, "{kind}");
+            sched.activate(2, 0);
+            assert_eq!(sched.pick(), Some(2), "{kind}");
+            sched.deactivate(2);
+            assert_eq!(sched.pick(), None, "{kind}");
+            sched.check_invariants();
+        }
+    }
+
+    #[test]
+    fn consumed_with_next_keeps_a_stream_active_and_none_drops_it() {
+        for kind in SchedulerKind::ALL {
+            let mut sched = build(kind, 4);
+            sched.activate(1, 0);
+            sched.consumed(1, 10, true, Some(1));
+            assert_eq!(sched.pick(), Some(1), "{kind}");
+            sched.consumed(1, 10, true, None);
+            assert_eq!(sched.pick(), None, "{kind}");
+            sched.check_invariants();
+        }
+    }
+
+    #[test]
+    fn fcfs_follows_enqueue_order_across_streams() {
+        let mut sim = Sim::new(SchedulerKind::Fcfs, 4, true);
+        sim.enqueue(2, &[10]);
+        sim.enqueue(1, &[10]);
+        sim.enqueue(2, &[10]);
+        sim.enqueue(0, &[10, 10]);
+        sim.enqueue(1, &[10]);
+        assert_eq!(sim.send_all(), [2, 1, 2, 0, 0, 1]);
+    }
+
+    #[test]
+    fn rr_interleaves_fragments_with_idata() {
+        let mut sim = Sim::new(SchedulerKind::RoundRobin, 4, true);
+        sim.enqueue(0, &[10, 10, 10]);
+        sim.enqueue_many(1, 2, 10);
+        sim.enqueue(3, &[10]);
+        assert_eq!(sim.send_all(), [0, 1, 3, 0, 1, 0]);
+    }
+
+    #[test]
+    fn rr_takes_whole_messages_without_idata() {
+        let mut sim = Sim::new(SchedulerKind::RoundRobin, 4, false);
+        sim.enqueue(0, &[10, 10, 10]);
+        sim.enqueue_many(1, 2, 10);
+        sim.enqueue(3, &[10]);
+        assert_eq!(sim.send_all(), [0, 0, 0, 1, 3, 1]);
+    }
+
+    #[test]
+    fn rr_wraps_and_takes_newcomers_in_id_order() {
+        let mut sim = Sim::new(SchedulerKind::RoundRobin, 8, true);
+        sim.enqueue_many(5, 3, 10);
+        sim.enqueue_many(2, 3, 10);
+        assert_eq!(sim.send_packets(2, 1), [2, 5]);
+        // The cursor is at 5: 7 after it comes before 1, which wraps.
+        sim.enqueue(1, &[10]);
+        sim.enqueue(7, &[10]);
+        assert_eq!(sim.send_all(), [7, 1, 2, 5, 2, 5]);
+    }
+
+    #[test]
+    fn rr_per_packet_gives_each_packet_to_one_stream() {
+        let mut sim = Sim::new(SchedulerKind::RoundRobinPerPacket, 4, true);
+        sim.enqueue(0, &[10, 10, 10, 10]);
+        sim.enqueue_many(1, 2, 10);
+        sim.enqueue(2, &[10]);
+        // Packets of two fragments: 2 runs dry halfway through the third
+        // packet, and 0 fills the rest of it.
+        assert_eq!(sim.send_packets(usize::MAX, 2), [0, 0, 1, 1, 2, 0, 0]);
+    }
+
+    #[test]
+    fn rr_per_packet_spilled_message_keeps_the_next_stream_its_turn() {
+        let mut sim = Sim::new(SchedulerKind::RoundRobinPerPacket, 4, false);
+        sim.enqueue(0, &[10, 10, 10]);
+        sim.enqueue(0, &[10]);
+        sim.enqueue_many(1, 3, 10);
+        // 0's first message spills into the second packet, which is 1's turn:
+        // 1 follows in the same packet, and 0 has the third.
+        assert_eq!(sim.send_packets(usize::MAX, 2), [0, 0, 0, 1, 0, 1, 1]);
+    }
+
+    #[test]
+    fn rr_per_packet_straddling_messages_do_not_starve_others() {
+        let mut sim = Sim::new(SchedulerKind::RoundRobinPerPacket, 4, false);
+        for _ in 0..5 {
+            sim.enqueue(0, &[10, 10, 10]);
+        }
+        sim.enqueue(1, &[10]);
+        // Three fragments into packets of two: every message of 0 ends inside
+        // a packet. Were the spilled tail to take the packet, 0 would start
+        // its next message there and 1 would wait for all of them.
+        let mut expected = vec![0, 0, 0, 1];
+        expected.extend([0; 12]);
+        assert_eq!(sim.send_packets(usize::MAX, 2), expected);
+    }
+
+    #[test]
+    fn priority_serves_lowest_value_first_and_rr_within_a_value() {
+        let mut sim = Sim::new(SchedulerKind::Priority, 4, true);
+        sim.sched.set_value(0, 2);
+        sim.sched.set_value(1, 1);
+        sim.sched.set_value(2, 1);
+        sim.sched.set_value(3, 0);
+        sim.enqueue(0, &[10]);
+        sim.enqueue_many(1, 2, 10);
+        sim.enqueue_many(2, 2, 10);
+        sim.enqueue(3, &[10]);
+        assert_eq!(sim.send_all(), [3, 1, 2, 1, 2, 0]);
+    }
+
+    #[test]
+    fn priority_levels_keep_their_own_rr_cursor() {
+        let mut sim = Sim::new(SchedulerKind::Priority, 4, true);
+        sim.sched.set_value(1, 1);
+        sim.sched.set_value(3, 1);
+        sim.enqueue_many(1, 3, 10);
+        sim.enqueue_many(3, 3, 10);
+        let mut sent = Vec::new();
+        for _ in 0..3 {
+            // Urgent 2 comes and goes between level-1 fragments; one shared
+            // cursor would then always resume after 2, at 3, and starve 1.
+            sim.enqueue(2, &[10]);
+            sent.extend(sim.send_packets(2, 1));
+        }
+        assert_eq!(sent, [2, 1, 2, 3, 2, 1]);
+    }
+
+    #[test]
+    fn priority_change_applies_while_active() {
+        let mut sim = Sim::new(SchedulerKind::Priority, 4, true);
+        sim.enqueue_many(0, 2, 10);
+        sim.enqueue_many(1, 2, 10);
+        assert_eq!(sim.send_packets(1, 1), [0]);
+        sim.sched.set_value(0, 5);
+        assert_eq!(sim.send_all(), [1, 1, 0]);
+        sim.sched.check_invariants();
+    }
+
+    #[test]
+    fn fair_capacity_equalises_bytes() {
+        let mut sim = Sim::new(SchedulerKind::FairCapacity, 4, true);
+        sim.enqueue(0, &[1000, 1000]);
+        sim.enqueue_many(1, 10, 100);
+        // A tie goes to the lowest id; 1 then needs ten fragments to catch up.
+        assert_eq!(sim.send_all(), [0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0]);
+    }
+
+    #[test]
+    fn fair_capacity_ignores_weights() {
+        let mut sim = Sim::new(SchedulerKind::FairCapacity, 4, true);
+        sim.sched.set_value(0, 100);
+        sim.enqueue_many(0, 3, 100);
+        sim.enqueue_many(1, 3, 100);
+        assert_eq!(sim.send_all(), [0, 1, 0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn fair_capacity_gives_no_credit_for_idle_time() {
+        let mut sim = Sim::new(SchedulerKind::FairCapacity, 4, true);
+        sim.enqueue_many(0, 20, 100);
+        assert_eq!(sim.send_packets(10, 1), [0; 10]);
+        // 1 starts at the virtual time (0's service before its last fragment),
+        // not at zero bytes: it alternates with 0 instead of taking ten turns.
+        sim.enqueue_many(1, 5, 100);
+        let sent = sim.send_all();
+        assert_eq!(sent[..10], [1, 0, 1, 0, 1, 0, 1, 0, 1, 0]);
+        assert!(sent[10..].iter().all(|&s| s == 0));
+    }
+
+    #[test]
+    fn wfq_shares_bytes_by_weight() {
+        let mut sim = Sim::new(SchedulerKind::WeightedFair, 4, true);
+        sim.sched.set_value(0, 3);
+        sim.enqueue_many(0, 12, 100);
+        sim.enqueue_many(1, 4, 100);
+        assert_eq!(
+            sim.send_all(),
+            [0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0]
+        );
+    }
+
+    #[test]
+    fn wfq_weight_zero_counts_as_one() {
+        let mut sim = Sim::new(SchedulerKind::WeightedFair, 4, true);
+        sim.sched.set_value(0, 0);
+        sim.enqueue_many(0, 3, 100);
+        sim.enqueue_many(1, 3, 100);
+        assert_eq!(sim.send_all(), [0, 1, 0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn fair_rebase_keeps_the_order() {
+        let mut early = Fair::new(4, true);
+        early.rebase_at = 3 * VIRTUAL_UNITS_PER_BYTE;
+        let mut a = Sim::with(Box::new(early), 4, true);
+        let mut b = Sim::with(Box::new(Fair::new(4, true)), 4, true);
+        for sim in [&mut a, &mut b] {
+            sim.sched.set_value(2, 2);
+            sim.enqueue_many(0, 30, 7);
+            sim.enqueue_many(2, 30, 5);
+            sim.enqueue_many(3, 30, 3);
+        }
+        let mut sent = 0;
+        while let Some(stream) = a.send() {
+            // Checks that virtual time stayed under the early threshold.
+            a.sched.check_invariants();
+            assert_eq!(Some(stream), b.send());
+            sent += 1;
+        }
+        assert_eq!(sent, 90);
+    }
+
+    /// Streams in the property test.
+    const STREAMS: u16 = 6;
+    /// Most fragments in one message of the property test.
+    const MAX_FRAGMENTS: usize = 4;
+    /// Largest fragment of the property test, bytes (the smallest is 1).
+    const MAX_BYTES: usize = 4;
+    /// Largest value of the property test (a weight of 0 counts as 1).
+    const MAX_VALUE: u16 = 3;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Enqueue(u16, Vec<usize>),
+        Send,
+        EndPacket,
+        Reset(u16),
+        SetValue(u16, u16),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0..STREAMS, prop::collection::vec(1..=MAX_BYTES, 1..=MAX_FRAGMENTS))
+                .prop_map(|(s, f)| Op::Enqueue(s, f)),
+            6 => Just(Op::Send),
+            2 => Just(Op::EndPacket),
+            1 => (0..STREAMS).prop_map(Op::Reset),
+            1 => (0..STREAMS, 0..=MAX_VALUE).prop_map(|(s, v)| Op::SetValue(s, v)),
+        ]
+    }
+
+    /// How long each stream with data has waited, in the unit its scheduler
+    /// is fair in: fragments sent, or non-empty packets for round robin per
+    /// packet.
+    #[derive(Debug)]
+    struct Waits {
+        kind: SchedulerKind,
+        idata: bool,
+        waited: Vec<u64>,
+        packet_used: bool,
+        priority: Vec<u16>,
+    }
+
+    impl Waits {
+        /// The longest a stream with data may wait under `kind`, if bounded.
+        fn bound(kind: SchedulerKind, idata: bool) -> Option<u64> {
+            let streams = u64::from(STREAMS);
+            let fragments = MAX_FRAGMENTS as u64;
+            match kind {
+                // Each send moves the cursor towards the waiting stream
+                // without passing it.
+                SchedulerKind::RoundRobin | SchedulerKind::RoundRobinPerPacket if idata => {
+                    Some(streams)
+                }
+                // A pinned message holds a turn for all of its fragments.
+                SchedulerKind::RoundRobin => Some(streams * fragments),
+                // Counted in packets; a pinned message's tail may take a
+                // packet per fragment before the turn's stream is served.
+                SchedulerKind::RoundRobinPerPacket => Some(streams * (fragments + 1)),
+                // Another stream is served while its service is at most the
+                // waiting one's: at most the largest charge over the least
+                // (bytes times weights), plus a pinned message's fragments.
+                SchedulerKind::FairCapacity | SchedulerKind::WeightedFair => {
+                    let ratio = (MAX_BYTES as u64) * u64::from(MAX_VALUE);
+                    Some(streams * (ratio + 1 + fragments))
+                }
+                // Starving less urgent or later traffic is these two's point.
+                SchedulerKind::Fcfs | SchedulerKind::Priority => None,
+            }
+        }
+
+        fn sent(&mut self, sim: &Sim, stream: u16) {
+            self.packet_used = true;
+            if self.kind != SchedulerKind::RoundRobinPerPacket {
+                self.tick(sim);
+            }
+            self.waited[usize::from(stream)] = 0;
+        }
+
+        fn end_packet(&mut self, sim: &Sim) {
+            if self.kind == SchedulerKind::RoundRobinPerPacket && self.packet_used {
+                self.tick(sim);
+            }
+            self.packet_used = false;
+        }
+
+        fn tick(&mut self, sim: &Sim) {
+            let bound = Self::bound(self.kind, self.idata);
+            for stream in 0..STREAMS {
+                let waited = &mut self.waited[usize::from(stream)];
+                if !sim.has_data(stream) {
+                    *waited = 0;
+                    continue;
+                }
+                *waited += 1;
+                if let Some(bound) = bound {
+                    assert!(
+                        *waited <= bound,
+                        "{}: stream {stream} waited {waited}",
+                        self.kind
+                    );
+                }
+            }
+        }
+    }
+
+    /// The checks after every step: consistent state; `pick` stable, `Some`
+    /// while any stream has data, and then a stream with data (the right one
+    /// for FCFS and priority).
+    fn check(sim: &mut Sim, waits: &Waits) {
+        sim.sched.check_invariants();
+        let picked = sim.sched.pick();
+        assert_eq!(picked, sim.sched.pick());
+        let Some(stream) = picked else {
+            assert!(!sim.any_data(), "data left but nothing picked");
+            return;
+        };
+        assert!(sim.has_data(stream), "picked idle stream {stream}");
+        let mut with_data = (0..STREAMS).filter(|&s| sim.has_data(s));
+        match waits.kind {
+            SchedulerKind::Fcfs => {
+                let first = with_data.min_by_key(|&s| sim.queues[usize::from(s)][0].order);
+                assert_eq!(Some(stream), first);
+            }
+            SchedulerKind::Priority => {
+                let most_urgent = with_data.map(|s| waits.priority[usize::from(s)]).min();
+                assert_eq!(Some(waits.priority[usize::from(stream)]), most_urgent);
+            }
+            _ => assert!(with_data.any(|s| s == stream)),
+        }
+    }
+
+    fn run(kind: SchedulerKind, idata: bool, ops: &[Op]) {
+        let mut sim = Sim::new(kind, STREAMS, idata);
+        let mut waits = Waits {
+            kind,
+            idata,
+            waited: vec![0; usize::from(STREAMS)],
+            packet_used: false,
+            priority: vec![DEFAULT_PRIORITY; usize::from(STREAMS)],
+        };
+        for op in ops {
+            match op {
+                Op::Enqueue(stream, fragments) => {
+                    if !sim.has_data(*stream) {
+                        // A newly active stream starts waiting now.
+                        waits.waited[usize::from(*stream)] = 0;
+                    }
+                    sim.enqueue(*stream, fragments);
+                }
+                Op::Send => {
+                    if let Some(stream) = sim.send() {
+                        waits.sent(&sim, stream);
+                    }
+                }
+                Op::EndPacket => {
+                    sim.sched.end_packet();
+                    waits.end_packet(&sim);
+                }
+                Op::Reset(stream) => sim.reset(*stream),
+                Op::SetValue(stream, value) => {
+                    sim.sched.set_value(*stream, *value);
+                    waits.priority[usize::from(*stream)] = *value;
+                }
+            }
+            check(&mut sim, &waits);
+        }
+        // Drain: every stream with data is served in the end, whatever the
+        // scheduler; each send takes one fragment, so this ends.
+        let mut left: usize = sim.queues.iter().flatten().map(|m| m.fragments.len()).sum();
+        let mut in_packet = 0;
+        while left > 0 {
+            let stream = sim.send().expect("data left but nothing sent");
+            waits.sent(&sim, stream);
+            left -= 1;
+            in_packet += 1;
+            if in_packet == MAX_FRAGMENTS {
+                sim.sched.end_packet();
+                waits.end_packet(&sim);
+                in_packet = 0;
+            }
+            check(&mut sim, &waits);
+        }
+        assert!(!sim.any_data());
+        assert_eq!(sim.sched.pick(), None);
+    }
+
+    proptest! {
+        #[test]
+        fn every_scheduler_picks_active_streams_and_starves_none(
+            kind in prop::sample::select(SchedulerKind::ALL.to_vec()),
+            idata in any::<bool>(),
+            ops in prop::collection::vec(op(), 0..300),
+        ) {
+            run(kind, idata, &ops);
+        }
+    }
+}
