@@ -147,8 +147,8 @@ pub trait Scheduler: Send + fmt::Debug {
     /// `pick`, or is the stream of a half-sent DATA message). `next` is None if
     /// the stream is now empty (it becomes inactive), else the enqueue order of
     /// its head message (unchanged while a message is half-sent), and the
-    /// stream is active afterwards either way. `message_done`: that fragment
-    /// ended its message.
+    /// stream is then active even if it was not before. `message_done`: that
+    /// fragment ended its message.
     fn consumed(&mut self, stream: u16, bytes: usize, message_done: bool, next: Option<u64>);
 
     /// The packet being filled is full: round robin per packet moves on.
