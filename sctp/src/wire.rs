@@ -33,6 +33,12 @@
 //!   missing final pad (of the last chunk or of a last parameter) is tolerated
 //!   and padding contents are ignored.
 //!
+//! `Init::unrecognized` means, decoded from an INIT, the unknown parameters
+//! whose type asks for a report (section 3.2.1), whole and in order; decoded
+//! from an INIT ACK, the contents of its Unrecognized Parameter parameters.
+//! Encoding mirrors that: raw after the known parameters in an INIT, each
+//! wrapped in an Unrecognized Parameter in an INIT ACK.
+//!
 //! What is a wire error and what is not: a [`WireError`] means "drop the
 //! datagram". Conditions the association must answer (a DATA chunk without
 //! user data, an INIT with a zero tag or zero streams, a missing State Cookie)
@@ -162,6 +168,8 @@ pub const MAX_UNRECOGNIZED_PARAMS: usize = 16;
 /// chunk types; more entries can only be repeats).
 pub const MAX_SUPPORTED_EXTENSIONS: usize = 256;
 
+/// Where the checksum sits in the common header, bytes from its start.
+const CHECKSUM_AT: usize = 8;
 /// Chunk header: type, flags, length.
 const CHUNK_HEADER_LEN: usize = 4;
 /// Parameter and error cause header: type or code, length.
@@ -214,6 +222,10 @@ mod param {
     pub(super) const SUPPORTED_EXTENSIONS: u16 = 0x8008;
     /// Forward-TSN-Supported (RFC 3758).
     pub(super) const FORWARD_TSN_SUPPORTED: u16 = 0xC000;
+    /// Type bit of an unknown parameter: go on with the next one (section 3.2.1).
+    pub(super) const SKIP_BIT: u16 = 0x8000;
+    /// Type bit of an unknown parameter: report it (section 3.2.1).
+    pub(super) const REPORT_BIT: u16 = 0x4000;
 }
 
 /// `n` rounded up to a multiple of 4: where the next chunk or parameter starts.
@@ -241,7 +253,7 @@ fn length_field(len: usize) -> u16 {
 /// The CRC32c of a packet as if its checksum field were zero (RFC 9260
 /// appendix A), without copying it.
 fn checksum(packet: &[u8]) -> u32 {
-    let crc = crc32c::crc32c(&packet[..8]);
+    let crc = crc32c::crc32c(&packet[..CHECKSUM_AT]);
     let crc = crc32c::crc32c_append(crc, &[0; 4]);
     crc32c::crc32c_append(crc, &packet[COMMON_HEADER_LEN..])
 }
@@ -268,7 +280,7 @@ pub fn seal_checksum(packet: &mut [u8]) {
         return;
     }
     let sum = checksum(packet);
-    packet[8..COMMON_HEADER_LEN].copy_from_slice(&sum.to_le_bytes());
+    packet[CHECKSUM_AT..COMMON_HEADER_LEN].copy_from_slice(&sum.to_le_bytes());
 }
 
 /// Reads only the common header (ports, vtag) of a datagram without checking anything else: the endpoint's demultiplexer uses it.
@@ -285,7 +297,12 @@ impl Packet {
         let (src_port, dst_port, vtag) = peek_header(&datagram).ok_or(WireError::TooShort {
             len: datagram.len(),
         })?;
-        let found = u32::from_le_bytes([datagram[8], datagram[9], datagram[10], datagram[11]]);
+        let found = u32::from_le_bytes([
+            datagram[CHECKSUM_AT],
+            datagram[CHECKSUM_AT + 1],
+            datagram[CHECKSUM_AT + 2],
+            datagram[CHECKSUM_AT + 3],
+        ]);
         let computed = checksum(&datagram);
         if found != computed {
             return Err(WireError::BadChecksum { found, computed });
@@ -312,8 +329,8 @@ impl Packet {
                 });
             }
             chunks.push(decode_chunk(kind, flags, datagram.slice(at..at + len))?);
-            // The last chunk's padding may be missing (section 3.2 only
-            // requires the sender to pad between chunks in practice).
+            // Section 3.2 has the sender pad the last chunk too, but the
+            // padding carries nothing, so a sender that omits it is forgiven.
             at = (at + pad4(len)).min(datagram.len());
         }
         if chunks.len() > 1
@@ -516,8 +533,9 @@ fn decode_init(chunk: u8, whole: &Bytes) -> Result<Init, WireError> {
                 }
                 init.cookie_preservative = Some(be32(&value, 0));
             }
-            // What the peer did not recognize of our INIT: kept so that an
-            // INIT ACK round-trips; an INIT carries none to speak of.
+            // In an INIT ACK: what the peer did not recognize of our INIT
+            // (the mirror of how an INIT ACK is encoded). An INIT carries
+            // none that means anything.
             param::UNRECOGNIZED if ack => report(&mut init, value),
             // Known and of no use to us: we are single-homed over UDP
             // (RFC 6951), negotiate neither ECN nor PR-SCTP, and the address
@@ -531,9 +549,11 @@ fn decode_init(chunk: u8, whole: &Bytes) -> Result<Init, WireError> {
             | param::FORWARD_TSN_SUPPORTED => {}
             // Section 3.2.1: the two high bits say whether to go on and
             // whether to report.
+            // An INIT ACK's `unrecognized` already holds the peer's report,
+            // so unknown parameters of an INIT ACK are never reported there.
             unknown => {
-                let report_it = unknown & 0x4000 != 0;
-                let skip = unknown & 0x8000 != 0;
+                let report_it = unknown & param::REPORT_BIT != 0;
+                let skip = unknown & param::SKIP_BIT != 0;
                 if report_it && !ack {
                     report(&mut init, tlv.whole);
                 }
