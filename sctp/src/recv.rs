@@ -737,3 +737,477 @@ fn next_seq(seq: u32, idata: bool) -> u32 {
         u32::from(low16(seq).wrapping_add(1))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const WINDOW: u32 = 1 << 16;
+    const MAX_MESSAGE: usize = 1 << 12;
+
+    /// A chunk: `flags` holds 'B', 'E', 'U' for those bits.
+    fn chunk(
+        kind: DataKind,
+        tsn: u32,
+        stream: u16,
+        seq: u32,
+        fsn: u32,
+        flags: &str,
+        payload: &[u8],
+    ) -> DataChunk {
+        DataChunk {
+            kind,
+            unordered: flags.contains('U'),
+            beginning: flags.contains('B'),
+            ending: flags.contains('E'),
+            immediate: false,
+            tsn,
+            stream,
+            mid: seq,
+            fsn,
+            ppid: if flags.contains('B') || kind == DataKind::Data {
+                7
+            } else {
+                0
+            },
+            payload: Bytes::copy_from_slice(payload),
+        }
+    }
+
+    fn data(tsn: u32, stream: u16, ssn: u16, flags: &str, payload: &[u8]) -> DataChunk {
+        chunk(
+            DataKind::Data,
+            tsn,
+            stream,
+            u32::from(ssn),
+            0,
+            flags,
+            payload,
+        )
+    }
+
+    fn idata(tsn: u32, stream: u16, mid: u32, fsn: u32, flags: &str, payload: &[u8]) -> DataChunk {
+        chunk(DataKind::IData, tsn, stream, mid, fsn, flags, payload)
+    }
+
+    fn receiver(initial_tsn: u32) -> Receiver {
+        Receiver::new(initial_tsn, WINDOW, MAX_MESSAGE, 4, false)
+    }
+
+    fn idata_receiver(initial_tsn: u32) -> Receiver {
+        Receiver::new(initial_tsn, WINDOW, MAX_MESSAGE, 4, true)
+    }
+
+    fn gaps(blocks: &[(u16, u16)]) -> Vec<GapBlock> {
+        blocks
+            .iter()
+            .map(|&(start, end)| GapBlock { start, end })
+            .collect()
+    }
+
+    fn drain(r: &mut Receiver) -> Vec<(u16, Vec<u8>)> {
+        std::iter::from_fn(|| r.pop())
+            .map(|m| (m.stream, m.data.to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn starts_just_below_the_initial_tsn() {
+        let mut r = receiver(0);
+        assert_eq!(r.cum_tsn(), u32::MAX);
+        assert!(!r.has_gaps() && !r.readable());
+        assert_eq!(
+            r.build_sack(),
+            Sack {
+                cum_tsn_ack: u32::MAX,
+                a_rwnd: WINDOW,
+                gaps: vec![],
+                dups: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn an_unfragmented_message_is_delivered_without_a_copy() {
+        let mut r = receiver(100);
+        let c = data(100, 2, 0, "BE", b"hello");
+        let ptr = c.payload.as_ptr();
+        assert_eq!(r.on_data(c), Verdict::New);
+        assert_eq!(r.cum_tsn(), 100);
+        assert_eq!(r.a_rwnd(), WINDOW - 5);
+        assert!(r.readable());
+        let m = r.pop().expect("a message");
+        assert_eq!(
+            m,
+            Received {
+                stream: 2,
+                ppid: 7,
+                unordered: false,
+                data: Bytes::from_static(b"hello")
+            }
+        );
+        assert_eq!(m.data.as_ptr(), ptr);
+        assert_eq!(r.a_rwnd(), WINDOW);
+        assert_eq!(r.pop(), None);
+    }
+
+    #[test]
+    fn gaps_are_offsets_from_the_cumulative_ack() {
+        let mut r = receiver(10);
+        for tsn in [10, 12, 13, 15] {
+            assert_eq!(r.on_data(data(tsn, 0, 0, "BEU", b"x")), Verdict::New);
+        }
+        assert!(r.has_gaps());
+        let sack = r.build_sack();
+        assert_eq!(sack.cum_tsn_ack, 10);
+        assert_eq!(sack.gaps, gaps(&[(2, 3), (5, 5)]));
+        assert_eq!(r.on_data(data(11, 0, 0, "BEU", b"x")), Verdict::New);
+        assert_eq!(r.cum_tsn(), 13);
+        assert_eq!(r.build_sack().gaps, gaps(&[(2, 2)]));
+        assert_eq!(r.on_data(data(14, 0, 0, "BEU", b"x")), Verdict::New);
+        assert_eq!(r.cum_tsn(), 15);
+        assert!(!r.has_gaps());
+    }
+
+    #[test]
+    fn tsns_wrap() {
+        let mut r = receiver(u32::MAX - 1);
+        for tsn in [1, u32::MAX, u32::MAX - 1, 0] {
+            assert_eq!(r.on_data(data(tsn, 0, 0, "BEU", b"x")), Verdict::New);
+        }
+        assert_eq!(r.cum_tsn(), 1);
+        assert!(!r.has_gaps());
+        assert_eq!(
+            r.on_data(data(u32::MAX, 0, 0, "BEU", b"x")),
+            Verdict::Duplicate
+        );
+    }
+
+    #[test]
+    fn duplicates_are_reported_once_then_drained() {
+        let mut r = receiver(1);
+        assert_eq!(r.on_data(data(1, 0, 0, "BEU", b"a")), Verdict::New);
+        assert_eq!(r.on_data(data(3, 0, 0, "BEU", b"b")), Verdict::New);
+        assert_eq!(r.on_data(data(1, 0, 0, "BEU", b"a")), Verdict::Duplicate);
+        assert_eq!(r.on_data(data(3, 0, 0, "BEU", b"b")), Verdict::Duplicate);
+        // Far behind (serially) is a duplicate too.
+        assert_eq!(
+            r.on_data(data(1u32.wrapping_sub(1 << 30), 0, 0, "BEU", b"c")),
+            Verdict::Duplicate
+        );
+        let sack = r.build_sack();
+        assert_eq!(sack.dups, vec![1, 3, 1u32.wrapping_sub(1 << 30)]);
+        assert_eq!(sack.gaps, gaps(&[(2, 2)]));
+        assert_eq!(r.build_sack().dups, Vec::<u32>::new());
+        // Duplicates hold nothing: two messages, two bytes.
+        assert_eq!(r.a_rwnd(), WINDOW - 2);
+    }
+
+    #[test]
+    fn duplicates_and_gap_blocks_are_bounded() {
+        let mut r = receiver(0);
+        for i in 0..=MAX_GAP_BLOCKS as u32 {
+            assert_eq!(r.on_data(data(2 * i + 1, 0, 0, "BEU", b"x")), Verdict::New);
+        }
+        for _ in 0..MAX_DUPS + 5 {
+            assert_eq!(r.on_data(data(1, 0, 0, "BEU", b"x")), Verdict::Duplicate);
+        }
+        let sack = r.build_sack();
+        assert_eq!(sack.dups, vec![1; MAX_DUPS]);
+        assert_eq!(sack.gaps.len(), MAX_GAP_BLOCKS);
+        assert_eq!(sack.gaps[0], GapBlock { start: 2, end: 2 });
+        assert_eq!(
+            sack.gaps[MAX_GAP_BLOCKS - 1],
+            GapBlock {
+                start: 256,
+                end: 256
+            }
+        );
+    }
+
+    #[test]
+    fn a_tsn_beyond_what_a_gap_block_can_report_is_dropped() {
+        let mut r = receiver(5);
+        let last = 4 + MAX_TSN_AHEAD;
+        assert_eq!(
+            r.on_data(data(last + 1, 0, 0, "BEU", b"x")),
+            Verdict::Dropped
+        );
+        assert_eq!(r.on_data(data(last, 0, 0, "BEU", b"x")), Verdict::New);
+        assert_eq!(r.build_sack().gaps, gaps(&[(u16::MAX, u16::MAX)]));
+        assert_eq!(r.cum_tsn(), 4);
+    }
+
+    #[test]
+    fn an_invalid_stream_is_acknowledged_and_discarded() {
+        let mut r = receiver(1);
+        assert_eq!(r.on_data(data(1, 4, 0, "BE", b"x")), Verdict::InvalidStream);
+        assert_eq!(r.cum_tsn(), 1);
+        assert!(!r.readable());
+        assert_eq!(r.a_rwnd(), WINDOW);
+        assert_eq!(r.on_data(data(1, 4, 0, "BE", b"x")), Verdict::Duplicate);
+    }
+
+    #[test]
+    fn empty_data_and_the_wrong_kind_change_nothing() {
+        let mut r = receiver(1);
+        assert_eq!(r.on_data(data(1, 0, 0, "BE", b"")), Verdict::NoUserData);
+        assert!(matches!(
+            r.on_data(idata(1, 0, 0, 0, "BE", b"x")),
+            Verdict::Violation(_)
+        ));
+        let mut ri = idata_receiver(1);
+        assert!(matches!(
+            ri.on_data(data(1, 0, 0, "BE", b"x")),
+            Verdict::Violation(_)
+        ));
+        assert_eq!(
+            ri.on_data(idata(1, 0, 0, 0, "BE", b"")),
+            Verdict::NoUserData
+        );
+        for r in [&r, &ri] {
+            assert_eq!(r.cum_tsn(), 0);
+            assert!(!r.has_gaps());
+        }
+    }
+
+    #[test]
+    fn data_fragments_reassemble_in_any_order() {
+        let mut r = receiver(1);
+        assert_eq!(r.on_data(data(4, 1, 0, "E", b"ghi")), Verdict::New);
+        assert_eq!(r.on_data(data(2, 1, 0, "B", b"abc")), Verdict::New);
+        assert!(!r.readable());
+        assert_eq!(r.a_rwnd(), WINDOW - 6);
+        assert_eq!(r.on_data(data(3, 1, 0, "", b"def")), Verdict::New);
+        // TSN 1 is missing, but the message is whole.
+        assert_eq!(r.cum_tsn(), 0);
+        assert_eq!(drain(&mut r), vec![(1, b"abcdefghi".to_vec())]);
+        assert_eq!(r.a_rwnd(), WINDOW);
+    }
+
+    #[test]
+    fn ordered_messages_wait_for_earlier_ones_and_unordered_do_not() {
+        let mut r = receiver(1);
+        assert_eq!(r.on_data(data(2, 0, 1, "BE", b"second")), Verdict::New);
+        assert_eq!(
+            r.on_data(data(3, 1, 0, "BE", b"other stream")),
+            Verdict::New
+        );
+        assert_eq!(r.on_data(data(4, 0, 9, "BEU", b"unordered")), Verdict::New);
+        assert_eq!(
+            drain(&mut r),
+            vec![(1, b"other stream".to_vec()), (0, b"unordered".to_vec())]
+        );
+        assert_eq!(r.a_rwnd(), WINDOW - 6);
+        assert_eq!(r.on_data(data(1, 0, 0, "BE", b"first")), Verdict::New);
+        assert_eq!(
+            drain(&mut r),
+            vec![(0, b"first".to_vec()), (0, b"second".to_vec())]
+        );
+    }
+
+    #[test]
+    fn ssns_wrap_and_a_delivered_ssn_is_a_violation() {
+        let mut r = receiver(0);
+        for tsn in 0..=u32::from(u16::MAX) + 2 {
+            let ssn = (tsn & 0xffff) as u16;
+            assert_eq!(r.on_data(data(tsn, 3, ssn, "BE", b"x")), Verdict::New);
+            assert_eq!(r.pop().map(|m| m.stream), Some(3));
+        }
+        // SSN 1 again (next is 2) under a new TSN.
+        let tsn = u32::from(u16::MAX) + 3;
+        assert_eq!(
+            r.on_data(data(tsn, 3, 1, "BE", b"x")),
+            Verdict::Violation("DATA for an ordered message already received")
+        );
+        assert_eq!(r.cum_tsn(), tsn - 1);
+        assert_eq!(r.on_data(data(tsn, 3, 2, "BE", b"x")), Verdict::New);
+    }
+
+    #[test]
+    fn a_complete_ordered_message_cannot_get_more_fragments() {
+        let mut r = receiver(0);
+        assert_eq!(r.on_data(data(5, 0, 1, "BE", b"x")), Verdict::New);
+        assert_eq!(
+            r.on_data(data(7, 0, 1, "B", b"x")),
+            Verdict::Violation("DATA for an ordered message already received")
+        );
+    }
+
+    #[test]
+    fn inconsistent_data_fragments_are_violations() {
+        let mut r = receiver(0);
+        assert_eq!(r.on_data(data(10, 0, 5, "B", b"ab")), Verdict::New);
+        let broken = Verdict::Violation("DATA fragment does not continue the message before it");
+        // TSN 11 must continue the message of TSN 10: same stream, SSN, U.
+        assert_eq!(r.on_data(data(11, 1, 5, "E", b"c")), broken);
+        assert_eq!(r.on_data(data(11, 0, 6, "E", b"c")), broken);
+        assert_eq!(r.on_data(data(11, 0, 5, "EU", b"c")), broken);
+        assert_eq!(r.on_data(data(11, 0, 5, "BE", b"c")), broken);
+        // The same from the other side: TSN 9 is followed by a first fragment.
+        assert_eq!(r.on_data(data(9, 0, 4, "B", b"c")), broken);
+        assert_eq!(r.on_data(data(20, 0, 7, "E", b"ab")), Verdict::New);
+        assert_eq!(
+            r.on_data(data(21, 0, 8, "E", b"c")),
+            Verdict::Violation("DATA fragment without B after a message's last fragment")
+        );
+        assert_eq!(
+            r.on_data(data(19, 0, 6, "E", b"c")),
+            Verdict::Violation("DATA fragment without B after a message's last fragment")
+        );
+        assert!(!r.holds(11) && !r.holds(9) && !r.holds(21) && !r.holds(19));
+        // SSNs travel in 16 bits.
+        let mut c = data(30, 0, 0, "BE", b"x");
+        c.mid = 1 << 16;
+        assert_eq!(
+            r.on_data(c),
+            Verdict::Violation("DATA with an SSN above 16 bits")
+        );
+        assert_eq!(r.on_data(data(11, 0, 5, "E", b"c")), Verdict::New);
+        assert_eq!(r.on_data(data(19, 0, 7, "B", b"c")), Verdict::New);
+        assert!(!r.readable());
+    }
+
+    #[test]
+    fn a_data_message_above_the_maximum_is_a_violation() {
+        let mut r = Receiver::new(0, 100, 10, 1, false);
+        assert_eq!(r.on_data(data(0, 0, 0, "B", b"123456")), Verdict::New);
+        assert_eq!(r.on_data(data(2, 0, 0, "E", b"1")), Verdict::New);
+        let too_big = Verdict::Violation("message larger than the maximum");
+        assert_eq!(r.on_data(data(1, 0, 0, "", b"1234")), too_big);
+        assert_eq!(r.on_data(data(5, 0, 1, "BE", b"12345678901")), too_big);
+        assert_eq!(r.cum_tsn(), 0);
+        assert_eq!(r.on_data(data(1, 0, 0, "", b"123")), Verdict::New);
+        assert_eq!(drain(&mut r), vec![(0, b"1234561231".to_vec())]);
+    }
+
+    #[test]
+    fn idata_messages_interleave() {
+        let mut r = idata_receiver(1);
+        assert_eq!(r.on_data(idata(1, 0, 0, 0, "B", b"a0")), Verdict::New);
+        assert_eq!(r.on_data(idata(2, 1, 0, 0, "B", b"b0")), Verdict::New);
+        assert_eq!(r.on_data(idata(5, 0, 0, 2, "E", b"a2")), Verdict::New);
+        assert_eq!(r.on_data(idata(4, 1, 0, 1, "E", b"b1")), Verdict::New);
+        assert_eq!(drain(&mut r), vec![(1, b"b0b1".to_vec())]);
+        assert_eq!(r.on_data(idata(3, 0, 0, 1, "", b"a1")), Verdict::New);
+        let m = r.pop().expect("a message");
+        assert_eq!((m.stream, m.ppid, &m.data[..]), (0, 7, &b"a0a1a2"[..]));
+        assert_eq!(r.cum_tsn(), 5);
+        assert_eq!(r.a_rwnd(), WINDOW);
+    }
+
+    #[test]
+    fn idata_ordered_and_unordered_mids_are_separate_sequences() {
+        let mut r = idata_receiver(1);
+        assert_eq!(r.on_data(idata(1, 0, 1, 0, "BE", b"o1")), Verdict::New);
+        assert_eq!(r.on_data(idata(2, 0, 1, 0, "BEU", b"u1")), Verdict::New);
+        assert_eq!(r.on_data(idata(3, 0, 0, 0, "BU", b"u0")), Verdict::New);
+        assert_eq!(r.on_data(idata(4, 0, 0, 1, "EU", b"u0")), Verdict::New);
+        assert_eq!(
+            drain(&mut r),
+            vec![(0, b"u1".to_vec()), (0, b"u0u0".to_vec())]
+        );
+        assert_eq!(r.on_data(idata(5, 0, 0, 0, "BE", b"o0")), Verdict::New);
+        assert_eq!(
+            drain(&mut r),
+            vec![(0, b"o0".to_vec()), (0, b"o1".to_vec())]
+        );
+        assert_eq!(
+            r.on_data(idata(6, 0, 1, 0, "BE", b"o1")),
+            Verdict::Violation("I-DATA for an ordered message already received")
+        );
+    }
+
+    #[test]
+    fn inconsistent_idata_fragments_are_violations() {
+        let mut r = Receiver::new(1, 1000, 10, 2, true);
+        assert_eq!(
+            r.on_data(idata(1, 0, 0, 0, "", b"x")),
+            Verdict::Violation("I-DATA fragment with FSN 0 but no B bit")
+        );
+        assert_eq!(
+            r.on_data(idata(1, 0, 0, 3, "B", b"x")),
+            Verdict::Violation("I-DATA first fragment with a nonzero FSN")
+        );
+        assert_eq!(r.on_data(idata(1, 0, 0, 0, "B", b"12345")), Verdict::New);
+        assert_eq!(r.on_data(idata(2, 0, 0, 2, "", b"1")), Verdict::New);
+        assert_eq!(
+            r.on_data(idata(3, 0, 0, 2, "", b"1")),
+            Verdict::Violation("I-DATA fragment repeated under a new TSN")
+        );
+        let beyond = Verdict::Violation("I-DATA fragment beyond its message's last fragment");
+        assert_eq!(r.on_data(idata(3, 0, 0, 1, "E", b"1")), beyond);
+        assert_eq!(
+            r.on_data(idata(3, 0, 0, 0, "BE", b"1")),
+            Verdict::Violation("I-DATA fragment repeated under a new TSN")
+        );
+        assert_eq!(r.on_data(idata(3, 0, 0, 1, "E", b"1")), beyond);
+        assert_eq!(r.on_data(idata(3, 0, 0, 4, "E", b"1")), Verdict::New);
+        assert_eq!(r.on_data(idata(4, 0, 0, 5, "", b"1")), beyond);
+        assert_eq!(r.on_data(idata(4, 0, 0, 3, "E", b"1")), beyond);
+        assert_eq!(
+            r.on_data(idata(4, 0, 0, 3, "", b"1234")),
+            Verdict::Violation("message larger than the maximum")
+        );
+        assert_eq!(
+            r.on_data(idata(4, 1, 0, 0, "B", b"12345678901")),
+            Verdict::Violation("message larger than the maximum")
+        );
+        assert_eq!(r.cum_tsn(), 3);
+        assert_eq!(r.on_data(idata(4, 0, 0, 3, "", b"12")), Verdict::New);
+        assert!(!r.readable());
+        assert_eq!(r.on_data(idata(5, 0, 0, 1, "", b"1")), Verdict::New);
+        assert_eq!(drain(&mut r), vec![(0, b"1234511121".to_vec())]);
+    }
+
+    #[test]
+    fn the_window_drops_all_but_the_next_tsn_and_that_up_to_twice_the_window() {
+        let mut r = Receiver::new(1, 10, 8, 8, false);
+        // Partial messages on several streams fill the window.
+        for (tsn, stream) in [(2, 1), (5, 2), (8, 3)] {
+            assert_eq!(r.on_data(data(tsn, stream, 0, "B", b"xxx")), Verdict::New);
+        }
+        assert_eq!(r.a_rwnd(), 1);
+        assert_eq!(r.on_data(data(11, 4, 0, "B", b"xx")), Verdict::Dropped);
+        assert_eq!(r.build_sack().gaps, gaps(&[(2, 2), (5, 5), (8, 8)]));
+        // TSN 1 is cum + 1: taken although the window is full.
+        assert_eq!(r.on_data(data(1, 0, 0, "BE", b"yyyy")), Verdict::New);
+        assert_eq!((r.a_rwnd(), r.cum_tsn()), (0, 2));
+        assert_eq!(r.on_data(data(3, 1, 0, "E", b"zzzzz")), Verdict::New);
+        assert_eq!(r.buffered(), 18);
+        // Past twice the window even cum + 1 is dropped.
+        assert_eq!(r.on_data(data(4, 5, 0, "BE", b"www")), Verdict::Dropped);
+        assert_eq!(r.cum_tsn(), 3);
+        assert_eq!(
+            drain(&mut r),
+            vec![(0, b"yyyy".to_vec()), (1, b"xxxzzzzz".to_vec())]
+        );
+        assert_eq!(r.buffered(), 6);
+        assert_eq!(r.on_data(data(4, 5, 0, "BE", b"www")), Verdict::New);
+        assert_eq!(drain(&mut r), vec![(5, b"www".to_vec())]);
+        assert_eq!(r.a_rwnd(), 4);
+    }
+
+    #[test]
+    fn held_chunks_are_bounded() {
+        let mut r = Receiver::new(0, u32::MAX, 1 << 20, 1, true);
+        for fsn in 1..=MAX_HELD_CHUNKS as u32 {
+            assert_eq!(r.on_data(idata(fsn, 0, 0, fsn, "", b"x")), Verdict::New);
+        }
+        let next = MAX_HELD_CHUNKS as u32 + 1;
+        assert_eq!(
+            r.on_data(idata(next, 0, 0, next, "E", b"x")),
+            Verdict::Dropped
+        );
+        // The first fragment completes the message at cum + 1.
+        assert_eq!(r.on_data(idata(0, 0, 0, 0, "B", b"x")), Verdict::New);
+        assert_eq!(r.on_data(idata(next, 0, 0, next, "E", b"x")), Verdict::New);
+        let m = r.pop().expect("a message");
+        assert_eq!(m.data.len(), MAX_HELD_CHUNKS + 2);
+        assert_eq!((r.held_chunks, r.buffered()), (0, 0));
+    }
+}
