@@ -29,14 +29,24 @@
 //! - `rtt`: the RTT estimator and RTO (RFC 9260 section 6.3);
 //! - `congestion`, `ack`, `sched`: the pluggable policies;
 //! - `cookie`: the HMAC-signed state cookie;
+//! - `config`: the settings, with RFC 9260's defaults;
 //! - `association`, `endpoint`: the two levels above.
 
 pub mod ack;
+mod association;
 pub mod chunk;
+mod config;
 pub mod congestion;
 pub mod cookie;
+mod endpoint;
 mod recv;
 pub mod rtt;
 pub mod sched;
+mod send;
 pub mod seq;
 pub mod wire;
+
+pub use association::{Association, AssociationError, Event, Incoming, Message, State, Transmit};
+pub use config::{Config, ConfigError, DEFAULT_MTU, MIN_MTU};
+pub use endpoint::{AssocHandle, DatagramEvent, Endpoint, EndpointStats};
+pub use send::{SendError, StreamStats};

@@ -1,0 +1,1249 @@
+//! One association's state machine (RFC 9260 sections 4-9): the handshake
+//! from either side, data transfer through `send`/`recv`, timers, heartbeats,
+//! the shutdown sequence and abort.
+//!
+//! ```text
+//!   client                                  server (endpoint, no state)
+//!   CookieWait ── INIT ──────────────────►  INIT ACK with a signed cookie
+//!   CookieEchoed ◄─ INIT ACK ─────────────
+//!                ── COOKIE ECHO + DATA ──►  Association::accept: Established
+//!   Established  ◄─ COOKIE ACK + SACK ────
+//!
+//!   Established ─shutdown()─► ShutdownPending ─all acked─► ShutdownSent ─SHUTDOWN ACK─► Closed
+//!   Established ─SHUTDOWN──► ShutdownReceived ─all acked─► ShutdownAckSent ─COMPLETE──► Closed
+//! ```
+//!
+//! Input: `handle` (a packet the endpoint routed here) and `handle_timeout`.
+//! Output: `poll_transmit` (datagrams, drained until `None`), `poll_event`,
+//! `poll_timeout` (the next deadline), and `recv` for whole messages.
+//!
+//! Timers (RFC 9260 section 6.3 and 14): T1 (INIT or COOKIE ECHO
+//! retransmission), T3-rtx (data retransmission), T2 (SHUTDOWN or SHUTDOWN
+//! ACK retransmission), the delayed SACK (the ack policy's deadline), the
+//! heartbeat and the idle limit. They are plain `Option<Instant>` fields; the
+//! earliest is `poll_timeout`.
+//!
+//! Restart and collisions (RFC 9260 5.2): an INIT in any state is answered
+//! with an INIT ACK whose cookie carries the tie-tags; a COOKIE ECHO reaching
+//! an existing association is sorted by the table of 5.2.4 (the endpoint
+//! recognises case A, a peer restart, and replaces the association; cases B
+//! and D arrive here; C is discarded).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tracing::{debug, trace};
+
+use crate::ack::{AckPolicy, Arrival, DelayedAck};
+use crate::chunk::{Chunk, DataChunk, ErrorCause, Init, Packet, cause, kind};
+use crate::config::Config;
+use crate::congestion::Controller;
+use crate::cookie::{CookieKey, CookieState};
+use crate::recv::{Receiver, Verdict};
+use crate::rtt::RttEstimator;
+use crate::send::{SendError, Sender, StreamStats};
+use crate::wire::{self, COMMON_HEADER_LEN};
+
+/// Bytes of HEARTBEAT information we send: the send time (µs since the
+/// association began) and a random nonce (RFC 9260 8.3).
+const HEARTBEAT_INFO_LEN: usize = 16;
+
+/// The association's state (RFC 9260 section 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// INIT sent, waiting for INIT ACK.
+    CookieWait,
+    /// COOKIE ECHO sent, waiting for COOKIE ACK.
+    CookieEchoed,
+    /// Data flows both ways.
+    Established,
+    /// The application asked to close; outstanding data drains first.
+    ShutdownPending,
+    /// SHUTDOWN sent.
+    ShutdownSent,
+    /// The peer sent SHUTDOWN; our outstanding data drains first.
+    ShutdownReceived,
+    /// SHUTDOWN ACK sent.
+    ShutdownAckSent,
+    /// Over: closed, aborted or lost.
+    Closed,
+}
+
+/// Why an association ended other than by a graceful close.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AssociationError {
+    /// The peer sent ABORT.
+    #[error("the peer aborted the association{}", describe(.0))]
+    Aborted(Vec<ErrorCause>),
+    /// We aborted (the application, or a protocol violation by the peer).
+    #[error("the association was aborted locally: {0}")]
+    LocallyAborted(String),
+    /// The peer stopped answering (retransmission limit or idle time-out).
+    #[error("the peer is unreachable")]
+    Unreachable,
+    /// The handshake did not complete (INIT or COOKIE ECHO unanswered, or
+    /// the cookie went stale).
+    #[error("the handshake did not complete")]
+    HandshakeFailed,
+    /// The peer restarted (RFC 9260 5.2.4 case A): its streams' state is gone.
+    #[error("the peer restarted")]
+    PeerRestarted,
+}
+
+fn describe(causes: &[ErrorCause]) -> String {
+    causes
+        .iter()
+        .map(|c| match c.code {
+            cause::USER_ABORT | cause::PROTOCOL_VIOLATION => {
+                format!(" ({})", String::from_utf8_lossy(&c.info))
+            }
+            code => format!(" (cause {code})"),
+        })
+        .collect()
+}
+
+/// Something the application should know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The handshake completed.
+    Connected,
+    /// The association closed gracefully; messages received before it stay
+    /// readable.
+    Closed,
+    /// The association ended otherwise.
+    Lost(AssociationError),
+}
+
+/// A datagram to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// Where to.
+    pub destination: SocketAddr,
+    /// One whole SCTP packet.
+    pub contents: Bytes,
+}
+
+/// A received message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The stream it came on.
+    pub stream: u16,
+    /// Its payload protocol identifier.
+    pub ppid: u32,
+    /// Sent unordered.
+    pub unordered: bool,
+    /// The message, boundaries as sent.
+    pub data: Bytes,
+}
+
+/// What the endpoint hands an association: the packet, and the verified
+/// cookie of a COOKIE ECHO it carried.
+#[derive(Debug)]
+pub struct Incoming {
+    pub(crate) packet: Packet,
+    pub(crate) cookie: Option<CookieState>,
+}
+
+/// What every association of one endpoint shares with it.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) key: CookieKey,
+    /// The instant cookie times count from.
+    pub(crate) epoch: Instant,
+    pub(crate) local_port: u16,
+}
+
+impl Shared {
+    pub(crate) fn now_ms(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Negotiated at the handshake.
+#[derive(Debug, Clone, Copy)]
+struct Negotiated {
+    outbound: u16,
+    inbound: u16,
+}
+
+/// One association.
+#[derive(Debug)]
+pub struct Association {
+    shared: Arc<Shared>,
+    state: State,
+    remote: SocketAddr,
+    peer_port: u16,
+    my_tag: u32,
+    peer_tag: u32,
+    local_initial_tsn: u32,
+    /// Set once the handshake has told us what the peer grants.
+    negotiated: Option<Negotiated>,
+    /// Messages sent before the handshake finished (client side).
+    early: Vec<(u16, Bytes, u32, bool)>,
+    sender: Option<Sender>,
+    receiver: Option<Receiver>,
+    rtt: RttEstimator,
+    cc: Box<dyn Controller>,
+    ack: Box<dyn AckPolicy>,
+    mtu: usize,
+    rng: StdRng,
+    /// Control chunks waiting for the next packet, in order.
+    control: VecDeque<Chunk>,
+    /// Whole packets to send before anything else (INIT, reflected chunks).
+    packets: VecDeque<Bytes>,
+    /// The INIT or COOKIE ECHO that T1 retransmits.
+    handshake_chunk: Option<Chunk>,
+    handshake_transmits: u32,
+    t1: Option<Instant>,
+    t2: Option<Instant>,
+    t3: Option<Instant>,
+    sack_needed: bool,
+    /// The window the last SACK advertised.
+    advertised: u32,
+    heartbeat_due: Option<Instant>,
+    /// The outstanding heartbeat's nonce and when it must be answered.
+    heartbeat_wait: Option<(u64, Instant)>,
+    last_heard: Instant,
+    error_count: u32,
+    /// When the association began (heartbeat times count from it).
+    born: Instant,
+    events: VecDeque<Event>,
+}
+
+impl Association {
+    fn base(
+        shared: Arc<Shared>,
+        now: Instant,
+        remote: SocketAddr,
+        peer_port: u16,
+        seed: u64,
+    ) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let config = &shared.config;
+        let rtt = RttEstimator::new(config.rtt);
+        let cc = config.congestion.build(now, config.mtu);
+        let ack: Box<dyn AckPolicy> = Box::new(DelayedAck::new(config.ack));
+        let my_tag = nonzero(&mut rng);
+        let local_initial_tsn = rng.random();
+        let mtu = config.mtu;
+        let heartbeat_due = Some(now + config.heartbeat_interval);
+        Association {
+            shared,
+            state: State::CookieWait,
+            remote,
+            peer_port,
+            my_tag,
+            peer_tag: 0,
+            local_initial_tsn,
+            negotiated: None,
+            early: Vec::new(),
+            sender: None,
+            receiver: None,
+            rtt,
+            cc,
+            ack,
+            mtu,
+            rng,
+            control: VecDeque::new(),
+            packets: VecDeque::new(),
+            handshake_chunk: None,
+            handshake_transmits: 0,
+            t1: None,
+            t2: None,
+            t3: None,
+            sack_needed: false,
+            advertised: 0,
+            heartbeat_due,
+            heartbeat_wait: None,
+            last_heard: now,
+            error_count: 0,
+            born: now,
+            events: VecDeque::new(),
+        }
+    }
+
+    /// A client association: INIT goes out on the first `poll_transmit`.
+    pub(crate) fn connect(
+        shared: Arc<Shared>,
+        now: Instant,
+        remote: SocketAddr,
+        peer_port: u16,
+        seed: u64,
+    ) -> Self {
+        let mut assoc = Association::base(shared, now, remote, peer_port, seed);
+        let init = assoc.our_init(None);
+        assoc.handshake_chunk = Some(Chunk::Init(init));
+        assoc.send_handshake_chunk(now);
+        assoc
+    }
+
+    /// A server association from a verified cookie (RFC 9260 5.1 D).
+    pub(crate) fn accept(
+        shared: Arc<Shared>,
+        now: Instant,
+        remote: SocketAddr,
+        state: &CookieState,
+        seed: u64,
+    ) -> Self {
+        let mut assoc = Association::base(shared, now, remote, state.peer_port, seed);
+        assoc.my_tag = state.local_tag;
+        assoc.local_initial_tsn = state.local_initial_tsn;
+        assoc.establish_from(state);
+        assoc.control.push_back(Chunk::CookieAck);
+        assoc.set_state(State::Established);
+        assoc.events.push_back(Event::Connected);
+        assoc
+    }
+
+    /// Sets up both data halves from what the handshake negotiated.
+    fn establish_from(&mut self, state: &CookieState) {
+        self.peer_tag = state.peer_tag;
+        self.negotiated = Some(Negotiated {
+            outbound: state.outbound_streams,
+            inbound: state.inbound_streams,
+        });
+        let config = &self.shared.config;
+        let mut sender = Sender::new(
+            self.local_initial_tsn,
+            state.peer_a_rwnd,
+            state.outbound_streams,
+            state.idata,
+            config.scheduler,
+        );
+        for (stream, data, ppid, unordered) in self.early.drain(..) {
+            if sender.enqueue(stream, data, ppid, unordered).is_err() {
+                debug!(
+                    stream,
+                    "message sent before the handshake dropped: the peer granted fewer streams"
+                );
+            }
+        }
+        self.sender = Some(sender);
+        self.receiver = Some(Receiver::new(
+            state.peer_initial_tsn,
+            config.recv_window,
+            config.max_message,
+            state.inbound_streams,
+            state.idata,
+        ));
+        self.advertised = config.recv_window;
+    }
+
+    fn our_init(&self, cookie: Option<Bytes>) -> Init {
+        let config = &self.shared.config;
+        Init {
+            initiate_tag: self.my_tag,
+            a_rwnd: config.recv_window,
+            outbound_streams: config.outbound_streams,
+            inbound_streams: config.max_inbound_streams,
+            initial_tsn: self.local_initial_tsn,
+            cookie,
+            extensions: if config.idata {
+                vec![kind::I_DATA]
+            } else {
+                Vec::new()
+            },
+            cookie_preservative: None,
+            unrecognized: Vec::new(),
+        }
+    }
+
+    fn set_state(&mut self, state: State) {
+        if self.state != state {
+            trace!(from = ?self.state, to = ?state, "association state");
+            self.state = state;
+        }
+    }
+
+    /// The association's state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// The peer's UDP address.
+    pub fn remote(&self) -> SocketAddr {
+        self.remote
+    }
+
+    /// Our verification tag (what the peer puts in every packet to us).
+    pub fn local_tag(&self) -> u32 {
+        self.my_tag
+    }
+
+    /// Negotiated stream counts (outbound, inbound), once known.
+    pub fn streams(&self) -> Option<(u16, u16)> {
+        self.negotiated.map(|n| (n.outbound, n.inbound))
+    }
+
+    /// The current retransmission time-out.
+    pub fn rto(&self) -> Duration {
+        self.rtt.rto()
+    }
+
+    /// The smoothed round-trip time, once measured.
+    pub fn smoothed_rtt(&self) -> Option<Duration> {
+        self.rtt.smoothed()
+    }
+
+    /// The congestion window, bytes.
+    pub fn cwnd(&self) -> u64 {
+        self.cc.window()
+    }
+
+    /// Bytes in flight.
+    pub fn flight(&self) -> u64 {
+        self.sender.as_ref().map_or(0, Sender::flight)
+    }
+
+    /// Queues one message on `stream`. Before the handshake completes the
+    /// message waits and goes out with COOKIE ECHO (RFC 9260 5.1 C), on a
+    /// stream the peer then grants.
+    pub fn send(
+        &mut self,
+        stream: u16,
+        data: Bytes,
+        ppid: u32,
+        unordered: bool,
+    ) -> Result<(), SendError> {
+        match self.state {
+            State::CookieWait => {
+                if data.is_empty() {
+                    return Err(SendError::Empty);
+                }
+                if stream >= self.shared.config.outbound_streams {
+                    return Err(SendError::InvalidStream(stream));
+                }
+                self.early.push((stream, data, ppid, unordered));
+                Ok(())
+            }
+            State::CookieEchoed | State::Established => match self.sender.as_mut() {
+                Some(sender) => sender.enqueue(stream, data, ppid, unordered),
+                None => Err(SendError::Closed),
+            },
+            _ => Err(SendError::Closed),
+        }
+    }
+
+    /// A stream's accounting; `None` before the handshake or for a stream
+    /// outside the grant.
+    pub fn stream_stats(&self, stream: u16) -> Option<StreamStats> {
+        self.sender.as_ref()?.stats(stream)
+    }
+
+    /// Sets a stream's priority or weight for the scheduler.
+    pub fn set_stream_value(&mut self, stream: u16, value: u16) {
+        if let Some(sender) = self.sender.as_mut() {
+            sender.set_stream_value(stream, value);
+        }
+    }
+
+    /// The next whole received message.
+    pub fn recv(&mut self) -> Option<Message> {
+        let receiver = self.receiver.as_mut()?;
+        let msg = receiver.pop()?;
+        // A window that reopens is announced at once: a sender blocked on a
+        // closed window learns of the room only from a SACK, and waiting for
+        // the delayed one halts the association for that long.
+        let window = self.shared.config.recv_window;
+        let now_open = receiver.a_rwnd();
+        if self.advertised < window / 2 && now_open >= self.advertised.saturating_add(window / 4) {
+            self.sack_needed = true;
+        }
+        Some(Message {
+            stream: msg.stream,
+            ppid: msg.ppid,
+            unordered: msg.unordered,
+            data: msg.data,
+        })
+    }
+
+    /// Whole messages wait for `recv`.
+    pub fn readable(&self) -> bool {
+        self.receiver.as_ref().is_some_and(Receiver::readable)
+    }
+
+    /// Graceful close (RFC 9260 9.2): what was sent is delivered, then the
+    /// association ends with `Event::Closed`.
+    pub fn close(&mut self, now: Instant) {
+        match self.state {
+            State::CookieWait | State::CookieEchoed => {
+                self.abort(now, "closed during the handshake");
+            }
+            State::Established => {
+                self.set_state(State::ShutdownPending);
+                self.maybe_shutdown(now);
+            }
+            _ => {}
+        }
+    }
+
+    /// Ends the association at once: queued data is dropped, an ABORT with a
+    /// User-Initiated Abort cause goes out, the peer sees it as aborted.
+    pub fn abort(&mut self, now: Instant, reason: &str) {
+        if self.state == State::Closed {
+            return;
+        }
+        let _ = now;
+        self.send_abort(vec![ErrorCause::new(
+            cause::USER_ABORT,
+            Bytes::copy_from_slice(reason.as_bytes()),
+        )]);
+        self.end(Event::Lost(AssociationError::LocallyAborted(
+            reason.to_owned(),
+        )));
+    }
+
+    /// The peer restarted (the endpoint saw a COOKIE ECHO of case A).
+    pub fn peer_restarted(&mut self) {
+        self.end(Event::Lost(AssociationError::PeerRestarted));
+    }
+
+    fn send_abort(&mut self, causes: Vec<ErrorCause>) {
+        let abort = Chunk::Abort {
+            reflected: false,
+            causes,
+        };
+        let tag = self.peer_tag;
+        self.packets.push_back(self.encode_alone(tag, abort));
+    }
+
+    fn violation(&mut self, what: &str) {
+        debug!(remote = %self.remote, what, "protocol violation: aborting");
+        self.send_abort(vec![ErrorCause::new(
+            cause::PROTOCOL_VIOLATION,
+            Bytes::copy_from_slice(what.as_bytes()),
+        )]);
+        self.end(Event::Lost(AssociationError::LocallyAborted(format!(
+            "protocol violation by the peer: {what}"
+        ))));
+    }
+
+    fn end(&mut self, event: Event) {
+        if self.state == State::Closed {
+            return;
+        }
+        self.set_state(State::Closed);
+        if let Some(sender) = self.sender.as_mut() {
+            sender.clear();
+        }
+        self.control.clear();
+        self.t1 = None;
+        self.t2 = None;
+        self.t3 = None;
+        self.heartbeat_due = None;
+        self.heartbeat_wait = None;
+        self.sack_needed = false;
+        self.events.push_back(event);
+    }
+
+    /// The association is over and has nothing left to send.
+    pub fn is_drained(&self) -> bool {
+        self.state == State::Closed && self.packets.is_empty()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// The earliest timer, if any runs.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.state == State::Closed {
+            return None;
+        }
+        let idle = Some(self.last_heard + self.shared.config.idle_timeout);
+        [
+            self.t1,
+            self.t2,
+            self.t3,
+            self.ack.deadline(),
+            self.heartbeat_due,
+            self.heartbeat_wait.map(|(_, at)| at),
+            idle,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Runs every timer that is due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.state == State::Closed {
+            return;
+        }
+        if now >= self.last_heard + self.shared.config.idle_timeout {
+            debug!(remote = %self.remote, "nothing heard for the idle time-out");
+            self.end(Event::Lost(AssociationError::Unreachable));
+            return;
+        }
+        if self.t1.is_some_and(|t| t <= now) {
+            self.on_t1(now);
+        }
+        if self.t2.is_some_and(|t| t <= now) {
+            self.on_t2(now);
+        }
+        if self.t3.is_some_and(|t| t <= now) {
+            self.on_t3(now);
+        }
+        if self.ack.deadline().is_some_and(|t| t <= now) {
+            self.sack_needed = true;
+        }
+        if self.heartbeat_wait.is_some_and(|(_, at)| at <= now) {
+            self.heartbeat_wait = None;
+            self.count_error(now);
+        }
+        if self.heartbeat_due.is_some_and(|t| t <= now) {
+            self.send_heartbeat(now);
+        }
+    }
+
+    fn count_error(&mut self, now: Instant) {
+        self.error_count += 1;
+        if self.error_count > self.shared.config.max_retransmits {
+            debug!(remote = %self.remote, "retransmission limit reached");
+            self.end(Event::Lost(AssociationError::Unreachable));
+        } else {
+            self.heartbeat_due = Some(now);
+        }
+    }
+
+    fn send_heartbeat(&mut self, now: Instant) {
+        if !matches!(
+            self.state,
+            State::Established
+                | State::ShutdownPending
+                | State::ShutdownReceived
+                | State::ShutdownSent
+        ) {
+            self.heartbeat_due = None;
+            return;
+        }
+        let nonce: u64 = self.rng.random();
+        let micros =
+            u64::try_from(now.saturating_duration_since(self.born).as_micros()).unwrap_or(u64::MAX);
+        let mut info = BytesMut::with_capacity(HEARTBEAT_INFO_LEN);
+        info.extend_from_slice(&micros.to_be_bytes());
+        info.extend_from_slice(&nonce.to_be_bytes());
+        self.control.push_back(Chunk::Heartbeat(info.freeze()));
+        self.heartbeat_wait = Some((nonce, now + self.rtt.rto()));
+        self.heartbeat_due = Some(now + self.shared.config.heartbeat_interval + self.rtt.rto());
+    }
+
+    fn send_handshake_chunk(&mut self, now: Instant) {
+        let Some(chunk) = self.handshake_chunk.clone() else {
+            return;
+        };
+        self.handshake_transmits += 1;
+        match chunk {
+            Chunk::Init(_) => {
+                // INIT travels alone with a zero tag (RFC 9260 8.5.1 A).
+                let packet = self.encode_alone(0, chunk);
+                self.packets.push_back(packet);
+            }
+            chunk => self.control.push_front(chunk),
+        }
+        self.t1 = Some(now + self.rtt.rto());
+    }
+
+    fn on_t1(&mut self, now: Instant) {
+        self.t1 = None;
+        if self.handshake_transmits >= self.shared.config.max_init_transmits {
+            self.end(Event::Lost(AssociationError::HandshakeFailed));
+            return;
+        }
+        self.rtt.back_off();
+        self.send_handshake_chunk(now);
+    }
+
+    fn on_t2(&mut self, now: Instant) {
+        self.t2 = None;
+        self.error_count += 1;
+        if self.error_count > self.shared.config.max_retransmits {
+            self.end(Event::Lost(AssociationError::Unreachable));
+            return;
+        }
+        self.rtt.back_off();
+        match self.state {
+            State::ShutdownSent => self.queue_shutdown(now),
+            State::ShutdownAckSent => {
+                self.control.push_back(Chunk::ShutdownAck);
+                self.t2 = Some(now + self.rtt.rto());
+            }
+            _ => {}
+        }
+    }
+
+    fn on_t3(&mut self, now: Instant) {
+        self.t3 = None;
+        let Some(sender) = self.sender.as_mut() else {
+            return;
+        };
+        if !sender.has_outstanding() {
+            return;
+        }
+        sender.on_t3_expiry(now, self.cc.as_mut());
+        self.rtt.back_off();
+        self.error_count += 1;
+        if self.error_count > self.shared.config.max_retransmits {
+            debug!(remote = %self.remote, "T3-rtx limit reached");
+            self.end(Event::Lost(AssociationError::Unreachable));
+        }
+    }
+
+    // ----- input -----
+
+    /// A packet the endpoint routed to this association.
+    pub fn handle(&mut self, now: Instant, incoming: Incoming) {
+        let Incoming { packet, cookie } = incoming;
+        if self.state == State::Closed {
+            return;
+        }
+        if !self.tag_ok(&packet, cookie.as_ref()) {
+            trace!(
+                vtag = packet.vtag,
+                "packet with a wrong verification tag dropped"
+            );
+            return;
+        }
+        self.last_heard = now;
+        let mut arrival = Arrival::default();
+        let mut had_data = false;
+        for chunk in packet.chunks {
+            if self.state == State::Closed {
+                return;
+            }
+            match chunk {
+                Chunk::Data(data) => {
+                    had_data = true;
+                    if !self.on_data(data, &mut arrival) {
+                        return;
+                    }
+                }
+                Chunk::Init(init) => self.on_init(now, init),
+                Chunk::InitAck(init) => self.on_init_ack(now, init),
+                Chunk::CookieEcho(_) => {
+                    if let Some(state) = cookie.as_ref() {
+                        self.on_cookie_echo(now, state);
+                    }
+                }
+                Chunk::CookieAck => {
+                    if self.state == State::CookieEchoed {
+                        self.t1 = None;
+                        self.handshake_chunk = None;
+                        self.set_state(State::Established);
+                        self.events.push_back(Event::Connected);
+                    }
+                }
+                Chunk::Sack(sack) => self.on_sack(now, &sack),
+                Chunk::Heartbeat(info) => self.control.push_back(Chunk::HeartbeatAck(info)),
+                Chunk::HeartbeatAck(info) => self.on_heartbeat_ack(now, &info),
+                Chunk::Abort { causes, .. } => {
+                    self.packets.clear();
+                    self.end(Event::Lost(AssociationError::Aborted(causes)));
+                    return;
+                }
+                Chunk::Shutdown { cum_tsn_ack } => self.on_shutdown(now, cum_tsn_ack),
+                Chunk::ShutdownAck => self.on_shutdown_ack(),
+                Chunk::ShutdownComplete { .. } => {
+                    if self.state == State::ShutdownAckSent {
+                        self.end(Event::Closed);
+                        return;
+                    }
+                }
+                Chunk::Error(causes) => self.on_error(now, &causes),
+                Chunk::Pad(_) => {}
+                Chunk::Unknown { kind, flags, value } => {
+                    // RFC 9260 3.2: the two high bits say what to do.
+                    let action = kind >> 6;
+                    if action & 1 == 1 {
+                        let mut chunk = BytesMut::new();
+                        Chunk::Unknown { kind, flags, value }.encode(&mut chunk);
+                        self.control.push_back(Chunk::Error(vec![ErrorCause::new(
+                            cause::UNRECOGNIZED_CHUNK,
+                            chunk.freeze(),
+                        )]));
+                    }
+                    if action & 2 == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        if had_data && self.receiver.is_some() {
+            if self.ack.on_data(now, arrival) {
+                self.sack_needed = true;
+            }
+            if self.state == State::ShutdownSent {
+                // RFC 9260 9.2: data received in SHUTDOWN-SENT is acknowledged
+                // at once, with a SHUTDOWN carrying the new cumulative ack.
+                self.queue_shutdown(now);
+                self.sack_needed = true;
+            }
+        }
+    }
+
+    /// Checks the verification tag (RFC 9260 8.5, 8.5.1).
+    fn tag_ok(&self, packet: &Packet, cookie: Option<&CookieState>) -> bool {
+        match packet.chunks.first() {
+            Some(Chunk::Init(_)) => packet.vtag == 0 && packet.chunks.len() == 1,
+            Some(Chunk::Abort { reflected, .. } | Chunk::ShutdownComplete { reflected }) => {
+                if *reflected {
+                    packet.vtag == self.peer_tag
+                } else {
+                    packet.vtag == self.my_tag
+                }
+            }
+            Some(Chunk::CookieEcho(_)) => cookie.is_some(),
+            Some(Chunk::ShutdownAck) => {
+                packet.vtag == self.my_tag
+                    || (matches!(self.state, State::CookieWait | State::CookieEchoed))
+            }
+            Some(_) => packet.vtag == self.my_tag,
+            None => false,
+        }
+    }
+
+    /// Returns false when the association ended.
+    fn on_data(&mut self, data: DataChunk, arrival: &mut Arrival) -> bool {
+        if !matches!(
+            self.state,
+            State::Established | State::ShutdownPending | State::ShutdownSent
+        ) {
+            return true;
+        }
+        let Some(receiver) = self.receiver.as_mut() else {
+            return true;
+        };
+        let tsn = data.tsn;
+        let stream = data.stream;
+        let cum_before = receiver.cum_tsn();
+        let immediate = data.immediate;
+        let verdict = receiver.on_data(data);
+        arrival.immediate |= immediate;
+        match verdict {
+            Verdict::New => {
+                if tsn != cum_before.wrapping_add(1) || receiver.has_gaps() {
+                    arrival.out_of_order = true;
+                }
+            }
+            Verdict::Duplicate => arrival.duplicate = true,
+            Verdict::Dropped => {}
+            Verdict::InvalidStream => {
+                let mut info = BytesMut::with_capacity(4);
+                info.extend_from_slice(&stream.to_be_bytes());
+                info.extend_from_slice(&[0, 0]);
+                self.control.push_back(Chunk::Error(vec![ErrorCause::new(
+                    cause::INVALID_STREAM,
+                    info.freeze(),
+                )]));
+            }
+            Verdict::NoUserData => {
+                self.send_abort(vec![ErrorCause::new(
+                    cause::NO_USER_DATA,
+                    Bytes::copy_from_slice(&tsn.to_be_bytes()),
+                )]);
+                self.end(Event::Lost(AssociationError::LocallyAborted(
+                    "the peer sent a DATA chunk without user data".into(),
+                )));
+                return false;
+            }
+            Verdict::Violation(what) => {
+                self.violation(what);
+                return false;
+            }
+        }
+        arrival.gaps_remain = self.receiver.as_ref().is_some_and(Receiver::has_gaps);
+        true
+    }
+
+    /// INIT for an association that exists: collision or restart (RFC 9260
+    /// 5.2.1, 5.2.2). Answered with an INIT ACK whose cookie carries the
+    /// tie-tags; no state changes here.
+    fn on_init(&mut self, now: Instant, init: Init) {
+        if init.initiate_tag == 0 || init.inbound_streams == 0 || init.outbound_streams == 0 {
+            return;
+        }
+        let (local_tag, tie) = match self.state {
+            // 5.2.1: our own INIT crossed theirs; answer with our tag.
+            State::CookieWait => (self.my_tag, (0, 0)),
+            State::CookieEchoed => (self.my_tag, (self.my_tag, self.peer_tag)),
+            // 5.2.2: a new tag, and the current ones as tie-tags.
+            State::ShutdownAckSent => {
+                // RFC 9260 9.2: resend SHUTDOWN ACK instead.
+                self.control.push_back(Chunk::ShutdownAck);
+                return;
+            }
+            _ => (nonzero(&mut self.rng), (self.my_tag, self.peer_tag)),
+        };
+        let config = &self.shared.config;
+        let idata = config.idata && init.supports_idata();
+        let state = CookieState {
+            issued_ms: self.shared.now_ms(now),
+            lifetime_ms: u32::try_from(config.cookie_lifetime.as_millis()).unwrap_or(u32::MAX),
+            local_tag,
+            local_initial_tsn: self.local_initial_tsn,
+            peer_tag: init.initiate_tag,
+            peer_initial_tsn: init.initial_tsn,
+            peer_a_rwnd: init.a_rwnd,
+            outbound_streams: config.outbound_streams.min(init.inbound_streams),
+            inbound_streams: config.max_inbound_streams.min(init.outbound_streams),
+            idata,
+            local_port: self.shared.local_port,
+            peer_port: self.peer_port,
+            local_tie_tag: tie.0,
+            peer_tie_tag: tie.1,
+        };
+        let cookie = state.seal(&self.shared.key, &self.remote);
+        let mut ack = self.our_init(Some(cookie));
+        ack.initiate_tag = local_tag;
+        ack.unrecognized = init.unrecognized;
+        if !idata {
+            ack.extensions.clear();
+        }
+        // INIT ACK goes to the INIT's initiate tag (RFC 9260 5.2.1, 5.2.2).
+        let packet = self.encode_alone(init.initiate_tag, Chunk::InitAck(ack));
+        self.packets.push_back(packet);
+    }
+
+    fn on_init_ack(&mut self, now: Instant, ack: Init) {
+        if self.state != State::CookieWait {
+            // RFC 9260 5.2.3: discarded in any other state.
+            return;
+        }
+        let Some(cookie) = ack.cookie.clone() else {
+            self.violation("INIT ACK without a state cookie");
+            return;
+        };
+        if ack.initiate_tag == 0 || ack.outbound_streams == 0 || ack.inbound_streams == 0 {
+            self.violation("INIT ACK with a zero tag or zero streams");
+            return;
+        }
+        let config = &self.shared.config;
+        let idata = config.idata && ack.supports_idata();
+        let negotiated = CookieState {
+            issued_ms: 0,
+            lifetime_ms: 0,
+            local_tag: self.my_tag,
+            local_initial_tsn: self.local_initial_tsn,
+            peer_tag: ack.initiate_tag,
+            peer_initial_tsn: ack.initial_tsn,
+            peer_a_rwnd: ack.a_rwnd,
+            outbound_streams: config.outbound_streams.min(ack.inbound_streams),
+            inbound_streams: config.max_inbound_streams.min(ack.outbound_streams),
+            idata,
+            local_port: self.shared.local_port,
+            peer_port: self.peer_port,
+            local_tie_tag: 0,
+            peer_tie_tag: 0,
+        };
+        self.establish_from(&negotiated);
+        // The INIT's RTT is a valid sample if it was sent once.
+        if self.handshake_transmits == 1
+            && let Some(t1) = self.t1
+        {
+            let sent = t1.checked_sub(self.rtt.rto()).unwrap_or(now);
+            self.rtt.on_sample(now.saturating_duration_since(sent));
+        }
+        self.handshake_chunk = Some(Chunk::CookieEcho(cookie));
+        self.handshake_transmits = 0;
+        self.set_state(State::CookieEchoed);
+        self.send_handshake_chunk(now);
+    }
+
+    /// COOKIE ECHO for this association (RFC 9260 5.2.4 cases B and D; the
+    /// endpoint handled A and discarded C).
+    fn on_cookie_echo(&mut self, now: Instant, state: &CookieState) {
+        let _ = now;
+        if state.local_tag != self.my_tag {
+            return;
+        }
+        if state.peer_tag != self.peer_tag {
+            // Case B: both sides sent INIT; take the peer's tag and its TSNs.
+            if !matches!(self.state, State::CookieWait | State::CookieEchoed) {
+                return;
+            }
+            self.establish_from(state);
+        }
+        // Case D (and B): answer COOKIE ACK; establish if not yet.
+        if matches!(self.state, State::CookieWait | State::CookieEchoed) {
+            if self.sender.is_none() {
+                self.establish_from(state);
+            }
+            self.t1 = None;
+            self.handshake_chunk = None;
+            self.set_state(State::Established);
+            self.events.push_back(Event::Connected);
+        }
+        self.control.push_back(Chunk::CookieAck);
+    }
+
+    fn on_sack(&mut self, now: Instant, sack: &crate::chunk::Sack) {
+        if !matches!(
+            self.state,
+            State::Established
+                | State::ShutdownPending
+                | State::ShutdownReceived
+                | State::ShutdownSent
+                | State::CookieEchoed
+        ) {
+            return;
+        }
+        let Some(sender) = self.sender.as_mut() else {
+            return;
+        };
+        match sender.on_sack(now, sack, &mut self.rtt, self.cc.as_mut()) {
+            Ok(outcome) => {
+                if outcome.cum_advanced {
+                    self.error_count = 0;
+                    // R3: restart T3 with the current RTO while data is outstanding.
+                    self.t3 = sender.has_outstanding().then(|| now + self.rtt.rto());
+                } else if !sender.has_outstanding() {
+                    self.t3 = None;
+                }
+                self.maybe_shutdown(now);
+            }
+            Err(e) => self.violation(&e.to_string()),
+        }
+    }
+
+    fn on_heartbeat_ack(&mut self, now: Instant, info: &[u8]) {
+        let Some((nonce, _)) = self.heartbeat_wait else {
+            return;
+        };
+        if info.len() != HEARTBEAT_INFO_LEN {
+            return;
+        }
+        let (time, rest) = info.split_at(8);
+        let sent = u64::from_be_bytes(time.try_into().unwrap_or([0; 8]));
+        let echoed = u64::from_be_bytes(rest.try_into().unwrap_or([0; 8]));
+        if echoed != nonce {
+            return;
+        }
+        self.heartbeat_wait = None;
+        self.error_count = 0;
+        let sent = self.born + Duration::from_micros(sent);
+        self.rtt.on_sample(now.saturating_duration_since(sent));
+    }
+
+    fn on_shutdown(&mut self, now: Instant, cum_tsn_ack: u32) {
+        match self.state {
+            State::Established | State::ShutdownPending | State::ShutdownReceived => {
+                // The SHUTDOWN's cumulative ack acts as a SACK's (RFC 9260 9.2).
+                self.ack_to(now, cum_tsn_ack);
+                self.set_state(State::ShutdownReceived);
+                self.maybe_shutdown(now);
+            }
+            State::ShutdownSent => {
+                // Both sides closed at once: answer with SHUTDOWN ACK.
+                self.ack_to(now, cum_tsn_ack);
+                self.t2 = None;
+                self.set_state(State::ShutdownAckSent);
+                self.control.push_back(Chunk::ShutdownAck);
+                self.t2 = Some(now + self.rtt.rto());
+            }
+            _ => {}
+        }
+    }
+
+    fn ack_to(&mut self, now: Instant, cum_tsn_ack: u32) {
+        if let Some(sender) = self.sender.as_ref() {
+            let sack = crate::chunk::Sack {
+                cum_tsn_ack,
+                a_rwnd: u32::try_from(sender.peer_rwnd() + sender.flight()).unwrap_or(u32::MAX),
+                gaps: Vec::new(),
+                dups: Vec::new(),
+            };
+            if crate::seq::lt32(sender.cum_ack(), cum_tsn_ack) || cum_tsn_ack == sender.cum_ack() {
+                self.on_sack(now, &sack);
+            }
+        }
+    }
+
+    fn on_shutdown_ack(&mut self) {
+        match self.state {
+            State::ShutdownSent | State::ShutdownAckSent => {
+                let complete = Chunk::ShutdownComplete { reflected: false };
+                let tag = self.peer_tag;
+                self.packets.push_back(self.encode_alone(tag, complete));
+                self.end(Event::Closed);
+            }
+            State::CookieWait | State::CookieEchoed => {
+                // RFC 9260 8.4 rule 5 applies to our own half-open handshake too.
+                let complete = Chunk::ShutdownComplete { reflected: true };
+                let tag = self.peer_tag;
+                self.packets.push_back(self.encode_alone(tag, complete));
+            }
+            _ => {}
+        }
+    }
+
+    fn on_error(&mut self, now: Instant, causes: &[ErrorCause]) {
+        for c in causes {
+            if c.code == cause::STALE_COOKIE && self.state == State::CookieEchoed {
+                // RFC 9260 5.2.6: start over with a fresh INIT.
+                self.handshake_transmits = 0;
+                self.set_state(State::CookieWait);
+                let init = self.our_init(None);
+                self.handshake_chunk = Some(Chunk::Init(init));
+                self.sender = None;
+                self.receiver = None;
+                self.send_handshake_chunk(now);
+            } else {
+                debug!(remote = %self.remote, code = c.code, "ERROR from the peer");
+            }
+        }
+    }
+
+    /// Sends SHUTDOWN or SHUTDOWN ACK once nothing is outstanding.
+    fn maybe_shutdown(&mut self, now: Instant) {
+        let drained = self.sender.as_ref().is_none_or(Sender::is_idle);
+        if !drained {
+            return;
+        }
+        match self.state {
+            State::ShutdownPending => {
+                self.set_state(State::ShutdownSent);
+                self.queue_shutdown(now);
+            }
+            State::ShutdownReceived => {
+                self.set_state(State::ShutdownAckSent);
+                self.control.push_back(Chunk::ShutdownAck);
+                self.t2 = Some(now + self.rtt.rto());
+            }
+            _ => {}
+        }
+    }
+
+    fn queue_shutdown(&mut self, now: Instant) {
+        let cum_tsn_ack = self.receiver.as_ref().map_or(0, Receiver::cum_tsn);
+        self.control
+            .retain(|c| !matches!(c, Chunk::Shutdown { .. }));
+        self.control.push_back(Chunk::Shutdown { cum_tsn_ack });
+        self.t2 = Some(now + self.rtt.rto());
+    }
+
+    // ----- output -----
+
+    fn encode_alone(&self, vtag: u32, chunk: Chunk) -> Bytes {
+        let packet = Packet {
+            src_port: self.shared.local_port,
+            dst_port: self.peer_port,
+            vtag,
+            chunks: vec![chunk],
+        };
+        let mut buf = BytesMut::with_capacity(packet.encoded_len());
+        packet.encode(&mut buf);
+        buf.freeze()
+    }
+
+    /// The next datagram to send, if any.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        if let Some(contents) = self.packets.pop_front() {
+            return Some(Transmit {
+                destination: self.remote,
+                contents,
+            });
+        }
+        if self.state == State::Closed {
+            return None;
+        }
+        let mut buf = BytesMut::with_capacity(self.mtu);
+        wire::encode_header(
+            &mut buf,
+            self.shared.local_port,
+            self.peer_port,
+            self.peer_tag,
+        );
+        let mut chunks = 0;
+        let mut bundled_cookie = false;
+        while let Some(chunk) = self.control.front() {
+            if buf.len() + chunk.encoded_len() > self.mtu && chunks > 0 {
+                break;
+            }
+            let Some(chunk) = self.control.pop_front() else {
+                break;
+            };
+            bundled_cookie |= matches!(chunk, Chunk::CookieEcho(_));
+            chunk.encode(&mut buf);
+            chunks += 1;
+        }
+        if self.sack_needed
+            && let Some(receiver) = self.receiver.as_mut()
+        {
+            let sack = Chunk::Sack(receiver.build_sack());
+            if buf.len() + sack.encoded_len() <= self.mtu {
+                if let Chunk::Sack(s) = &sack {
+                    self.advertised = s.a_rwnd;
+                }
+                sack.encode(&mut buf);
+                chunks += 1;
+                self.sack_needed = false;
+                self.ack.on_sack_sent(now);
+            }
+        }
+        let data_allowed = match self.state {
+            State::Established | State::ShutdownPending | State::ShutdownReceived => true,
+            // Data rides with COOKIE ECHO, not alone before COOKIE ACK.
+            State::CookieEchoed => bundled_cookie,
+            _ => false,
+        };
+        let mut data_sent = false;
+        if data_allowed && let Some(sender) = self.sender.as_mut() {
+            let cwnd = self.cc.window();
+            let mut used_fast = false;
+            while sender.may_retransmit(cwnd) || (used_fast && sender.has_marked()) {
+                let room = self.mtu - buf.len();
+                let Some(chunk) = sender.next_retransmit(now, room, self.cc.as_mut()) else {
+                    break;
+                };
+                used_fast = true;
+                Chunk::Data(chunk).encode(&mut buf);
+                chunks += 1;
+                data_sent = true;
+            }
+            if used_fast {
+                sender.fast_retransmit_sent();
+            }
+            while !sender.has_marked() && sender.may_send_new(self.cc.window()) {
+                let room = self.mtu - buf.len();
+                let Some(chunk) = sender.next_fragment(now, room, self.cc.as_mut()) else {
+                    break;
+                };
+                Chunk::Data(chunk).encode(&mut buf);
+                chunks += 1;
+                data_sent = true;
+            }
+            if data_sent {
+                sender.end_packet();
+            }
+        }
+        if chunks == 0 {
+            return None;
+        }
+        if data_sent && self.t3.is_none() {
+            self.t3 = Some(now + self.rtt.rto());
+        }
+        debug_assert!(buf.len() >= COMMON_HEADER_LEN);
+        wire::seal_checksum(&mut buf);
+        Some(Transmit {
+            destination: self.remote,
+            contents: buf.freeze(),
+        })
+    }
+}
+
+/// A random non-zero verification tag (RFC 9260 5.3.1: zero is reserved).
+pub(crate) fn nonzero(rng: &mut StdRng) -> u32 {
+    loop {
+        let tag: u32 = rng.random();
+        if tag != 0 {
+            return tag;
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! What an endpoint and its associations are configured with. Every limit has
+//! its unit in its name or its doc; `Config::default()` follows RFC 9260's
+//! protocol parameters (section 16) except where a doc says why not.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::ack::AckConfig;
+use crate::congestion::{ControllerFactory, RenoConfig};
+use crate::rtt::RttConfig;
+use crate::sched::SchedulerKind;
+
+/// The largest SCTP packet (UDP payload) we build by default, bytes: fits a
+/// 1500-byte Ethernet MTU under an IPv6 (40) and UDP (8) header, so under IPv4
+/// too.
+pub const DEFAULT_MTU: usize = 1452;
+/// The smallest packet size we accept as a configured MTU, bytes: IPv6's
+/// minimum link MTU (1280) less the IPv6 and UDP headers.
+pub const MIN_MTU: usize = 1232;
+
+/// An endpoint's and its associations' settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Outbound streams we ask for (the peer may grant fewer).
+    pub outbound_streams: u16,
+    /// Inbound streams we accept at most.
+    pub max_inbound_streams: u16,
+    /// Our receive buffer, bytes: the window we advertise when it is empty.
+    pub recv_window: u32,
+    /// The largest message we accept, bytes (below `recv_window`: delivery is
+    /// of whole messages only).
+    pub max_message: usize,
+    /// The largest SCTP packet we build, bytes.
+    pub mtu: usize,
+    /// Offer and accept I-DATA (RFC 8260), so messages of different streams
+    /// interleave.
+    pub idata: bool,
+    /// The stream scheduler (RFC 8260 section 3).
+    pub scheduler: SchedulerKind,
+    /// Retransmission time-out bounds (RFC 9260 6.3).
+    pub rtt: RttConfig,
+    /// When SACKs go out.
+    pub ack: AckConfig,
+    /// The congestion controller each association gets.
+    pub congestion: Arc<dyn ControllerFactory>,
+    /// A HEARTBEAT goes out after this long without hearing from the peer.
+    pub heartbeat_interval: Duration,
+    /// The peer is unreachable after this long without hearing from it.
+    pub idle_timeout: Duration,
+    /// INIT and COOKIE ECHO are sent at most this many times
+    /// (RFC 9260 Max.Init.Retransmits is 8).
+    pub max_init_transmits: u32,
+    /// Consecutive T3-rtx time-outs and unanswered heartbeats after which the
+    /// peer is unreachable (RFC 9260 Association.Max.Retrans).
+    pub max_retransmits: u32,
+    /// How long an issued state cookie is good for (RFC 9260 Valid.Cookie.Life).
+    pub cookie_lifetime: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            outbound_streams: 16,
+            max_inbound_streams: 16,
+            recv_window: 2 * 1024 * 1024,
+            max_message: 1024 * 1024,
+            mtu: DEFAULT_MTU,
+            idata: true,
+            scheduler: SchedulerKind::default(),
+            rtt: RttConfig::default(),
+            ack: AckConfig::default(),
+            congestion: Arc::new(RenoConfig::default()),
+            heartbeat_interval: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(120),
+            max_init_transmits: 8,
+            max_retransmits: 10,
+            cookie_lifetime: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A setting that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("sctp setting {key}: {reason}")]
+pub struct ConfigError {
+    /// The setting's name.
+    pub key: &'static str,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl Config {
+    /// Rejects settings that cannot work, naming the setting.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |key, reason: &str| {
+            Err(ConfigError {
+                key,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.outbound_streams == 0 {
+            return err("outbound_streams", "must be at least 1");
+        }
+        if self.max_inbound_streams == 0 {
+            return err("max_inbound_streams", "must be at least 1");
+        }
+        if self.mtu < MIN_MTU || self.mtu > usize::from(u16::MAX) {
+            return err("mtu", &format!("must be between {MIN_MTU} and 65535 bytes"));
+        }
+        if self.max_message == 0 || self.max_message >= self.recv_window as usize {
+            return err(
+                "max_message",
+                "must be at least 1 and below the receive window",
+            );
+        }
+        if self.rtt.min > self.rtt.max || self.rtt.initial < self.rtt.min {
+            return err("rtt", "needs min <= initial and min <= max");
+        }
+        if self.ack.max_delay > Duration::from_millis(500) {
+            return err("ack.max_delay", "RFC 9260 allows at most 500 ms");
+        }
+        if self.max_init_transmits == 0 || self.max_retransmits == 0 {
+            return err("max_retransmits", "must be at least 1");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,592 @@
+//! The data sender: per-stream queues of whole messages, fragmentation at
+//! transmission time, TSN assignment, the retransmission queue and its SACK
+//! processing (RFC 9260 sections 6.1, 6.2.1, 6.3.3, 6.9, 7.2.4; RFC 8260
+//! section 2.2 for I-DATA).
+//!
+//! ```text
+//!  send()                      next_fragment()                on_sack()
+//!  ──────► streams[s].queue ──────────────────► outstanding ───────────► acked
+//!          (unsent bytes)      TSN assigned,     (in flight,      (cum ack: gone;
+//!                              fragment cut to    or marked for    gap ack: kept
+//!                              the packet's room  retransmission)  until cum passes)
+//! ```
+//!
+//! Invariants:
+//! - `outstanding` holds every TSN after `cum_ack` that was sent, in TSN
+//!   order with no hole: `outstanding[i].chunk.tsn == cum_ack + 1 + i`.
+//! - `flight` is the sum of `size` over the outstanding chunks that are in
+//!   flight (sent, neither gap-acked nor marked for retransmission).
+//! - Per stream, `unsent + in_flight` is what `send` accepted and the peer
+//!   has not cumulatively acknowledged; `acked` only grows.
+//! - Without I-DATA, the fragments of one message get consecutive TSNs
+//!   (RFC 9260 6.9): once a message is started, its stream is `continuing`
+//!   and the scheduler is not asked until the message is done. With I-DATA
+//!   the scheduler is asked per fragment, so a large message never holds back
+//!   another stream's small one.
+//!
+//! Messages are cut into fragments only when they are put in a packet, so a
+//! fragment fills the room the packet has left.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::chunk::{DataChunk, DataKind, Sack};
+use crate::congestion::{Acked, Controller};
+use crate::rtt::RttEstimator;
+use crate::sched::{self, Scheduler, SchedulerKind};
+use crate::seq::{le32, lt32};
+use crate::wire::{DATA_HEADER_LEN, IDATA_HEADER_LEN};
+
+/// Miss indications after which a chunk is fast-retransmitted (RFC 9260 7.2.4).
+const FAST_RETRANSMIT_MISSES: u32 = 3;
+/// The smallest fragment worth starting in a packet's leftover room, bytes:
+/// below it the fragment waits for the next packet instead.
+const MIN_FRAGMENT: usize = 128;
+
+/// Why `send` refused a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The stream is not below the negotiated outbound stream count.
+    #[error("stream {0} is not one of the negotiated outbound streams")]
+    InvalidStream(u16),
+    /// SCTP cannot carry a message of zero bytes.
+    #[error("an SCTP message cannot be empty")]
+    Empty,
+    /// The association is shutting down or closed.
+    #[error("the association is shutting down or closed")]
+    Closed,
+}
+
+/// Per-stream accounting, bytes of user data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamStats {
+    /// Accepted by `send`, not yet sent once.
+    pub unsent: usize,
+    /// Sent, not yet cumulatively acknowledged.
+    pub in_flight: usize,
+    /// Cumulatively acknowledged since the association began.
+    pub acked: u64,
+}
+
+/// What a SACK did, for the association's timers and events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SackOutcome {
+    /// The cumulative ack point moved.
+    pub(crate) cum_advanced: bool,
+    /// Chunks are marked for fast retransmission and one packet of them may
+    /// go out ignoring the congestion window (RFC 9260 7.2.4 rule 3).
+    pub(crate) fast_retransmit: bool,
+}
+
+/// A SACK the sender cannot accept: the association aborts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the SACK acknowledges TSN {acked}, which was never sent")]
+pub(crate) struct AckedUnsent {
+    /// The TSN acknowledged.
+    pub(crate) acked: u32,
+}
+
+#[derive(Debug)]
+struct OutMessage {
+    data: Bytes,
+    /// Bytes of `data` already cut into fragments.
+    offset: usize,
+    ppid: u32,
+    unordered: bool,
+    /// SSN (DATA) or MID (I-DATA), assigned when the first fragment goes.
+    mid: Option<u32>,
+    /// I-DATA: the next fragment's FSN.
+    fsn: u32,
+    /// Enqueue order across all streams, for FCFS.
+    order: u64,
+}
+
+#[derive(Debug, Default)]
+struct OutStream {
+    queue: VecDeque<OutMessage>,
+    next_ordered: u32,
+    next_unordered: u32,
+    stats: StreamStats,
+}
+
+#[derive(Debug)]
+struct Sent {
+    chunk: DataChunk,
+    /// Bytes on the wire (header and padding), as RFC 9260 counts the flight.
+    size: u64,
+    sent_at: Instant,
+    transmissions: u32,
+    gap_acked: bool,
+    marked: bool,
+    misses: u32,
+}
+
+impl Sent {
+    fn in_flight(&self) -> bool {
+        !self.gap_acked && !self.marked
+    }
+}
+
+/// The sending half of an association.
+#[derive(Debug)]
+pub(crate) struct Sender {
+    streams: Vec<OutStream>,
+    sched: Box<dyn Scheduler>,
+    kind: DataKind,
+    next_tsn: u32,
+    next_order: u64,
+    continuing: Option<u16>,
+    outstanding: VecDeque<Sent>,
+    /// The peer's cumulative TSN ack: every TSN up to it is acknowledged.
+    cum_ack: u32,
+    flight: u64,
+    /// The peer's receive window as we last computed it (RFC 9260 6.2.1).
+    peer_rwnd: u64,
+    /// Chunks marked for retransmission.
+    marked: usize,
+    /// Fast recovery: the highest TSN outstanding when it began.
+    recovery: Option<u32>,
+    /// One packet of marked chunks may ignore the congestion window.
+    fast_rtx_pending: bool,
+    /// Bytes of user data queued and not yet sent, all streams.
+    unsent_total: usize,
+}
+
+impl Sender {
+    /// A sender whose first TSN is `initial_tsn`.
+    pub(crate) fn new(
+        initial_tsn: u32,
+        peer_rwnd: u32,
+        outbound_streams: u16,
+        idata: bool,
+        scheduler: SchedulerKind,
+    ) -> Self {
+        Sender {
+            streams: (0..outbound_streams)
+                .map(|_| OutStream::default())
+                .collect(),
+            sched: sched::build(scheduler, outbound_streams),
+            kind: if idata {
+                DataKind::IData
+            } else {
+                DataKind::Data
+            },
+            next_tsn: initial_tsn,
+            next_order: 0,
+            continuing: None,
+            outstanding: VecDeque::new(),
+            cum_ack: initial_tsn.wrapping_sub(1),
+            flight: 0,
+            peer_rwnd: u64::from(peer_rwnd),
+            marked: 0,
+            recovery: None,
+            fast_rtx_pending: false,
+            unsent_total: 0,
+        }
+    }
+
+    /// Queues one message.
+    pub(crate) fn enqueue(
+        &mut self,
+        stream: u16,
+        data: Bytes,
+        ppid: u32,
+        unordered: bool,
+    ) -> Result<(), SendError> {
+        if data.is_empty() {
+            return Err(SendError::Empty);
+        }
+        let out = self
+            .streams
+            .get_mut(usize::from(stream))
+            .ok_or(SendError::InvalidStream(stream))?;
+        let order = self.next_order;
+        self.next_order += 1;
+        let was_empty = out.queue.is_empty();
+        out.stats.unsent += data.len();
+        self.unsent_total += data.len();
+        out.queue.push_back(OutMessage {
+            data,
+            offset: 0,
+            ppid,
+            unordered,
+            mid: None,
+            fsn: 0,
+            order,
+        });
+        if was_empty {
+            self.sched.activate(stream, order);
+        }
+        Ok(())
+    }
+
+    /// The stream's accounting; `None` for a stream outside the grant.
+    pub(crate) fn stats(&self, stream: u16) -> Option<StreamStats> {
+        self.streams.get(usize::from(stream)).map(|s| s.stats)
+    }
+
+    /// Sets the scheduler's value (priority or weight) of `stream`.
+    pub(crate) fn set_stream_value(&mut self, stream: u16, value: u16) {
+        self.sched.set_value(stream, value);
+    }
+
+    /// Chunks wait for retransmission.
+    pub(crate) fn has_marked(&self) -> bool {
+        self.marked > 0
+    }
+
+    /// Nothing is queued, in flight or waiting for an ack.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.unsent_total == 0 && self.outstanding.is_empty()
+    }
+
+    /// Sent data is not yet cumulatively acknowledged (the T3-rtx timer runs).
+    pub(crate) fn has_outstanding(&self) -> bool {
+        !self.outstanding.is_empty()
+    }
+
+    /// Bytes in flight.
+    pub(crate) fn flight(&self) -> u64 {
+        self.flight
+    }
+
+    /// The peer's receive window as last computed, bytes.
+    pub(crate) fn peer_rwnd(&self) -> u64 {
+        self.peer_rwnd
+    }
+
+    /// The peer's cumulative ack.
+    pub(crate) fn cum_ack(&self) -> u32 {
+        self.cum_ack
+    }
+
+    /// Whether new data may be sent now: the congestion window has room
+    /// (RFC 9260 6.1 rule B: data may go while the flight is below cwnd) and
+    /// so has the peer's window, or nothing is in flight (a zero-window probe,
+    /// RFC 9260 6.1 rule A).
+    pub(crate) fn may_send_new(&self, cwnd: u64) -> bool {
+        if self.flight >= cwnd {
+            return false;
+        }
+        self.peer_rwnd > 0 || self.flight == 0
+    }
+
+    /// Whether marked chunks may be retransmitted now.
+    pub(crate) fn may_retransmit(&self, cwnd: u64) -> bool {
+        self.marked > 0 && (self.fast_rtx_pending || self.flight < cwnd)
+    }
+
+    /// The packet that used the fast-retransmit allowance has been built.
+    pub(crate) fn fast_retransmit_sent(&mut self) {
+        self.fast_rtx_pending = false;
+    }
+
+    fn header_len(&self) -> usize {
+        match self.kind {
+            DataKind::Data => DATA_HEADER_LEN,
+            DataKind::IData => IDATA_HEADER_LEN,
+        }
+    }
+
+    /// The lowest marked chunk that fits in `room` bytes, sent again.
+    pub(crate) fn next_retransmit(
+        &mut self,
+        now: Instant,
+        room: usize,
+        cc: &mut dyn Controller,
+    ) -> Option<DataChunk> {
+        let sent = self
+            .outstanding
+            .iter_mut()
+            .find(|s| s.marked && usize::try_from(s.size).is_ok_and(|size| size <= room))?;
+        sent.marked = false;
+        sent.misses = 0;
+        sent.transmissions += 1;
+        sent.sent_at = now;
+        self.marked -= 1;
+        self.flight += sent.size;
+        self.peer_rwnd = self.peer_rwnd.saturating_sub(sent.size);
+        cc.on_sent(now, sent.size);
+        Some(sent.chunk.clone())
+    }
+
+    /// Cuts the next fragment of new data, at most `room` bytes on the wire,
+    /// assigns its TSN and records it as in flight.
+    pub(crate) fn next_fragment(
+        &mut self,
+        now: Instant,
+        room: usize,
+        cc: &mut dyn Controller,
+    ) -> Option<DataChunk> {
+        let header = self.header_len();
+        let space = room.checked_sub(header)? & !3;
+        let stream = match self.continuing {
+            Some(stream) => stream,
+            None => self.sched.pick()?,
+        };
+        let kind = self.kind;
+        let out = self.streams.get_mut(usize::from(stream))?;
+        let msg = out.queue.front_mut()?;
+        let left = msg.data.len() - msg.offset;
+        if space < left && space < MIN_FRAGMENT {
+            return None;
+        }
+        let take = left.min(space);
+        let beginning = msg.offset == 0;
+        let mid = match msg.mid {
+            Some(mid) => mid,
+            None => {
+                let next = if msg.unordered {
+                    &mut out.next_unordered
+                } else {
+                    &mut out.next_ordered
+                };
+                let mid = *next;
+                *next = match kind {
+                    DataKind::Data => u32::from(u16::try_from(mid).unwrap_or(0).wrapping_add(1)),
+                    DataKind::IData => mid.wrapping_add(1),
+                };
+                msg.mid = Some(mid);
+                mid
+            }
+        };
+        let payload = msg.data.slice(msg.offset..msg.offset + take);
+        msg.offset += take;
+        let ending = msg.offset == msg.data.len();
+        let chunk = DataChunk {
+            kind,
+            unordered: msg.unordered,
+            beginning,
+            ending,
+            immediate: false,
+            tsn: self.next_tsn,
+            stream,
+            mid,
+            fsn: if kind == DataKind::IData { msg.fsn } else { 0 },
+            ppid: if beginning || kind == DataKind::Data {
+                msg.ppid
+            } else {
+                0
+            },
+            payload,
+        };
+        msg.fsn = msg.fsn.wrapping_add(1);
+        out.stats.unsent -= take;
+        out.stats.in_flight += take;
+        self.unsent_total -= take;
+        if ending {
+            out.queue.pop_front();
+        }
+        let next = out.queue.front().map(|m| m.order);
+        self.continuing = (kind == DataKind::Data && !ending).then_some(stream);
+        self.sched.consumed(stream, take, ending, next);
+        self.next_tsn = self.next_tsn.wrapping_add(1);
+        let size = ((header + take + 3) & !3) as u64;
+        self.flight += size;
+        self.peer_rwnd = self.peer_rwnd.saturating_sub(size);
+        cc.on_sent(now, size);
+        self.outstanding.push_back(Sent {
+            chunk: chunk.clone(),
+            size,
+            sent_at: now,
+            transmissions: 1,
+            gap_acked: false,
+            marked: false,
+            misses: 0,
+        });
+        Some(chunk)
+    }
+
+    /// The packet being built is finished (for round robin per packet).
+    pub(crate) fn end_packet(&mut self) {
+        self.sched.end_packet();
+    }
+
+    /// Processes a SACK (RFC 9260 6.2.1 and 7.2.4): drops what the cumulative
+    /// ack covers, marks gap-acked chunks, counts miss indications and marks
+    /// chunks for fast retransmission, and feeds the RTT estimator and the
+    /// congestion controller.
+    pub(crate) fn on_sack(
+        &mut self,
+        now: Instant,
+        sack: &Sack,
+        rtt: &mut RttEstimator,
+        cc: &mut dyn Controller,
+    ) -> Result<SackOutcome, AckedUnsent> {
+        let mut outcome = SackOutcome::default();
+        if lt32(sack.cum_tsn_ack, self.cum_ack) {
+            // An old SACK, overtaken by a newer one (RFC 9260 6.2.1 D i).
+            return Ok(outcome);
+        }
+        let highest_sent = self.next_tsn.wrapping_sub(1);
+        if lt32(highest_sent, sack.cum_tsn_ack) {
+            return Err(AckedUnsent {
+                acked: sack.cum_tsn_ack,
+            });
+        }
+        let flight_before = self.flight;
+        let mut newly_acked: u64 = 0;
+        let mut newest_sent: Option<Instant> = None;
+        let mut sample: Option<std::time::Duration> = None;
+        // Highest TSN newly acknowledged by this SACK (the HTNA of RFC 9260 7.2.4).
+        let mut htna: Option<u32> = None;
+
+        while let Some(first) = self.outstanding.front() {
+            if !le32(first.chunk.tsn, sack.cum_tsn_ack) {
+                break;
+            }
+            let Some(sent) = self.outstanding.pop_front() else {
+                break;
+            };
+            if sent.marked {
+                self.marked -= 1;
+            }
+            if sent.in_flight() {
+                self.flight -= sent.size;
+            }
+            if !sent.gap_acked {
+                newly_acked += sent.size;
+                htna = Some(sent.chunk.tsn);
+                newest_sent = Some(newest_sent.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
+                if sent.transmissions == 1 {
+                    sample = Some(now.saturating_duration_since(sent.sent_at));
+                }
+            }
+            if let Some(out) = self.streams.get_mut(usize::from(sent.chunk.stream)) {
+                let len = sent.chunk.payload.len();
+                out.stats.in_flight -= len;
+                out.stats.acked += len as u64;
+            }
+            outcome.cum_advanced = true;
+        }
+        self.cum_ack = sack.cum_tsn_ack;
+
+        // Gap blocks: offsets from the cumulative ack. Anything outstanding not
+        // inside a block is not (or no longer) acknowledged.
+        let mut blocks = sack.gaps.iter().peekable();
+        let base = sack.cum_tsn_ack;
+        for sent in self.outstanding.iter_mut() {
+            let offset = sent.chunk.tsn.wrapping_sub(base);
+            while blocks.peek().is_some_and(|b| u32::from(b.end) < offset) {
+                blocks.next();
+            }
+            let in_block = blocks
+                .peek()
+                .is_some_and(|b| u32::from(b.start) <= offset && offset <= u32::from(b.end));
+            if in_block && !sent.gap_acked {
+                if sent.in_flight() {
+                    self.flight -= sent.size;
+                }
+                if sent.marked {
+                    sent.marked = false;
+                    self.marked -= 1;
+                }
+                sent.gap_acked = true;
+                newly_acked += sent.size;
+                htna = Some(sent.chunk.tsn);
+                newest_sent = Some(newest_sent.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
+                if sent.transmissions == 1 {
+                    sample = Some(now.saturating_duration_since(sent.sent_at));
+                }
+            } else if !in_block && sent.gap_acked {
+                // Renege (RFC 9260 6.2.1 D iv): the peer dropped it after all.
+                sent.gap_acked = false;
+                sent.misses = 0;
+                self.flight += sent.size;
+            }
+        }
+
+        if let Some(sample) = sample {
+            rtt.on_sample(sample);
+        }
+        if self
+            .recovery
+            .is_some_and(|exit| le32(exit, sack.cum_tsn_ack))
+        {
+            self.recovery = None;
+        }
+
+        // Miss indications below the highest newly acked TSN.
+        let mut lost_bytes = 0;
+        let mut lost_newest: Option<Instant> = None;
+        if let Some(htna) = htna {
+            for sent in self.outstanding.iter_mut() {
+                if !lt32(sent.chunk.tsn, htna) {
+                    break;
+                }
+                if sent.gap_acked || sent.marked {
+                    continue;
+                }
+                sent.misses += 1;
+                if sent.misses >= FAST_RETRANSMIT_MISSES {
+                    sent.marked = true;
+                    self.marked += 1;
+                    self.flight -= sent.size;
+                    lost_bytes += sent.size;
+                    lost_newest = Some(lost_newest.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
+                }
+            }
+        }
+
+        if newly_acked > 0
+            && let Some(sent) = newest_sent
+        {
+            cc.on_ack(
+                now,
+                &Acked {
+                    bytes: newly_acked,
+                    sent,
+                    flight_before,
+                    cum_advanced: outcome.cum_advanced,
+                    smoothed_rtt: rtt.smoothed(),
+                },
+            );
+        }
+        if let Some(sent) = lost_newest {
+            if self.recovery.is_none() {
+                self.recovery = Some(highest_sent);
+                cc.on_congestion_event(now, sent, false, lost_bytes);
+            }
+            self.fast_rtx_pending = true;
+            outcome.fast_retransmit = true;
+        }
+        // RFC 9260 6.2.1 D iv: the peer's window less what is still in flight.
+        self.peer_rwnd = u64::from(sack.a_rwnd).saturating_sub(self.flight);
+        Ok(outcome)
+    }
+
+    /// The T3-rtx timer expired (RFC 9260 6.3.3): every outstanding chunk
+    /// not gap-acked is marked for retransmission.
+    pub(crate) fn on_t3_expiry(&mut self, now: Instant, cc: &mut dyn Controller) {
+        let mut newest: Option<Instant> = None;
+        let mut lost = 0;
+        for sent in self.outstanding.iter_mut() {
+            if sent.gap_acked || sent.marked {
+                continue;
+            }
+            sent.marked = true;
+            self.marked += 1;
+            self.flight -= sent.size;
+            lost += sent.size;
+            newest = Some(newest.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
+        }
+        self.recovery = None;
+        self.fast_rtx_pending = false;
+        cc.on_congestion_event(now, newest.unwrap_or(now), true, lost);
+    }
+
+    /// Drops everything queued and outstanding (abort).
+    pub(crate) fn clear(&mut self) {
+        for out in &mut self.streams {
+            out.queue.clear();
+            out.stats.unsent = 0;
+            out.stats.in_flight = 0;
+        }
+        self.outstanding.clear();
+        self.unsent_total = 0;
+        self.flight = 0;
+        self.marked = 0;
+    }
+}

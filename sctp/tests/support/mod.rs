@@ -1,0 +1,351 @@
+//! A simulated network for the SCTP core: two endpoints, a virtual clock and
+//! a link with seeded loss (independent or in bursts), reordering,
+//! duplication, delay and a rate with a drop-tail queue. Nothing real: the
+//! same seed gives the same run, so a failure is replayed exactly.
+//!
+//! The loop (`Sim::step`) is the driver a real socket would have: deliver
+//! what is due, run due timers, drain every association's transmits and
+//! events, read every message, then jump the clock to the next deadline.
+
+#![allow(
+    dead_code,
+    reason = "each test file uses a different part of the harness"
+)]
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sctp::{AssocHandle, Association, Config, DatagramEvent, Endpoint, Event, Message};
+
+/// How the link treats each datagram, both directions alike.
+#[derive(Debug, Clone)]
+pub(crate) struct Link {
+    /// One-way delay.
+    pub(crate) delay: Duration,
+    /// Extra random delay, uniform in 0..jitter (reorders packets).
+    pub(crate) jitter: Duration,
+    /// Probability a datagram is lost (independent).
+    pub(crate) loss: f64,
+    /// Gilbert burst loss: (probability of entering the bad state per
+    /// datagram, probability of staying in it); every datagram in the bad state is lost.
+    pub(crate) burst: Option<(f64, f64)>,
+    /// Probability a datagram is delivered twice.
+    pub(crate) duplicate: f64,
+    /// Bits per second, if limited.
+    pub(crate) rate: Option<u64>,
+    /// Longest a datagram may wait in the rate limiter's queue before it is dropped.
+    pub(crate) queue: Duration,
+}
+
+impl Default for Link {
+    fn default() -> Self {
+        Link {
+            delay: Duration::from_millis(10),
+            jitter: Duration::ZERO,
+            loss: 0.0,
+            burst: None,
+            duplicate: 0.0,
+            rate: None,
+            queue: Duration::from_millis(100),
+        }
+    }
+}
+
+/// One side: an endpoint and the associations it drives.
+pub(crate) struct Side {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) addr: SocketAddr,
+    pub(crate) assocs: BTreeMap<AssocHandle, Association>,
+    /// Every message read, in order of reading.
+    pub(crate) received: Vec<Message>,
+    pub(crate) events: Vec<(AssocHandle, Event)>,
+    /// Read messages as they arrive (false: leave them in the association).
+    pub(crate) reading: bool,
+}
+
+impl Side {
+    fn new(config: Config, addr: SocketAddr, listening: bool, seed: u8, now: Instant) -> Self {
+        Side {
+            endpoint: Endpoint::new(config, addr.port(), listening, [seed; 32], now)
+                .expect("valid configuration"),
+            addr,
+            assocs: BTreeMap::new(),
+            received: Vec::new(),
+            events: Vec::new(),
+            reading: true,
+        }
+    }
+
+    /// The only association of this side.
+    pub(crate) fn assoc(&mut self) -> &mut Association {
+        self.assocs
+            .values_mut()
+            .next()
+            .expect("the side has an association")
+    }
+}
+
+struct InFlight {
+    to: usize,
+    from: SocketAddr,
+    data: Bytes,
+}
+
+/// Two sides and the link between them.
+pub(crate) struct Sim {
+    pub(crate) now: Instant,
+    pub(crate) sides: [Side; 2],
+    pub(crate) link: Link,
+    rng: StdRng,
+    queue: BinaryHeap<(Reverse<Instant>, u64, usize)>,
+    flights: HashMap<u64, InFlight>,
+    seq: u64,
+    link_free: [Instant; 2],
+    bad: [bool; 2],
+    /// Every datagram that entered the link, by direction (0: client to server).
+    pub(crate) sent: [Vec<Bytes>; 2],
+    pub(crate) dropped: u64,
+}
+
+/// Turns the loop may take without the clock moving before the run counts
+/// as a livelock (a timer that fires and re-arms for the same instant).
+const MAX_TURNS_AT_ONE_INSTANT: u32 = 10_000;
+
+pub(crate) const CLIENT: usize = 0;
+pub(crate) const SERVER: usize = 1;
+
+impl Sim {
+    /// A client (side 0) and a listening server (side 1).
+    pub(crate) fn new(client: Config, server: Config, link: Link, seed: u64) -> Self {
+        let now = Instant::now();
+        let client_addr: SocketAddr = "192.0.2.1:9899".parse().expect("address");
+        let server_addr: SocketAddr = "192.0.2.2:9899".parse().expect("address");
+        Sim {
+            now,
+            sides: [
+                Side::new(client, client_addr, false, 1, now),
+                Side::new(server, server_addr, true, 2, now),
+            ],
+            link,
+            rng: StdRng::seed_from_u64(seed),
+            queue: BinaryHeap::new(),
+            flights: HashMap::new(),
+            seq: 0,
+            link_free: [now; 2],
+            bad: [false; 2],
+            sent: [Vec::new(), Vec::new()],
+            dropped: 0,
+        }
+    }
+
+    /// The client opens an association to the server.
+    pub(crate) fn connect(&mut self) -> AssocHandle {
+        let server = self.sides[SERVER].addr;
+        let now = self.now;
+        let side = &mut self.sides[CLIENT];
+        let (handle, assoc) = side.endpoint.connect(now, server, server.port());
+        side.assocs.insert(handle, assoc);
+        handle
+    }
+
+    /// Puts a datagram on the link from side `from`.
+    pub(crate) fn transmit(&mut self, from: usize, data: Bytes) {
+        let to = 1 - from;
+        self.sent[from].push(data.clone());
+        let link = self.link.clone();
+        if let Some((enter, stay)) = link.burst {
+            let p = if self.bad[from] { stay } else { enter };
+            self.bad[from] = self.rng.random_bool(p);
+            if self.bad[from] {
+                self.dropped += 1;
+                return;
+            }
+        }
+        if link.loss > 0.0 && self.rng.random_bool(link.loss) {
+            self.dropped += 1;
+            return;
+        }
+        let mut depart = self.now;
+        if let Some(rate) = link.rate {
+            let start = self.link_free[from].max(self.now);
+            if start.duration_since(self.now) > link.queue {
+                self.dropped += 1;
+                return;
+            }
+            let bits = (data.len() as u64 + 28) * 8;
+            let serialise = Duration::from_nanos(bits * 1_000_000_000 / rate);
+            self.link_free[from] = start + serialise;
+            depart = self.link_free[from];
+        }
+        let copies = if link.duplicate > 0.0 && self.rng.random_bool(link.duplicate) {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let jitter = if link.jitter.is_zero() {
+                Duration::ZERO
+            } else {
+                Duration::from_nanos(self.rng.random_range(0..link.jitter.as_nanos() as u64))
+            };
+            let at = depart + link.delay + jitter;
+            self.seq += 1;
+            self.flights.insert(
+                self.seq,
+                InFlight {
+                    to,
+                    from: self.sides[from].addr,
+                    data: data.clone(),
+                },
+            );
+            self.queue.push((Reverse(at), self.seq, to));
+        }
+    }
+
+    fn deliver(&mut self, to: usize, from: SocketAddr, data: Bytes) {
+        let now = self.now;
+        let side = &mut self.sides[to];
+        match side.endpoint.handle(now, from, data) {
+            None => {}
+            Some(DatagramEvent::Association(handle, incoming)) => {
+                if let Some(assoc) = side.assocs.get_mut(&handle) {
+                    assoc.handle(now, incoming);
+                }
+            }
+            Some(DatagramEvent::NewAssociation {
+                handle,
+                association,
+                replaces,
+            }) => {
+                if let Some(old) = replaces
+                    && let Some(mut assoc) = side.assocs.remove(&old)
+                {
+                    assoc.peer_restarted();
+                    while let Some(event) = assoc.poll_event() {
+                        side.events.push((old, event));
+                    }
+                }
+                side.assocs.insert(handle, *association);
+            }
+            Some(DatagramEvent::Response(transmit)) => {
+                self.transmit(to, transmit.contents);
+            }
+        }
+    }
+
+    /// Drains every association of both sides: transmits, events, messages.
+    pub(crate) fn drain(&mut self) {
+        for i in 0..2 {
+            let now = self.now;
+            let mut out = Vec::new();
+            let side = &mut self.sides[i];
+            let mut over = Vec::new();
+            for (handle, assoc) in side.assocs.iter_mut() {
+                while let Some(t) = assoc.poll_transmit(now) {
+                    out.push(t.contents);
+                }
+                while let Some(event) = assoc.poll_event() {
+                    side.events.push((*handle, event));
+                }
+                if side.reading {
+                    while let Some(msg) = assoc.recv() {
+                        side.received.push(msg);
+                    }
+                    // Reading may have reopened the window: a SACK may be due.
+                    while let Some(t) = assoc.poll_transmit(now) {
+                        out.push(t.contents);
+                    }
+                }
+                if assoc.is_drained() {
+                    over.push(*handle);
+                }
+            }
+            for handle in over {
+                side.endpoint.forget(handle);
+            }
+            for data in out {
+                self.transmit(i, data);
+            }
+        }
+    }
+
+    /// One turn: deliver what is due, run timers, drain. Then the clock moves
+    /// to the next thing that will happen; false when nothing will.
+    pub(crate) fn step(&mut self) -> bool {
+        while let Some(&(Reverse(at), seq, to)) = self.queue.peek() {
+            if at > self.now {
+                break;
+            }
+            self.queue.pop();
+            if let Some(f) = self.flights.remove(&seq) {
+                debug_assert_eq!(f.to, to);
+                self.deliver(to, f.from, f.data);
+            }
+        }
+        let now = self.now;
+        for side in &mut self.sides {
+            for assoc in side.assocs.values_mut() {
+                if assoc.poll_timeout().is_some_and(|t| t <= now) {
+                    assoc.handle_timeout(now);
+                }
+            }
+        }
+        self.drain();
+        let next_packet = self.queue.peek().map(|(Reverse(at), _, _)| *at);
+        let next_timer = self
+            .sides
+            .iter()
+            .flat_map(|s| s.assocs.values())
+            .filter_map(Association::poll_timeout)
+            .min();
+        match [next_packet, next_timer].into_iter().flatten().min() {
+            Some(at) => {
+                self.now = self.now.max(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Steps until `done` holds or `limit` of simulated time passes; returns
+    /// whether `done` held.
+    pub(crate) fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Sim) -> bool) -> bool {
+        let end = self.now + limit;
+        let mut same_instant = 0;
+        loop {
+            if done(self) {
+                return true;
+            }
+            let before = self.now;
+            if self.now > end || !self.step() {
+                return done(self);
+            }
+            same_instant = if self.now == before {
+                same_instant + 1
+            } else {
+                0
+            };
+            assert!(
+                same_instant < MAX_TURNS_AT_ONE_INSTANT,
+                "livelock: the clock stopped at {:?}",
+                self.now - end + limit
+            );
+        }
+    }
+
+    /// Runs for `span` of simulated time.
+    pub(crate) fn run_for(&mut self, span: Duration) {
+        let end = self.now + span;
+        self.run_until(span, |sim| sim.now >= end);
+    }
+
+    /// Whether side `i` saw `event`.
+    pub(crate) fn saw(&self, i: usize, event: &Event) -> bool {
+        self.sides[i].events.iter().any(|(_, e)| e == event)
+    }
+}
