@@ -119,6 +119,11 @@ impl Endpoint {
         self.stats
     }
 
+    /// Associations the endpoint routes to (what it keeps per peer).
+    pub fn associations(&self) -> usize {
+        self.by_remote.len()
+    }
+
     /// Whether INITs from new peers are answered.
     pub fn set_listening(&mut self, listening: bool) {
         self.listening = listening;

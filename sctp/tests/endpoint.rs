@@ -1,0 +1,304 @@
+//! The endpoint against hostile packets: an INIT flood, forged, expired and
+//! replayed cookies, wrong verification tags, out-of-the-blue packets and
+//! unknown chunks. Packets are built by hand with the crate's own codec.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use sctp::chunk::{Chunk, DataChunk, DataKind, ErrorCause, Init, Packet, cause};
+use sctp::{Config, DatagramEvent, Endpoint, Event, State};
+use support::{CLIENT, Link, SERVER, Sim};
+
+const PORT: u16 = 9899;
+
+fn server(now: Instant) -> Endpoint {
+    Endpoint::new(Config::default(), PORT, true, [7; 32], now).expect("config")
+}
+
+fn encode(vtag: u32, chunks: Vec<Chunk>) -> Bytes {
+    let packet = Packet {
+        src_port: PORT,
+        dst_port: PORT,
+        vtag,
+        chunks,
+    };
+    let mut buf = BytesMut::new();
+    packet.encode(&mut buf);
+    buf.freeze()
+}
+
+fn init(tag: u32) -> Chunk {
+    Chunk::Init(Init {
+        initiate_tag: tag,
+        a_rwnd: 65536,
+        outbound_streams: 4,
+        inbound_streams: 4,
+        initial_tsn: 1000,
+        ..Init::default()
+    })
+}
+
+fn peer(i: u32) -> SocketAddr {
+    SocketAddr::from(([10, (i >> 16) as u8, (i >> 8) as u8, i as u8], 9899))
+}
+
+/// The INIT ACK's packet, decoded.
+fn response(event: Option<DatagramEvent>) -> Packet {
+    match event {
+        Some(DatagramEvent::Response(t)) => Packet::decode(t.contents).expect("valid answer"),
+        other => panic!("expected a stateless response, got {other:?}"),
+    }
+}
+
+fn cookie_of(answer: &Packet) -> Bytes {
+    match &answer.chunks[0] {
+        Chunk::InitAck(ack) => ack.cookie.clone().expect("INIT ACK carries a cookie"),
+        other => panic!("expected INIT ACK, got {other:?}"),
+    }
+}
+
+fn initiate_tag_of(answer: &Packet) -> u32 {
+    match &answer.chunks[0] {
+        Chunk::InitAck(ack) => ack.initiate_tag,
+        other => panic!("expected INIT ACK, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_init_flood_keeps_no_state() {
+    let now = Instant::now();
+    let mut ep = server(now);
+    for i in 0..10_000 {
+        let answer = response(ep.handle(now, peer(i), encode(0, vec![init(i + 1)])));
+        assert_eq!(answer.vtag, i + 1, "INIT ACK goes to the INIT's tag");
+        assert!(matches!(answer.chunks[0], Chunk::InitAck(_)));
+    }
+    assert_eq!(ep.associations(), 0);
+    assert_eq!(ep.stats().init_acks, 10_000);
+}
+
+#[test]
+fn a_valid_cookie_opens_one_association_and_data_behind_it_is_delivered() {
+    let now = Instant::now();
+    let mut ep = server(now);
+    let from = peer(1);
+    let answer = response(ep.handle(now, from, encode(0, vec![init(0xabcd)])));
+    let tag = initiate_tag_of(&answer);
+    let data = Chunk::Data(DataChunk {
+        kind: DataKind::Data,
+        unordered: false,
+        beginning: true,
+        ending: true,
+        immediate: false,
+        tsn: 1000,
+        stream: 2,
+        mid: 0,
+        fsn: 0,
+        ppid: 0,
+        payload: Bytes::from_static(b"first request"),
+    });
+    let echo = encode(tag, vec![Chunk::CookieEcho(cookie_of(&answer)), data]);
+    let Some(DatagramEvent::NewAssociation {
+        mut association, ..
+    }) = ep.handle(now, from, echo.clone())
+    else {
+        panic!("expected a new association");
+    };
+    assert_eq!(ep.associations(), 1);
+    assert_eq!(association.state(), State::Established);
+    assert_eq!(association.poll_event(), Some(Event::Connected));
+    let msg = association.recv().expect("the bundled DATA was delivered");
+    assert_eq!((msg.stream, &msg.data[..]), (2, &b"first request"[..]));
+    // The reply: COOKIE ACK at once; the SACK for TSN 1000 after the delayed-ack time.
+    let reply =
+        Packet::decode(association.poll_transmit(now).expect("reply").contents).expect("valid");
+    assert_eq!(reply.vtag, 0xabcd);
+    assert_eq!(reply.chunks, vec![Chunk::CookieAck]);
+    let delay = Config::default().ack.max_delay;
+    assert_eq!(association.poll_timeout(), Some(now + delay));
+    association.handle_timeout(now + delay);
+    let reply = Packet::decode(
+        association
+            .poll_transmit(now + delay)
+            .expect("SACK")
+            .contents,
+    )
+    .expect("valid");
+    assert!(matches!(&reply.chunks[0], Chunk::Sack(s) if s.cum_tsn_ack == 1000));
+
+    // A replayed COOKIE ECHO is routed to the association it made (RFC 9260
+    // 5.2.4 D): no second association.
+    match ep.handle(now, from, echo) {
+        Some(DatagramEvent::Association(_, incoming)) => association.handle(now, incoming),
+        other => panic!("expected routing to the existing association, got {other:?}"),
+    }
+    assert_eq!(ep.associations(), 1);
+    assert_eq!(association.recv(), None, "the replayed DATA is a duplicate");
+}
+
+#[test]
+fn forged_cookies_are_dropped() {
+    let now = Instant::now();
+    let mut ep = server(now);
+    let from = peer(1);
+    let answer = response(ep.handle(now, from, encode(0, vec![init(5)])));
+    let tag = initiate_tag_of(&answer);
+    let cookie = cookie_of(&answer);
+    // A flipped bit anywhere.
+    for i in [0, 10, cookie.len() - 1] {
+        let mut bad = cookie.to_vec();
+        bad[i] ^= 1;
+        let echo = encode(tag, vec![Chunk::CookieEcho(Bytes::from(bad))]);
+        assert!(ep.handle(now, from, echo).is_none());
+    }
+    // A good cookie from another address.
+    let echo = encode(tag, vec![Chunk::CookieEcho(cookie.clone())]);
+    assert!(ep.handle(now, peer(2), echo).is_none());
+    // A good cookie under another verification tag.
+    let echo = encode(tag ^ 1, vec![Chunk::CookieEcho(cookie)]);
+    assert!(ep.handle(now, from, echo).is_none());
+    assert_eq!(ep.associations(), 0);
+    assert_eq!(ep.stats().forged_cookies, 5);
+}
+
+#[test]
+fn an_expired_cookie_gets_a_stale_cookie_error() {
+    let now = Instant::now();
+    let mut ep = server(now);
+    let from = peer(1);
+    let answer = response(ep.handle(now, from, encode(0, vec![init(5)])));
+    let tag = initiate_tag_of(&answer);
+    let echo = encode(tag, vec![Chunk::CookieEcho(cookie_of(&answer))]);
+    let late = now + Config::default().cookie_lifetime + Duration::from_millis(250);
+    let error = response(ep.handle(late, from, echo));
+    assert_eq!(error.vtag, 5);
+    assert_eq!(
+        error.chunks,
+        vec![Chunk::Error(vec![ErrorCause::new(
+            cause::STALE_COOKIE,
+            Bytes::copy_from_slice(&250_000u32.to_be_bytes())
+        )])]
+    );
+    assert_eq!(ep.associations(), 0);
+}
+
+#[test]
+fn out_of_the_blue_packets_are_answered_as_rfc_9260_8_4_says() {
+    let now = Instant::now();
+    let mut ep = server(now);
+    let from = peer(1);
+    // SHUTDOWN ACK: SHUTDOWN COMPLETE with the T bit, the packet's own tag.
+    let answer = response(ep.handle(now, from, encode(77, vec![Chunk::ShutdownAck])));
+    assert_eq!(answer.vtag, 77);
+    assert_eq!(
+        answer.chunks,
+        vec![Chunk::ShutdownComplete { reflected: true }]
+    );
+    // DATA: ABORT with the T bit.
+    let sack = Chunk::Shutdown { cum_tsn_ack: 1 };
+    let answer = response(ep.handle(now, from, encode(78, vec![sack])));
+    assert_eq!(answer.vtag, 78);
+    assert!(matches!(
+        answer.chunks[0],
+        Chunk::Abort {
+            reflected: true,
+            ..
+        }
+    ));
+    // ABORT, SHUTDOWN COMPLETE, COOKIE ACK, ERROR: never answered.
+    for chunk in [
+        Chunk::Abort {
+            reflected: false,
+            causes: vec![],
+        },
+        Chunk::ShutdownComplete { reflected: false },
+        Chunk::CookieAck,
+        Chunk::Error(vec![]),
+    ] {
+        assert!(ep.handle(now, from, encode(79, vec![chunk])).is_none());
+    }
+    // An INIT bundled with anything else, or with a non-zero tag, is dropped.
+    assert!(ep.handle(now, from, encode(1, vec![init(3)])).is_none());
+    // Garbage is counted, never answered.
+    assert!(ep.handle(now, from, Bytes::from_static(&[0; 40])).is_none());
+    assert_eq!(ep.stats().malformed, 1);
+    assert_eq!(ep.associations(), 0);
+}
+
+#[test]
+fn packets_with_a_wrong_verification_tag_are_dropped() {
+    let mut sim = Sim::new(Config::default(), Config::default(), Link::default(), 1);
+    sim.connect();
+    assert!(sim.run_until(Duration::from_secs(2), |s| s.saw(SERVER, &Event::Connected)));
+    let tag = sim.sides[SERVER].assoc().local_tag();
+    let bogus = Chunk::Abort {
+        reflected: false,
+        causes: vec![],
+    };
+    sim.transmit(CLIENT, encode(tag ^ 0x5555, vec![bogus]));
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(sim.sides[SERVER].assoc().state(), State::Established);
+    // The right tag ends it.
+    let abort = Chunk::Abort {
+        reflected: false,
+        causes: vec![],
+    };
+    sim.transmit(CLIENT, encode(tag, vec![abort]));
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(sim.sides[SERVER].assoc().state(), State::Closed);
+}
+
+#[test]
+fn unknown_chunks_follow_their_type_bits() {
+    let mut sim = Sim::new(Config::default(), Config::default(), Link::default(), 2);
+    sim.connect();
+    assert!(sim.run_until(Duration::from_secs(2), |s| s.saw(SERVER, &Event::Connected)));
+    let tag = sim.sides[SERVER].assoc().local_tag();
+    let before = sim.sent[SERVER].len();
+    // 0x40: stop processing and report; the HEARTBEAT behind it is not answered.
+    let unknown = Chunk::Unknown {
+        kind: 0x40 | 0x3f,
+        flags: 0,
+        value: Bytes::from_static(b"abcd"),
+    };
+    let heartbeat = Chunk::Heartbeat(Bytes::from_static(b"ping"));
+    sim.transmit(CLIENT, encode(tag, vec![unknown, heartbeat.clone()]));
+    sim.run_for(Duration::from_millis(50));
+    let replies: Vec<Packet> = sim.sent[SERVER][before..]
+        .iter()
+        .map(|d| Packet::decode(d.clone()).expect("valid"))
+        .collect();
+    assert!(replies.iter().any(|p| p.chunks.iter().any(
+        |c| matches!(c, Chunk::Error(causes) if causes[0].code == cause::UNRECOGNIZED_CHUNK)
+    )));
+    assert!(
+        !replies
+            .iter()
+            .any(|p| p.chunks.iter().any(|c| matches!(c, Chunk::HeartbeatAck(_))))
+    );
+    // 0x80: skip silently and go on; the HEARTBEAT is answered.
+    let before = sim.sent[SERVER].len();
+    let unknown = Chunk::Unknown {
+        kind: 0x80 | 0x3f,
+        flags: 0,
+        value: Bytes::new(),
+    };
+    sim.transmit(CLIENT, encode(tag, vec![unknown, heartbeat]));
+    sim.run_for(Duration::from_millis(50));
+    let replies: Vec<Packet> = sim.sent[SERVER][before..]
+        .iter()
+        .map(|d| Packet::decode(d.clone()).expect("valid"))
+        .collect();
+    assert!(replies.iter().any(|p| {
+        p.chunks
+            .contains(&Chunk::HeartbeatAck(Bytes::from_static(b"ping")))
+    }));
+    assert!(
+        !replies
+            .iter()
+            .any(|p| p.chunks.iter().any(|c| matches!(c, Chunk::Error(_))))
+    );
+}
