@@ -52,6 +52,18 @@ use crate::wire::{self, COMMON_HEADER_LEN};
 /// Bytes of HEARTBEAT information we send: the send time (µs since the
 /// association began) and a random nonce (RFC 9260 8.3).
 const HEARTBEAT_INFO_LEN: usize = 16;
+/// Probes of one size sent before that size counts as not fitting the path
+/// (RFC 8899 MAX_PROBES).
+const MAX_PROBES: u32 = 3;
+/// The search stops when the largest size that fits and the smallest that
+/// did not are this close, bytes.
+const PMTU_SEARCH_GRANULARITY: usize = 32;
+/// A path that has not reached the configured maximum is probed again after
+/// this long (RFC 8899 PMTU_RAISE_TIMER).
+const PMTU_RAISE_INTERVAL: Duration = Duration::from_secs(600);
+/// Shortest wait for a probe's answer: a probe's loss is not a congestion
+/// signal, so it has its own timer rather than the T3 one.
+const MIN_PROBE_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// The association's state (RFC 9260 section 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +177,62 @@ impl Shared {
     }
 }
 
+/// Packetization-layer path MTU discovery in the manner of RFC 8899: packets
+/// start at the size every IPv6 path carries and HEARTBEAT probes padded with
+/// PAD chunks (RFC 4820) search upwards to the configured maximum. A lost
+/// probe is neither congestion nor a path error. Not implemented: black-hole
+/// detection (falling back when full-sized packets stop getting through),
+/// since retransmissions keep the size their chunks were cut to.
+#[derive(Debug)]
+struct Plpmtu {
+    /// Packets are built to this size, bytes.
+    current: usize,
+    /// The configured maximum, bytes.
+    max: usize,
+    /// The smallest size known not to fit, bytes (max + 1 when none).
+    too_big: usize,
+    /// The probe in flight: its size, nonce, deadline and how many of that
+    /// size were sent.
+    probe: Option<Probe>,
+    /// When the next probe may go.
+    next: Option<Instant>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Probe {
+    size: usize,
+    nonce: u64,
+    deadline: Instant,
+    attempts: u32,
+}
+
+impl Plpmtu {
+    fn new(max: usize) -> Self {
+        let current = max.min(crate::config::MIN_MTU);
+        Plpmtu {
+            current,
+            max,
+            too_big: max + 1,
+            probe: None,
+            next: None,
+        }
+    }
+
+    /// The next size worth probing, if the search is not over.
+    fn candidate(&self) -> Option<usize> {
+        if self.current >= self.max || self.too_big - self.current <= PMTU_SEARCH_GRANULARITY {
+            return None;
+        }
+        // Most paths carry the maximum: try it first, then halve the gap.
+        let size = if self.too_big > self.max {
+            self.max
+        } else {
+            (self.current + self.too_big) / 2
+        };
+        Some(size & !3)
+    }
+}
+
 /// Negotiated at the handshake.
 #[derive(Debug, Clone, Copy)]
 struct Negotiated {
@@ -191,7 +259,7 @@ pub struct Association {
     rtt: RttEstimator,
     cc: Box<dyn Controller>,
     ack: Box<dyn AckPolicy>,
-    mtu: usize,
+    pmtu: Plpmtu,
     rng: StdRng,
     /// Control chunks waiting for the next packet, in order.
     control: VecDeque<Chunk>,
@@ -227,11 +295,13 @@ impl Association {
         let mut rng = StdRng::seed_from_u64(seed);
         let config = &shared.config;
         let rtt = RttEstimator::new(config.rtt);
-        let cc = config.congestion.build(now, config.mtu);
+        let cc = config
+            .congestion
+            .build(now, config.mtu.min(crate::config::MIN_MTU));
         let ack: Box<dyn AckPolicy> = Box::new(DelayedAck::new(config.ack));
         let my_tag = nonzero(&mut rng);
         let local_initial_tsn = rng.random();
-        let mtu = config.mtu;
+        let pmtu = Plpmtu::new(config.mtu);
         let heartbeat_due = Some(now + config.heartbeat_interval);
         Association {
             shared,
@@ -248,7 +318,7 @@ impl Association {
             rtt,
             cc,
             ack,
-            mtu,
+            pmtu,
             rng,
             control: VecDeque::new(),
             packets: VecDeque::new(),
@@ -358,7 +428,86 @@ impl Association {
         if self.state != state {
             trace!(from = ?self.state, to = ?state, "association state");
             self.state = state;
+            if state == State::Established {
+                self.pmtu.next = Some(self.last_heard);
+            }
         }
+    }
+
+    /// The packet size in use, bytes (the path MTU as far as it is known).
+    pub fn mtu(&self) -> usize {
+        self.pmtu.current
+    }
+
+    /// A probe packet of the next candidate size, if one is due.
+    fn poll_probe(&mut self, now: Instant) -> Option<Bytes> {
+        if self.state != State::Established || self.pmtu.probe.is_some() {
+            return None;
+        }
+        if self.pmtu.next.is_none_or(|at| at > now) {
+            return None;
+        }
+        let Some(size) = self.pmtu.candidate() else {
+            self.pmtu.next = (self.pmtu.current < self.pmtu.max).then(|| now + PMTU_RAISE_INTERVAL);
+            return None;
+        };
+        let nonce: u64 = self.rng.random();
+        let attempts = 1;
+        self.pmtu.probe = Some(Probe {
+            size,
+            nonce,
+            deadline: now + self.rtt.rto().max(MIN_PROBE_TIMEOUT),
+            attempts,
+        });
+        self.pmtu.next = None;
+        Some(self.probe_packet(now, size, nonce))
+    }
+
+    fn probe_packet(&self, now: Instant, size: usize, nonce: u64) -> Bytes {
+        let heartbeat = Chunk::Heartbeat(self.heartbeat_info(now, nonce));
+        let used = COMMON_HEADER_LEN + heartbeat.encoded_len() + 4;
+        let pad = u16::try_from(size.saturating_sub(used)).unwrap_or(u16::MAX);
+        let packet = Packet {
+            src_port: self.shared.local_port,
+            dst_port: self.peer_port,
+            vtag: self.peer_tag,
+            chunks: vec![heartbeat, Chunk::Pad(pad)],
+        };
+        let mut buf = BytesMut::with_capacity(size);
+        packet.encode(&mut buf);
+        debug_assert_eq!(buf.len(), size);
+        buf.freeze()
+    }
+
+    /// The probe's answer did not come.
+    fn on_probe_timeout(&mut self, now: Instant) {
+        let Some(probe) = self.pmtu.probe.take() else {
+            return;
+        };
+        if probe.attempts < MAX_PROBES {
+            let nonce: u64 = self.rng.random();
+            self.pmtu.probe = Some(Probe {
+                nonce,
+                deadline: now + self.rtt.rto().max(MIN_PROBE_TIMEOUT),
+                attempts: probe.attempts + 1,
+                ..probe
+            });
+            let packet = self.probe_packet(now, probe.size, nonce);
+            self.packets.push_back(packet);
+        } else {
+            debug!(remote = %self.remote, size = probe.size, "PMTU probe size does not fit the path");
+            self.pmtu.too_big = probe.size;
+            self.pmtu.next = Some(now);
+        }
+    }
+
+    fn heartbeat_info(&self, now: Instant, nonce: u64) -> Bytes {
+        let micros =
+            u64::try_from(now.saturating_duration_since(self.born).as_micros()).unwrap_or(u64::MAX);
+        let mut info = BytesMut::with_capacity(HEARTBEAT_INFO_LEN);
+        info.extend_from_slice(&micros.to_be_bytes());
+        info.extend_from_slice(&nonce.to_be_bytes());
+        info.freeze()
     }
 
     /// The association's state.
@@ -565,6 +714,8 @@ impl Association {
             self.ack.deadline(),
             self.heartbeat_due,
             self.heartbeat_wait.map(|(_, at)| at),
+            self.pmtu.probe.map(|p| p.deadline),
+            self.pmtu.next.filter(|_| self.state == State::Established),
             idle,
         ]
         .into_iter()
@@ -600,6 +751,9 @@ impl Association {
         }
         if self.heartbeat_due.is_some_and(|t| t <= now) {
             self.send_heartbeat(now);
+        }
+        if self.pmtu.probe.is_some_and(|p| p.deadline <= now) {
+            self.on_probe_timeout(now);
         }
     }
 
@@ -1013,15 +1167,25 @@ impl Association {
     }
 
     fn on_heartbeat_ack(&mut self, now: Instant, info: &[u8]) {
-        let Some((nonce, _)) = self.heartbeat_wait else {
-            return;
-        };
         if info.len() != HEARTBEAT_INFO_LEN {
             return;
         }
         let (time, rest) = info.split_at(8);
         let sent = u64::from_be_bytes(time.try_into().unwrap_or([0; 8]));
         let echoed = u64::from_be_bytes(rest.try_into().unwrap_or([0; 8]));
+        if let Some(probe) = self.pmtu.probe
+            && probe.nonce == echoed
+        {
+            debug!(remote = %self.remote, size = probe.size, "path MTU raised");
+            self.pmtu.probe = None;
+            self.pmtu.current = probe.size;
+            self.pmtu.next = Some(now);
+            self.cc.on_mtu(probe.size);
+            return;
+        }
+        let Some((nonce, _)) = self.heartbeat_wait else {
+            return;
+        };
         if echoed != nonce {
             return;
         }
@@ -1153,7 +1317,14 @@ impl Association {
         if self.state == State::Closed {
             return None;
         }
-        let mut buf = BytesMut::with_capacity(self.mtu);
+        if let Some(contents) = self.poll_probe(now) {
+            return Some(Transmit {
+                destination: self.remote,
+                contents,
+            });
+        }
+        let mtu = self.pmtu.current;
+        let mut buf = BytesMut::with_capacity(mtu);
         wire::encode_header(
             &mut buf,
             self.shared.local_port,
@@ -1163,7 +1334,7 @@ impl Association {
         let mut chunks = 0;
         let mut bundled_cookie = false;
         while let Some(chunk) = self.control.front() {
-            if buf.len() + chunk.encoded_len() > self.mtu && chunks > 0 {
+            if buf.len() + chunk.encoded_len() > mtu && chunks > 0 {
                 break;
             }
             let Some(chunk) = self.control.pop_front() else {
@@ -1177,7 +1348,7 @@ impl Association {
             && let Some(receiver) = self.receiver.as_mut()
         {
             let sack = Chunk::Sack(receiver.build_sack());
-            if buf.len() + sack.encoded_len() <= self.mtu {
+            if buf.len() + sack.encoded_len() <= mtu {
                 if let Chunk::Sack(s) = &sack {
                     self.advertised = s.a_rwnd;
                 }
@@ -1198,7 +1369,7 @@ impl Association {
             let cwnd = self.cc.window();
             let mut used_fast = false;
             while sender.may_retransmit(cwnd) || (used_fast && sender.has_marked()) {
-                let room = self.mtu - buf.len();
+                let room = mtu.saturating_sub(buf.len());
                 let Some(chunk) = sender.next_retransmit(now, room, self.cc.as_mut()) else {
                     break;
                 };
@@ -1211,7 +1382,7 @@ impl Association {
                 sender.fast_retransmit_sent();
             }
             while !sender.has_marked() && sender.may_send_new(self.cc.window()) {
-                let room = self.mtu - buf.len();
+                let room = mtu.saturating_sub(buf.len());
                 let Some(chunk) = sender.next_fragment(now, room, self.cc.as_mut()) else {
                     break;
                 };

@@ -338,3 +338,28 @@ fn a_restarted_peer_replaces_its_old_association() {
     assert_eq!(sim.sides[SERVER].assocs.len(), 1);
     transfer(&mut sim, 2, 3, |_| 10);
 }
+
+#[test]
+fn the_path_mtu_is_probed_up_to_the_maximum() {
+    let mut sim = established(Link::default(), 15);
+    assert!(sim.run_until(SECOND, |s| s.sides[CLIENT].assoc().mtu()
+        == sctp::DEFAULT_MTU
+        && s.sides[SERVER].assoc().mtu() == sctp::DEFAULT_MTU));
+}
+
+#[test]
+fn a_smaller_path_mtu_is_found_and_data_fits_it() {
+    let link = Link {
+        max_datagram: Some(1300),
+        ..Link::default()
+    };
+    let mut sim = established(link, 16);
+    sim.run_for(10 * SECOND);
+    let mtu = sim.sides[CLIENT].assoc().mtu();
+    assert!((1268..=1300).contains(&mtu), "found {mtu}");
+    transfer(&mut sim, 2, 20, |_| 4000);
+    // Nothing but the probes was lost to the path's size: 1452, 1340 and
+    // 1312 bytes, three probes each.
+    let too_big = sim.sent[CLIENT].iter().filter(|d| d.len() > 1300).count();
+    assert_eq!(too_big, 9, "datagrams over the path MTU");
+}

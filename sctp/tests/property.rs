@@ -63,6 +63,7 @@ proptest! {
             rate: Some(20_000_000),
             delay: Duration::from_millis(15),
             queue: Duration::from_millis(200),
+            max_datagram: None,
         };
         let mut sim = Sim::new(config(idata), config(idata), link, seed);
         sim.connect();

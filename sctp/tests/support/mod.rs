@@ -40,6 +40,8 @@ pub(crate) struct Link {
     pub(crate) rate: Option<u64>,
     /// Longest a datagram may wait in the rate limiter's queue before it is dropped.
     pub(crate) queue: Duration,
+    /// Datagrams larger than this are dropped (a path MTU), bytes.
+    pub(crate) max_datagram: Option<usize>,
 }
 
 impl Default for Link {
@@ -52,6 +54,7 @@ impl Default for Link {
             duplicate: 0.0,
             rate: None,
             queue: Duration::from_millis(100),
+            max_datagram: None,
         }
     }
 }
@@ -158,6 +161,10 @@ impl Sim {
         let to = 1 - from;
         self.sent[from].push(data.clone());
         let link = self.link.clone();
+        if link.max_datagram.is_some_and(|max| data.len() > max) {
+            self.dropped += 1;
+            return;
+        }
         if let Some((enter, stay)) = link.burst {
             let p = if self.bad[from] { stay } else { enter };
             self.bad[from] = self.rng.random_bool(p);
