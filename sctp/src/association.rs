@@ -1317,12 +1317,6 @@ impl Association {
         if self.state == State::Closed {
             return None;
         }
-        if let Some(contents) = self.poll_probe(now) {
-            return Some(Transmit {
-                destination: self.remote,
-                contents,
-            });
-        }
         let mtu = self.pmtu.current;
         let mut buf = BytesMut::with_capacity(mtu);
         wire::encode_header(
@@ -1366,6 +1360,10 @@ impl Association {
         };
         let mut data_sent = false;
         if data_allowed && let Some(sender) = self.sender.as_mut() {
+            if sender.flight() == 0 {
+                // RFC 9260 7.2.1: a window unused for an RTO decays.
+                self.cc.on_idle(now, self.rtt.rto());
+            }
             let cwnd = self.cc.window();
             let mut used_fast = false;
             while sender.may_retransmit(cwnd) || (used_fast && sender.has_marked()) {
@@ -1395,7 +1393,11 @@ impl Association {
             }
         }
         if chunks == 0 {
-            return None;
+            // Probes go when nothing else waits.
+            return self.poll_probe(now).map(|contents| Transmit {
+                destination: self.remote,
+                contents,
+            });
         }
         if data_sent && self.t3.is_none() {
             self.t3 = Some(now + self.rtt.rto());
