@@ -146,6 +146,8 @@ pub(crate) struct Sender {
     peer_rwnd: u64,
     /// Chunks marked for retransmission.
     marked: usize,
+    /// Outstanding chunks acknowledged by gap blocks.
+    gap_acked: usize,
     /// Fast recovery: the highest TSN outstanding when it began.
     recovery: Option<u32>,
     /// One packet of marked chunks may ignore the congestion window.
@@ -181,6 +183,7 @@ impl Sender {
             flight: 0,
             peer_rwnd: u64::from(peer_rwnd),
             marked: 0,
+            gap_acked: 0,
             recovery: None,
             fast_rtx_pending: false,
             unsent_total: 0,
@@ -446,7 +449,9 @@ impl Sender {
             if sent.in_flight() {
                 self.flight -= sent.size;
             }
-            if !sent.gap_acked {
+            if sent.gap_acked {
+                self.gap_acked -= 1;
+            } else {
                 newly_acked += sent.size;
                 htna = Some(sent.chunk.tsn);
                 newest_sent = Some(newest_sent.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
@@ -467,7 +472,14 @@ impl Sender {
         // inside a block is not (or no longer) acknowledged.
         let mut blocks = sack.gaps.iter().peekable();
         let base = sack.cum_tsn_ack;
-        for sent in self.outstanding.iter_mut() {
+        // Without gap blocks and with nothing gap-acked before, there is
+        // nothing to mark or un-mark: the common case costs no walk.
+        let walk = if sack.gaps.is_empty() && self.gap_acked == 0 {
+            0
+        } else {
+            self.outstanding.len()
+        };
+        for sent in self.outstanding.iter_mut().take(walk) {
             let offset = sent.chunk.tsn.wrapping_sub(base);
             while blocks.peek().is_some_and(|b| u32::from(b.end) < offset) {
                 blocks.next();
@@ -484,6 +496,7 @@ impl Sender {
                     self.marked -= 1;
                 }
                 sent.gap_acked = true;
+                self.gap_acked += 1;
                 newly_acked += sent.size;
                 htna = Some(sent.chunk.tsn);
                 newest_sent = Some(newest_sent.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
@@ -493,6 +506,7 @@ impl Sender {
             } else if !in_block && sent.gap_acked {
                 // Renege (RFC 9260 6.2.1 D iv): the peer dropped it after all.
                 sent.gap_acked = false;
+                self.gap_acked -= 1;
                 sent.misses = 0;
                 self.flight += sent.size;
             }
@@ -585,6 +599,7 @@ impl Sender {
             out.stats.in_flight = 0;
         }
         self.outstanding.clear();
+        self.gap_acked = 0;
         self.unsent_total = 0;
         self.flight = 0;
         self.marked = 0;

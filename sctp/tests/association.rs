@@ -363,3 +363,31 @@ fn a_smaller_path_mtu_is_found_and_data_fits_it() {
     let too_big = sim.sent[CLIENT].iter().filter(|d| d.len() > 1300).count();
     assert_eq!(too_big, 9, "datagrams over the path MTU");
 }
+
+#[test]
+fn both_sides_closing_at_once_still_close_cleanly() {
+    let mut sim = established(Link::default(), 17);
+    let now = sim.now;
+    sim.sides[CLIENT].assoc().close(now);
+    sim.sides[SERVER].assoc().close(now);
+    assert!(sim.run_until(10 * SECOND, |s| s.saw(CLIENT, &Event::Closed)
+        && s.saw(SERVER, &Event::Closed)));
+}
+
+#[test]
+fn a_lost_tail_is_retransmitted_after_the_rto_with_back_off() {
+    let mut sim = established(Link::default(), 18);
+    // The link goes dark for 2 s: the one message in flight is retransmitted
+    // by T3-rtx, the RTO doubling each time (RFC 9260 6.3.3 E2).
+    sim.link.loss = 1.0;
+    let rto = sim.sides[CLIENT].assoc().rto();
+    sim.sides[CLIENT]
+        .assoc()
+        .send(0, Bytes::from_static(b"tail"), 0, false)
+        .expect("send");
+    sim.run_for(2 * SECOND);
+    assert!(sim.sides[CLIENT].assoc().rto() >= rto * 4);
+    sim.link.loss = 0.0;
+    assert!(sim.run_until(10 * SECOND, |s| s.sides[SERVER].received.len() == 1));
+    assert_eq!(&sim.sides[SERVER].received[0].data[..], b"tail");
+}

@@ -43,7 +43,7 @@ fn body(stream: u16, index: u32, len: usize) -> Bytes {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
 
     #[test]
     fn exactly_once_in_order_per_stream(
