@@ -302,7 +302,6 @@ impl Association {
         let my_tag = nonzero(&mut rng);
         let local_initial_tsn = rng.random();
         let pmtu = Plpmtu::new(config.mtu);
-        let heartbeat_due = Some(now + config.heartbeat_interval);
         Association {
             shared,
             state: State::CookieWait,
@@ -329,7 +328,7 @@ impl Association {
             t3: None,
             sack_needed: false,
             advertised: 0,
-            heartbeat_due,
+            heartbeat_due: None,
             heartbeat_wait: None,
             last_heard: now,
             error_count: 0,
@@ -430,6 +429,7 @@ impl Association {
             self.state = state;
             if state == State::Established {
                 self.pmtu.next = Some(self.last_heard);
+                self.heartbeat_due = Some(self.last_heard + self.shared.config.heartbeat_interval);
             }
         }
     }
@@ -654,6 +654,10 @@ impl Association {
     }
 
     fn send_abort(&mut self, causes: Vec<ErrorCause>) {
+        if self.peer_tag == 0 {
+            // Still in COOKIE-WAIT: the peer has no association to abort.
+            return;
+        }
         let abort = Chunk::Abort {
             reflected: false,
             causes,

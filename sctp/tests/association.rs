@@ -391,3 +391,32 @@ fn a_lost_tail_is_retransmitted_after_the_rto_with_back_off() {
     assert!(sim.run_until(10 * SECOND, |s| s.sides[SERVER].received.len() == 1));
     assert_eq!(&sim.sides[SERVER].received[0].data[..], b"tail");
 }
+
+#[test]
+fn a_slow_handshake_still_gets_heartbeats_afterwards() {
+    let cfg = Config {
+        heartbeat_interval: Duration::from_millis(500),
+        idle_timeout: Duration::from_secs(3),
+        ..config()
+    };
+    let link = Link {
+        loss: 1.0,
+        ..Link::default()
+    };
+    // Only the client heartbeats (the server's interval is longer than the
+    // test), so only the client's heartbeats can keep the pair alive.
+    let server = Config {
+        heartbeat_interval: Duration::from_secs(600),
+        ..cfg.clone()
+    };
+    let mut sim = Sim::new(cfg, server, link, 19);
+    sim.connect();
+    // The first INITs are lost for longer than the heartbeat interval.
+    sim.run_for(Duration::from_millis(1500));
+    sim.link.loss = 0.0;
+    assert!(sim.run_until(10 * SECOND, |s| s.saw(CLIENT, &Event::Connected)));
+    // Idle, but heartbeats keep both sides hearing each other.
+    sim.run_for(Duration::from_secs(20));
+    assert_eq!(sim.sides[CLIENT].assoc().state(), State::Established);
+    assert_eq!(sim.sides[SERVER].assoc().state(), State::Established);
+}
