@@ -314,7 +314,11 @@ impl Sim {
 
     /// Steps until `done` holds or `limit` of simulated time passes; returns
     /// whether `done` held.
-    pub(crate) fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Sim) -> bool) -> bool {
+    pub(crate) fn run_until(
+        &mut self,
+        limit: Duration,
+        mut done: impl FnMut(&mut Sim) -> bool,
+    ) -> bool {
         let end = self.now + limit;
         let mut same_instant = 0;
         loop {
