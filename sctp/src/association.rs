@@ -1036,12 +1036,19 @@ impl Association {
             State::Established | State::ShutdownPending | State::ShutdownReceived => {
                 // The SHUTDOWN's cumulative ack acts as a SACK's (RFC 9260 9.2).
                 self.ack_to(now, cum_tsn_ack);
+                if self.state == State::Closed {
+                    // The cumulative ack was a protocol violation: aborted.
+                    return;
+                }
                 self.set_state(State::ShutdownReceived);
                 self.maybe_shutdown(now);
             }
             State::ShutdownSent => {
                 // Both sides closed at once: answer with SHUTDOWN ACK.
                 self.ack_to(now, cum_tsn_ack);
+                if self.state == State::Closed {
+                    return;
+                }
                 self.t2 = None;
                 self.set_state(State::ShutdownAckSent);
                 self.control.push_back(Chunk::ShutdownAck);

@@ -832,6 +832,14 @@ impl Bridge {
                     if causes.iter().any(|c| c.code == sctp::chunk::cause::PROTOCOL_VIOLATION))),
             "our ABORT carries a Protocol Violation cause"
         );
+        assert!(
+            !self
+                .decoded(Dir::OursToProto)
+                .iter()
+                .flat_map(|p| &p.chunks)
+                .any(|c| matches!(c, Chunk::ShutdownAck)),
+            "no SHUTDOWN ACK once aborted"
+        );
     }
 }
 
