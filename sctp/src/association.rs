@@ -562,7 +562,9 @@ impl Association {
             self.t1,
             self.t2,
             self.t3,
-            self.ack.deadline(),
+            // Once it has fired, the SACK waits for the next poll_transmit,
+            // not for a deadline already past.
+            self.ack.deadline().filter(|_| !self.sack_needed),
             self.heartbeat_due,
             self.heartbeat_wait.map(|(_, at)| at),
             idle,

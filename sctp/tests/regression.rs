@@ -13,7 +13,13 @@ use support::{CLIENT, Link, SERVER, Sim};
 const SECOND: Duration = Duration::from_secs(1);
 
 fn established() -> Sim {
-    let mut sim = Sim::new(Config::default(), Config::default(), Link::default(), 1);
+    // No heartbeat in the way of the timers these tests watch.
+    let config = Config {
+        heartbeat_interval: Duration::from_secs(3600),
+        idle_timeout: Duration::from_secs(7200),
+        ..Config::default()
+    };
+    let mut sim = Sim::new(config.clone(), config, Link::default(), 1);
     sim.connect();
     assert!(
         sim.run_until(30 * SECOND, |s| s.saw(CLIENT, &Event::Connected)
@@ -85,4 +91,51 @@ fn shutdown_acknowledging_unsent_data_aborts_once() {
         !after.iter().any(|c| matches!(c, Chunk::ShutdownAck)),
         "no SHUTDOWN ACK after the ABORT: {after:?}"
     );
+}
+
+/// After `handle_timeout(now)` the next deadline is after `now`, even before
+/// the driver polls transmits: a fired delayed-ack timer used to stay in
+/// `poll_timeout` until the SACK went out, so a driver computing its sleep
+/// between the two would spin.
+#[test]
+fn fired_delayed_ack_leaves_poll_timeout() {
+    let mut sim = established();
+    let now = sim.now;
+    let client_addr = sim.sides[CLIENT].addr;
+    let client = sim.sides[CLIENT].assoc();
+    client
+        .send(0, bytes::Bytes::from_static(b"one"), 0, false)
+        .expect("send accepted");
+    let data = client.poll_transmit(now).expect("the DATA goes out");
+    let server = &mut sim.sides[SERVER];
+    match server.endpoint.handle(now, client_addr, data.contents) {
+        Some(sctp::DatagramEvent::Association(handle, incoming)) => {
+            server
+                .assocs
+                .get_mut(&handle)
+                .expect("the server's association")
+                .handle(now, incoming);
+        }
+        other => panic!("the DATA went to the association: {other:?}"),
+    }
+    // Run the server's timers one by one, as a driver that sleeps until
+    // `poll_timeout` would, until the delayed SACK goes out (a heartbeat
+    // may come first: the run stopped at the first deadline).
+    let server = server.assoc();
+    let mut sacked = false;
+    for _ in 0..8 {
+        let deadline = server.poll_timeout().expect("a timer runs");
+        assert!(deadline <= now + Duration::from_secs(5));
+        server.handle_timeout(deadline);
+        let next = server.poll_timeout().expect("the idle timer runs");
+        assert!(next > deadline, "a timer still due after handle_timeout");
+        while let Some(t) = server.poll_transmit(deadline) {
+            let packet = Packet::decode(t.contents).expect("valid packet");
+            sacked |= packet.chunks.iter().any(|c| matches!(c, Chunk::Sack(_)));
+        }
+        if sacked {
+            break;
+        }
+    }
+    assert!(sacked, "the delayed SACK went out");
 }
