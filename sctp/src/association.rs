@@ -715,7 +715,9 @@ impl Association {
             self.t1,
             self.t2,
             self.t3,
-            self.ack.deadline(),
+            // Once it has fired, the SACK waits for the next poll_transmit,
+            // not for a deadline already past.
+            self.ack.deadline().filter(|_| !self.sack_needed),
             self.heartbeat_due,
             self.heartbeat_wait.map(|(_, at)| at),
             self.pmtu.probe.map(|p| p.deadline),
@@ -1204,12 +1206,19 @@ impl Association {
             State::Established | State::ShutdownPending | State::ShutdownReceived => {
                 // The SHUTDOWN's cumulative ack acts as a SACK's (RFC 9260 9.2).
                 self.ack_to(now, cum_tsn_ack);
+                if self.state == State::Closed {
+                    // The cumulative ack was a protocol violation: aborted.
+                    return;
+                }
                 self.set_state(State::ShutdownReceived);
                 self.maybe_shutdown(now);
             }
             State::ShutdownSent => {
                 // Both sides closed at once: answer with SHUTDOWN ACK.
                 self.ack_to(now, cum_tsn_ack);
+                if self.state == State::Closed {
+                    return;
+                }
                 self.t2 = None;
                 self.set_state(State::ShutdownAckSent);
                 self.control.push_back(Chunk::ShutdownAck);

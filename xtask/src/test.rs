@@ -36,7 +36,7 @@ pub(crate) struct TestOptions {
 }
 
 /// Fuzz targets in fuzz/Cargo.toml, run in this order.
-const FUZZ_TARGETS: [&str; 3] = ["decode", "session", "sctp_packet"];
+const FUZZ_TARGETS: [&str; 4] = ["decode", "session", "sctp_packet", "sctp_association"];
 
 pub(crate) fn run(options: &TestOptions) -> Result<()> {
     let root = &workspace_root();
