@@ -194,7 +194,9 @@ struct Plpmtu {
     /// The probe in flight: its size, nonce, deadline and how many of that
     /// size were sent.
     probe: Option<Probe>,
-    /// When the next probe may go.
+    /// A probe should go as soon as nothing else waits.
+    due: bool,
+    /// When a probe becomes due again (the raise timer).
     next: Option<Instant>,
 }
 
@@ -214,6 +216,7 @@ impl Plpmtu {
             max,
             too_big: max + 1,
             probe: None,
+            due: false,
             next: None,
         }
     }
@@ -428,7 +431,7 @@ impl Association {
             trace!(from = ?self.state, to = ?state, "association state");
             self.state = state;
             if state == State::Established {
-                self.pmtu.next = Some(self.last_heard);
+                self.pmtu.due = true;
                 self.heartbeat_due = Some(self.last_heard + self.shared.config.heartbeat_interval);
             }
         }
@@ -441,12 +444,10 @@ impl Association {
 
     /// A probe packet of the next candidate size, if one is due.
     fn poll_probe(&mut self, now: Instant) -> Option<Bytes> {
-        if self.state != State::Established || self.pmtu.probe.is_some() {
+        if self.state != State::Established || self.pmtu.probe.is_some() || !self.pmtu.due {
             return None;
         }
-        if self.pmtu.next.is_none_or(|at| at > now) {
-            return None;
-        }
+        self.pmtu.due = false;
         let Some(size) = self.pmtu.candidate() else {
             self.pmtu.next = (self.pmtu.current < self.pmtu.max).then(|| now + PMTU_RAISE_INTERVAL);
             return None;
@@ -459,7 +460,6 @@ impl Association {
             deadline: now + self.rtt.rto().max(MIN_PROBE_TIMEOUT),
             attempts,
         });
-        self.pmtu.next = None;
         Some(self.probe_packet(now, size, nonce))
     }
 
@@ -497,7 +497,7 @@ impl Association {
         } else {
             debug!(remote = %self.remote, size = probe.size, "PMTU probe size does not fit the path");
             self.pmtu.too_big = probe.size;
-            self.pmtu.next = Some(now);
+            self.pmtu.due = true;
         }
     }
 
@@ -760,6 +760,12 @@ impl Association {
         }
         if self.pmtu.probe.is_some_and(|p| p.deadline <= now) {
             self.on_probe_timeout(now);
+        }
+        if self.pmtu.next.is_some_and(|t| t <= now) {
+            // The raise timer: search again from what fits now.
+            self.pmtu.next = None;
+            self.pmtu.too_big = self.pmtu.max + 1;
+            self.pmtu.due = true;
         }
     }
 
@@ -1185,7 +1191,7 @@ impl Association {
             debug!(remote = %self.remote, size = probe.size, "path MTU raised");
             self.pmtu.probe = None;
             self.pmtu.current = probe.size;
-            self.pmtu.next = Some(now);
+            self.pmtu.due = true;
             self.cc.on_mtu(probe.size);
             return;
         }
