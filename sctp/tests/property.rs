@@ -26,6 +26,7 @@ fn config(idata: bool) -> Config {
         // A lossy link may silence the peer for a while; the test is about
         // delivery, not about declaring it dead.
         max_retransmits: 1000,
+        max_init_transmits: 1000,
         idle_timeout: Duration::from_secs(3600),
         ..Config::default()
     }

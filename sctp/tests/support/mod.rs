@@ -299,6 +299,12 @@ impl Sim {
             for assoc in side.assocs.values_mut() {
                 if assoc.poll_timeout().is_some_and(|t| t <= now) {
                     assoc.handle_timeout(now);
+                    // A driver sleeps until poll_timeout: a deadline still
+                    // due after handle_timeout would make it spin.
+                    assert!(
+                        assoc.poll_timeout().is_none_or(|t| t > now),
+                        "a timer is still due after handle_timeout"
+                    );
                 }
             }
         }
