@@ -66,6 +66,14 @@
 //! - The TSN map holds at most `MAX_TSN_AHEAD / 2` ranges (TSNs further
 //!   ahead are dropped), the duplicate list at most [`MAX_DUPS`] TSNs, and
 //!   there is at most one ordered-stream state per inbound stream.
+//!
+//! Bounded memory has a price in liveness, which a sender that keeps to the
+//! window pays nothing for: whole ordered messages waiting behind a partial
+//! one count against the window and cannot be read. An I-DATA sender that
+//! starts later messages of a stream while an earlier one is unfinished, or
+//! keeps more messages half-sent than twice the window holds, can fill the
+//! buffer with what cannot be delivered; the association then stalls (the
+//! peer's retransmissions are dropped) instead of growing.
 
 // The association is the user of this module and is written separately; until
 // it is wired in, only the tests call these items.
@@ -1460,9 +1468,13 @@ mod tests {
         check_end(&r, initial, messages, &delivered)
     }
 
-    /// A sender that keeps to the advertised window (RFC 9260 6.1: new data
-    /// only while what is outstanding fits a_rwnd, one chunk as a probe when
-    /// nothing is outstanding) and retransmits everything unacknowledged each
+    /// How far past the advertised window the sender of
+    /// `deliver_through_window` may go, bytes.
+    const STALE_RWND_SLACK: usize = 48;
+
+    /// A sender that keeps to the advertised window, mostly (RFC 9260 6.1:
+    /// new data only while what is outstanding fits a_rwnd, one chunk as a
+    /// probe when nothing is outstanding) and retransmits everything unacknowledged each
     /// round, through a network that reorders and duplicates as `seeds` say,
     /// to a receiver with a 64-byte window whose application reads once a
     /// round.
@@ -1487,8 +1499,16 @@ mod tests {
                 .collect();
             let mut outstanding: usize = unacked.iter().map(|c| c.payload.len()).sum();
             let mut batch: Vec<DataChunk> = unacked.into_iter().cloned().collect();
+            // Every other round the sender goes by a stale, larger a_rwnd (a
+            // SACK lost or late), so the receiver has to drop.
+            let slack = if seeds.next().unwrap_or(0) % 2 == 0 {
+                STALE_RWND_SLACK
+            } else {
+                0
+            };
             while let Some(next) = chunks.get(sent)
-                && (outstanding + next.payload.len() <= r.a_rwnd() as usize || outstanding == 0)
+                && (outstanding + next.payload.len() <= r.a_rwnd() as usize + slack
+                    || outstanding == 0)
             {
                 outstanding += next.payload.len();
                 batch.push(next.clone());
