@@ -66,6 +66,14 @@
 //! - The TSN map holds at most `MAX_TSN_AHEAD / 2` ranges (TSNs further
 //!   ahead are dropped), the duplicate list at most [`MAX_DUPS`] TSNs, and
 //!   there is at most one ordered-stream state per inbound stream.
+//!
+//! Bounded memory has a price in liveness, which a sender that keeps to the
+//! window pays nothing for: whole ordered messages waiting behind a partial
+//! one count against the window and cannot be read. An I-DATA sender that
+//! starts later messages of a stream while an earlier one is unfinished, or
+//! keeps more messages half-sent than twice the window holds, can fill the
+//! buffer with what cannot be delivered; the association then stalls (the
+//! peer's retransmissions are dropped) instead of growing.
 
 // The association is the user of this module and is written separately; until
 // it is wired in, only the tests call these items.
@@ -1209,5 +1217,349 @@ mod tests {
         let m = r.pop().expect("a message");
         assert_eq!(m.data.len(), MAX_HELD_CHUNKS + 2);
         assert_eq!((r.held_chunks, r.buffered()), (0, 0));
+    }
+
+    /// A message for the property tests to send.
+    #[derive(Debug, Clone)]
+    struct Message {
+        stream: u16,
+        unordered: bool,
+        len: usize,
+        /// Fragment size, bytes.
+        frag: usize,
+    }
+
+    /// Streams the property tests use (all valid).
+    const STREAMS: u16 = 3;
+
+    fn message() -> impl Strategy<Value = Message> {
+        (0..STREAMS, any::<bool>(), 1..=40usize, 1..=16usize).prop_map(
+            |(stream, unordered, len, frag)| Message {
+                stream,
+                unordered,
+                len,
+                frag,
+            },
+        )
+    }
+
+    /// Message `i`'s bytes: distinct enough that a misplaced fragment shows.
+    fn content(i: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|j| (i * 31 + j * 7 + j / 8) as u8).collect()
+    }
+
+    /// The chunks a sender makes of `messages` (the PPID is the message's
+    /// index), TSNs from `initial_tsn`. DATA: one message after another.
+    /// I-DATA: fragments of up to `open` messages interleave, as `picks`
+    /// choose; of one stream's messages only one is open unless `open` is
+    /// unbounded.
+    fn send(
+        messages: &[Message],
+        initial_tsn: u32,
+        idata: bool,
+        open: usize,
+        picks: &[usize],
+    ) -> Vec<DataChunk> {
+        let mut ordered_seq = [0u32; STREAMS as usize];
+        let mut unordered_seq = [0u32; STREAMS as usize];
+        let mut queues: Vec<VecDeque<DataChunk>> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let counter = if m.unordered {
+                    &mut unordered_seq
+                } else {
+                    &mut ordered_seq
+                };
+                let seq = counter[usize::from(m.stream)];
+                counter[usize::from(m.stream)] += 1;
+                let bytes = content(i, m.len);
+                let pieces: Vec<&[u8]> = bytes.chunks(m.frag).collect();
+                let last = pieces.len() - 1;
+                pieces
+                    .iter()
+                    .enumerate()
+                    .map(|(k, piece)| DataChunk {
+                        kind: if idata {
+                            DataKind::IData
+                        } else {
+                            DataKind::Data
+                        },
+                        unordered: m.unordered,
+                        beginning: k == 0,
+                        ending: k == last,
+                        immediate: false,
+                        tsn: 0,
+                        stream: m.stream,
+                        mid: if !idata && m.unordered { 0 } else { seq },
+                        fsn: if idata { k as u32 } else { 0 },
+                        ppid: if k == 0 || !idata { i as u32 } else { 0 },
+                        payload: Bytes::copy_from_slice(piece),
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut out = Vec::new();
+        let mut picks = picks.iter().cycle();
+        loop {
+            let mut streams = Vec::new();
+            let active: Vec<usize> = (0..queues.len())
+                .filter(|&i| !queues[i].is_empty())
+                // A bounded sender finishes a stream's message before the
+                // next on that stream (different streams interleave).
+                .filter(|&i| {
+                    let first = !streams.contains(&messages[i].stream);
+                    streams.push(messages[i].stream);
+                    open == usize::MAX || first
+                })
+                .take(if idata { open } else { 1 })
+                .collect();
+            if active.is_empty() {
+                break;
+            }
+            let i = active[picks.next().unwrap_or(&0) % active.len()];
+            out.extend(queues[i].pop_front());
+        }
+        for (k, c) in out.iter_mut().enumerate() {
+            c.tsn = initial_tsn.wrapping_add(k as u32);
+        }
+        out
+    }
+
+    /// An initial TSN, a list of messages and the sender's chunks of them in
+    /// any order, some more than once.
+    fn scenario(
+        idata: bool,
+        open: usize,
+    ) -> impl Strategy<Value = (u32, Vec<Message>, Vec<DataChunk>)> {
+        let initial = prop_oneof![any::<u32>(), (u32::MAX - 64)..=u32::MAX];
+        (
+            initial,
+            prop::collection::vec(message(), 1..12),
+            prop::collection::vec(any::<usize>(), 1..64),
+        )
+            .prop_flat_map(move |(initial, messages, picks)| {
+                let chunks = send(&messages, initial, idata, open, &picks);
+                let n = chunks.len();
+                (
+                    Just(initial),
+                    Just(messages),
+                    Just(chunks),
+                    prop::collection::vec(any::<prop::sample::Index>(), 0..=n),
+                )
+            })
+            .prop_flat_map(|(initial, messages, chunks, dups)| {
+                let mut arrivals = chunks.clone();
+                arrivals.extend(dups.iter().map(|d| chunks[d.index(chunks.len())].clone()));
+                (Just(initial), Just(messages), Just(arrivals).prop_shuffle())
+            })
+    }
+
+    /// The SACK is exact: everything up to its cumulative ack arrived and the
+    /// TSN after it did not; every TSN in a block arrived, every TSN between
+    /// blocks did not, and above the last block nothing did unless the block
+    /// limit was hit. `got` holds TSNs as offsets from `initial`.
+    fn check_sack(sack: &Sack, initial: u32, got: &BTreeSet<u32>) -> Result<(), TestCaseError> {
+        let cum = i64::from(sack.cum_tsn_ack.wrapping_sub(initial).wrapping_add(1)) - 1;
+        let arrived = |offset: i64| u32::try_from(offset).is_ok_and(|o| got.contains(&o));
+        prop_assert!((0..=cum).all(arrived));
+        let mut missing_from = cum + 1;
+        for block in &sack.gaps {
+            let (start, end) = (cum + i64::from(block.start), cum + i64::from(block.end));
+            prop_assert!(start > missing_from && start <= end, "{:?}", sack.gaps);
+            prop_assert!((missing_from..start).all(|o| !arrived(o)));
+            prop_assert!((start..=end).all(arrived));
+            missing_from = end + 1;
+        }
+        prop_assert!(!arrived(missing_from));
+        if sack.gaps.len() < MAX_GAP_BLOCKS {
+            let above = u32::try_from(missing_from).unwrap_or(u32::MAX);
+            prop_assert_eq!(got.range(above..).next(), None);
+        }
+        Ok(())
+    }
+
+    /// Every message arrived once, intact, ordered ones in order per stream.
+    fn check_messages(messages: &[Message], delivered: &[Received]) -> Result<(), TestCaseError> {
+        prop_assert_eq!(delivered.len(), messages.len());
+        let mut seen = vec![false; messages.len()];
+        let mut last_ordered: [Option<usize>; STREAMS as usize] = [None; STREAMS as usize];
+        for m in delivered {
+            let i = m.ppid as usize;
+            prop_assert!(i < messages.len() && !seen[i], "message {} twice", i);
+            seen[i] = true;
+            let sent = &messages[i];
+            prop_assert_eq!((m.stream, m.unordered), (sent.stream, sent.unordered));
+            prop_assert_eq!(&m.data[..], &content(i, sent.len)[..]);
+            if !m.unordered {
+                let last = &mut last_ordered[usize::from(m.stream)];
+                prop_assert!(last.is_none_or(|l| l < i), "message {} after {:?}", i, last);
+                *last = Some(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// Feeds one chunk and checks the verdict against `got` (the TSNs
+    /// received, as offsets from `initial`; updated) and the SACK that would
+    /// follow.
+    fn feed(
+        r: &mut Receiver,
+        chunk: DataChunk,
+        initial: u32,
+        got: &mut BTreeSet<u32>,
+    ) -> Result<Verdict, TestCaseError> {
+        let (tsn, offset) = (chunk.tsn, chunk.tsn.wrapping_sub(initial));
+        let verdict = r.on_data(chunk);
+        if got.contains(&offset) {
+            prop_assert_eq!(verdict, Verdict::Duplicate);
+        } else if verdict != Verdict::Dropped {
+            prop_assert_eq!(verdict, Verdict::New);
+            got.insert(offset);
+        }
+        prop_assert!(r.buffered() <= OVERCOMMIT * r.window);
+        prop_assert!(r.held_chunks <= OVERCOMMIT * MAX_HELD_CHUNKS);
+        let sack = r.build_sack();
+        let dups = if verdict == Verdict::Duplicate {
+            vec![tsn]
+        } else {
+            vec![]
+        };
+        prop_assert_eq!(&sack.dups, &dups);
+        prop_assert_eq!(sack.a_rwnd, r.a_rwnd());
+        check_sack(&sack, initial, got)?;
+        Ok(verdict)
+    }
+
+    /// After the last chunk: everything acknowledged, nothing held, every
+    /// message delivered.
+    fn check_end(
+        r: &Receiver,
+        initial: u32,
+        messages: &[Message],
+        delivered: &[Received],
+    ) -> Result<(), TestCaseError> {
+        let tsns: u32 = messages.iter().map(|m| m.len.div_ceil(m.frag) as u32).sum();
+        prop_assert_eq!(r.cum_tsn(), initial.wrapping_add(tsns - 1));
+        prop_assert!(!r.has_gaps() && !r.readable());
+        prop_assert_eq!((r.buffered(), r.held_chunks), (0, 0));
+        prop_assert_eq!(r.a_rwnd() as usize, r.window);
+        check_messages(messages, delivered)
+    }
+
+    /// Feeds `arrivals` to a receiver with room for all of them, the
+    /// application reading after every third chunk.
+    fn deliver_all(
+        initial: u32,
+        messages: &[Message],
+        arrivals: Vec<DataChunk>,
+        idata: bool,
+    ) -> Result<(), TestCaseError> {
+        let mut r = Receiver::new(initial, WINDOW, 40, STREAMS, idata);
+        let mut got = BTreeSet::new();
+        let mut delivered = Vec::new();
+        for (step, chunk) in arrivals.into_iter().enumerate() {
+            prop_assert_ne!(feed(&mut r, chunk, initial, &mut got)?, Verdict::Dropped);
+            if step % 3 == 0 {
+                delivered.extend(std::iter::from_fn(|| r.pop()));
+            }
+        }
+        delivered.extend(std::iter::from_fn(|| r.pop()));
+        check_end(&r, initial, messages, &delivered)
+    }
+
+    /// How far past the advertised window the sender of
+    /// `deliver_through_window` may go, bytes.
+    const STALE_RWND_SLACK: usize = 48;
+
+    /// A sender that keeps to the advertised window, mostly (RFC 9260 6.1:
+    /// new data only while what is outstanding fits a_rwnd, one chunk as a
+    /// probe when nothing is outstanding) and retransmits everything unacknowledged each
+    /// round, through a network that reorders and duplicates as `seeds` say,
+    /// to a receiver with a 64-byte window whose application reads once a
+    /// round.
+    fn deliver_through_window(
+        initial: u32,
+        messages: &[Message],
+        mut chunks: Vec<DataChunk>,
+        idata: bool,
+        seeds: &[usize],
+    ) -> Result<(), TestCaseError> {
+        chunks.sort_by_key(|c| c.tsn.wrapping_sub(initial));
+        chunks.dedup_by_key(|c| c.tsn);
+        let mut r = Receiver::new(initial, 64, 40, STREAMS, idata);
+        let mut got = BTreeSet::new();
+        let mut delivered = Vec::new();
+        let mut seeds = seeds.iter().copied().cycle();
+        let mut sent = 0;
+        for _round in 0..1000 {
+            let unacked: Vec<&DataChunk> = chunks[..sent]
+                .iter()
+                .filter(|c| !got.contains(&c.tsn.wrapping_sub(initial)))
+                .collect();
+            let mut outstanding: usize = unacked.iter().map(|c| c.payload.len()).sum();
+            let mut batch: Vec<DataChunk> = unacked.into_iter().cloned().collect();
+            // Every other round the sender goes by a stale, larger a_rwnd (a
+            // SACK lost or late), so the receiver has to drop.
+            let slack = if seeds.next().unwrap_or(0) % 2 == 0 {
+                STALE_RWND_SLACK
+            } else {
+                0
+            };
+            while let Some(next) = chunks.get(sent)
+                && (outstanding + next.payload.len() <= r.a_rwnd() as usize + slack
+                    || outstanding == 0)
+            {
+                outstanding += next.payload.len();
+                batch.push(next.clone());
+                sent += 1;
+            }
+            if batch.is_empty() {
+                break;
+            }
+            for k in 0..batch.len() {
+                if seeds.next().unwrap_or(0) % 4 == 0 {
+                    batch.push(batch[k].clone());
+                }
+            }
+            for i in (1..batch.len()).rev() {
+                batch.swap(i, seeds.next().unwrap_or(0) % (i + 1));
+            }
+            for chunk in batch {
+                feed(&mut r, chunk, initial, &mut got)?;
+            }
+            delivered.extend(std::iter::from_fn(|| r.pop()));
+        }
+        check_end(&r, initial, messages, &delivered)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn data_any_order_delivers_every_message_once((initial, messages, arrivals) in scenario(false, 1)) {
+            deliver_all(initial, &messages, arrivals, false)?;
+        }
+
+        #[test]
+        fn idata_interleaved_any_order_delivers_every_message_once((initial, messages, arrivals) in scenario(true, usize::MAX)) {
+            deliver_all(initial, &messages, arrivals, true)?;
+        }
+
+        #[test]
+        fn data_through_a_small_window_delivers_every_message_once(
+            (initial, messages, chunks) in scenario(false, 1),
+            seeds in prop::collection::vec(any::<usize>(), 1..64),
+        ) {
+            deliver_through_window(initial, &messages, chunks, false, &seeds)?;
+        }
+
+        #[test]
+        fn idata_through_a_small_window_delivers_every_message_once(
+            (initial, messages, chunks) in scenario(true, 2),
+            seeds in prop::collection::vec(any::<usize>(), 1..64),
+        ) {
+            deliver_through_window(initial, &messages, chunks, true, &seeds)?;
+        }
     }
 }
