@@ -75,13 +75,6 @@
 //! buffer with what cannot be delivered; the association then stalls (the
 //! peer's retransmissions are dropped) instead of growing.
 
-// The association is the user of this module and is written separately; until
-// it is wired in, only the tests call these items.
-#![allow(
-    dead_code,
-    reason = "used by the association, which is not wired in yet"
-)]
-
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
@@ -154,15 +147,7 @@ pub(crate) enum Verdict {
     Violation(&'static str),
 }
 
-impl Verdict {
-    /// The chunk's TSN now counts as received (it is acknowledged).
-    pub(crate) fn is_received(self) -> bool {
-        matches!(
-            self,
-            Verdict::New | Verdict::Duplicate | Verdict::InvalidStream
-        )
-    }
-}
+impl Verdict {}
 
 /// A chain of DATA fragments of one message with consecutive TSNs, from the
 /// TSN it is keyed by to `end`.
@@ -430,6 +415,7 @@ impl Receiver {
 
     /// Payload bytes held: reassembly, messages waiting for order, messages
     /// not yet popped.
+    #[cfg(test)]
     pub(crate) fn buffered(&self) -> usize {
         self.buffered
     }
