@@ -61,6 +61,9 @@ const PMTU_SEARCH_GRANULARITY: usize = 32;
 /// A path that has not reached the configured maximum is probed again after
 /// this long (RFC 8899 PMTU_RAISE_TIMER).
 const PMTU_RAISE_INTERVAL: Duration = Duration::from_secs(600);
+/// Shortest tail-loss probe time-out (RFC 8985 7.2 uses the clock's granularity; a
+/// floor keeps a sub-millisecond loopback RTT from probing every packet).
+const MIN_PTO: Duration = Duration::from_millis(10);
 /// Shortest wait for a probe's answer: a probe's loss is not a congestion
 /// signal, so it has its own timer rather than the T3 one.
 const MIN_PROBE_TIMEOUT: Duration = Duration::from_millis(200);
@@ -274,6 +277,12 @@ pub struct Association {
     t1: Option<Instant>,
     t2: Option<Instant>,
     t3: Option<Instant>,
+    /// The tail-loss probe timer (RFC 8985 7.2).
+    pto: Option<Instant>,
+    /// A tail-loss probe was sent and no SACK has come since.
+    tlp_in_flight: bool,
+    /// The last DATA packet asked for an immediate SACK (RFC 7053).
+    last_immediate: bool,
     sack_needed: bool,
     /// The window the last SACK advertised.
     advertised: u32,
@@ -329,6 +338,9 @@ impl Association {
             t1: None,
             t2: None,
             t3: None,
+            pto: None,
+            tlp_in_flight: false,
+            last_immediate: false,
             sack_needed: false,
             advertised: 0,
             heartbeat_due: None,
@@ -388,6 +400,7 @@ impl Association {
             state.idata,
             config.scheduler,
         );
+        sender.set_rack(config.rack);
         for (stream, data, ppid, unordered) in self.early.drain(..) {
             if sender.enqueue(stream, data, ppid, unordered).is_err() {
                 debug!(
@@ -715,6 +728,8 @@ impl Association {
             self.t1,
             self.t2,
             self.t3,
+            self.pto,
+            self.sender.as_ref().and_then(Sender::reorder_deadline),
             // Once it has fired, the SACK waits for the next poll_transmit,
             // not for a deadline already past.
             self.ack.deadline().filter(|_| !self.sack_needed),
@@ -747,6 +762,20 @@ impl Association {
         }
         if self.t3.is_some_and(|t| t <= now) {
             self.on_t3(now);
+        }
+        if self.pto.is_some_and(|t| t <= now) {
+            self.pto = None;
+            if let Some(sender) = self.sender.as_mut()
+                && sender.tail_probe()
+            {
+                trace!(remote = %self.remote, "tail-loss probe");
+                self.tlp_in_flight = true;
+            }
+        }
+        if let Some(sender) = self.sender.as_mut()
+            && sender.reorder_deadline().is_some_and(|t| t <= now)
+        {
+            sender.on_reorder_timeout(now, &self.rtt, self.cc.as_mut());
         }
         if self.ack.deadline().is_some_and(|t| t <= now) {
             self.sack_needed = true;
@@ -854,6 +883,8 @@ impl Association {
             return;
         }
         sender.on_t3_expiry(now, self.cc.as_mut());
+        self.pto = None;
+        self.tlp_in_flight = false;
         self.rtt.back_off();
         self.error_count += 1;
         if self.error_count > self.shared.config.max_retransmits {
@@ -1165,13 +1196,20 @@ impl Association {
         };
         match sender.on_sack(now, sack, &mut self.rtt, self.cc.as_mut()) {
             Ok(outcome) => {
+                let outstanding = sender.has_outstanding();
                 if outcome.cum_advanced {
                     self.error_count = 0;
                     // R3: restart T3 with the current RTO while data is outstanding.
-                    self.t3 = sender.has_outstanding().then(|| now + self.rtt.rto());
-                } else if !sender.has_outstanding() {
+                    self.t3 = outstanding.then(|| now + self.rtt.rto());
+                } else if !outstanding {
                     self.t3 = None;
                 }
+                self.tlp_in_flight = false;
+                self.pto = if outstanding {
+                    self.pto_deadline(now)
+                } else {
+                    None
+                };
                 self.maybe_shutdown(now);
             }
             Err(e) => self.violation(&e.to_string()),
@@ -1311,6 +1349,22 @@ impl Association {
         self.t2 = Some(now + self.rtt.rto());
     }
 
+    /// When a tail-loss probe should go if nothing is heard (RFC 8985 7.2):
+    /// two smoothed RTTs, plus the peer's possible delayed SACK when only one
+    /// packet is in flight; never after the T3-rtx timer, which then acts.
+    fn pto_deadline(&self, now: Instant) -> Option<Instant> {
+        if !self.shared.config.tail_loss_probe {
+            return None;
+        }
+        let srtt = self.rtt.smoothed()?;
+        let mut pto = (srtt * 2).max(MIN_PTO);
+        if self.flight() <= self.pmtu.current as u64 && !self.last_immediate {
+            pto += self.shared.config.ack.max_delay;
+        }
+        let at = now + pto;
+        self.t3.is_none_or(|t3| at < t3).then_some(at)
+    }
+
     // ----- output -----
 
     fn encode_alone(&self, vtag: u32, chunk: Chunk) -> Bytes {
@@ -1385,12 +1439,14 @@ impl Association {
             }
             let cwnd = self.cc.window();
             let mut used_fast = false;
+            let mut last_data_at = None;
             while sender.may_retransmit(cwnd) || (used_fast && sender.has_marked()) {
                 let room = mtu.saturating_sub(buf.len());
                 let Some(chunk) = sender.next_retransmit(now, room, self.cc.as_mut()) else {
                     break;
                 };
                 used_fast = true;
+                last_data_at = Some(buf.len());
                 Chunk::Data(chunk).encode(&mut buf);
                 chunks += 1;
                 data_sent = true;
@@ -1403,9 +1459,25 @@ impl Association {
                 let Some(chunk) = sender.next_fragment(now, room, self.cc.as_mut()) else {
                     break;
                 };
+                last_data_at = Some(buf.len());
                 Chunk::Data(chunk).encode(&mut buf);
                 chunks += 1;
                 data_sent = true;
+            }
+            if let Some(at) = last_data_at {
+                // RFC 7053: when nothing follows this packet for now (the
+                // burst is over or the window is full), ask for the SACK at
+                // once; waiting for the peer's delayed SACK would cost up to
+                // its delay for nothing.
+                let cwnd = self.cc.window();
+                let more = (sender.has_marked() && sender.may_retransmit(cwnd))
+                    || (sender.has_unsent() && sender.may_send_new(cwnd));
+                self.last_immediate = self.shared.config.sack_immediately && !more;
+                if self.last_immediate
+                    && let Some(flags) = buf.get_mut(at + 1)
+                {
+                    *flags |= wire::DATA_FLAG_IMMEDIATE;
+                }
             }
             if data_sent {
                 sender.end_packet();
@@ -1420,6 +1492,9 @@ impl Association {
         }
         if data_sent && self.t3.is_none() {
             self.t3 = Some(now + self.rtt.rto());
+        }
+        if data_sent && !self.tlp_in_flight {
+            self.pto = self.pto_deadline(now);
         }
         debug_assert!(buf.len() >= COMMON_HEADER_LEN);
         wire::seal_checksum(&mut buf);

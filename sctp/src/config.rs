@@ -43,6 +43,15 @@ pub struct Config {
     pub ack: AckConfig,
     /// The congestion controller each association gets.
     pub congestion: Arc<dyn ControllerFactory>,
+    /// Time-based loss detection (RACK, RFC 8985 6) beside RFC 9260's three
+    /// miss indications.
+    pub rack: bool,
+    /// A tail-loss probe (RFC 8985 7) about two round trips after the last
+    /// send, so a lost tail is found without waiting for the RTO.
+    pub tail_loss_probe: bool,
+    /// Set the SACK-IMMEDIATELY flag (RFC 7053) on the last DATA packet of a
+    /// burst, so the peer's delayed SACK does not hold the sender back.
+    pub sack_immediately: bool,
     /// A HEARTBEAT goes out after this long without hearing from the peer.
     pub heartbeat_interval: Duration,
     /// The peer is unreachable after this long without hearing from it.
@@ -70,6 +79,9 @@ impl Default for Config {
             rtt: RttConfig::default(),
             ack: AckConfig::default(),
             congestion: Arc::new(RenoConfig::default()),
+            rack: true,
+            tail_loss_probe: true,
+            sack_immediately: true,
             heartbeat_interval: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(120),
             max_init_transmits: 8,

@@ -28,7 +28,7 @@
 //! fragment fills the room the packet has left.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -152,6 +152,15 @@ pub(crate) struct Sender {
     recovery: Option<u32>,
     /// One packet of marked chunks may ignore the congestion window.
     fast_rtx_pending: bool,
+    /// RACK (RFC 8985 6.2): the send time of the most recently sent chunk
+    /// known delivered, and the RTT it measured.
+    rack: Option<(Instant, Duration)>,
+    /// Time-based loss detection is on.
+    rack_enabled: bool,
+    /// When a chunk sent before the RACK time becomes lost if still missing.
+    reorder_deadline: Option<Instant>,
+    /// A tail-loss probe may send one packet of new data ignoring the window.
+    probe_new: bool,
     /// Bytes of user data queued and not yet sent, all streams.
     unsent_total: usize,
 }
@@ -186,6 +195,10 @@ impl Sender {
             gap_acked: 0,
             recovery: None,
             fast_rtx_pending: false,
+            rack: None,
+            rack_enabled: true,
+            reorder_deadline: None,
+            probe_new: false,
             unsent_total: 0,
         }
     }
@@ -235,6 +248,11 @@ impl Sender {
         self.sched.set_value(stream, value);
     }
 
+    /// User data waits to be sent for the first time.
+    pub(crate) fn has_unsent(&self) -> bool {
+        self.unsent_total > 0
+    }
+
     /// Chunks wait for retransmission.
     pub(crate) fn has_marked(&self) -> bool {
         self.marked > 0
@@ -270,7 +288,7 @@ impl Sender {
     /// so has the peer's window, or nothing is in flight (a zero-window probe,
     /// RFC 9260 6.1 rule A).
     pub(crate) fn may_send_new(&self, cwnd: u64) -> bool {
-        if self.flight >= cwnd {
+        if self.flight >= cwnd && !self.probe_new {
             return false;
         }
         self.peer_rwnd > 0 || self.flight == 0
@@ -404,6 +422,7 @@ impl Sender {
 
     /// The packet being built is finished (for round robin per packet).
     pub(crate) fn end_packet(&mut self) {
+        self.probe_new = false;
         self.sched.end_packet();
     }
 
@@ -432,7 +451,10 @@ impl Sender {
         let flight_before = self.flight;
         let mut newly_acked: u64 = 0;
         let mut newest_sent: Option<Instant> = None;
-        let mut sample: Option<std::time::Duration> = None;
+        let mut sample: Option<Duration> = None;
+        // The newest delivered chunk by send time (RACK), and whether any
+        // delivered chunk had been retransmitted.
+        let mut delivered: Option<(Instant, u32)> = None;
         // Highest TSN newly acknowledged by this SACK (the HTNA of RFC 9260 7.2.4).
         let mut htna: Option<u32> = None;
 
@@ -455,6 +477,7 @@ impl Sender {
                 newly_acked += sent.size;
                 htna = Some(sent.chunk.tsn);
                 newest_sent = Some(newest_sent.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
+                delivered = newer(delivered, sent.sent_at, sent.transmissions);
                 if sent.transmissions == 1 {
                     sample = Some(now.saturating_duration_since(sent.sent_at));
                 }
@@ -500,6 +523,7 @@ impl Sender {
                 newly_acked += sent.size;
                 htna = Some(sent.chunk.tsn);
                 newest_sent = Some(newest_sent.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
+                delivered = newer(delivered, sent.sent_at, sent.transmissions);
                 if sent.transmissions == 1 {
                     sample = Some(now.saturating_duration_since(sent.sent_at));
                 }
@@ -525,7 +549,27 @@ impl Sender {
         // Miss indications below the highest newly acked TSN.
         let mut lost_bytes = 0;
         let mut lost_newest: Option<Instant> = None;
-        if let Some(htna) = htna {
+        let mut retransmission_delivered = false;
+        if let Some((sent_at, transmissions)) = delivered {
+            let measured = now.saturating_duration_since(sent_at);
+            // RFC 8985 6.2 step 2: an ack of a retransmission arriving sooner
+            // than the minimum RTT is for the original; it says nothing new.
+            let plausible = transmissions == 1 || rtt.min().is_none_or(|min| measured >= min);
+            if plausible && self.rack.is_none_or(|(t, _)| sent_at >= t) {
+                self.rack = Some((sent_at, measured));
+            }
+            retransmission_delivered = transmissions > 1;
+        }
+        self.probe_new = false;
+        if self.rack_enabled && (self.gap_acked > 0 || retransmission_delivered) {
+            let (bytes, newest) = self.rack_detect(now, rtt);
+            lost_bytes += bytes;
+            lost_newest = newest.max(lost_newest);
+        }
+        // With RACK on, time replaces the count of miss indications (RFC 8985
+        // 6.2): a fixed three-report threshold reads any reordering deeper
+        // than three packets as loss.
+        if let Some(htna) = htna.filter(|_| !self.rack_enabled) {
             for sent in self.outstanding.iter_mut() {
                 if !lt32(sent.chunk.tsn, htna) {
                     break;
@@ -571,6 +615,98 @@ impl Sender {
         Ok(outcome)
     }
 
+    /// RACK's reordering window: a quarter of the minimum RTT (RFC 8985
+    /// 6.2 step 4), never more than the smoothed RTT.
+    fn reo_wnd(rtt: &RttEstimator) -> Duration {
+        let quarter = rtt.min().map_or(Duration::ZERO, |min| min / 4);
+        rtt.smoothed().map_or(quarter, |srtt| quarter.min(srtt))
+    }
+
+    /// Time-based loss detection (RFC 8985 6.2 step 5, with TSNs for
+    /// sequence numbers): a chunk sent before the newest delivered one is
+    /// lost once it has been missing for that chunk's RTT plus the
+    /// reordering window; the earliest chunk not yet due sets the reorder
+    /// deadline. Returns the bytes marked lost and the newest lost send time.
+    fn rack_detect(&mut self, now: Instant, rtt: &RttEstimator) -> (u64, Option<Instant>) {
+        self.reorder_deadline = None;
+        let Some((rack_sent, rack_rtt)) = self.rack else {
+            return (0, None);
+        };
+        let wait = rack_rtt + Self::reo_wnd(rtt);
+        let mut lost = 0;
+        let mut newest = None;
+        for sent in self.outstanding.iter_mut() {
+            if sent.gap_acked || sent.marked || sent.sent_at >= rack_sent {
+                continue;
+            }
+            let due = sent.sent_at + wait;
+            if due <= now {
+                sent.marked = true;
+                self.marked += 1;
+                self.flight -= sent.size;
+                lost += sent.size;
+                newest = newest.max(Some(sent.sent_at));
+            } else {
+                self.reorder_deadline = Some(self.reorder_deadline.map_or(due, |d| d.min(due)));
+            }
+        }
+        (lost, newest)
+    }
+
+    /// When RACK's reorder timer fires, if it runs.
+    pub(crate) fn reorder_deadline(&self) -> Option<Instant> {
+        self.reorder_deadline
+    }
+
+    /// RACK's reorder timer fired: chunks whose wait is over are lost.
+    /// Returns whether any was marked (a fast retransmission is then due).
+    pub(crate) fn on_reorder_timeout(
+        &mut self,
+        now: Instant,
+        rtt: &RttEstimator,
+        cc: &mut dyn Controller,
+    ) -> bool {
+        let (lost, newest) = self.rack_detect(now, rtt);
+        let Some(sent) = newest else {
+            return false;
+        };
+        if self.recovery.is_none() {
+            self.recovery = Some(self.next_tsn.wrapping_sub(1));
+            cc.on_congestion_event(now, sent, false, lost);
+        }
+        self.fast_rtx_pending = true;
+        true
+    }
+
+    /// Turns RACK on or off (RFC 9260's miss indications work either way).
+    pub(crate) fn set_rack(&mut self, enabled: bool) {
+        self.rack_enabled = enabled;
+    }
+
+    /// A tail-loss probe (RFC 8985 7.3): new data if any waits (one packet
+    /// may go past the congestion window), else the highest outstanding
+    /// chunk again. Not a loss: the window is untouched. Returns whether
+    /// there was anything to probe with.
+    pub(crate) fn tail_probe(&mut self) -> bool {
+        if self.unsent_total > 0 {
+            self.probe_new = true;
+            return true;
+        }
+        let Some(last) = self
+            .outstanding
+            .iter_mut()
+            .rev()
+            .find(|s| !s.gap_acked && !s.marked)
+        else {
+            return false;
+        };
+        last.marked = true;
+        self.marked += 1;
+        self.flight -= last.size;
+        self.fast_rtx_pending = true;
+        true
+    }
+
     /// The T3-rtx timer expired (RFC 9260 6.3.3): every outstanding chunk
     /// not gap-acked is marked for retransmission.
     pub(crate) fn on_t3_expiry(&mut self, now: Instant, cc: &mut dyn Controller) {
@@ -588,6 +724,8 @@ impl Sender {
         }
         self.recovery = None;
         self.fast_rtx_pending = false;
+        self.reorder_deadline = None;
+        self.probe_new = false;
         cc.on_congestion_event(now, newest.unwrap_or(now), true, lost);
     }
 
@@ -603,5 +741,17 @@ impl Sender {
         self.unsent_total = 0;
         self.flight = 0;
         self.marked = 0;
+    }
+}
+
+/// The newer of a delivered chunk and the newest so far, by send time.
+fn newer(
+    current: Option<(Instant, u32)>,
+    sent_at: Instant,
+    transmissions: u32,
+) -> Option<(Instant, u32)> {
+    match current {
+        Some((t, _)) if t >= sent_at => current,
+        _ => Some((sent_at, transmissions)),
     }
 }

@@ -184,6 +184,11 @@ const SHUTDOWN_LEN: usize = 8;
 /// Bytes of one gap ack block or one duplicate TSN.
 const SACK_ENTRY_LEN: usize = 4;
 
+/// The I flag of DATA and I-DATA (RFC 7053): a sender that builds a packet
+/// chunk by chunk sets it in the last data chunk's flags byte (the chunk's
+/// second byte) once it knows nothing follows.
+pub const DATA_FLAG_IMMEDIATE: u8 = flag::IMMEDIATE;
+
 /// Chunk flags (RFC 9260 sections 3.3.1, 3.3.7, 3.3.13; RFC 7053 section 3).
 mod flag {
     /// DATA, I-DATA: E, last fragment.

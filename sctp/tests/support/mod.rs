@@ -113,6 +113,9 @@ pub(crate) struct Sim {
     /// Every datagram that entered the link, by direction (0: client to server).
     pub(crate) sent: [Vec<Bytes>; 2],
     pub(crate) dropped: u64,
+    /// Datagrams carrying DATA with one of these TSNs are dropped, once per
+    /// entry (the first transmission, if listed once).
+    pub(crate) drop_tsns: Vec<u32>,
 }
 
 /// Turns the loop may take without the clock moving before the run counts
@@ -143,6 +146,7 @@ impl Sim {
             bad: [false; 2],
             sent: [Vec::new(), Vec::new()],
             dropped: 0,
+            drop_tsns: Vec::new(),
         }
     }
 
@@ -160,6 +164,19 @@ impl Sim {
     pub(crate) fn transmit(&mut self, from: usize, data: Bytes) {
         let to = 1 - from;
         self.sent[from].push(data.clone());
+        if !self.drop_tsns.is_empty()
+            && let Ok(packet) = sctp::chunk::Packet::decode(data.clone())
+        {
+            let hit = packet.chunks.iter().find_map(|c| match c {
+                sctp::chunk::Chunk::Data(d) => self.drop_tsns.iter().position(|t| *t == d.tsn),
+                _ => None,
+            });
+            if let Some(i) = hit {
+                self.drop_tsns.remove(i);
+                self.dropped += 1;
+                return;
+            }
+        }
         let link = self.link.clone();
         if link.max_datagram.is_some_and(|max| data.len() > max) {
             self.dropped += 1;
@@ -359,6 +376,20 @@ impl Sim {
     pub(crate) fn run_for(&mut self, span: Duration) {
         let end = self.now + span;
         self.run_until(span, |sim| sim.now >= end);
+    }
+
+    /// DATA chunks side `i` put on the link, by TSN, first transmissions and
+    /// retransmissions alike.
+    pub(crate) fn data_sent(&self, i: usize) -> Vec<u32> {
+        self.sent[i]
+            .iter()
+            .filter_map(|d| sctp::chunk::Packet::decode(d.clone()).ok())
+            .flat_map(|p| p.chunks)
+            .filter_map(|c| match c {
+                sctp::chunk::Chunk::Data(d) => Some(d.tsn),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Whether side `i` saw `event`.

@@ -1,0 +1,149 @@
+//! Loss recovery on crafted loss patterns: the tail-loss probe finds a lost
+//! tail in about two round trips instead of an RTO, RACK finds a lost
+//! retransmission without a time-out, and reordering within the reordering
+//! window is not a loss.
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use sctp::{Config, Event};
+use support::{CLIENT, Link, SERVER, Sim};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn config(tlp: bool, rack: bool) -> Config {
+    Config {
+        tail_loss_probe: tlp,
+        rack,
+        // RFC 9260's RTO bounds: what a lost tail costs without a probe.
+        ..Config::default()
+    }
+}
+
+fn established(config: Config, link: Link) -> Sim {
+    let mut sim = Sim::new(config.clone(), config, link, 1);
+    sim.connect();
+    assert!(
+        sim.run_until(10 * SECOND, |s| s.saw(CLIENT, &Event::Connected)
+            && s.saw(SERVER, &Event::Connected))
+    );
+    // A few round trips of traffic so that the RTT is measured.
+    for i in 0..5u8 {
+        sim.sides[CLIENT]
+            .assoc()
+            .send(0, Bytes::from(vec![i; 100]), 0, false)
+            .expect("send");
+        let want = usize::from(i) + 1;
+        assert!(sim.run_until(SECOND, |s| s.sides[SERVER].received.len() == want));
+    }
+    sim.run_for(SECOND);
+    sim
+}
+
+/// The time from sending `count` one-packet messages, the last `lost` of
+/// whose first transmissions are dropped, until all arrive.
+fn tail_recovery(tlp: bool, count: usize, lost: usize) -> Duration {
+    let link = Link {
+        delay: Duration::from_millis(40),
+        ..Link::default()
+    };
+    let mut sim = established(config(tlp, true), link);
+    let before = sim.sides[SERVER].received.len();
+    let first = sim
+        .data_sent(CLIENT)
+        .into_iter()
+        .max()
+        .expect("data was sent")
+        + 1;
+    sim.drop_tsns = (first + (count - lost) as u32..first + count as u32).collect();
+    let start = sim.now;
+    for i in 0..count {
+        sim.sides[CLIENT]
+            .assoc()
+            .send(1, Bytes::from(vec![i as u8; 1000]), 0, false)
+            .expect("send");
+    }
+    assert!(
+        sim.run_until(30 * SECOND, |s| s.sides[SERVER].received.len()
+            == before + count)
+    );
+    sim.now - start
+}
+
+#[test]
+fn a_lost_tail_is_found_by_the_probe_not_the_rto() {
+    let with = tail_recovery(true, 4, 1);
+    let without = tail_recovery(false, 4, 1);
+    // Without a probe: the RTO, at least RFC 9260's 1 s minimum.
+    assert!(without >= SECOND, "without TLP: {without:?}");
+    // With: 2 SRTT (160 ms) + a delayed-SACK allowance (200 ms), then a round trip.
+    assert!(with < Duration::from_millis(700), "with TLP: {with:?}");
+}
+
+#[test]
+fn a_lost_retransmission_is_found_by_rack_without_a_time_out() {
+    let link = Link {
+        delay: Duration::from_millis(40),
+        ..Link::default()
+    };
+    for rack in [true, false] {
+        // No tail-loss probe: this is about RACK alone.
+        let mut sim = established(config(false, rack), link.clone());
+        let before = sim.sides[SERVER].received.len();
+        let first = sim.data_sent(CLIENT).into_iter().max().expect("data") + 1;
+        // The first of 20 packets is lost, and so is its fast retransmission.
+        sim.drop_tsns = vec![first, first];
+        let start = sim.now;
+        for i in 0..20u8 {
+            sim.sides[CLIENT]
+                .assoc()
+                .send(1, Bytes::from(vec![i; 1000]), 0, false)
+                .expect("send");
+        }
+        assert!(
+            sim.run_until(30 * SECOND, |s| s.sides[SERVER].received.len()
+                == before + 20)
+        );
+        let took = sim.now - start;
+        if rack {
+            assert!(took < Duration::from_millis(800), "with RACK: {took:?}");
+        } else {
+            assert!(
+                took >= SECOND,
+                "without RACK a lost retransmission waits for T3: {took:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn reordering_within_the_window_is_not_a_loss() {
+    // 40 ms delay with up to 8 ms of jitter: packets overtake each other, but
+    // by less than a quarter of the minimum RTT (80 ms / 4 = 20 ms).
+    let link = Link {
+        delay: Duration::from_millis(40),
+        jitter: Duration::from_millis(8),
+        rate: Some(50_000_000),
+        ..Link::default()
+    };
+    let mut sim = established(config(true, true), link);
+    let before = sim.sides[SERVER].received.len();
+    for i in 0..300u32 {
+        sim.sides[CLIENT]
+            .assoc()
+            .send((i % 4) as u16, Bytes::from(vec![i as u8; 1200]), 0, false)
+            .expect("send");
+    }
+    assert!(
+        sim.run_until(30 * SECOND, |s| s.sides[SERVER].received.len()
+            == before + 300)
+    );
+    let sent = sim.data_sent(CLIENT);
+    let mut unique = sent.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(sim.dropped, 0, "the link lost nothing");
+    assert_eq!(sent.len(), unique.len(), "spurious retransmissions");
+}
