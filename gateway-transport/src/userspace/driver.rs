@@ -285,6 +285,10 @@ impl Driver {
     }
 
     fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: Bytes) {
+        let Some(datagram) = to_local_port(datagram, self.shared.local_addr.port()) else {
+            tracing::trace!(peer = %from, "datagram with a bad checksum dropped");
+            return;
+        };
         match self.endpoint.handle(now, from, datagram) {
             None => {}
             Some(DatagramEvent::Association(handle, incoming)) => {
@@ -490,5 +494,67 @@ impl Driver {
                 self.endpoint.forget(key);
             }
         }
+    }
+}
+
+/// Where the CRC32c sits in the SCTP common header, bytes.
+const CHECKSUM_AT: std::ops::Range<usize> = 8..12;
+/// Where the destination port sits in the SCTP common header, bytes.
+const DST_PORT_AT: std::ops::Range<usize> = 2..4;
+
+/// `datagram` as addressed to our SCTP port; `None` if it must be dropped.
+///
+/// The peer takes our UDP port for our SCTP port. A hop that translates UDP
+/// ports between it and us (a relay, a port forward to another port) makes
+/// the peer address an SCTP port we do not have, and the core drops such
+/// packets as out of the blue. One UDP socket is one SCTP endpoint, so the
+/// SCTP destination port tells nothing the socket does not: such a datagram
+/// is taken as ours, its checksum checked as sent, then the port rewritten
+/// and the checksum sealed again. Costs nothing when the ports agree.
+fn to_local_port(datagram: Bytes, local_port: u16) -> Option<Bytes> {
+    let Some((_, dst_port, _)) = sctp::wire::peek_header(&datagram) else {
+        // Too short: the endpoint counts it as malformed.
+        return Some(datagram);
+    };
+    if dst_port == local_port {
+        return Some(datagram);
+    }
+    let mut copy = BytesMut::from(&datagram[..]);
+    sctp::wire::seal_checksum(&mut copy);
+    if copy[CHECKSUM_AT] != datagram[CHECKSUM_AT] {
+        return None;
+    }
+    copy[DST_PORT_AT].copy_from_slice(&local_port.to_be_bytes());
+    sctp::wire::seal_checksum(&mut copy);
+    Some(copy.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packet(dst_port: u16) -> Bytes {
+        let mut buf = BytesMut::new();
+        sctp::wire::encode_header(&mut buf, 5000, dst_port, 0x1234_5678);
+        buf.extend_from_slice(&[1, 0, 0, 4]);
+        sctp::wire::seal_checksum(&mut buf);
+        buf.freeze()
+    }
+
+    #[test]
+    fn a_translated_port_is_rewritten_and_resealed() {
+        let ours = to_local_port(packet(9000), 9899).expect("kept");
+        assert_eq!(ours, packet(9899), "same packet, addressed to our port");
+        assert_eq!(
+            to_local_port(packet(9899), 9899).expect("kept"),
+            packet(9899)
+        );
+    }
+
+    #[test]
+    fn a_corrupt_translated_packet_is_dropped() {
+        let mut bad = BytesMut::from(&packet(9000)[..]);
+        bad[13] ^= 1;
+        assert!(to_local_port(bad.freeze(), 9899).is_none());
     }
 }
