@@ -138,7 +138,9 @@ pub struct AssociationConfig {
     #[serde(with = "duration_ms")]
     pub rto_max: Duration,
     /// Userspace SCTP: the stream scheduler (RFC 8260): `fcfs`, `rr`,
-    /// `rr-packet`, `priority`, `fc` or `wfq`.
+    /// `rr-packet`, `priority`, `fc` or `wfq`. `fcfs` by default: the sender's
+    /// own scheduler (the origin's) decides the order, and a FIFO transport
+    /// keeps it, as kernel SCTP's default does; `rr` interleaves what is queued.
     pub scheduler: String,
     /// Userspace SCTP: largest SCTP packet (UDP payload) sent, bytes.
     pub mtu: usize,
@@ -165,7 +167,7 @@ impl Default for AssociationConfig {
             rto_initial: Duration::from_millis(1000),
             rto_min: Duration::from_millis(500),
             rto_max: Duration::from_millis(10_000),
-            scheduler: "rr".to_owned(),
+            scheduler: "fcfs".to_owned(),
             mtu: sctp::DEFAULT_MTU,
             idata: true,
         }

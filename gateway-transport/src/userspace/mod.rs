@@ -693,7 +693,7 @@ mod tests {
     #[test]
     fn defaults_make_a_valid_core_config() {
         let core = core_config(&AssociationConfig::default()).expect("valid");
-        assert_eq!(core.scheduler, SchedulerKind::RoundRobin);
+        assert_eq!(core.scheduler, SchedulerKind::Fcfs);
         assert_eq!(core.rtt.min, Duration::from_millis(500));
         assert_eq!(core.ack.max_delay, Duration::from_millis(200));
         assert!(core.max_message < core.recv_window as usize);
