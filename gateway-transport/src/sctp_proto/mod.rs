@@ -1,7 +1,8 @@
 //! The former userspace backend, kept only as a benchmark baseline (feature
 //! `sctp-proto-baseline`, `BackendKind::SctpProto`; the daemons never build it):
-//! `sctp-proto` (sans-IO SCTP) driven on a tokio UDP socket with RFC 6951 framing, i.e. each UDP payload is one whole SCTP packet, CRC32c
-//! included, so a Linux kernel peer with UDP encapsulation can talk to it.
+//! `sctp-proto` (sans-IO SCTP) driven on a tokio UDP socket with RFC 6951
+//! framing, i.e. each UDP payload is one whole SCTP packet, CRC32c included, so a
+//! Linux kernel peer with UDP encapsulation can talk to it.
 //!
 //! One driver task per UDP socket (`driver`) owns the socket and the
 //! `sctp-proto` `Endpoint`; every association's protocol state sits in an

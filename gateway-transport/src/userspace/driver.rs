@@ -377,10 +377,7 @@ impl Driver {
                     }
                 }
             }
-            let deadline = st
-                .proto
-                .poll_timeout()
-                .map(|t| t.max(now + MIN_TIMER_STEP));
+            let deadline = st.proto.poll_timeout().map(|t| t.max(now + MIN_TIMER_STEP));
             (deadline, st.proto.is_drained())
         };
         if let Some(entry) = self.assocs.get_mut(&key) {
@@ -428,9 +425,7 @@ impl Driver {
                     AssociationError::Aborted(_) | AssociationError::PeerRestarted => {
                         Ended::Aborted
                     }
-                    AssociationError::Unreachable => {
-                        Ended::Unreachable(self.settings.idle_timeout)
-                    }
+                    AssociationError::Unreachable => Ended::Unreachable(self.settings.idle_timeout),
                     AssociationError::LocallyAborted(_) if st.aborted => Ended::Closed,
                     AssociationError::LocallyAborted(why) => Ended::Failed(why.clone()),
                     AssociationError::HandshakeFailed => Ended::Failed(reason.to_string()),

@@ -589,9 +589,9 @@ impl Listener {
         let local_addr = socket.local_addr()?;
         let endpoint = sctp::Endpoint::new(core, local_addr.port(), true, seed(), Instant::now())
             .map_err(|e| TransportError::Config {
-                key: config_key(e.key),
-                reason: e.reason,
-            })?;
+            key: config_key(e.key),
+            reason: e.reason,
+        })?;
         let shared = driver::EndpointShared::new(local_addr, true, duplicate(&socket)?);
         driver::Driver::spawn(
             socket,
@@ -652,12 +652,13 @@ pub(crate) async fn connect(
     socket.connect(addr).await?;
     let local_addr = socket.local_addr()?;
     let now = Instant::now();
-    let mut endpoint = sctp::Endpoint::new(core, local_addr.port(), false, seed(), now).map_err(
-        |e| TransportError::Config {
-            key: config_key(e.key),
-            reason: e.reason,
-        },
-    )?;
+    let mut endpoint =
+        sctp::Endpoint::new(core, local_addr.port(), false, seed(), now).map_err(|e| {
+            TransportError::Config {
+                key: config_key(e.key),
+                reason: e.reason,
+            }
+        })?;
     let (handle, proto) = endpoint.connect(now, addr, addr.port());
     let shared = driver::EndpointShared::new(local_addr, false, duplicate(&socket)?);
     let settings = Arc::new(Settings::new(config));
@@ -713,13 +714,7 @@ mod tests {
             }),
             "scheduler"
         );
-        assert_eq!(
-            bad(AssociationConfig {
-                mtu: 500,
-                ..base()
-            }),
-            "mtu"
-        );
+        assert_eq!(bad(AssociationConfig { mtu: 500, ..base() }), "mtu");
         assert_eq!(
             bad(AssociationConfig {
                 ack_delay: Duration::from_millis(600),
