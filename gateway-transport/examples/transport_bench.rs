@@ -6,6 +6,9 @@
 //! them). `--backend tcp` is the baseline: the same bytes written to a plain TCP
 //! socket with no framing at all. Each side prints one JSON line with what it
 //! measured and the CPU time its process used.
+//!
+//! `--backend sctp-proto` (the former userspace backend, a baseline row) exists
+//! only when built with `--features sctp-proto-baseline`, as the xtask does.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -70,6 +73,8 @@ fn kind(backend: &str) -> Result<Option<BackendKind>> {
         "framed-tcp" => Some(BackendKind::FramedTcp),
         "userspace" => Some(BackendKind::Userspace),
         "kernel" => Some(BackendKind::Kernel),
+        #[cfg(feature = "sctp-proto-baseline")]
+        "sctp-proto" => Some(BackendKind::SctpProto),
         other => bail!("unknown backend {other}"),
     })
 }

@@ -12,10 +12,13 @@ use crate::TransportError;
 pub enum BackendKind {
     /// Linux kernel SCTP.
     Kernel,
-    /// `sctp-proto` over UDP (RFC 6951 framing).
+    /// Our own SCTP core over UDP (RFC 6951 framing).
     Userspace,
     /// The protocol multiplexed over one TCP connection.
     FramedTcp,
+    /// The former userspace backend on `sctp-proto`, a benchmark baseline only.
+    #[cfg(feature = "sctp-proto-baseline")]
+    SctpProto,
 }
 
 impl fmt::Display for BackendKind {
@@ -24,6 +27,8 @@ impl fmt::Display for BackendKind {
             BackendKind::Kernel => "kernel",
             BackendKind::Userspace => "userspace",
             BackendKind::FramedTcp => "framed-tcp",
+            #[cfg(feature = "sctp-proto-baseline")]
+            BackendKind::SctpProto => "sctp-proto",
         })
     }
 }
@@ -41,6 +46,9 @@ pub enum BackendChoice {
     Userspace,
     /// Always framed TCP.
     FramedTcp,
+    /// Always the `sctp-proto` baseline (benchmarks only).
+    #[cfg(feature = "sctp-proto-baseline")]
+    SctpProto,
 }
 
 impl BackendChoice {
@@ -53,6 +61,8 @@ impl BackendChoice {
             BackendChoice::Kernel => BackendKind::Kernel,
             BackendChoice::Userspace => BackendKind::Userspace,
             BackendChoice::FramedTcp => BackendKind::FramedTcp,
+            #[cfg(feature = "sctp-proto-baseline")]
+            BackendChoice::SctpProto => BackendKind::SctpProto,
         }
     }
 }
@@ -66,6 +76,8 @@ impl FromStr for BackendChoice {
             "kernel" => Ok(BackendChoice::Kernel),
             "userspace" => Ok(BackendChoice::Userspace),
             "framed-tcp" => Ok(BackendChoice::FramedTcp),
+            #[cfg(feature = "sctp-proto-baseline")]
+            "sctp-proto" => Ok(BackendChoice::SctpProto),
             other => Err(format!(
                 "unknown transport `{other}` (expected auto, kernel, userspace or framed-tcp)"
             )),
@@ -106,6 +118,35 @@ pub struct AssociationConfig {
     /// Kernel backend only: encapsulate in UDP to this remote port (RFC 6951,
     /// Linux >= 5.11); `None` sends native SCTP (IP protocol 132).
     pub udp_encapsulation_port: Option<u16>,
+    /// Userspace SCTP: longest a SACK is delayed, milliseconds (RFC 9260 allows
+    /// at most 500; 200 is its typical value).
+    #[serde(with = "duration_ms")]
+    pub ack_delay: Duration,
+    /// Userspace SCTP: initial congestion window, bytes; `None` keeps RFC 9260's
+    /// min(4 * MTU, max(2 * MTU, 4380)).
+    pub initial_window: Option<usize>,
+    /// Userspace SCTP: retransmission time-out before any RTT measurement,
+    /// milliseconds.
+    #[serde(with = "duration_ms")]
+    pub rto_initial: Duration,
+    /// Userspace SCTP: smallest retransmission time-out, milliseconds. Below
+    /// RFC 9260's 1 s for quicker loss recovery, above the peer's delayed SACK.
+    #[serde(with = "duration_ms")]
+    pub rto_min: Duration,
+    /// Userspace SCTP: largest retransmission time-out, back-off included,
+    /// milliseconds.
+    #[serde(with = "duration_ms")]
+    pub rto_max: Duration,
+    /// Userspace SCTP: the stream scheduler (RFC 8260): `fcfs`, `rr`,
+    /// `rr-packet`, `priority`, `fc` or `wfq`. `fcfs` by default: the sender's
+    /// own scheduler (the origin's) decides the order, and a FIFO transport
+    /// keeps it, as kernel SCTP's default does; `rr` interleaves what is queued.
+    pub scheduler: String,
+    /// Userspace SCTP: largest SCTP packet (UDP payload) sent, bytes.
+    pub mtu: usize,
+    /// Userspace SCTP: offer and accept I-DATA (RFC 8260), so that a large
+    /// message on one stream does not hold back the others' small ones.
+    pub idata: bool,
 }
 
 impl Default for AssociationConfig {
@@ -121,6 +162,14 @@ impl Default for AssociationConfig {
             send_buffer: None,
             recv_buffer: None,
             udp_encapsulation_port: None,
+            ack_delay: Duration::from_millis(200),
+            initial_window: None,
+            rto_initial: Duration::from_millis(1000),
+            rto_min: Duration::from_millis(500),
+            rto_max: Duration::from_millis(10_000),
+            scheduler: "fcfs".to_owned(),
+            mtu: sctp::DEFAULT_MTU,
+            idata: true,
         }
     }
 }
@@ -155,6 +204,20 @@ impl AssociationConfig {
         if self.max_message == 0 || self.max_message > 64 * 1024 * 1024 {
             return bad("max_message", "must be between 1 byte and 64 MiB");
         }
+        if self.initial_window == Some(0) {
+            return bad("initial_window", "must be above zero (or left unset)");
+        }
+        if self.rto_min.is_zero() {
+            return bad("rto_min", "must be above zero");
+        }
+        if self.rto_initial < self.rto_min {
+            return bad("rto_initial", "must be at least rto_min");
+        }
+        if self.rto_max < self.rto_min {
+            return bad("rto_max", "must be at least rto_min");
+        }
+        // The userspace SCTP keys: the core's own checks, under our key names.
+        crate::userspace::core_config(self)?;
         Ok(())
     }
 }

@@ -2,10 +2,14 @@
 //! and one origin, over one of three backends.
 //!
 //! - [`BackendKind::Kernel`]: Linux SCTP, one-to-one sockets (`kernel` module).
-//! - [`BackendKind::Userspace`]: `sctp-proto` (sans-IO SCTP) on a UDP socket, RFC 6951
-//!   framing, for hosts without the SCTP module (`userspace` module).
+//! - [`BackendKind::Userspace`]: our own sans-I/O SCTP core (the `sctp` crate) on a
+//!   UDP socket, RFC 6951 framing, for hosts without the SCTP module (`userspace`
+//!   module).
 //! - [`BackendKind::FramedTcp`]: the same API multiplexed on one TCP connection; the
 //!   head-of-line-blocking baseline (`framed_tcp` module).
+//! - `BackendKind::SctpProto`, only with the `sctp-proto-baseline` feature: the
+//!   former userspace backend on the third-party `sctp-proto` crate, kept as a
+//!   benchmark row (`sctp_proto` module). The daemons never build it.
 //!
 //! Every backend keeps message boundaries and per-stream order, imposes no order
 //! across streams, negotiates stream counts (a peer that grants fewer is used with
@@ -23,6 +27,8 @@ mod config;
 mod error;
 pub mod framed_tcp;
 pub mod kernel;
+#[cfg(feature = "sctp-proto-baseline")]
+pub mod sctp_proto;
 pub mod userspace;
 
 pub use config::{AssociationConfig, BackendChoice, BackendKind, SCTP_UDP_PORT, duration_ms};
@@ -51,6 +57,8 @@ enum Inner {
     Kernel(kernel::Association),
     Userspace(userspace::Association),
     FramedTcp(framed_tcp::Association),
+    #[cfg(feature = "sctp-proto-baseline")]
+    SctpProto(sctp_proto::Association),
 }
 
 /// Calls the same method on whichever backend is inside.
@@ -60,6 +68,8 @@ macro_rules! dispatch {
             Inner::Kernel($assoc) => $body,
             Inner::Userspace($assoc) => $body,
             Inner::FramedTcp($assoc) => $body,
+            #[cfg(feature = "sctp-proto-baseline")]
+            Inner::SctpProto($assoc) => $body,
         }
     };
 }
@@ -81,6 +91,8 @@ impl Association {
             Inner::Kernel(_) => BackendKind::Kernel,
             Inner::Userspace(_) => BackendKind::Userspace,
             Inner::FramedTcp(_) => BackendKind::FramedTcp,
+            #[cfg(feature = "sctp-proto-baseline")]
+            Inner::SctpProto(_) => BackendKind::SctpProto,
         }
     }
 
@@ -116,9 +128,10 @@ impl Association {
         dispatch!(self, a => a.recv().await)
     }
 
-    /// Bytes accepted by [`send`](Self::send) on `stream` and not yet acknowledged
-    /// by the peer (userspace, framed TCP: not yet written to the socket). `None`
-    /// where the backend cannot tell per stream (kernel).
+    /// Bytes accepted by [`send`](Self::send) on `stream` and still waiting in the
+    /// transport's queue: userspace, not yet sent once (data in flight no longer
+    /// counts); framed TCP, not yet written to the socket. `None` where the
+    /// backend cannot tell per stream (kernel).
     pub fn buffered(&self, stream: u16) -> Option<usize> {
         dispatch!(self, a => a.buffered(stream))
     }
@@ -141,10 +154,13 @@ impl Association {
 pub enum Listener {
     /// Kernel SCTP one-to-one listening socket.
     Kernel(kernel::Listener),
-    /// UDP socket driving `sctp-proto`.
+    /// UDP socket driving our SCTP core.
     Userspace(userspace::Listener),
     /// TCP listening socket.
     FramedTcp(framed_tcp::Listener),
+    /// UDP socket driving `sctp-proto` (benchmark baseline).
+    #[cfg(feature = "sctp-proto-baseline")]
+    SctpProto(sctp_proto::Listener),
 }
 
 impl Listener {
@@ -163,6 +179,10 @@ impl Listener {
             BackendKind::FramedTcp => {
                 Listener::FramedTcp(framed_tcp::Listener::bind(addr, config).await?)
             }
+            #[cfg(feature = "sctp-proto-baseline")]
+            BackendKind::SctpProto => {
+                Listener::SctpProto(sctp_proto::Listener::bind(addr, config).await?)
+            }
         })
     }
 
@@ -172,6 +192,8 @@ impl Listener {
             Listener::Kernel(l) => l.local_addr(),
             Listener::Userspace(l) => l.local_addr(),
             Listener::FramedTcp(l) => l.local_addr(),
+            #[cfg(feature = "sctp-proto-baseline")]
+            Listener::SctpProto(l) => l.local_addr(),
         }
     }
 
@@ -181,6 +203,8 @@ impl Listener {
             Listener::Kernel(l) => Inner::Kernel(l.accept().await?),
             Listener::Userspace(l) => Inner::Userspace(l.accept().await?),
             Listener::FramedTcp(l) => Inner::FramedTcp(l.accept().await?),
+            #[cfg(feature = "sctp-proto-baseline")]
+            Listener::SctpProto(l) => Inner::SctpProto(l.accept().await?),
         };
         Ok(Association {
             inner: Arc::new(inner),
@@ -201,6 +225,8 @@ pub async fn connect(
             BackendKind::Kernel => Inner::Kernel(kernel::connect(addr, config).await?),
             BackendKind::Userspace => Inner::Userspace(userspace::connect(addr, config).await?),
             BackendKind::FramedTcp => Inner::FramedTcp(framed_tcp::connect(addr, config).await?),
+            #[cfg(feature = "sctp-proto-baseline")]
+            BackendKind::SctpProto => Inner::SctpProto(sctp_proto::connect(addr, config).await?),
         })
     };
     let inner = tokio::time::timeout(config.connect_timeout, connecting)

@@ -1,4 +1,4 @@
-//! Our userspace SCTP (sctp-proto over UDP) against the Linux kernel's SCTP with
+//! Our userspace SCTP (our own `sctp` core over UDP) against the Linux kernel's SCTP with
 //! RFC 6951 UDP encapsulation: two implementations that share nothing but the
 //! wire format.
 //!

@@ -909,6 +909,12 @@ impl Association {
             return;
         }
         self.last_heard = now;
+        // `heartbeat_interval` counts from the last packet heard (its doc): a
+        // peer that talks needs no HEARTBEAT, and an idle limit shorter than
+        // interval + RTO must not fire between two answered heartbeats.
+        if self.heartbeat_due.is_some() && self.heartbeat_wait.is_none() {
+            self.heartbeat_due = Some(now + self.shared.config.heartbeat_interval);
+        }
         let mut arrival = Arrival::default();
         let mut had_data = false;
         for chunk in packet.chunks {
@@ -1241,6 +1247,9 @@ impl Association {
         }
         self.heartbeat_wait = None;
         self.error_count = 0;
+        if self.heartbeat_due.is_some() {
+            self.heartbeat_due = Some(now + self.shared.config.heartbeat_interval);
+        }
         let sent = self.born + Duration::from_micros(sent);
         self.rtt.on_sample(now.saturating_duration_since(sent));
     }

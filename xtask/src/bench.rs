@@ -98,7 +98,9 @@ pub(crate) enum Which {
     Papers,
 }
 
-const BACKENDS: [&str; 3] = ["tcp", "framed-tcp", "userspace"];
+/// Backends of the transport benchmark, in report order; `sctp-proto` is the
+/// former userspace backend, kept as a baseline row.
+const BACKENDS: [&str; 4] = ["tcp", "framed-tcp", "userspace", "sctp-proto"];
 
 /// (label, message size, streams, share of --bytes)
 const CELLS: [(&str, usize, u16, u64); 3] = [
@@ -546,7 +548,11 @@ fn static_files() -> Result<()> {
 
 fn transport(options: &BenchOptions) -> Result<()> {
     let root = &workspace_root();
-    let binary = build_example("gateway-transport", "transport_bench")?;
+    let binary = build_example_with(
+        "gateway-transport",
+        "transport_bench",
+        &["sctp-proto-baseline"],
+    )?;
     let flags = if options.rate_limited {
         " --rate-limited"
     } else {
@@ -629,16 +635,26 @@ fn transport(options: &BenchOptions) -> Result<()> {
 
 /// Builds `example` of `package` in release mode; returns the executable's path.
 pub(crate) fn build_example(package: &str, example: &str) -> Result<PathBuf> {
+    build_example_with(package, example, &[])
+}
+
+/// Builds `example` of `package` in release mode with `features` of that
+/// package; returns the executable's path.
+pub(crate) fn build_example_with(
+    package: &str,
+    example: &str,
+    features: &[&str],
+) -> Result<PathBuf> {
     println!("==> building {example} (release)");
     let root = workspace_root();
-    run_command(Command::new("cargo").current_dir(&root).args([
-        "build",
-        "--release",
-        "-p",
-        package,
-        "--example",
-        example,
-    ]))?;
+    let mut command = Command::new("cargo");
+    command
+        .current_dir(&root)
+        .args(["build", "--release", "-p", package, "--example", example]);
+    if !features.is_empty() {
+        command.args(["--features", &features.join(",")]);
+    }
+    run_command(&mut command)?;
     Ok(root.join("target/release/examples").join(example))
 }
 

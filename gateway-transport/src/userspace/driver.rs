@@ -1,45 +1,48 @@
 //! The endpoint driver: one task per UDP socket that owns the socket and the
-//! `sctp-proto` `Endpoint`, in the manner of quinn's endpoint and connection
-//! drivers folded into one.
+//! `sctp::Endpoint`, in the manner of quinn's endpoint and connection drivers
+//! folded into one.
 //!
-//! Each turn of [`Driver::run`] reads a batch of datagrams and feeds them in,
-//! collects the associations that handles woke or whose timers fell due, drives
-//! each of those once (requests, liveness, timers, events, transmits), sends
-//! what came out, and then sleeps until the socket, a handle or the next timer
-//! needs it. Polling once per batch, not per datagram, matters: several
-//! `sctp-proto` polls walk the whole in-flight queue.
+//! ```text
+//!        ┌──────────────────────── one turn of Driver::run ─────────────────────────┐
+//!        │ receive: up to RECV_BATCH datagrams ──► Endpoint::handle                 │
+//!        │     Association(h, p) ──► lock h, Association::handle, touch h           │
+//!        │     NewAssociation    ──► new AssocShared, touch (offered once Connected)│
+//!        │     Response          ──► outq (INIT ACK, out-of-the-blue replies)       │
+//!        │ touch what handles marked dirty and whose deadline is due                │
+//!        │ drive each touched association once:                                     │
+//!        │     close request ─► handle_timeout if due ─► poll_transmit* ─► outq     │
+//!        │     poll_event* ─► ended / established ─► readable, writable, changed    │
+//!        │ flush outq, reap drained associations (Endpoint::forget)                 │
+//!        └─ sleep until: socket readable | outq writable | notify | min deadline ───┘
+//! ```
+//!
+//! Polling once per batch, not per datagram, lets one packet carry the SACK
+//! for many and keeps the per-datagram cost at the core's `handle`.
 //!
 //! Finding due timers walks every association each turn: right for the handful
 //! of associations a gateway or origin holds, not for thousands.
 //!
-//! It never blocks on a handle (locks are held only around `sctp-proto` calls)
-//! and never drops an [`Association`] handle while holding that association's
-//! lock, since a handle's `Drop` takes it.
+//! Lock discipline: the driver holds an association's lock only around core
+//! calls, fires notifications after releasing it, and never drops an
+//! [`Association`] handle while holding that association's lock, since a
+//! handle's `Drop` takes it.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use sctp_proto::{
-    AssociationError, AssociationHandle, DatagramEvent, Endpoint, EndpointEvent, Event, Payload,
-    StreamEvent,
-};
+use sctp::{AssocHandle, AssociationError, DatagramEvent, Endpoint, Event};
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 
-use super::wire::{self, ChunkSummary, InitStreams, PeerHeader};
 use super::{AssocShared, AssocState, Association, Ended, Settings, lock};
-use crate::StreamCounts;
 
 /// Established associations waiting for `accept`, per listener.
 const ACCEPT_BACKLOG: usize = 128;
-/// Incoming associations still in their handshake, per listener. `sctp-proto`
-/// keeps state from the first INIT on, so this bounds what a flood of INITs costs.
-const MAX_HANDSHAKING: usize = 256;
 /// Datagrams read before the associations are polled.
 const RECV_BATCH: usize = 64;
 /// Received datagrams are carved out of blocks this large, bytes, so that a
@@ -47,6 +50,9 @@ const RECV_BATCH: usize = 64;
 const RX_BLOCK: usize = 1024 * 1024;
 /// Room left for each datagram, bytes: the largest a UDP datagram can be.
 const MAX_DATAGRAM: usize = 64 * 1024;
+/// A deadline the core left in the past is retried no sooner than this, so
+/// that it cannot make the driver spin.
+const MIN_TIMER_STEP: Duration = Duration::from_millis(1);
 
 /// What the driver of one socket shares with its listener and handles.
 #[derive(Debug)]
@@ -56,7 +62,7 @@ pub(super) struct EndpointShared {
     /// Wakes the driver.
     pub(super) notify: Notify,
     /// Associations that handles want polled.
-    pub(super) dirty: Mutex<Vec<usize>>,
+    pub(super) dirty: Mutex<Vec<AssocHandle>>,
     /// False once the listener is gone (always false for a client socket).
     pub(super) listening: AtomicBool,
     /// Established, not yet accepted associations.
@@ -100,7 +106,7 @@ impl EndpointShared {
 /// The driver's bookkeeping for one association.
 struct Entry {
     assoc: Arc<AssocShared>,
-    /// When it next needs polling without input (timers, heartbeat, idle).
+    /// The core's next deadline (timers, heartbeat, idle limit).
     deadline: Option<Instant>,
     /// Already on this turn's to-do list.
     touched: bool,
@@ -116,17 +122,18 @@ struct Wakeups {
     writable: Vec<u16>,
 }
 
-/// The task that owns one UDP socket and its `sctp-proto` endpoint.
+/// The task that owns one UDP socket and its `sctp::Endpoint`.
 pub(super) struct Driver {
     socket: UdpSocket,
     endpoint: Endpoint,
     shared: Arc<EndpointShared>,
     settings: Arc<Settings>,
-    assocs: HashMap<usize, Entry>,
-    touched: Vec<usize>,
-    finished: Vec<usize>,
+    assocs: HashMap<AssocHandle, Entry>,
+    touched: Vec<AssocHandle>,
+    finished: Vec<AssocHandle>,
     outq: VecDeque<(SocketAddr, Bytes)>,
     rx: BytesMut,
+    /// The endpoint was told to stop answering INITs.
     rejecting: bool,
 }
 
@@ -170,7 +177,7 @@ impl Driver {
         self.touch(key);
     }
 
-    fn touch(&mut self, key: usize) {
+    fn touch(&mut self, key: AssocHandle) {
         if let Some(entry) = self.assocs.get_mut(&key)
             && !entry.touched
         {
@@ -187,7 +194,7 @@ impl Driver {
             for key in dirty {
                 self.touch(key);
             }
-            let due: Vec<usize> = self
+            let due: Vec<AssocHandle> = self
                 .assocs
                 .iter()
                 .filter(|(_, e)| e.deadline.is_some_and(|d| d <= now))
@@ -206,9 +213,9 @@ impl Driver {
             if !self.shared.listening.load(Ordering::Acquire) {
                 if !self.rejecting {
                     self.rejecting = true;
-                    self.endpoint.reject_new_associations();
+                    self.endpoint.set_listening(false);
                 }
-                if self.assocs.is_empty() {
+                if self.assocs.is_empty() && self.outq.is_empty() {
                     break;
                 }
             }
@@ -220,7 +227,7 @@ impl Driver {
         tracing::debug!(local = %self.shared.local_addr, "userspace SCTP driver done");
     }
 
-    /// Sleeps until the socket, a handle or a timer needs the driver.
+    /// Sleeps until the socket, a handle or a deadline needs the driver.
     async fn wait(&self) -> std::io::Result<()> {
         let deadline = self.assocs.values().filter_map(|e| e.deadline).min();
         let timer = async {
@@ -267,8 +274,8 @@ impl Driver {
             }
             match self.socket.try_recv_buf_from(&mut self.rx) {
                 Ok((n, from)) => {
-                    let packet = self.rx.split_to(n).freeze();
-                    self.handle_datagram(now, from, packet);
+                    let datagram = self.rx.split_to(n).freeze();
+                    self.handle_datagram(now, from, datagram);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::ConnectionRefused => self.refused(),
@@ -277,108 +284,59 @@ impl Driver {
         }
     }
 
-    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, packet: Bytes) {
-        let summary = wire::scan(&packet);
-        if summary.abort {
-            tracing::debug!(
-                peer = %from,
-                causes = wire::abort_causes(&packet).unwrap_or_default(),
-                "SCTP ABORT received"
-            );
-        }
-        // `sctp-proto` cannot parse HEARTBEAT ACK (it would drop the whole
-        // packet), so answers to our heartbeats are taken out first; a packet of
-        // nothing else is still routed, to learn that the peer is alive.
-        let (packet, deliver) = if summary.heartbeat_acks == 0 {
-            (packet, true)
-        } else {
-            match wire::without_heartbeat_acks(&packet) {
-                Some(rest) => (rest, true),
-                None => (packet, false),
-            }
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: Bytes) {
+        let Some(datagram) = to_local_port(datagram, self.shared.local_addr.port()) else {
+            tracing::trace!(peer = %from, "datagram with a bad checksum dropped");
+            return;
         };
-        let stray = summary.first_is_shutdown_ack.then(|| packet.clone());
-        let header = packet_header(&packet);
-        match self.endpoint.handle(now, from, None, None, packet) {
-            None => {
-                if let Some(reply) = stray.as_deref().and_then(wire::shutdown_complete_for) {
-                    self.outq.push_back((from, reply));
-                }
-            }
-            Some((handle, DatagramEvent::NewAssociation(proto))) => {
-                self.accept_new(now, handle, from, proto, &summary);
-            }
-            Some((handle, DatagramEvent::AssociationEvent(event))) => {
-                let Some(entry) = self.assocs.get(&handle.0) else {
+        match self.endpoint.handle(now, from, datagram) {
+            None => {}
+            Some(DatagramEvent::Association(handle, incoming)) => {
+                let Some(entry) = self.assocs.get(&handle) else {
                     return;
                 };
-                let mut st = lock(&entry.assoc.state);
-                if st.ended.is_some() {
+                lock(&entry.assoc.state).proto.handle(now, incoming);
+                self.touch(handle);
+            }
+            Some(DatagramEvent::NewAssociation {
+                handle,
+                association,
+                replaces,
+            }) => {
+                if let Some(old) = replaces
+                    && let Some(entry) = self.assocs.get(&old)
+                {
+                    lock(&entry.assoc.state).proto.peer_restarted();
+                    self.touch(old);
+                }
+                if !self.shared.listening.load(Ordering::Acquire) {
+                    // The listener went away between the endpoint's check and
+                    // this one: nobody will accept it.
+                    let mut association = association;
+                    association.abort(now, "not accepting associations");
+                    while let Some(t) = association.poll_transmit(now) {
+                        self.outq.push_back((t.destination, t.contents));
+                    }
+                    self.endpoint.forget(handle);
                     return;
                 }
-                st.last_heard = now;
-                if st.inbound_header.is_none() && st.established {
-                    st.inbound_header = header;
-                }
-                st.abort_seen |= summary.abort;
-                st.shutdown_seen |= summary.shutdown;
-                if let Some((true, init)) = summary.init
-                    && !st.established
-                {
-                    st.peer_init = Some(init);
-                    st.peer_initial_tsn = summary.initial_tsn;
-                }
-                if summary.shutdown_complete {
-                    // The last step of a close the peer started: `sctp-proto`
-                    // drops its streams on it, complete messages included.
-                    st.drain_into_tail();
-                }
-                if deliver {
-                    st.proto.handle_event(event);
-                }
-                drop(st);
-                self.touch(handle.0);
+                tracing::debug!(peer = %from, "incoming SCTP association");
+                let assoc = AssocShared::new(
+                    handle,
+                    from,
+                    Arc::clone(&self.settings),
+                    Arc::clone(&self.shared),
+                    AssocState::new(*association, true),
+                );
+                self.insert(assoc);
             }
+            Some(DatagramEvent::Response(t)) => self.outq.push_back((t.destination, t.contents)),
         }
     }
 
-    fn accept_new(
-        &mut self,
-        now: Instant,
-        handle: AssociationHandle,
-        from: SocketAddr,
-        proto: sctp_proto::Association,
-        summary: &ChunkSummary,
-    ) {
-        let handshaking = self
-            .assocs
-            .values()
-            .filter(|e| !lock(&e.assoc.state).established)
-            .count();
-        if !self.shared.listening.load(Ordering::Acquire) || handshaking >= MAX_HANDSHAKING {
-            tracing::debug!(%from, handshaking, "refusing an incoming association");
-            drop(proto);
-            self.endpoint.handle_event(handle, EndpointEvent::drained());
-            return;
-        }
-        let mut state = AssocState::new(proto, now);
-        if let Some((false, init)) = summary.init {
-            state.peer_init = Some(init);
-            state.peer_initial_tsn = summary.initial_tsn;
-        }
-        let assoc = AssocShared::new(
-            handle.0,
-            from,
-            Arc::clone(&self.settings),
-            Arc::clone(&self.shared),
-            state,
-        );
-        self.insert(assoc);
-    }
-
-    /// Polls one association: requests from its handles, liveness, timers,
-    /// events and transmits.
-    fn drive(&mut self, key: usize, now: Instant) {
+    /// Polls one association: requests from its handles, timers, transmits
+    /// and events.
+    fn drive(&mut self, key: AssocHandle, now: Instant) {
         let Some(entry) = self.assocs.get_mut(&key) else {
             return;
         };
@@ -387,20 +345,40 @@ impl Driver {
         // Cleared before looking, so a request made meanwhile wakes us again.
         assoc.needs_poll.store(false, Ordering::Release);
         let mut wake = Wakeups::default();
-        let (deadline, ended) = {
+        let (deadline, drained) = {
             let mut guard = lock(&assoc.state);
             let st = &mut *guard;
-            if st.ended.is_none() {
-                self.handle_requests(st, now);
+            if st.close_requested && !st.close_started {
+                st.close_started = true;
+                st.proto.close(now);
             }
-            if st.ended.is_none() {
-                self.check_liveness(st, now);
-            }
-            if st.ended.is_none() && st.proto.poll_timeout().is_some_and(|t| t <= now) {
+            if st.proto.poll_timeout().is_some_and(|t| t <= now) {
                 st.proto.handle_timeout(now);
             }
-            self.poll_association(st, now, &mut wake);
-            (self.next_deadline(st, now), st.ended.is_some())
+            while let Some(t) = st.proto.poll_transmit(now) {
+                self.outq.push_back((t.destination, t.contents));
+            }
+            while let Some(event) = st.proto.poll_event() {
+                self.on_event(st, event, &mut wake);
+            }
+            if st.ended.is_some() {
+                wake.ended = true;
+            } else {
+                wake.readable = st.proto.readable();
+                let limit = self.settings.max_buffered_per_stream;
+                let mut i = 0;
+                while i < st.blocked.len() {
+                    let stream = st.blocked[i];
+                    if st.unsent(stream) <= limit {
+                        wake.writable.push(stream);
+                        st.blocked.swap_remove(i);
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            let deadline = st.proto.poll_timeout().map(|t| t.max(now + MIN_TIMER_STEP));
+            (deadline, st.proto.is_drained())
         };
         if let Some(entry) = self.assocs.get_mut(&key) {
             entry.deadline = deadline;
@@ -420,200 +398,41 @@ impl Driver {
                 }
             }
         }
-        if ended {
+        if drained {
             self.finished.push(key);
         } else if wake.offer {
             self.offer(assoc);
         }
     }
 
-    fn handle_requests(&mut self, st: &mut AssocState, now: Instant) {
-        if std::mem::take(&mut st.window_update_wanted) {
-            self.request_sack(st, now);
-        }
-        if st.abort_requested {
-            self.abort(st, Ended::Closed);
-        } else if st.close_requested && !st.shutdown_started {
-            if !st.established {
-                // Half open: nothing was promised to the peer.
-                st.shutdown_started = true;
-                st.ended = Some(Ended::Closed);
-                let _ = st.proto.close();
-            } else if st.outbound_drained() {
-                st.shutdown_started = true;
-                // Acknowledge everything received first: a delayed SACK still
-                // pending now goes out just before the SHUTDOWN, whose
-                // Cumulative TSN Ack `poll_association` sets from it.
-                self.request_sack(st, now);
-                if let Err(e) = st.proto.shutdown() {
-                    // Already shutting down because the peer asked first.
-                    tracing::debug!(error = %e, "SCTP shutdown not started");
-                }
-            }
-        }
-    }
-
-    /// Makes `sctp-proto` send a SACK now, to announce a window the application
-    /// opened (see `AssocState::note_read`) or to acknowledge everything
-    /// received before a SHUTDOWN. Does nothing before a packet from the peer
-    /// after the handshake gave us `inbound_header`.
-    fn request_sack(&mut self, st: &mut AssocState, now: Instant) {
-        let (Some(header), Some(cumulative_tsn)) = (st.inbound_header, st.peer_cumulative_tsn())
-        else {
-            return;
-        };
-        let remote = st.proto.remote_addr();
-        let packet = wire::sack_request(&header, cumulative_tsn);
-        if let Some((_, DatagramEvent::AssociationEvent(event))) =
-            self.endpoint.handle(now, remote, None, None, packet)
-        {
-            st.proto.handle_event(event);
-        }
-    }
-
-    /// Sends ABORT (if we know the peer's tag yet) and ends the association.
-    fn abort(&mut self, st: &mut AssocState, why: Ended) {
-        if let Some(header) = st.peer_header {
-            self.outq
-                .push_back((st.proto.remote_addr(), wire::abort(&header)));
-        }
-        st.ended = Some(why);
-        let _ = st.proto.close();
-    }
-
-    /// Heartbeats an idle peer; gives up on a silent one.
-    fn check_liveness(&mut self, st: &mut AssocState, now: Instant) {
-        let settings = &self.settings;
-        if !st.established {
-            if now.saturating_duration_since(st.created) >= settings.handshake_timeout {
-                st.ended = Some(Ended::Unreachable(settings.handshake_timeout));
-                let _ = st.proto.close();
-            }
-            return;
-        }
-        let silent = now.saturating_duration_since(st.last_heard);
-        if silent >= settings.idle_timeout {
-            tracing::warn!(peer = %st.proto.remote_addr(), ?silent, "SCTP peer unreachable");
-            self.abort(st, Ended::Unreachable(settings.idle_timeout));
-            return;
-        }
-        let since_heartbeat = st
-            .last_heartbeat
-            .map_or(silent, |t| now.saturating_duration_since(t));
-        if silent >= settings.heartbeat_interval
-            && since_heartbeat >= settings.heartbeat_interval
-            && let Some(header) = st.peer_header
-        {
-            st.heartbeats_sent += 1;
-            st.last_heartbeat = Some(now);
-            self.outq.push_back((
-                st.proto.remote_addr(),
-                wire::heartbeat(&header, st.heartbeats_sent),
-            ));
-        }
-    }
-
-    fn next_deadline(&self, st: &AssocState, now: Instant) -> Option<Instant> {
-        if st.ended.is_some() {
-            return None;
-        }
-        let settings = &self.settings;
-        let own = if st.established {
-            let quiet_since = st
-                .last_heartbeat
-                .map_or(st.last_heard, |t| t.max(st.last_heard));
-            (quiet_since + settings.heartbeat_interval).min(st.last_heard + settings.idle_timeout)
-        } else {
-            st.created + settings.handshake_timeout
-        };
-        let next = st.proto.poll_timeout().map_or(own, |t| t.min(own));
-        // A timer `sctp-proto` left in the past must not make the driver spin.
-        Some(next.max(now + std::time::Duration::from_millis(1)))
-    }
-
-    fn poll_association(&mut self, st: &mut AssocState, now: Instant, wake: &mut Wakeups) {
-        loop {
-            while let Some(event) = st.proto.poll() {
-                self.on_event(st, event, now, wake);
-            }
-            let mut sent_shutdown_complete = false;
-            while let Some(transmit) = st.proto.poll_transmit(now) {
-                let Payload::RawEncode(packets) = transmit.payload else {
-                    continue;
-                };
-                for mut packet in packets {
-                    if let Some(cumulative_tsn) = st.peer_cumulative_tsn()
-                        && let Some(fixed) =
-                            wire::with_shutdown_cumulative_tsn_ack(&packet, cumulative_tsn)
-                    {
-                        // `sctp-proto` puts our own ack point there; a Linux
-                        // peer aborts or ignores such a SHUTDOWN (see `wire`).
-                        // Packets come in order, so a SACK sent with this
-                        // SHUTDOWN has already updated `last_sack`.
-                        packet = fixed;
-                    }
-                    if st.peer_header.is_none() {
-                        st.peer_header = PeerHeader::from_outgoing(&packet);
-                    }
-                    sent_shutdown_complete |= wire::is_shutdown_complete(&packet);
-                    if let Some(sack) = wire::sack_of(&packet) {
-                        st.last_sack = Some(sack);
-                        st.read_since_sack = 0;
-                    }
-                    self.outq.push_back((transmit.remote, packet));
-                }
-            }
-            // The endpoint forgets an association when we reap it, not when
-            // `sctp-proto` says so at the start of a shutdown (it would stop
-            // routing the peer's SHUTDOWN ACK to it).
-            while st.proto.poll_endpoint_event().is_some() {}
-            if sent_shutdown_complete && st.ended.is_none() {
-                // `sctp-proto` stays in SHUTDOWN-ACK-SENT after its last chunk of
-                // a close we started; the close is complete, so finish it.
-                st.shutdown_seen = true;
-                st.drain_into_tail();
-                let _ = st.proto.close();
-                continue;
-            }
-            break;
-        }
-    }
-
-    fn on_event(&mut self, st: &mut AssocState, event: Event, now: Instant, wake: &mut Wakeups) {
+    fn on_event(&self, st: &mut AssocState, event: Event, wake: &mut Wakeups) {
         match event {
             Event::Connected => {
-                let server = st.proto.side().is_server();
                 st.established = true;
-                st.last_heard = now;
-                st.counts = negotiate(&self.settings, server, st.peer_init);
-                tracing::debug!(peer = %st.proto.remote_addr(), counts = ?st.counts, "SCTP association up");
+                if let Some((outbound, inbound)) = st.proto.streams() {
+                    st.counts = crate::StreamCounts { outbound, inbound };
+                }
+                tracing::debug!(peer = %st.proto.remote(), counts = ?st.counts, "SCTP association up");
                 wake.changed = true;
-                wake.offer = server;
+                wake.offer = st.server;
             }
-            Event::HandshakeFailed { reason } => {
-                if st.ended.is_none() {
-                    st.ended = Some(Ended::Failed(format!("SCTP handshake failed: {reason}")));
-                }
-                wake.ended = true;
+            Event::Closed => {
+                st.ended.get_or_insert(Ended::Closed);
+                tracing::debug!(peer = %st.proto.remote(), "SCTP association closed");
             }
-            Event::AssociationLost { reason } => {
-                if st.ended.is_none() {
-                    st.ended = Some(classify_loss(st, &reason, &self.settings));
-                }
-                tracing::debug!(peer = %st.proto.remote_addr(), %reason, ended = ?st.ended, "SCTP association lost");
-                wake.ended = true;
+            Event::Lost(reason) => {
+                let ended = match &reason {
+                    AssociationError::Aborted(_) | AssociationError::PeerRestarted => {
+                        Ended::Aborted
+                    }
+                    AssociationError::Unreachable => Ended::Unreachable(self.settings.idle_timeout),
+                    AssociationError::LocallyAborted(_) if st.aborted => Ended::Closed,
+                    AssociationError::LocallyAborted(why) => Ended::Failed(why.clone()),
+                    AssociationError::HandshakeFailed => Ended::Failed(reason.to_string()),
+                };
+                tracing::debug!(peer = %st.proto.remote(), %reason, "SCTP association lost");
+                st.ended.get_or_insert(ended);
             }
-            Event::Stream(StreamEvent::Readable { id }) => {
-                st.push_ready(id);
-                wake.readable = true;
-            }
-            Event::Stream(StreamEvent::BufferedAmountLow { id }) => wake.writable.push(id),
-            Event::Stream(StreamEvent::Opened { .. }) => {
-                // Streams the peer opens are read through `ready`; empty the
-                // accept queue `sctp-proto` keeps for them.
-                while st.proto.accept_stream().is_some() {}
-            }
-            _ => {}
         }
     }
 
@@ -631,9 +450,7 @@ impl Driver {
         } else {
             drop(queue);
             tracing::warn!(peer = %assoc.peer_addr, "accept backlog full: aborting association");
-            lock(&assoc.state).abort_requested = true;
-            // Its `Drop` wakes us to carry out the abort.
-            drop(handle);
+            handle.abort();
         }
     }
 
@@ -658,7 +475,6 @@ impl Driver {
             let mut st = lock(&entry.assoc.state);
             if !st.established && st.ended.is_none() {
                 st.ended = Some(Ended::Refused);
-                let _ = st.proto.close();
                 drop(st);
                 entry.assoc.wake_all();
                 self.finished.push(*key);
@@ -670,115 +486,70 @@ impl Driver {
     fn reap(&mut self) {
         for key in self.finished.drain(..) {
             if self.assocs.remove(&key).is_some() {
-                self.endpoint
-                    .handle_event(AssociationHandle(key), EndpointEvent::drained());
+                self.endpoint.forget(key);
             }
         }
     }
 }
 
-/// The first 8 bytes of a packet (ports and verification tag), if it has them.
-fn packet_header(packet: &[u8]) -> Option<[u8; 8]> {
-    packet.get(..8).and_then(|h| h.try_into().ok())
-}
+/// Where the CRC32c sits in the SCTP common header, bytes.
+const CHECKSUM_AT: std::ops::Range<usize> = 8..12;
+/// Where the destination port sits in the SCTP common header, bytes.
+const DST_PORT_AT: std::ops::Range<usize> = 2..4;
 
-/// Stream counts both ends agree on, computed from the peer's INIT or INIT ACK
-/// as RFC 9260 section 5.1.1 defines them: we send on at most as many streams as
-/// the peer accepts, and accept at most as many as it announced.
+/// `datagram` as addressed to our SCTP port; `None` if it must be dropped.
 ///
-/// On the server side `sctp-proto` announces in its INIT ACK the minimum of our
-/// and the client's counts (OS with OS, MIS with MIS), so we stay within what
-/// the client derives from that announcement as well.
-fn negotiate(settings: &Settings, server: bool, peer: Option<InitStreams>) -> StreamCounts {
-    let Some(peer) = peer else {
-        tracing::warn!("no INIT stream counts seen; assuming the configured ones");
-        return StreamCounts {
-            outbound: settings.streams,
-            inbound: settings.max_inbound_streams,
-        };
+/// The peer takes our UDP port for our SCTP port. A hop that translates UDP
+/// ports between it and us (a relay, a port forward to another port) makes
+/// the peer address an SCTP port we do not have, and the core drops such
+/// packets as out of the blue. One UDP socket is one SCTP endpoint, so the
+/// SCTP destination port tells nothing the socket does not: such a datagram
+/// is taken as ours, its checksum checked as sent, then the port rewritten
+/// and the checksum sealed again. Costs nothing when the ports agree.
+fn to_local_port(datagram: Bytes, local_port: u16) -> Option<Bytes> {
+    let Some((_, dst_port, _)) = sctp::wire::peek_header(&datagram) else {
+        // Too short: the endpoint counts it as malformed.
+        return Some(datagram);
     };
-    if server {
-        let both = peer.outbound.min(peer.max_inbound);
-        StreamCounts {
-            outbound: settings.streams.min(both),
-            inbound: settings.max_inbound_streams.min(both),
-        }
-    } else {
-        StreamCounts {
-            outbound: settings.streams.min(peer.max_inbound),
-            inbound: settings.max_inbound_streams.min(peer.outbound),
-        }
+    if dst_port == local_port {
+        return Some(datagram);
     }
-}
-
-/// Why `sctp-proto` lost an association we did not end ourselves.
-fn classify_loss(st: &AssocState, reason: &AssociationError, settings: &Settings) -> Ended {
-    if st.abort_seen {
-        return Ended::Aborted;
+    let mut copy = BytesMut::from(&datagram[..]);
+    sctp::wire::seal_checksum(&mut copy);
+    if copy[CHECKSUM_AT] != datagram[CHECKSUM_AT] {
+        return None;
     }
-    match reason {
-        AssociationError::TimedOut => Ended::Unreachable(settings.idle_timeout),
-        AssociationError::ReceiveBufferExhausted => {
-            Ended::Failed("receive buffer exhausted during reassembly".into())
-        }
-        _ if st.shutdown_seen => Ended::Closed,
-        other => Ended::Failed(format!("SCTP association lost: {other}")),
-    }
+    copy[DST_PORT_AT].copy_from_slice(&local_port.to_be_bytes());
+    sctp::wire::seal_checksum(&mut copy);
+    Some(copy.freeze())
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
-    fn settings(streams: u16, max_inbound_streams: u16) -> Settings {
-        Settings {
-            streams,
-            max_inbound_streams,
-            max_buffered_per_stream: 1,
-            max_message: 1,
-            heartbeat_interval: Duration::from_secs(1),
-            idle_timeout: Duration::from_secs(2),
-            recv_window: 1,
-            handshake_timeout: Duration::from_secs(1),
-        }
-    }
-
-    fn init(outbound: u16, max_inbound: u16) -> Option<InitStreams> {
-        Some(InitStreams {
-            outbound,
-            max_inbound,
-        })
+    fn packet(dst_port: u16) -> Bytes {
+        let mut buf = BytesMut::new();
+        sctp::wire::encode_header(&mut buf, 5000, dst_port, 0x1234_5678);
+        buf.extend_from_slice(&[1, 0, 0, 4]);
+        sctp::wire::seal_checksum(&mut buf);
+        buf.freeze()
     }
 
     #[test]
-    fn client_uses_fewer_streams_when_the_server_grants_fewer() {
-        // Client asks 16 out, accepts 32; the server's INIT ACK grants 4 inbound.
-        let c = negotiate(&settings(16, 32), false, init(16, 4));
+    fn a_translated_port_is_rewritten_and_resealed() {
+        let ours = to_local_port(packet(9000), 9899).expect("kept");
+        assert_eq!(ours, packet(9899), "same packet, addressed to our port");
         assert_eq!(
-            c,
-            StreamCounts {
-                outbound: 4,
-                inbound: 16
-            }
+            to_local_port(packet(9899), 9899).expect("kept"),
+            packet(9899)
         );
     }
 
     #[test]
-    fn server_stays_within_what_the_client_derives() {
-        // Server: 32 out, 4 in. Client INIT: OS 16, MIS 32.
-        let s = negotiate(&settings(32, 4), true, init(16, 32));
-        assert_eq!(
-            s,
-            StreamCounts {
-                outbound: 16,
-                inbound: 4
-            }
-        );
-        // What the client derives from sctp-proto's INIT ACK (OS = min(16, 32),
-        // MIS = min(32, 4)) must cover the server's choice.
-        let c = negotiate(&settings(16, 32), false, init(16, 4));
-        assert!(s.outbound <= c.inbound && c.outbound <= s.inbound);
+    fn a_corrupt_translated_packet_is_dropped() {
+        let mut bad = BytesMut::from(&packet(9000)[..]);
+        bad[13] ^= 1;
+        assert!(to_local_port(bad.freeze(), 9899).is_none());
     }
 }

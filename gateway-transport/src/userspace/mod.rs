@@ -1,30 +1,42 @@
-//! The userspace backend: `sctp-proto` (sans-IO SCTP) driven on a tokio UDP socket
-//! with RFC 6951 framing, i.e. each UDP payload is one whole SCTP packet, CRC32c
-//! included, so a Linux kernel peer with UDP encapsulation can talk to it.
+//! The userspace backend: our own sans-I/O SCTP core (the `sctp` crate) driven on
+//! a tokio UDP socket with RFC 6951 framing, i.e. each UDP payload is one whole
+//! SCTP packet, CRC32c included, so a Linux kernel peer with UDP encapsulation
+//! can talk to it.
+//!
+//! ```text
+//!   handles (any task)                    driver task (one per UDP socket)
+//!   ───────────────────                   ──────────────────────────────────
+//!   send ──► sctp::Association::send ─┐   read a batch of datagrams
+//!   recv ◄── sctp::Association::recv  │   ──► sctp::Endpoint::handle
+//!   abort ─► ABORT on the wire at once├──►──► Association::handle / timeouts
+//!   close/drop ─► close_requested     │   drain poll_transmit, poll_event
+//!        wake_driver (dirty + notify)─┘   notify readable / writable / changed
+//!                                         sleep: socket | notify | poll_timeout
+//! ```
 //!
 //! One driver task per UDP socket (`driver`) owns the socket and the
-//! `sctp-proto` `Endpoint`; every association's protocol state sits in an
-//! `AssocShared` that the driver and the [`Association`] handle both lock. Handles
-//! write and read straight into and out of `sctp-proto` and wake the driver; the
-//! driver feeds datagrams and timers in, drains events and transmits, and sleeps
-//! until the socket, a handle or the next timer needs it. It never spins, never
-//! queues without bound and never parses what it carries.
+//! `sctp::Endpoint`; every association's `sctp::Association` sits in an
+//! `AssocShared` that the driver and the [`Association`] handles both lock.
+//! Handles write and read straight into and out of the core and wake the
+//! driver; the driver feeds datagrams and timers in, drains transmits and
+//! events, and sleeps until the socket, a handle or the next deadline needs it.
+//! It never spins, never queues without bound and never parses what it carries.
+//!
+//! The core does the protocol (handshake with a stateless cookie, HEARTBEAT,
+//! ABORT, stream negotiation, graceful close that keeps received data readable,
+//! SACKs when the application reopens the window); this module adds only what
+//! the API promises on top: empty messages (a one-byte placeholder with its own
+//! payload protocol identifier), `send` waiting on a stream's unsent bytes,
+//! the accept queue, and ICMP port unreachable failing a client's handshake.
 //!
 //! SCTP ports: the SCTP port inside each packet equals the UDP port of its end
 //! (a kernel peer must listen on the same SCTP port as its UDP encapsulation port,
 //! 9899 by default).
 //!
-//! What `sctp-proto` lacks and this module adds: HEARTBEAT and idle detection,
-//! ABORT, per-stream backpressure through `buffered_amount`, negotiated stream
-//! counts as RFC 9260 defines them, and keeping received data across a graceful
-//! close. The raw packets for those live in `wire`.
-//!
 //! Start reading at `connect`, `Listener::bind` and then `driver::Driver::run`.
 
 mod driver;
-mod wire;
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::pin;
@@ -33,75 +45,50 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sctp_proto::{
-    ClientConfig, Endpoint, EndpointConfig, PayloadProtocolIdentifier, ServerConfig,
-    TransportConfig,
-};
+use rand::Rng;
+use sctp::sched::SchedulerKind;
 use tokio::sync::Notify;
 
 use crate::{AssociationConfig, Message, StreamCounts, TransportError};
 
-/// Largest SCTP packet, i.e. UDP payload, we send, bytes: fits a 1500-byte
-/// Ethernet MTU under an IPv6 (40) and UDP (8) header, and so under IPv4 too.
-const MAX_PACKET: u32 = 1452;
-/// `sctp-proto` checks bundling against its MTU without the next chunk's
-/// 16-byte header and padding, so it may overshoot by this much, bytes.
-const BUNDLING_SLACK: u32 = 20;
-/// SCTP common header (12) plus DATA chunk header (16), bytes.
-const DATA_OVERHEAD: u32 = 28;
-/// Largest DATA fragment, bytes (a multiple of 4, so full fragments need no padding).
-const MAX_FRAGMENT: u32 = MAX_PACKET - BUNDLING_SLACK - DATA_OVERHEAD;
 /// Receive window above the largest message, bytes. The window must hold one
-/// whole message (delivery is whole messages only; a message that cannot fit
-/// aborts the association) plus room for the data behind it to keep flowing.
+/// whole message (delivery is whole messages only) plus room for the data
+/// behind it to keep flowing.
 const RECV_WINDOW_HEADROOM: usize = 1024 * 1024;
 /// Smallest receive window we advertise, bytes.
 const MIN_RECV_WINDOW: usize = 2 * 1024 * 1024;
 /// UDP socket buffers when the configuration leaves them unset, bytes. The
 /// kernel caps them at `net.core.{r,w}mem_max`.
 const DEFAULT_SOCKET_BUFFER: usize = 4 * 1024 * 1024;
-/// First retransmission time-out, milliseconds (RFC 9260 says 1 s).
-const RTO_INITIAL_MS: u64 = 1000;
-/// Smallest retransmission time-out, milliseconds. Below RFC 9260's 1 s for
-/// quicker loss recovery, but above the peer's 200 ms delayed SACK so that a
-/// lone packet's late SACK does not look like a loss.
-const RTO_MIN_MS: u64 = 500;
-/// Largest retransmission time-out, milliseconds; liveness is judged by
-/// heartbeats and `idle_timeout`, not by retransmission counts.
-const RTO_MAX_MS: u64 = 10_000;
-/// Payload protocol identifier of ordinary messages (opaque to SCTP).
-const PPI_MESSAGE: PayloadProtocolIdentifier = PayloadProtocolIdentifier::Binary;
+/// Payload protocol identifier of ordinary messages (opaque to SCTP; the value
+/// the sctp-proto backend used, WebRTC's "binary", so both interoperate).
+const PPID_MESSAGE: u32 = 53;
 /// Marks a one-byte placeholder standing for an empty message, since SCTP cannot
-/// carry zero-length user data.
-const PPI_EMPTY: PayloadProtocolIdentifier = PayloadProtocolIdentifier::BinaryEmpty;
+/// carry zero-length user data (WebRTC's "binary empty").
+const PPID_EMPTY: u32 = 57;
+/// The reason our ABORT carries (User-Initiated Abort cause).
+const ABORT_REASON: &str = "aborted by the application";
 
 /// Limits derived once from [`AssociationConfig`], shared by the driver and the
 /// handles of one socket.
 #[derive(Debug, Clone)]
 struct Settings {
     streams: u16,
-    max_inbound_streams: u16,
     max_buffered_per_stream: usize,
     max_message: usize,
-    heartbeat_interval: Duration,
     idle_timeout: Duration,
     /// Receive window we advertise, bytes.
     recv_window: usize,
-    /// A half-open incoming association is dropped after this long.
-    handshake_timeout: Duration,
 }
 
 impl Settings {
     fn new(config: &AssociationConfig) -> Self {
         Settings {
             streams: config.streams,
-            max_inbound_streams: config.max_inbound_streams,
             max_buffered_per_stream: config.max_buffered_per_stream,
             max_message: config.max_message,
-            heartbeat_interval: config.heartbeat_interval,
             idle_timeout: config.idle_timeout,
             recv_window: recv_window(config),
-            handshake_timeout: config.connect_timeout,
         }
     }
 }
@@ -114,31 +101,68 @@ fn recv_window(config: &AssociationConfig) -> usize {
         .clamp(MIN_RECV_WINDOW, u32::MAX as usize)
 }
 
-/// `sctp-proto`'s per-association settings for `config`.
-fn transport_config(config: &AssociationConfig) -> TransportConfig {
-    let max_message = u32::try_from(config.max_message).unwrap_or(u32::MAX);
-    let window = recv_window(config);
-    TransportConfig::default()
-        .with_max_num_outbound_streams(config.streams)
-        .with_max_num_inbound_streams(config.max_inbound_streams)
-        .with_max_send_message_size(max_message)
-        .with_max_receive_message_size(max_message)
-        .with_max_receive_buffer_size(u32::try_from(window).unwrap_or(u32::MAX))
-        .with_rto_initial_ms(RTO_INITIAL_MS)
-        .with_rto_min_ms(RTO_MIN_MS)
-        .with_rto_max_ms(RTO_MAX_MS)
+/// The core's settings for `config`, validated, with errors naming our keys.
+pub(crate) fn core_config(config: &AssociationConfig) -> Result<sctp::Config, TransportError> {
+    let scheduler: SchedulerKind =
+        config
+            .scheduler
+            .parse()
+            .map_err(|reason: String| TransportError::Config {
+                key: "scheduler",
+                reason,
+            })?;
+    let defaults = sctp::Config::default();
+    let core = sctp::Config {
+        outbound_streams: config.streams,
+        max_inbound_streams: config.max_inbound_streams,
+        recv_window: u32::try_from(recv_window(config)).unwrap_or(u32::MAX),
+        max_message: config.max_message,
+        mtu: config.mtu,
+        idata: config.idata,
+        scheduler,
+        rtt: sctp::rtt::RttConfig {
+            initial: config.rto_initial,
+            min: config.rto_min,
+            max: config.rto_max,
+        },
+        ack: sctp::ack::AckConfig {
+            max_delay: config.ack_delay,
+            ..defaults.ack
+        },
+        congestion: Arc::new(sctp::congestion::RenoConfig {
+            initial_window: config.initial_window.map(|w| w as u64),
+        }),
+        heartbeat_interval: config.heartbeat_interval,
+        idle_timeout: config.idle_timeout,
+        ..defaults
+    };
+    core.validate().map_err(|e| TransportError::Config {
+        key: config_key(e.key),
+        reason: e.reason,
+    })?;
+    Ok(core)
 }
 
-fn endpoint_config() -> Arc<EndpointConfig> {
-    let mut config = EndpointConfig::new();
-    config.max_payload_size(MAX_FRAGMENT);
-    Arc::new(config)
+/// The `AssociationConfig` key behind a key of `sctp::Config`.
+fn config_key(core_key: &'static str) -> &'static str {
+    match core_key {
+        "outbound_streams" => "streams",
+        "rtt" => "rto_min",
+        "ack.max_delay" => "ack_delay",
+        other => other,
+    }
 }
 
 /// Locks `m`, taking over the data of a holder that panicked: every critical
-/// section leaves the state consistent between `sctp-proto` calls.
+/// section leaves the state consistent between core calls.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// 32 bytes from the operating system's generator: the core's only randomness
+/// (verification tags, initial TSNs, the cookie key).
+fn seed() -> [u8; 32] {
+    rand::rng().random()
 }
 
 /// Binds a non-blocking UDP socket with the configured buffer sizes.
@@ -167,14 +191,14 @@ fn bind_socket(
 enum Ended {
     /// Graceful close by either side, or a local abort.
     Closed,
-    /// The peer sent ABORT.
+    /// The peer sent ABORT, or restarted (its state is gone all the same).
     Aborted,
     /// Nothing heard from the peer for this long.
     Unreachable(Duration),
     /// The peer's host refused the datagrams (ICMP port unreachable) during
     /// the handshake.
     Refused,
-    /// Anything else that made `sctp-proto` give up.
+    /// Anything else that ended it (a protocol violation, a failed socket).
     Failed(String),
 }
 
@@ -193,220 +217,75 @@ impl Ended {
     }
 }
 
-/// A set of stream numbers, one bit each.
-#[derive(Debug)]
-struct StreamSet(Box<[u64]>);
-
-impl StreamSet {
-    fn new() -> Self {
-        StreamSet(vec![0; 1024].into_boxed_slice())
-    }
-    /// Adds `s`; false if it was already there.
-    fn insert(&mut self, s: u16) -> bool {
-        let (word, bit) = (usize::from(s / 64), 1u64 << (s % 64));
-        let fresh = self.0[word] & bit == 0;
-        self.0[word] |= bit;
-        fresh
-    }
-    fn remove(&mut self, s: u16) {
-        self.0[usize::from(s / 64)] &= !(1u64 << (s % 64));
-    }
-    fn contains(&self, s: u16) -> bool {
-        self.0[usize::from(s / 64)] & (1u64 << (s % 64)) != 0
-    }
-}
-
-/// Protocol state of one association plus what the handles and the driver tell
+/// One association's core state plus what the handles and the driver tell
 /// each other. Guarded by [`AssocShared::state`].
 struct AssocState {
-    proto: sctp_proto::Association,
+    proto: sctp::Association,
+    /// Accepted by our listener (offered to `accept` once connected).
+    server: bool,
     established: bool,
     /// Negotiated counts (valid once `established`).
     counts: StreamCounts,
-    /// Stream counts from the peer's INIT (server side) or INIT ACK (client).
-    peer_init: Option<wire::InitStreams>,
-    /// Initial TSN from the peer's INIT or INIT ACK.
-    peer_initial_tsn: Option<u32>,
-    /// Streams that may have a complete message, in round-robin order.
-    ready: VecDeque<u16>,
-    ready_set: StreamSet,
-    /// Outbound streams opened in `sctp-proto` with our low-water mark.
-    opened: StreamSet,
-    /// Messages moved out of `sctp-proto` before it discards its stream state
-    /// at the end of a graceful close; delivered before anything else.
-    tail: VecDeque<Message>,
     ended: Option<Ended>,
-    /// A handle asked for a graceful close (or was dropped).
+    /// A handle asked for a graceful close (or the last one was dropped).
     close_requested: bool,
-    /// `shutdown()` has been called on `proto`.
-    shutdown_started: bool,
-    /// A handle asked for an abort.
-    abort_requested: bool,
-    /// An ABORT arrived from the peer.
-    abort_seen: bool,
-    /// A SHUTDOWN-family chunk was seen in either direction.
-    shutdown_seen: bool,
-    /// Learnt from our outgoing packets; needed for our own ABORT and HEARTBEAT.
-    peer_header: Option<wire::PeerHeader>,
-    /// The first 8 bytes (ports, our tag) of the peer's packets; needed to
-    /// hand `sctp-proto` a packet of our own making.
-    inbound_header: Option<[u8; 8]>,
-    /// Cumulative TSN ack and window of the last SACK we sent.
-    last_sack: Option<(u32, u32)>,
-    /// Bytes the application read since that SACK.
-    read_since_sack: usize,
-    /// The application opened a window the peer does not know about.
-    window_update_wanted: bool,
-    created: Instant,
-    last_heard: Instant,
-    last_heartbeat: Option<Instant>,
-    heartbeats_sent: u64,
+    /// `close` has been called on `proto`.
+    close_started: bool,
+    /// A handle aborted: the ABORT is already on its way.
+    aborted: bool,
+    /// Streams whose `send` waits for their unsent bytes to fall.
+    blocked: Vec<u16>,
+    /// Bytes the application read since it last woke the driver.
+    read_since_wake: usize,
 }
 
 impl AssocState {
-    fn new(proto: sctp_proto::Association, now: Instant) -> Self {
+    fn new(proto: sctp::Association, server: bool) -> Self {
         AssocState {
             proto,
+            server,
             established: false,
             counts: StreamCounts {
                 outbound: 0,
                 inbound: 0,
             },
-            peer_init: None,
-            peer_initial_tsn: None,
-            ready: VecDeque::new(),
-            ready_set: StreamSet::new(),
-            opened: StreamSet::new(),
-            tail: VecDeque::new(),
             ended: None,
             close_requested: false,
-            shutdown_started: false,
-            abort_requested: false,
-            abort_seen: false,
-            shutdown_seen: false,
-            peer_header: None,
-            inbound_header: None,
-            last_sack: None,
-            read_since_sack: 0,
-            window_update_wanted: false,
-            created: now,
-            last_heard: now,
-            last_heartbeat: None,
-            heartbeats_sent: 0,
+            close_started: false,
+            aborted: false,
+            blocked: Vec::new(),
+            read_since_wake: 0,
         }
     }
 
-    /// Marks `stream` as possibly readable.
-    fn push_ready(&mut self, stream: u16) {
-        if self.ready_set.insert(stream) {
-            self.ready.push_back(stream);
-        }
+    /// Bytes accepted by `send` on `stream` and not yet sent once.
+    fn unsent(&self, stream: u16) -> usize {
+        self.proto.stream_stats(stream).map_or(0, |s| s.unsent)
     }
-
-    /// The next complete message from a ready stream, taken out of `sctp-proto`
-    /// (still fragmented; [`message_from`] joins it outside the lock).
-    fn take_message(&mut self) -> Option<(u16, sctp_proto::Chunks)> {
-        while let Some(stream) = self.ready.pop_front() {
-            let read = match self.proto.stream(stream) {
-                Ok(mut s) => s.read_sctp(),
-                Err(e) => Err(e),
-            };
-            match read {
-                Ok(Some(chunks)) => {
-                    // Round robin: a stream with a backlog does not starve others.
-                    self.ready.push_back(stream);
-                    return Some((stream, chunks));
-                }
-                Ok(None) | Err(_) => self.ready_set.remove(stream),
-            }
-        }
-        None
-    }
-
-    /// The last of the peer's TSNs we acknowledged: that of our last SACK, or
-    /// the one before the peer's first before we sent any.
-    fn peer_cumulative_tsn(&self) -> Option<u32> {
-        self.last_sack
-            .map(|(cumulative, _)| cumulative)
-            .or_else(|| self.peer_initial_tsn.map(|t| t.wrapping_sub(1)))
-    }
-
-    /// Counts `len` bytes read by the application. True when the peer should
-    /// hear of the window this opened: our last SACK offered less than half
-    /// the window, and a quarter has been read since. `sctp-proto` only SACKs
-    /// on arriving DATA, so without this a sender facing a closed window waits
-    /// for its probe's delayed SACK (200 ms) every time the window fills.
-    fn note_read(&mut self, len: usize, window: usize) -> bool {
-        self.read_since_sack += len;
-        let Some((_, advertised)) = self.last_sack else {
-            return false;
-        };
-        let wanted = !self.window_update_wanted
-            && (advertised as usize) < window / 2
-            && self.read_since_sack >= window / 4;
-        self.window_update_wanted |= wanted;
-        wanted
-    }
-
-    /// Whether everything written has been acknowledged. `sctp-proto`'s
-    /// `shutdown()` must wait for that: it sends SHUTDOWN at once (its in-flight
-    /// counter is never updated) and transmits no queued DATA afterwards.
-    fn outbound_drained(&mut self) -> bool {
-        self.proto.stream_ids().into_iter().all(|id| {
-            !self.opened.contains(id)
-                || self
-                    .proto
-                    .stream(id)
-                    .and_then(|s| s.buffered_amount())
-                    .map_or(true, |b| b == 0)
-        })
-    }
-
-    /// Moves every complete message out of `sctp-proto` into `tail`, before a
-    /// graceful close makes it drop its streams.
-    fn drain_into_tail(&mut self) {
-        for stream in self.proto.stream_ids() {
-            self.push_ready(stream);
-        }
-        while let Some((stream, chunks)) = self.take_message() {
-            self.tail.push_back(message_from(stream, chunks));
-        }
-    }
-}
-
-/// Joins the fragments of a received message.
-fn message_from(stream: u16, mut chunks: sctp_proto::Chunks) -> Message {
-    let data = if chunks.ppi == PPI_EMPTY {
-        Bytes::new()
-    } else {
-        let len = chunks.len();
-        chunks.next(len).map(|c| c.bytes).unwrap_or_default()
-    };
-    Message { stream, data }
 }
 
 /// What the driver and the handles of one association share.
 struct AssocShared {
-    /// `sctp-proto`'s handle number on the driver's endpoint.
-    key: usize,
+    /// The core's handle on the driver's endpoint.
+    key: sctp::AssocHandle,
     peer_addr: SocketAddr,
     settings: Arc<Settings>,
     endpoint: Arc<driver::EndpointShared>,
     state: Mutex<AssocState>,
     /// Set while the driver has this association on its to-do list.
     needs_poll: AtomicBool,
-    /// A stream may have become readable, or the association ended.
+    /// A message may be readable, or the association ended.
     readable: Notify,
     /// The handshake finished, or the association ended.
     changed: Notify,
-    /// Per outbound stream: its buffered amount fell to the limit, or the
+    /// Per outbound stream: its unsent bytes fell to the limit, or the
     /// association ended.
     writable: Box<[Notify]>,
 }
 
 impl AssocShared {
     fn new(
-        key: usize,
+        key: sctp::AssocHandle,
         peer_addr: SocketAddr,
         settings: Arc<Settings>,
         endpoint: Arc<driver::EndpointShared>,
@@ -462,7 +341,7 @@ impl Drop for Association {
     /// gracefully, as closing a kernel socket would.
     fn drop(&mut self) {
         let mut st = lock(&self.shared.state);
-        if st.ended.is_none() && !st.abort_requested {
+        if st.ended.is_none() {
             st.close_requested = true;
         }
         drop(st);
@@ -481,7 +360,7 @@ impl Association {
         self.shared.peer_addr
     }
 
-    /// Queues one message; waits while the stream's buffered amount exceeds
+    /// Queues one message; waits while the stream's unsent bytes exceed
     /// `max_buffered_per_stream` (see [`crate::Association::send`]). An empty
     /// message travels as one byte marked by its payload protocol identifier.
     pub(crate) async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
@@ -492,14 +371,13 @@ impl Association {
                 limit: settings.max_message,
             });
         }
-        let (payload, ppi) = if data.is_empty() {
-            (Bytes::from_static(&[0]), PPI_EMPTY)
+        let (payload, ppid) = if data.is_empty() {
+            (Bytes::from_static(&[0]), PPID_EMPTY)
         } else {
-            (data, PPI_MESSAGE)
+            (data, PPID_MESSAGE)
         };
         loop {
-            let mut wait = None;
-            {
+            let notified = {
                 let mut st = lock(&self.shared.state);
                 if let Some(ended) = &st.ended {
                     return Err(ended.to_error());
@@ -510,32 +388,39 @@ impl Association {
                         outbound: st.counts.outbound,
                     });
                 }
-                if st.close_requested || st.abort_requested {
+                if st.close_requested {
                     return Err(TransportError::Closed);
                 }
-                let notify = &self.shared.writable[usize::from(stream)];
-                let notified = notify.notified();
-                let buffered = self.open_stream(&mut st, stream)?;
-                if buffered <= settings.max_buffered_per_stream {
-                    let mut s = st
-                        .proto
-                        .stream(stream)
-                        .map_err(|e| TransportError::Protocol(e.to_string()))?;
-                    s.write_sctp(&payload, ppi)
-                        .map_err(|e| TransportError::Protocol(e.to_string()))?;
+                let notified = self.shared.writable[usize::from(stream)].notified();
+                if st.unsent(stream) <= settings.max_buffered_per_stream {
+                    st.proto
+                        .send(stream, payload.clone(), ppid, false)
+                        .map_err(|e| match e {
+                            sctp::SendError::InvalidStream(_) => TransportError::InvalidStream {
+                                stream,
+                                outbound: st.counts.outbound,
+                            },
+                            sctp::SendError::Closed => TransportError::Closed,
+                            sctp::SendError::Empty => TransportError::Protocol(e.to_string()),
+                        })?;
+                    None
                 } else {
-                    wait = Some(notified);
+                    if !st.blocked.contains(&stream) {
+                        st.blocked.push(stream);
+                    }
+                    Some(notified)
                 }
-            }
-            match wait {
+            };
+            match notified {
                 None => {
                     self.shared.wake_driver();
                     return Ok(());
                 }
                 Some(notified) => {
                     let mut notified = pin!(notified);
-                    // Registered before the lock was released: the low-water
-                    // event cannot slip between the check and the wait.
+                    // Registered before the lock was released (`notify_waiters`
+                    // wakes futures created before it, enabled or not): the
+                    // driver's wake-up cannot slip between the check and the wait.
                     notified.as_mut().enable();
                     notified.await;
                 }
@@ -543,83 +428,61 @@ impl Association {
         }
     }
 
-    /// Opens `stream` for sending on first use and returns its buffered amount.
-    fn open_stream(&self, st: &mut AssocState, stream: u16) -> Result<usize, TransportError> {
-        let protocol = |e: sctp_proto::Error| TransportError::Protocol(e.to_string());
-        if !st.opened.contains(stream) {
-            // The peer's data may have created the stream already.
-            if st.proto.stream(stream).is_err() {
-                st.proto
-                    .open_stream(stream, PPI_MESSAGE)
-                    .map_err(protocol)?;
-            }
-            let mut s = st.proto.stream(stream).map_err(protocol)?;
-            s.set_buffered_amount_low_threshold(self.shared.settings.max_buffered_per_stream)
-                .map_err(protocol)?;
-            st.opened.insert(stream);
-        }
-        st.proto
-            .stream(stream)
-            .and_then(|s| s.buffered_amount())
-            .map_err(protocol)
-    }
-
-    /// The next message, streams served round robin; cancel-safe, since a
-    /// message leaves `sctp-proto` only inside one synchronous critical section
-    /// (see [`crate::Association::recv`]).
+    /// The next message, in the order the core delivers them; cancel-safe,
+    /// since a message leaves the core only inside one synchronous critical
+    /// section (see [`crate::Association::recv`]).
     pub(crate) async fn recv(&self) -> Result<Message, TransportError> {
         loop {
             let notified = self.shared.readable.notified();
             let mut notified = pin!(notified);
             notified.as_mut().enable();
-            let mut wake = false;
-            let taken = {
+            let (message, wake) = {
                 let mut st = lock(&self.shared.state);
-                if let Some(m) = st.tail.pop_front() {
-                    return Ok(m);
+                // An ABORT discards what was received, as kernel SCTP does.
+                if st.ended == Some(Ended::Aborted) {
+                    return Err(TransportError::Aborted);
                 }
-                match st.take_message() {
-                    Some((stream, chunks)) => {
-                        wake = st.note_read(chunks.len(), self.shared.settings.recv_window);
-                        Some((stream, chunks, st.counts.inbound))
-                    }
-                    None => {
-                        if let Some(ended) = &st.ended {
-                            return Err(ended.to_error());
+                match st.proto.recv() {
+                    Some(m) => {
+                        // The core SACKs at once when reading reopened the
+                        // window; the driver must run to send it.
+                        st.read_since_wake += m.data.len();
+                        let wake = st.read_since_wake >= self.shared.settings.recv_window / 8
+                            || !st.proto.readable();
+                        if wake {
+                            st.read_since_wake = 0;
                         }
-                        None
+                        (Some(m), wake)
                     }
+                    None => match &st.ended {
+                        Some(ended) => return Err(ended.to_error()),
+                        None => (None, false),
+                    },
                 }
+            };
+            let Some(message) = message else {
+                notified.await;
+                continue;
             };
             if wake {
                 self.shared.wake_driver();
             }
-            match taken {
-                Some((stream, chunks, inbound)) => {
-                    if stream >= inbound {
-                        tracing::warn!(
-                            stream,
-                            inbound,
-                            "dropping a message on a stream never granted"
-                        );
-                        continue;
-                    }
-                    return Ok(message_from(stream, chunks));
-                }
-                None => notified.await,
-            }
+            let data = if message.ppid == PPID_EMPTY {
+                Bytes::new()
+            } else {
+                message.data
+            };
+            return Ok(Message {
+                stream: message.stream,
+                data,
+            });
         }
     }
 
-    /// Bytes written on `stream` and not yet acknowledged by the peer.
+    /// Bytes accepted by `send` on `stream` and not yet sent (in-flight data
+    /// is not counted: it no longer waits in our queue).
     pub(crate) fn buffered(&self, stream: u16) -> Option<usize> {
-        let mut st = lock(&self.shared.state);
-        Some(
-            st.proto
-                .stream(stream)
-                .and_then(|s| s.buffered_amount())
-                .unwrap_or(0),
-        )
+        Some(lock(&self.shared.state).unsent(stream))
     }
 
     /// Graceful close: waits until everything sent is acknowledged and the
@@ -648,23 +511,32 @@ impl Association {
     /// Sends ABORT and ends the association; our own calls then see `Closed`,
     /// the peer's `Aborted`.
     pub(crate) fn abort(&self) {
-        let abort_packet = {
+        let mut packets = Vec::new();
+        {
             let mut st = lock(&self.shared.state);
             if st.ended.is_none() {
-                st.abort_requested = true;
-                st.peer_header
-                    .map(|header| (st.proto.remote_addr(), wire::abort(&header)))
-            } else {
-                None
+                let now = Instant::now();
+                st.aborted = true;
+                st.ended = Some(Ended::Closed);
+                st.proto.abort(now, ABORT_REASON);
+                while let Some(t) = st.proto.poll_transmit(now) {
+                    packets.push(t);
+                }
             }
-        };
-        // Sent here rather than by the driver, which may never run again if the
-        // caller is about to exit; the driver sends another, which is harmless.
-        if let Some((to, packet)) = abort_packet
-            && let Err(e) = self.shared.endpoint.abort_socket.send_to(&packet, to)
-        {
-            tracing::debug!(error = %e, %to, "sending ABORT directly failed; the driver retries");
         }
+        // Sent here rather than by the driver, which may never run again if the
+        // caller is about to exit.
+        for t in packets {
+            if let Err(e) = self
+                .shared
+                .endpoint
+                .abort_socket
+                .send_to(&t.contents, t.destination)
+            {
+                tracing::debug!(error = %e, to = %t.destination, "sending ABORT failed");
+            }
+        }
+        self.shared.wake_all();
         self.shared.wake_driver();
     }
 
@@ -712,11 +584,14 @@ impl Listener {
         addr: SocketAddr,
         config: &AssociationConfig,
     ) -> Result<Self, TransportError> {
+        let core = core_config(config)?;
         let socket = bind_socket(addr, config)?;
         let local_addr = socket.local_addr()?;
-        let mut server = ServerConfig::new();
-        server.transport = Arc::new(transport_config(config));
-        let endpoint = Endpoint::new(endpoint_config(), Some(Arc::new(server)));
+        let endpoint = sctp::Endpoint::new(core, local_addr.port(), true, seed(), Instant::now())
+            .map_err(|e| TransportError::Config {
+            key: config_key(e.key),
+            reason: e.reason,
+        })?;
         let shared = driver::EndpointShared::new(local_addr, true, duplicate(&socket)?);
         driver::Driver::spawn(
             socket,
@@ -765,6 +640,7 @@ pub(crate) async fn connect(
     addr: SocketAddr,
     config: &AssociationConfig,
 ) -> Result<Association, TransportError> {
+    let core = core_config(config)?;
     let local: SocketAddr = if addr.is_ipv4() {
         (Ipv4Addr::UNSPECIFIED, 0).into()
     } else {
@@ -775,75 +651,34 @@ pub(crate) async fn connect(
     // connect to a silent port fails at once instead of at the time-out.
     socket.connect(addr).await?;
     let local_addr = socket.local_addr()?;
-    let mut client = ClientConfig::new();
-    client.transport = Arc::new(
-        transport_config(config)
-            .with_local_port(local_addr.port())
-            .with_remote_port(addr.port()),
-    );
-    let mut endpoint = Endpoint::new(endpoint_config(), None);
-    let (handle, proto) = endpoint.connect(client, addr).map_err(|e| {
-        TransportError::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
-    })?;
+    let now = Instant::now();
+    let mut endpoint =
+        sctp::Endpoint::new(core, local_addr.port(), false, seed(), now).map_err(|e| {
+            TransportError::Config {
+                key: config_key(e.key),
+                reason: e.reason,
+            }
+        })?;
+    let (handle, proto) = endpoint.connect(now, addr, addr.port());
     let shared = driver::EndpointShared::new(local_addr, false, duplicate(&socket)?);
     let settings = Arc::new(Settings::new(config));
     let assoc = AssocShared::new(
-        handle.0,
+        handle,
         addr,
         Arc::clone(&settings),
         Arc::clone(&shared),
-        AssocState::new(proto, Instant::now()),
+        AssocState::new(proto, false),
     );
     driver::Driver::spawn(socket, endpoint, shared, settings, Some(Arc::clone(&assoc)));
     // Dropped by the caller's time-out, this handle closes the half-open
-    // association and so ends the driver.
+    // association (the core aborts a handshake it is asked to close), and so
+    // ends the driver.
     Association { shared: assoc }.established().await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const WINDOW: usize = 8 * 1024 * 1024;
-
-    fn state() -> AssocState {
-        AssocState::new(sctp_proto::Association::default(), Instant::now())
-    }
-
-    #[test]
-    fn window_update_is_asked_for_only_after_a_low_window_was_announced() {
-        let mut st = state();
-        assert!(!st.note_read(WINDOW, WINDOW), "no SACK sent yet");
-
-        st.last_sack = Some((7, WINDOW as u32));
-        st.read_since_sack = 0;
-        assert!(
-            !st.note_read(WINDOW, WINDOW),
-            "the peer already knows the window is open"
-        );
-
-        st.last_sack = Some((8, (WINDOW / 8) as u32));
-        st.read_since_sack = 0;
-        assert!(
-            !st.note_read(WINDOW / 8, WINDOW),
-            "an eighth read is not worth a SACK"
-        );
-        assert!(st.note_read(WINDOW / 8, WINDOW), "a quarter read is");
-        assert!(st.window_update_wanted);
-        assert!(
-            !st.note_read(WINDOW, WINDOW),
-            "asked once until the driver acts"
-        );
-    }
-
-    #[test]
-    fn stream_set_tracks_membership() {
-        let mut set = StreamSet::new();
-        assert!(set.insert(0) && set.insert(65535) && !set.insert(0));
-        assert!(set.contains(65535) && !set.contains(64));
-        set.remove(65535);
-        assert!(!set.contains(65535) && set.contains(0));
-    }
 
     #[test]
     fn receive_window_holds_the_largest_message() {
@@ -854,5 +689,45 @@ mod tests {
             ..AssociationConfig::default()
         };
         assert_eq!(recv_window(&small), MIN_RECV_WINDOW);
+    }
+
+    #[test]
+    fn defaults_make_a_valid_core_config() {
+        let core = core_config(&AssociationConfig::default()).expect("valid");
+        assert_eq!(core.scheduler, SchedulerKind::Fcfs);
+        assert_eq!(core.rtt.min, Duration::from_millis(500));
+        assert_eq!(core.ack.max_delay, Duration::from_millis(200));
+        assert!(core.max_message < core.recv_window as usize);
+    }
+
+    #[test]
+    fn core_errors_name_our_keys() {
+        let bad = |config: AssociationConfig| match core_config(&config) {
+            Err(TransportError::Config { key, .. }) => key,
+            other => panic!("expected a config error, got {other:?}"),
+        };
+        let base = AssociationConfig::default;
+        assert_eq!(
+            bad(AssociationConfig {
+                scheduler: "lifo".into(),
+                ..base()
+            }),
+            "scheduler"
+        );
+        assert_eq!(bad(AssociationConfig { mtu: 500, ..base() }), "mtu");
+        assert_eq!(
+            bad(AssociationConfig {
+                ack_delay: Duration::from_millis(600),
+                ..base()
+            }),
+            "ack_delay"
+        );
+        assert_eq!(
+            bad(AssociationConfig {
+                rto_min: Duration::from_secs(20),
+                ..base()
+            }),
+            "rto_min"
+        );
     }
 }
