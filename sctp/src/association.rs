@@ -252,6 +252,8 @@ pub struct Association {
     shared: Arc<Shared>,
     state: State,
     remote: SocketAddr,
+    /// Our SCTP port as the peer addresses it (see `Endpoint::handle`).
+    local_port: u16,
     peer_port: u16,
     my_tag: u32,
     peer_tag: u32,
@@ -314,10 +316,12 @@ impl Association {
         let my_tag = nonzero(&mut rng);
         let local_initial_tsn = rng.random();
         let pmtu = Plpmtu::new(config.mtu);
+        let local_port = shared.local_port;
         Association {
             shared,
             state: State::CookieWait,
             remote,
+            local_port,
             peer_port,
             my_tag,
             peer_tag: 0,
@@ -376,6 +380,7 @@ impl Association {
         seed: u64,
     ) -> Self {
         let mut assoc = Association::base(shared, now, remote, state.peer_port, seed);
+        assoc.local_port = state.local_port;
         assoc.my_tag = state.local_tag;
         assoc.local_initial_tsn = state.local_initial_tsn;
         assoc.establish_from(state);
@@ -481,7 +486,7 @@ impl Association {
         let used = COMMON_HEADER_LEN + heartbeat.encoded_len() + 4;
         let pad = u16::try_from(size.saturating_sub(used)).unwrap_or(u16::MAX);
         let packet = Packet {
-            src_port: self.shared.local_port,
+            src_port: self.local_port,
             dst_port: self.peer_port,
             vtag: self.peer_tag,
             chunks: vec![heartbeat, Chunk::Pad(pad)],
@@ -1097,7 +1102,7 @@ impl Association {
             outbound_streams: config.outbound_streams.min(init.inbound_streams),
             inbound_streams: config.max_inbound_streams.min(init.outbound_streams),
             idata,
-            local_port: self.shared.local_port,
+            local_port: self.local_port,
             peer_port: self.peer_port,
             local_tie_tag: tie.0,
             peer_tie_tag: tie.1,
@@ -1140,7 +1145,7 @@ impl Association {
             outbound_streams: config.outbound_streams.min(ack.inbound_streams),
             inbound_streams: config.max_inbound_streams.min(ack.outbound_streams),
             idata,
-            local_port: self.shared.local_port,
+            local_port: self.local_port,
             peer_port: self.peer_port,
             local_tie_tag: 0,
             peer_tie_tag: 0,
@@ -1378,7 +1383,7 @@ impl Association {
 
     fn encode_alone(&self, vtag: u32, chunk: Chunk) -> Bytes {
         let packet = Packet {
-            src_port: self.shared.local_port,
+            src_port: self.local_port,
             dst_port: self.peer_port,
             vtag,
             chunks: vec![chunk],
@@ -1401,12 +1406,7 @@ impl Association {
         }
         let mtu = self.pmtu.current;
         let mut buf = BytesMut::with_capacity(mtu);
-        wire::encode_header(
-            &mut buf,
-            self.shared.local_port,
-            self.peer_port,
-            self.peer_tag,
-        );
+        wire::encode_header(&mut buf, self.local_port, self.peer_port, self.peer_tag);
         let mut chunks = 0;
         let mut bundled_cookie = false;
         while let Some(chunk) = self.control.front() {

@@ -161,6 +161,11 @@ impl Endpoint {
     }
 
     /// One received datagram from `remote`.
+    ///
+    /// One UDP socket is one SCTP endpoint (RFC 6951), so the packet's
+    /// destination port is not checked: a hop that translates UDP ports (a
+    /// relay, a port forward) makes the peer address the port it knows us
+    /// by, and the association answers from that port.
     pub fn handle(
         &mut self,
         now: Instant,
@@ -175,10 +180,6 @@ impl Endpoint {
                 return None;
             }
         };
-        if packet.dst_port != self.shared.local_port {
-            self.stats.out_of_the_blue += 1;
-            return None;
-        }
         let existing = self.by_remote.get(&remote).copied();
         if let Some(Chunk::CookieEcho(cookie)) = packet.chunks.first() {
             let cookie = cookie.clone();
@@ -225,7 +226,12 @@ impl Endpoint {
             let info =
                 Bytes::copy_from_slice(&u32::try_from(by_us).unwrap_or(u32::MAX).to_be_bytes());
             let error = Chunk::Error(vec![ErrorCause::new(cause::STALE_COOKIE, info)]);
-            return Some(self.respond(remote, state.peer_port, state.peer_tag, error));
+            return Some(self.respond(
+                remote,
+                (state.local_port, state.peer_port),
+                state.peer_tag,
+                error,
+            ));
         }
         let replaces = match existing {
             Some((handle, tag)) if tag == state.local_tag => {
@@ -295,12 +301,17 @@ impl Endpoint {
                         reflected: false,
                         causes: vec![ErrorCause::new(cause::INVALID_PARAMETER, Bytes::new())],
                     };
-                    return Some(self.respond(remote, packet.src_port, init.initiate_tag, abort));
+                    return Some(self.respond(
+                        remote,
+                        (packet.dst_port, packet.src_port),
+                        init.initiate_tag,
+                        abort,
+                    ));
                 }
                 let init = init.clone();
                 self.stats.out_of_the_blue -= 1;
                 self.stats.init_acks += 1;
-                Some(self.init_ack(now, remote, packet.src_port, init))
+                Some(self.init_ack(now, remote, packet.src_port, packet.dst_port, init))
             }
             // Rules 2, 6 and 7: never answered.
             Chunk::Abort { .. }
@@ -310,7 +321,12 @@ impl Endpoint {
             // Rule 5: SHUTDOWN ACK is answered with SHUTDOWN COMPLETE, T set.
             Chunk::ShutdownAck => {
                 let complete = Chunk::ShutdownComplete { reflected: true };
-                Some(self.respond(remote, packet.src_port, packet.vtag, complete))
+                Some(self.respond(
+                    remote,
+                    (packet.dst_port, packet.src_port),
+                    packet.vtag,
+                    complete,
+                ))
             }
             // Rule 8: anything else gets an ABORT with the T bit.
             _ => {
@@ -321,7 +337,12 @@ impl Endpoint {
                     reflected: true,
                     causes: Vec::new(),
                 };
-                Some(self.respond(remote, packet.src_port, packet.vtag, abort))
+                Some(self.respond(
+                    remote,
+                    (packet.dst_port, packet.src_port),
+                    packet.vtag,
+                    abort,
+                ))
             }
         }
     }
@@ -331,6 +352,7 @@ impl Endpoint {
         now: Instant,
         remote: SocketAddr,
         peer_port: u16,
+        local_port: u16,
         init: Init,
     ) -> DatagramEvent {
         let config = &self.shared.config;
@@ -350,7 +372,7 @@ impl Endpoint {
             outbound_streams: config.outbound_streams.min(init.inbound_streams),
             inbound_streams: config.max_inbound_streams.min(init.outbound_streams),
             idata,
-            local_port: self.shared.local_port,
+            local_port,
             peer_port,
             local_tie_tag: 0,
             peer_tie_tag: 0,
@@ -371,19 +393,26 @@ impl Endpoint {
             cookie_preservative: None,
             unrecognized: init.unrecognized,
         };
-        self.respond(remote, peer_port, init.initiate_tag, Chunk::InitAck(ack))
+        self.respond(
+            remote,
+            (local_port, peer_port),
+            init.initiate_tag,
+            Chunk::InitAck(ack),
+        )
     }
 
+    /// A one-chunk packet to `remote`; `ports` are (ours as the peer
+    /// addressed it, the peer's).
     fn respond(
         &self,
         remote: SocketAddr,
-        peer_port: u16,
+        ports: (u16, u16),
         vtag: u32,
         chunk: Chunk,
     ) -> DatagramEvent {
         let packet = Packet {
-            src_port: self.shared.local_port,
-            dst_port: peer_port,
+            src_port: ports.0,
+            dst_port: ports.1,
             vtag,
             chunks: vec![chunk],
         };

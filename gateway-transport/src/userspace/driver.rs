@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use sctp::{AssocHandle, AssociationError, DatagramEvent, Endpoint, Event};
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
@@ -45,10 +45,7 @@ use super::{AssocShared, AssocState, Association, Ended, Settings, lock};
 const ACCEPT_BACKLOG: usize = 128;
 /// Datagrams read before the associations are polled.
 const RECV_BATCH: usize = 64;
-/// Received datagrams are carved out of blocks this large, bytes, so that a
-/// datagram costs no allocation of its own.
-const RX_BLOCK: usize = 1024 * 1024;
-/// Room left for each datagram, bytes: the largest a UDP datagram can be.
+/// The receive buffer, bytes: the largest a UDP datagram can be.
 const MAX_DATAGRAM: usize = 64 * 1024;
 /// A deadline the core left in the past is retried no sooner than this, so
 /// that it cannot make the driver spin.
@@ -132,7 +129,8 @@ pub(super) struct Driver {
     touched: Vec<AssocHandle>,
     finished: Vec<AssocHandle>,
     outq: VecDeque<(SocketAddr, Bytes)>,
-    rx: BytesMut,
+    /// One datagram's receive buffer, reused.
+    rx: Vec<u8>,
     /// The endpoint was told to stop answering INITs.
     rejecting: bool,
 }
@@ -155,7 +153,7 @@ impl Driver {
             touched: Vec::new(),
             finished: Vec::new(),
             outq: VecDeque::new(),
-            rx: BytesMut::new(),
+            rx: vec![0; MAX_DATAGRAM],
             rejecting: false,
         };
         if let Some(assoc) = client {
@@ -269,12 +267,14 @@ impl Driver {
 
     fn receive(&mut self, now: Instant) {
         for _ in 0..RECV_BATCH {
-            if self.rx.capacity() < MAX_DATAGRAM {
-                self.rx = BytesMut::with_capacity(RX_BLOCK);
-            }
-            match self.socket.try_recv_buf_from(&mut self.rx) {
+            match self.socket.try_recv_from(&mut self.rx) {
                 Ok((n, from)) => {
-                    let datagram = self.rx.split_to(n).freeze();
+                    // Each datagram gets an allocation of its own size: the
+                    // core keeps received payloads as slices of it until the
+                    // application reads them, and a slice of a large shared
+                    // block would pin the whole block (a peer holding one
+                    // chunk per block back would pin megabytes per chunk).
+                    let datagram = Bytes::copy_from_slice(&self.rx[..n]);
                     self.handle_datagram(now, from, datagram);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -285,10 +285,6 @@ impl Driver {
     }
 
     fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: Bytes) {
-        let Some(datagram) = to_local_port(datagram, self.shared.local_addr.port()) else {
-            tracing::trace!(peer = %from, "datagram with a bad checksum dropped");
-            return;
-        };
         match self.endpoint.handle(now, from, datagram) {
             None => {}
             Some(DatagramEvent::Association(handle, incoming)) => {
@@ -489,67 +485,5 @@ impl Driver {
                 self.endpoint.forget(key);
             }
         }
-    }
-}
-
-/// Where the CRC32c sits in the SCTP common header, bytes.
-const CHECKSUM_AT: std::ops::Range<usize> = 8..12;
-/// Where the destination port sits in the SCTP common header, bytes.
-const DST_PORT_AT: std::ops::Range<usize> = 2..4;
-
-/// `datagram` as addressed to our SCTP port; `None` if it must be dropped.
-///
-/// The peer takes our UDP port for our SCTP port. A hop that translates UDP
-/// ports between it and us (a relay, a port forward to another port) makes
-/// the peer address an SCTP port we do not have, and the core drops such
-/// packets as out of the blue. One UDP socket is one SCTP endpoint, so the
-/// SCTP destination port tells nothing the socket does not: such a datagram
-/// is taken as ours, its checksum checked as sent, then the port rewritten
-/// and the checksum sealed again. Costs nothing when the ports agree.
-fn to_local_port(datagram: Bytes, local_port: u16) -> Option<Bytes> {
-    let Some((_, dst_port, _)) = sctp::wire::peek_header(&datagram) else {
-        // Too short: the endpoint counts it as malformed.
-        return Some(datagram);
-    };
-    if dst_port == local_port {
-        return Some(datagram);
-    }
-    let mut copy = BytesMut::from(&datagram[..]);
-    sctp::wire::seal_checksum(&mut copy);
-    if copy[CHECKSUM_AT] != datagram[CHECKSUM_AT] {
-        return None;
-    }
-    copy[DST_PORT_AT].copy_from_slice(&local_port.to_be_bytes());
-    sctp::wire::seal_checksum(&mut copy);
-    Some(copy.freeze())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn packet(dst_port: u16) -> Bytes {
-        let mut buf = BytesMut::new();
-        sctp::wire::encode_header(&mut buf, 5000, dst_port, 0x1234_5678);
-        buf.extend_from_slice(&[1, 0, 0, 4]);
-        sctp::wire::seal_checksum(&mut buf);
-        buf.freeze()
-    }
-
-    #[test]
-    fn a_translated_port_is_rewritten_and_resealed() {
-        let ours = to_local_port(packet(9000), 9899).expect("kept");
-        assert_eq!(ours, packet(9899), "same packet, addressed to our port");
-        assert_eq!(
-            to_local_port(packet(9899), 9899).expect("kept"),
-            packet(9899)
-        );
-    }
-
-    #[test]
-    fn a_corrupt_translated_packet_is_dropped() {
-        let mut bad = BytesMut::from(&packet(9000)[..]);
-        bad[13] ^= 1;
-        assert!(to_local_port(bad.freeze(), 9899).is_none());
     }
 }
