@@ -297,7 +297,7 @@ fn tsn_near(u: &mut Unstructured<'_>, base: u32) -> ArbResult<u32> {
 /// (pretended) sender used; `our_tsn` the last the receiver sent.
 fn chunk(u: &mut Unstructured<'_>, their_tsn: u32, our_tsn: u32) -> ArbResult<Chunk> {
     Ok(match u.int_in_range(0..=15u8)? {
-        0 | 1 | 2 => {
+        0..=2 => {
             let kind = if u.arbitrary()? {
                 DataKind::IData
             } else {
@@ -445,7 +445,7 @@ fn run(u: &mut Unstructured<'_>) -> ArbResult<()> {
                 pair.deliver(side, data.into());
             }
             // A structurally valid packet.
-            2 | 3 | 4 => {
+            2..=4 => {
                 let data = forged(u, &mut pair, side)?;
                 pair.deliver(side, data);
             }
