@@ -29,6 +29,10 @@ pub(crate) struct BenchOptions {
     /// Also run every cell over a 100 Mbit/s token-bucket link (transport).
     #[arg(long)]
     pub rate_limited: bool,
+    /// Also count instructions per payload byte of every backend with
+    /// callgrind (transport; needs valgrind).
+    #[arg(long)]
+    pub callgrind: bool,
     /// Run only the sections whose workload is named here (scheduler: zipf,
     /// prefetch, thesis; wan: rtt, loss, rate; papers: hol, model, objects);
     /// all by default.
@@ -553,11 +557,13 @@ fn transport(options: &BenchOptions) -> Result<()> {
         "transport_bench",
         &["sctp-proto-baseline"],
     )?;
-    let flags = if options.rate_limited {
-        " --rate-limited"
-    } else {
-        ""
-    };
+    let mut flags = String::new();
+    if options.rate_limited {
+        flags.push_str(" --rate-limited");
+    }
+    if options.callgrind {
+        flags.push_str(" --callgrind");
+    }
     let mut report = report_header("Transport benchmark", &format!("transport{flags}"))?;
     writeln!(
         report,
@@ -625,11 +631,139 @@ fn transport(options: &BenchOptions) -> Result<()> {
             writeln!(report)?;
         }
     }
+    if options.callgrind {
+        callgrind_section(&mut report, &binary)?;
+    }
     let dir = root.join("bench/results");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("transport.md");
     std::fs::write(&path, &report)?;
     println!("\n{report}\nxtask: report written to bench/results/transport.md");
+    Ok(())
+}
+
+/// Payload the callgrind cells move, bytes per (message size) row: small
+/// enough for valgrind's slowdown, large enough that start-up is noise.
+const CALLGRIND_CELLS: [(&str, usize, u64); 2] = [
+    ("bulk 16 KiB messages, 8 streams", 16 * 1024, 32 << 20),
+    ("small 64 B messages, 8 streams", 64, 1 << 20),
+];
+
+/// Instructions per payload byte of each backend, from callgrind (both
+/// processes' instruction counts summed): a figure that does not move with
+/// the machine's load, unlike the rates above.
+fn callgrind_section(report: &mut String, binary: &PathBuf) -> Result<()> {
+    let ns = Namespaces::create()?;
+    let scratch = tempfile_dir("gwb-callgrind")?;
+    writeln!(
+        report,
+        "## instructions per payload byte (callgrind), unlimited veth\n\nBoth processes under `valgrind --tool=callgrind`; their instruction counts summed, divided by the payload.\n"
+    )?;
+    writeln!(report, "| backend | {} |", CALLGRIND_CELLS.map(|c| c.0).join(" | "))?;
+    writeln!(report, "|---|{}", "---|".repeat(CALLGRIND_CELLS.len()))?;
+    for backend in BACKENDS {
+        let mut row = format!("| {backend} |");
+        for (label, size, bytes) in CALLGRIND_CELLS {
+            println!("==> callgrind {label}: {backend}");
+            let args = |role: &str| {
+                vec![
+                    role.to_owned(),
+                    "--backend".into(),
+                    backend.into(),
+                    "--addr".into(),
+                    "10.78.0.1:9899".into(),
+                    "--size".into(),
+                    size.to_string(),
+                    "--streams".into(),
+                    "8".into(),
+                    "--bytes".into(),
+                    bytes.to_string(),
+                ]
+            };
+            let out = |side: &str| scratch.join(format!("{backend}-{size}-{side}.out"));
+            let wrap = |side: &str, role: &str| {
+                let mut v = vec![
+                    "valgrind".to_owned(),
+                    "--tool=callgrind".into(),
+                    format!("--callgrind-out-file={}", out(side).display()),
+                    binary.display().to_string(),
+                ];
+                v.extend(args(role));
+                v
+            };
+            let result = run_pair_wrapped(&ns, &wrap("srv", "--server"), &wrap("cli", "--client"))
+                .and_then(|_| Ok(callgrind_total(&out("srv"))? + callgrind_total(&out("cli"))?));
+            match result {
+                Ok(instructions) => {
+                    let per_byte = instructions as f64 / bytes as f64;
+                    println!("    {per_byte:.1} instructions per byte");
+                    write!(row, " {per_byte:.1} |")?;
+                }
+                Err(e) => {
+                    println!("    failed: {e:#}");
+                    write!(row, " failed: {e} |")?;
+                }
+            }
+        }
+        writeln!(report, "{row}")?;
+    }
+    writeln!(report)?;
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+/// A fresh scratch directory under the system's temporary directory.
+fn tempfile_dir(prefix: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// The total instruction count of a callgrind output file (its `summary:`
+/// or `totals:` line).
+fn callgrind_total(path: &std::path::Path) -> Result<u64> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .with_context(|| format!("no summary in {}", path.display()))
+}
+
+/// As `run_pair`, with each side's whole command line given (a wrapper such
+/// as valgrind first).
+fn run_pair_wrapped(ns: &Namespaces, server: &[String], client: &[String]) -> Result<()> {
+    let spawn = |netns: &str, argv: &[String]| {
+        Command::new("ip")
+            .args(["netns", "exec", netns])
+            .args(argv)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {} in {netns}", argv.join(" ")))
+    };
+    let mut server = spawn(ns.server.name(), server)?;
+    let mut server_out = BufReader::new(server.stdout.take().context("server stdout")?);
+    let mut ready = String::new();
+    server_out.read_line(&mut ready)?;
+    if !ready.contains("ready") {
+        let _ = server.kill();
+        bail!("server did not start");
+    }
+    let client = spawn(ns.client.name(), client)?.wait_with_output()?;
+    if !client.status.success() {
+        let _ = server.kill();
+        let _ = server.wait();
+        bail!("client failed ({})", client.status);
+    }
+    let status = server.wait()?;
+    if !status.success() {
+        bail!("server failed ({status})");
+    }
     Ok(())
 }
 
