@@ -147,6 +147,19 @@ pub struct AssociationConfig {
     /// Userspace SCTP: offer and accept I-DATA (RFC 8260), so that a large
     /// message on one stream does not hold back the others' small ones.
     pub idata: bool,
+    /// Userspace SCTP: the congestion controller, `reno` (RFC 9260) or
+    /// `cubic` (RFC 9438).
+    pub congestion: String,
+    /// Userspace SCTP, `cubic` only: how many CUBIC flows the association
+    /// stands for (1 to 6, the connections a browser opens to one host).
+    pub flows: u32,
+    /// Userspace SCTP: time-based loss detection and a tail-loss probe
+    /// (RACK-TLP, RFC 8985) instead of RFC 9260's three miss indications
+    /// alone.
+    pub rack_tlp: bool,
+    /// Userspace SCTP: ask for an immediate SACK (RFC 7053) on the last packet
+    /// of a burst.
+    pub sack_immediately: bool,
 }
 
 impl Default for AssociationConfig {
@@ -170,6 +183,10 @@ impl Default for AssociationConfig {
             scheduler: "fcfs".to_owned(),
             mtu: sctp::DEFAULT_MTU,
             idata: true,
+            congestion: "reno".to_owned(),
+            flows: 1,
+            rack_tlp: true,
+            sack_immediately: true,
         }
     }
 }

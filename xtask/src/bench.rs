@@ -659,7 +659,11 @@ fn callgrind_section(report: &mut String, binary: &PathBuf) -> Result<()> {
         report,
         "## instructions per payload byte (callgrind), unlimited veth\n\nBoth processes under `valgrind --tool=callgrind`; their instruction counts summed, divided by the payload.\n"
     )?;
-    writeln!(report, "| backend | {} |", CALLGRIND_CELLS.map(|c| c.0).join(" | "))?;
+    writeln!(
+        report,
+        "| backend | {} |",
+        CALLGRIND_CELLS.map(|c| c.0).join(" | ")
+    )?;
     writeln!(report, "|---|{}", "---|".repeat(CALLGRIND_CELLS.len()))?;
     for backend in BACKENDS {
         let mut row = format!("| {backend} |");
@@ -723,8 +727,8 @@ fn tempfile_dir(prefix: &str) -> Result<PathBuf> {
 /// The total instruction count of a callgrind output file (its `summary:`
 /// or `totals:` line).
 fn callgrind_total(path: &std::path::Path) -> Result<u64> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     text.lines()
         .find_map(|l| {
             l.strip_prefix("summary:")

@@ -129,9 +129,10 @@ pub(crate) fn core_config(config: &AssociationConfig) -> Result<sctp::Config, Tr
             max_delay: config.ack_delay,
             ..defaults.ack
         },
-        congestion: Arc::new(sctp::congestion::RenoConfig {
-            initial_window: config.initial_window.map(|w| w as u64),
-        }),
+        congestion: congestion(config)?,
+        rack: config.rack_tlp,
+        tail_loss_probe: config.rack_tlp,
+        sack_immediately: config.sack_immediately,
         heartbeat_interval: config.heartbeat_interval,
         idle_timeout: config.idle_timeout,
         ..defaults
@@ -141,6 +142,30 @@ pub(crate) fn core_config(config: &AssociationConfig) -> Result<sctp::Config, Tr
         reason: e.reason,
     })?;
     Ok(core)
+}
+
+/// The congestion controller `config` names.
+fn congestion(
+    config: &AssociationConfig,
+) -> Result<Arc<dyn sctp::congestion::ControllerFactory>, TransportError> {
+    let initial_window = config.initial_window.map(|w| w as u64);
+    if !(1..=sctp::congestion::MAX_FLOWS).contains(&config.flows) {
+        return Err(TransportError::Config {
+            key: "flows",
+            reason: format!("must be between 1 and {}", sctp::congestion::MAX_FLOWS),
+        });
+    }
+    match config.congestion.as_str() {
+        "reno" => Ok(Arc::new(sctp::congestion::RenoConfig { initial_window })),
+        "cubic" => Ok(Arc::new(sctp::congestion::CubicConfig {
+            initial_window,
+            flows: config.flows,
+        })),
+        other => Err(TransportError::Config {
+            key: "congestion",
+            reason: format!("unknown controller `{other}` (expected reno or cubic)"),
+        }),
+    }
 }
 
 /// The `AssociationConfig` key behind a key of `sctp::Config`.
