@@ -44,6 +44,7 @@ use crate::chunk::{Chunk, DataChunk, ErrorCause, Init, Packet, cause, kind};
 use crate::config::Config;
 use crate::congestion::Controller;
 use crate::cookie::{CookieKey, CookieState};
+use crate::pacer::Pacer;
 use crate::recv::{Receiver, Verdict};
 use crate::rtt::RttEstimator;
 use crate::send::{SendError, Sender, StreamStats};
@@ -285,6 +286,10 @@ pub struct Association {
     tlp_in_flight: bool,
     /// The last DATA packet asked for an immediate SACK (RFC 7053).
     last_immediate: bool,
+    /// Spaces DATA packets over the round trip.
+    pacer: Pacer,
+    /// When the pacer lets the next DATA packet go, if it is holding one back.
+    pace_at: Option<Instant>,
     sack_needed: bool,
     /// The window the last SACK advertised.
     advertised: u32,
@@ -317,6 +322,7 @@ impl Association {
         let local_initial_tsn = rng.random();
         let pmtu = Plpmtu::new(config.mtu);
         let local_port = shared.local_port;
+        let pacer = Pacer::new(now, config.mtu);
         Association {
             shared,
             state: State::CookieWait,
@@ -345,6 +351,8 @@ impl Association {
             pto: None,
             tlp_in_flight: false,
             last_immediate: false,
+            pacer,
+            pace_at: None,
             sack_needed: false,
             advertised: 0,
             heartbeat_due: None,
@@ -734,6 +742,7 @@ impl Association {
             self.t2,
             self.t3,
             self.pto,
+            self.pace_at,
             self.sender.as_ref().and_then(Sender::reorder_deadline),
             // Once it has fired, the SACK waits for the next poll_transmit,
             // not for a deadline already past.
@@ -767,6 +776,10 @@ impl Association {
         }
         if self.t3.is_some_and(|t| t <= now) {
             self.on_t3(now);
+        }
+        if self.pace_at.is_some_and(|t| t <= now) {
+            // The next poll_transmit sends what the pacer held back.
+            self.pace_at = None;
         }
         if self.pto.is_some_and(|t| t <= now) {
             self.pto = None;
@@ -1441,7 +1454,35 @@ impl Association {
             _ => false,
         };
         let mut data_sent = false;
-        if data_allowed && let Some(sender) = self.sender.as_mut() {
+        let rate = if self.shared.config.pacing {
+            Pacer::rate(
+                self.cc.window(),
+                self.cc.ssthresh(),
+                self.rtt.smoothed(),
+                self.cc.pacing_rate(),
+            )
+        } else {
+            None
+        };
+        let paced = data_allowed
+            && self
+                .sender
+                .as_ref()
+                .is_some_and(|s| s.has_unsent() || s.has_marked())
+            && match self.pacer.delay(now, mtu, mtu, rate) {
+                None => {
+                    self.pace_at = None;
+                    false
+                }
+                Some(at) => {
+                    self.pace_at = Some(at);
+                    true
+                }
+            };
+        if data_allowed
+            && !paced
+            && let Some(sender) = self.sender.as_mut()
+        {
             if sender.flight() == 0 {
                 // RFC 9260 7.2.1: a window unused for an RTO decays.
                 self.cc.on_idle(now, self.rtt.rto());
@@ -1498,6 +1539,9 @@ impl Association {
                 destination: self.remote,
                 contents,
             });
+        }
+        if data_sent {
+            self.pacer.spend(buf.len());
         }
         if data_sent && self.t3.is_none() {
             self.t3 = Some(now + self.rtt.rto());

@@ -49,6 +49,9 @@ pub struct Config {
     /// A tail-loss probe (RFC 8985 7) about two round trips after the last
     /// send, so a lost tail is found without waiting for the RTO.
     pub tail_loss_probe: bool,
+    /// Space DATA packets at the congestion window's rate over the round
+    /// trip instead of sending the window as one burst.
+    pub pacing: bool,
     /// Set the SACK-IMMEDIATELY flag (RFC 7053) on the last DATA packet of a
     /// burst, so the peer's delayed SACK does not hold the sender back.
     pub sack_immediately: bool,
@@ -82,6 +85,7 @@ impl Default for Config {
             rack: true,
             tail_loss_probe: true,
             sack_immediately: true,
+            pacing: true,
             heartbeat_interval: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(120),
             max_init_transmits: 8,

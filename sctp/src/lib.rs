@@ -26,6 +26,7 @@
 //!   ordered and unordered delivery, the receive window);
 //! - `send`: the data sender (per-stream queues, fragmentation, the
 //!   retransmission queue, per-stream accounting);
+//! - `pacer`: the token bucket that spaces DATA packets over the round trip;
 //! - `rtt`: the RTT estimator and RTO (RFC 9260 section 6.3);
 //! - `congestion`, `ack`, `sched`: the pluggable policies;
 //! - `cookie`: the HMAC-signed state cookie;
@@ -39,6 +40,7 @@ mod config;
 pub mod congestion;
 pub mod cookie;
 mod endpoint;
+mod pacer;
 mod recv;
 pub mod rtt;
 pub mod sched;

@@ -147,3 +147,56 @@ fn reordering_within_the_window_is_not_a_loss() {
     assert_eq!(sim.dropped, 0, "the link lost nothing");
     assert_eq!(sent.len(), unique.len(), "spurious retransmissions");
 }
+
+/// The most DATA packets side `i` sent at one instant.
+fn largest_burst(sim: &Sim, i: usize) -> usize {
+    let mut bursts = std::collections::BTreeMap::new();
+    for (data, at) in sim.sent[i].iter().zip(&sim.sent_at[i]) {
+        let has_data = sctp::chunk::Packet::decode(data.clone()).is_ok_and(|p| {
+            p.chunks
+                .iter()
+                .any(|c| matches!(c, sctp::chunk::Chunk::Data(_)))
+        });
+        if has_data {
+            *bursts.entry(*at).or_insert(0usize) += 1;
+        }
+    }
+    bursts.into_values().max().unwrap_or(0)
+}
+
+#[test]
+fn pacing_spreads_a_window_over_the_round_trip() {
+    let link = Link {
+        delay: Duration::from_millis(40),
+        ..Link::default()
+    };
+    for pacing in [true, false] {
+        let mut sim = established(
+            Config {
+                pacing,
+                ..config(true, true)
+            },
+            link.clone(),
+        );
+        let before = sim.sides[SERVER].received.len();
+        let from = sim.sent[CLIENT].len();
+        for i in 0..200u8 {
+            sim.sides[CLIENT]
+                .assoc()
+                .send(0, Bytes::from(vec![i; 1200]), 0, false)
+                .expect("send");
+        }
+        assert!(
+            sim.run_until(30 * SECOND, |s| s.sides[SERVER].received.len()
+                == before + 200)
+        );
+        sim.sent[CLIENT].drain(..from);
+        sim.sent_at[CLIENT].drain(..from);
+        let burst = largest_burst(&sim, CLIENT);
+        if pacing {
+            assert!(burst <= 10, "paced, yet {burst} packets at once");
+        } else {
+            assert!(burst > 10, "unpaced, the window goes at once: {burst}");
+        }
+    }
+}

@@ -112,6 +112,8 @@ pub(crate) struct Sim {
     bad: [bool; 2],
     /// Every datagram that entered the link, by direction (0: client to server).
     pub(crate) sent: [Vec<Bytes>; 2],
+    /// When each of `sent` entered the link.
+    pub(crate) sent_at: [Vec<Instant>; 2],
     pub(crate) dropped: u64,
     /// Datagrams carrying DATA with one of these TSNs are dropped, once per
     /// entry (the first transmission, if listed once).
@@ -145,6 +147,7 @@ impl Sim {
             link_free: [now; 2],
             bad: [false; 2],
             sent: [Vec::new(), Vec::new()],
+            sent_at: [Vec::new(), Vec::new()],
             dropped: 0,
             drop_tsns: Vec::new(),
         }
@@ -164,6 +167,7 @@ impl Sim {
     pub(crate) fn transmit(&mut self, from: usize, data: Bytes) {
         let to = 1 - from;
         self.sent[from].push(data.clone());
+        self.sent_at[from].push(self.now);
         if !self.drop_tsns.is_empty()
             && let Ok(packet) = sctp::chunk::Packet::decode(data.clone())
         {
