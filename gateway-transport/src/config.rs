@@ -160,6 +160,9 @@ pub struct AssociationConfig {
     /// Userspace SCTP: ask for an immediate SACK (RFC 7053) on the last packet
     /// of a burst.
     pub sack_immediately: bool,
+    /// Userspace SCTP: space DATA packets at the congestion window's rate
+    /// over the round trip instead of sending the window as one burst.
+    pub pacing: bool,
 }
 
 impl Default for AssociationConfig {
@@ -187,6 +190,7 @@ impl Default for AssociationConfig {
             flows: 1,
             rack_tlp: true,
             sack_immediately: true,
+            pacing: true,
         }
     }
 }

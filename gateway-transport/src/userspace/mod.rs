@@ -133,6 +133,7 @@ pub(crate) fn core_config(config: &AssociationConfig) -> Result<sctp::Config, Tr
         rack: config.rack_tlp,
         tail_loss_probe: config.rack_tlp,
         sack_immediately: config.sack_immediately,
+        pacing: config.pacing,
         heartbeat_interval: config.heartbeat_interval,
         idle_timeout: config.idle_timeout,
         ..defaults
