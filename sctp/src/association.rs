@@ -1406,7 +1406,10 @@ impl Association {
         buf.freeze()
     }
 
-    /// The next datagram to send, if any.
+    /// The next datagram to send, if any. A packet is built in this order:
+    /// control chunks (COOKIE ECHO first), the SACK, then DATA
+    /// (retransmissions before new data) as the windows and the pacer allow;
+    /// a path MTU probe goes only when nothing else waits.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
         if let Some(contents) = self.packets.pop_front() {
             return Some(Transmit {
@@ -1420,8 +1423,49 @@ impl Association {
         let mtu = self.pmtu.current;
         let mut buf = BytesMut::with_capacity(mtu);
         wire::encode_header(&mut buf, self.local_port, self.peer_port, self.peer_tag);
+        let (mut chunks, bundled_cookie) = self.write_control(&mut buf, mtu);
+        chunks += self.write_sack(now, &mut buf, mtu);
+        let data_allowed = match self.state {
+            State::Established | State::ShutdownPending | State::ShutdownReceived => true,
+            // Data rides with COOKIE ECHO, not alone before COOKIE ACK.
+            State::CookieEchoed => bundled_cookie,
+            _ => false,
+        };
+        let data = if data_allowed && !self.paced(now, mtu) {
+            self.write_data(now, &mut buf, mtu)
+        } else {
+            0
+        };
+        chunks += data;
+        if chunks == 0 {
+            // Probes go when nothing else waits.
+            return self.poll_probe(now).map(|contents| Transmit {
+                destination: self.remote,
+                contents,
+            });
+        }
+        if data > 0 {
+            self.pacer.spend(buf.len());
+            if self.t3.is_none() {
+                self.t3 = Some(now + self.rtt.rto());
+            }
+            if !self.tlp_in_flight {
+                self.pto = self.pto_deadline(now);
+            }
+        }
+        debug_assert!(buf.len() >= COMMON_HEADER_LEN);
+        wire::seal_checksum(&mut buf);
+        Some(Transmit {
+            destination: self.remote,
+            contents: buf.freeze(),
+        })
+    }
+
+    /// Queued control chunks that fit (the first always goes). Returns the
+    /// count and whether a COOKIE ECHO was among them.
+    fn write_control(&mut self, buf: &mut BytesMut, mtu: usize) -> (usize, bool) {
         let mut chunks = 0;
-        let mut bundled_cookie = false;
+        let mut cookie = false;
         while let Some(chunk) = self.control.front() {
             if buf.len() + chunk.encoded_len() > mtu && chunks > 0 {
                 break;
@@ -1429,31 +1473,43 @@ impl Association {
             let Some(chunk) = self.control.pop_front() else {
                 break;
             };
-            bundled_cookie |= matches!(chunk, Chunk::CookieEcho(_));
-            chunk.encode(&mut buf);
+            cookie |= matches!(chunk, Chunk::CookieEcho(_));
+            chunk.encode(buf);
             chunks += 1;
         }
-        if self.sack_needed
-            && let Some(receiver) = self.receiver.as_mut()
-        {
-            let sack = Chunk::Sack(receiver.build_sack());
-            if buf.len() + sack.encoded_len() <= mtu {
-                if let Chunk::Sack(s) = &sack {
-                    self.advertised = s.a_rwnd;
-                }
-                sack.encode(&mut buf);
-                chunks += 1;
-                self.sack_needed = false;
-                self.ack.on_sack_sent(now);
-            }
+        (chunks, cookie)
+    }
+
+    /// The SACK, if one is due and fits; returns the chunks written (0 or 1).
+    fn write_sack(&mut self, now: Instant, buf: &mut BytesMut, mtu: usize) -> usize {
+        if !self.sack_needed {
+            return 0;
         }
-        let data_allowed = match self.state {
-            State::Established | State::ShutdownPending | State::ShutdownReceived => true,
-            // Data rides with COOKIE ECHO, not alone before COOKIE ACK.
-            State::CookieEchoed => bundled_cookie,
-            _ => false,
+        let Some(receiver) = self.receiver.as_mut() else {
+            return 0;
         };
-        let mut data_sent = false;
+        let sack = receiver.build_sack();
+        let a_rwnd = sack.a_rwnd;
+        let sack = Chunk::Sack(sack);
+        if buf.len() + sack.encoded_len() > mtu {
+            return 0;
+        }
+        sack.encode(buf);
+        self.advertised = a_rwnd;
+        self.sack_needed = false;
+        self.ack.on_sack_sent(now);
+        1
+    }
+
+    /// Whether the pacer holds DATA back now (its deadline then in `pace_at`).
+    fn paced(&mut self, now: Instant, mtu: usize) -> bool {
+        let waiting = self
+            .sender
+            .as_ref()
+            .is_some_and(|s| s.has_unsent() || s.has_marked());
+        if !waiting {
+            return false;
+        }
         let rate = if self.shared.config.pacing {
             Pacer::rate(
                 self.cc.window(),
@@ -1464,97 +1520,64 @@ impl Association {
         } else {
             None
         };
-        let paced = data_allowed
-            && self
-                .sender
-                .as_ref()
-                .is_some_and(|s| s.has_unsent() || s.has_marked())
-            && match self.pacer.delay(now, mtu, mtu, rate) {
-                None => {
-                    self.pace_at = None;
-                    false
-                }
-                Some(at) => {
-                    self.pace_at = Some(at);
-                    true
-                }
+        self.pace_at = self.pacer.delay(now, mtu, mtu, rate);
+        self.pace_at.is_some()
+    }
+
+    /// DATA chunks as the windows allow: marked retransmissions first (one
+    /// packet of them past the window after a fast retransmit), then new
+    /// fragments. Returns the chunks written.
+    fn write_data(&mut self, now: Instant, buf: &mut BytesMut, mtu: usize) -> usize {
+        let Some(sender) = self.sender.as_mut() else {
+            return 0;
+        };
+        if sender.flight() == 0 {
+            // RFC 9260 7.2.1: a window unused for an RTO decays.
+            self.cc.on_idle(now, self.rtt.rto());
+        }
+        let cwnd = self.cc.window();
+        let mut chunks = 0;
+        let mut used_fast = false;
+        let mut last_data_at = None;
+        while sender.may_retransmit(cwnd) || (used_fast && sender.has_marked()) {
+            let room = mtu.saturating_sub(buf.len());
+            let Some(chunk) = sender.next_retransmit(now, room, self.cc.as_mut()) else {
+                break;
             };
-        if data_allowed
-            && !paced
-            && let Some(sender) = self.sender.as_mut()
-        {
-            if sender.flight() == 0 {
-                // RFC 9260 7.2.1: a window unused for an RTO decays.
-                self.cc.on_idle(now, self.rtt.rto());
-            }
+            used_fast = true;
+            last_data_at = Some(buf.len());
+            Chunk::Data(chunk).encode(buf);
+            chunks += 1;
+        }
+        if used_fast {
+            sender.fast_retransmit_sent();
+        }
+        while !sender.has_marked() && sender.may_send_new(self.cc.window()) {
+            let room = mtu.saturating_sub(buf.len());
+            let Some(chunk) = sender.next_fragment(now, room, self.cc.as_mut()) else {
+                break;
+            };
+            last_data_at = Some(buf.len());
+            Chunk::Data(chunk).encode(buf);
+            chunks += 1;
+        }
+        if let Some(at) = last_data_at {
+            // RFC 7053: when nothing follows this packet for now (the burst
+            // is over or the window is full), ask for the SACK at once;
+            // waiting for the peer's delayed SACK would cost up to its delay
+            // for nothing.
             let cwnd = self.cc.window();
-            let mut used_fast = false;
-            let mut last_data_at = None;
-            while sender.may_retransmit(cwnd) || (used_fast && sender.has_marked()) {
-                let room = mtu.saturating_sub(buf.len());
-                let Some(chunk) = sender.next_retransmit(now, room, self.cc.as_mut()) else {
-                    break;
-                };
-                used_fast = true;
-                last_data_at = Some(buf.len());
-                Chunk::Data(chunk).encode(&mut buf);
-                chunks += 1;
-                data_sent = true;
+            let more = (sender.has_marked() && sender.may_retransmit(cwnd))
+                || (sender.has_unsent() && sender.may_send_new(cwnd));
+            self.last_immediate = self.shared.config.sack_immediately && !more;
+            if self.last_immediate
+                && let Some(flags) = buf.get_mut(at + 1)
+            {
+                *flags |= wire::DATA_FLAG_IMMEDIATE;
             }
-            if used_fast {
-                sender.fast_retransmit_sent();
-            }
-            while !sender.has_marked() && sender.may_send_new(self.cc.window()) {
-                let room = mtu.saturating_sub(buf.len());
-                let Some(chunk) = sender.next_fragment(now, room, self.cc.as_mut()) else {
-                    break;
-                };
-                last_data_at = Some(buf.len());
-                Chunk::Data(chunk).encode(&mut buf);
-                chunks += 1;
-                data_sent = true;
-            }
-            if let Some(at) = last_data_at {
-                // RFC 7053: when nothing follows this packet for now (the
-                // burst is over or the window is full), ask for the SACK at
-                // once; waiting for the peer's delayed SACK would cost up to
-                // its delay for nothing.
-                let cwnd = self.cc.window();
-                let more = (sender.has_marked() && sender.may_retransmit(cwnd))
-                    || (sender.has_unsent() && sender.may_send_new(cwnd));
-                self.last_immediate = self.shared.config.sack_immediately && !more;
-                if self.last_immediate
-                    && let Some(flags) = buf.get_mut(at + 1)
-                {
-                    *flags |= wire::DATA_FLAG_IMMEDIATE;
-                }
-            }
-            if data_sent {
-                sender.end_packet();
-            }
+            sender.end_packet();
         }
-        if chunks == 0 {
-            // Probes go when nothing else waits.
-            return self.poll_probe(now).map(|contents| Transmit {
-                destination: self.remote,
-                contents,
-            });
-        }
-        if data_sent {
-            self.pacer.spend(buf.len());
-        }
-        if data_sent && self.t3.is_none() {
-            self.t3 = Some(now + self.rtt.rto());
-        }
-        if data_sent && !self.tlp_in_flight {
-            self.pto = self.pto_deadline(now);
-        }
-        debug_assert!(buf.len() >= COMMON_HEADER_LEN);
-        wire::seal_checksum(&mut buf);
-        Some(Transmit {
-            destination: self.remote,
-            contents: buf.freeze(),
-        })
+        chunks
     }
 }
 
