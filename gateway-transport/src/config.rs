@@ -144,8 +144,12 @@ pub struct AssociationConfig {
     pub scheduler: String,
     /// Userspace SCTP: largest SCTP packet (UDP payload) sent, bytes.
     pub mtu: usize,
-    /// Userspace SCTP: offer and accept I-DATA (RFC 8260), so that a large
-    /// message on one stream does not hold back the others' small ones.
+    /// Offer and accept I-DATA (RFC 8260), so that a large message on one
+    /// stream does not hold back the others' small ones. Userspace SCTP: always
+    /// honoured. Kernel SCTP: best effort, since Linux offers it only where
+    /// `net.sctp.intl_enable` is 1; otherwise it is logged (debug) and the
+    /// association uses DATA. Interleaving also needs a scheduler that moves
+    /// between streams (userspace `rr`; kernel `StreamScheduler::RoundRobin`).
     pub idata: bool,
 }
 
