@@ -146,7 +146,16 @@ pub struct AssociationConfig {
     pub mtu: usize,
     /// Userspace SCTP: offer and accept I-DATA (RFC 8260), so that a large
     /// message on one stream does not hold back the others' small ones.
+    /// Interleaving also needs a scheduler that moves between streams (`rr`).
     pub idata: bool,
+    /// Kernel SCTP: offer I-DATA, best effort (Linux offers it only where
+    /// `net.sctp.intl_enable` is 1; otherwise it is logged at debug level and
+    /// the association uses DATA). Off by default: Linux numbers the fragments
+    /// of an I-DATA message differently from RFC 8260 and from our userspace
+    /// stack (its second fragment carries FSN 0, not 1), so a kernel end that
+    /// negotiates I-DATA with a userspace end cannot exchange a fragmented
+    /// message. Use it only when both ends are kernel SCTP.
+    pub kernel_idata: bool,
     /// Userspace SCTP: the congestion controller, `reno` (RFC 9260) or
     /// `cubic` (RFC 9438).
     pub congestion: String,
@@ -186,6 +195,7 @@ impl Default for AssociationConfig {
             scheduler: "fcfs".to_owned(),
             mtu: sctp::DEFAULT_MTU,
             idata: true,
+            kernel_idata: false,
             congestion: "reno".to_owned(),
             flows: 1,
             rack_tlp: true,

@@ -115,6 +115,20 @@ impl Association {
         dispatch!(self, a => a.peer_addr())
     }
 
+    /// Whether the association carries user data in I-DATA chunks (RFC 8260),
+    /// so that a large message on one stream does not hold back the others'
+    /// (see [`AssociationConfig::idata`]). Kernel: the kernel's
+    /// `SCTP_INTERLEAVING_SUPPORTED` for the association (false if it cannot
+    /// say); userspace: what the handshake negotiated; framed TCP and the
+    /// `sctp-proto` baseline: false.
+    pub fn idata(&self) -> bool {
+        match &*self.inner {
+            Inner::Kernel(a) => a.idata().unwrap_or(false),
+            Inner::Userspace(a) => a.idata(),
+            _ => false,
+        }
+    }
+
     /// Queues `data` as one message on `stream`. Waits while the stream's send
     /// queue holds more than [`AssociationConfig::max_buffered_per_stream`] bytes.
     pub async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {

@@ -4,8 +4,9 @@
 //! test is `#[ignore]`d: a plain `cargo test` lists them as ignored (never as
 //! passed), and `cargo xtask vm-test` runs them with `--ignored` inside a
 //! virtme-ng VM booting Debian's kernel, after `modprobe sctp`, with
-//! `net.sctp.udp_port` set to 9899 and the loopback MTU lowered to 1500 so that
-//! messages span many packets. Two tests talk to lksctp-tools' `sctp_darn`, a peer
+//! `net.sctp.udp_port` set to 9899, `net.sctp.intl_enable` to 1 (so that
+//! associations with `kernel_idata` set negotiate I-DATA; it is off by default)
+//! and the loopback MTU lowered to 1500 so that messages span many packets. Two tests talk to lksctp-tools' `sctp_darn`, a peer
 //! we did not write.
 //!
 //! Every test is bounded by [`LIMIT`]; timings in the emulated VM mean nothing.
@@ -631,6 +632,51 @@ async fn interop_our_client_against_sctp_darn_echo_server() -> Result<()> {
             );
         }
         assoc.close().await?;
+        Ok(())
+    })
+    .await
+}
+
+/// I-DATA between two kernel sockets (the VM sets `net.sctp.intl_enable = 1`):
+/// both negotiate it, and with the round-robin scheduler 100 bytes sent on
+/// stream 2 right after 2 MiB on stream 1 arrive first, and the large one
+/// follows whole (its pieces may come interleaved with the small one's when
+/// Linux starts a partial delivery; `recv` reassembles per stream). Without the
+/// sysctl (or with `kernel_idata = false`, the default) both sides would use DATA.
+#[tokio::test]
+#[ignore = "needs kernel SCTP: run by cargo xtask vm-test"]
+async fn idata_lets_a_small_message_overtake_a_large_one() -> Result<()> {
+    within("idata", async {
+        let cfg = AssociationConfig {
+            kernel_idata: true,
+            ..config(4)
+        };
+        let (client, server) = pair("127.0.0.1:0", &cfg, &cfg).await?;
+        ensure!(
+            client.idata() && server.idata(),
+            "I-DATA not negotiated: client {}, server {}, net.sctp.intl_enable = {:?}",
+            client.idata(),
+            server.idata(),
+            std::fs::read_to_string("/proc/sys/net/sctp/intl_enable")
+        );
+        client
+            .kernel()
+            .context("kernel")?
+            .set_stream_scheduler(StreamScheduler::RoundRobin)?;
+        let large = pattern(1, 2 * 1024 * 1024);
+        let small = pattern(2, 100);
+        client.send(1, large.clone()).await?;
+        client.send(2, small.clone()).await?;
+        let first = server.recv().await?;
+        ensure!(
+            first.stream == 2 && first.data == small,
+            "first: {} B on stream {}",
+            first.data.len(),
+            first.stream
+        );
+        let second = server.recv().await?;
+        ensure!(second.stream == 1 && second.data == large, "large differs");
+        client.close().await?;
         Ok(())
     })
     .await

@@ -245,6 +245,8 @@ impl Plpmtu {
 struct Negotiated {
     outbound: u16,
     inbound: u16,
+    /// Both ends offered I-DATA (RFC 8260), so user data travels in I-DATA.
+    idata: bool,
 }
 
 /// One association.
@@ -404,6 +406,7 @@ impl Association {
         self.negotiated = Some(Negotiated {
             outbound: state.outbound_streams,
             inbound: state.inbound_streams,
+            idata: state.idata,
         });
         let config = &self.shared.config;
         let mut sender = Sender::new(
@@ -554,6 +557,13 @@ impl Association {
     /// Negotiated stream counts (outbound, inbound), once known.
     pub fn streams(&self) -> Option<(u16, u16)> {
         self.negotiated.map(|n| (n.outbound, n.inbound))
+    }
+
+    /// Whether the handshake negotiated I-DATA (RFC 8260): both ends offered
+    /// it, so messages are fragmented into I-DATA and may interleave across
+    /// streams. False before the handshake has finished.
+    pub fn idata(&self) -> bool {
+        self.negotiated.is_some_and(|n| n.idata)
     }
 
     /// The current retransmission time-out.

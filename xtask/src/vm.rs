@@ -4,10 +4,21 @@
 //! The host kernel has no SCTP, so the tests are built here (`cargo test --no-run
 //! --message-format=json` names the executables), and the VM, booted with
 //! `vng --disable-kvm` (software emulation; KVM does not work on these hosts),
-//! loads `sctp`, sets `net.sctp.udp_port` to 9899 for RFC 6951 encapsulation,
-//! lowers the loopback MTU to 1500 so messages span many packets, and runs each
-//! binary with `--ignored` (the tests that need kernel SCTP are exactly the
-//! ignored ones; the rest already ran on the host). The guest writes its exit
+//! loads `sctp`, sets `net.sctp.udp_port` to 9899 for RFC 6951 encapsulation
+//! and `net.sctp.intl_enable` to 1 so that sockets may offer I-DATA (RFC 8260),
+//! makes sure IPv6 is on for the loopback, lowers its MTU to 1500 so messages
+//! span many packets, and runs each binary with `--ignored` (the tests that
+//! need kernel SCTP are exactly the ignored ones; the rest already ran on the
+//! host), in two phases:
+//!
+//! 1. every selected test whose name does not contain [`LOSSY_MARKER`], on a
+//!    clean loopback;
+//! 2. `netem loss` ([`GUEST_LOSS`]) is added to the loopback, and the selected
+//!    tests whose name contains [`LOSSY_MARKER`] run under it.
+//!
+//! Phases rather than a guard inside each test: the qdisc is global to the
+//! guest, so a test that added it would put every test running beside it under
+//! loss. The guest writes its exit
 //! status into a directory shared read-write with the host; that file, not vng's
 //! own exit code, decides the result (a VM that dies early leaves no file, which
 //! fails too).
@@ -35,6 +46,13 @@ const GUEST_SCTP_UDP_PORT: u16 = 9899;
 /// Loopback MTU inside the VM, bytes: Ethernet-sized, so that large messages
 /// are fragmented into many DATA chunks as on a real path.
 const GUEST_LO_MTU: u32 = 1500;
+/// Loss `netem` adds to the guest's loopback in the second phase, in tc's
+/// syntax: each packet (either way, as loopback is one interface) is dropped
+/// with this probability.
+const GUEST_LOSS: &str = "2%";
+/// Tests whose name contains this run in the second phase, under
+/// [`GUEST_LOSS`], and only there.
+const LOSSY_MARKER: &str = "lossy";
 /// Exit status the guest script reports when the VM set-up (not a test) failed.
 const SETUP_FAILED: i32 = 97;
 
@@ -219,30 +237,44 @@ impl LogFollower {
     }
 }
 
-/// The shell script the guest runs: set-up, each binary, then the status file.
+/// The shell script the guest runs: set-up, each binary's clean tests, the
+/// loss, each binary's lossy tests, then the status file.
 fn guest_script(
     options: &VmOptions,
     binaries: &[PathBuf],
     status_file: &Path,
     log_file: &Path,
 ) -> String {
-    let mut runs = String::new();
+    let filter = options.filter.as_deref().map(quote);
+    let mut clean = String::new();
+    let mut lossy = String::new();
     for binary in binaries {
-        let mut line = format!(
-            "echo \"== {name}\" >>\"$log\"\n{bin} --ignored --test-threads {threads}",
-            name = binary
-                .file_name()
-                .map(OsStr::to_string_lossy)
+        let name = binary
+            .file_name()
+            .map(OsStr::to_string_lossy)
+            .unwrap_or_default();
+        let bin = quote(&binary.to_string_lossy());
+        let threads = options.test_threads;
+        let marker = quote(LOSSY_MARKER);
+        clean.push_str(&format!(
+            "echo \"== {name}\" >>\"$log\"\n\
+             {bin} --ignored --test-threads {threads} --skip {marker}{filter} >>\"$log\" 2>&1 || rc=$?\n",
+            filter = filter.as_ref().map(|f| format!(" {f}")).unwrap_or_default(),
+        ));
+        // libtest ORs its name filters, so "lossy and the user's filter" is
+        // the list of ignored tests narrowed by both, run with `--exact`.
+        lossy.push_str(&format!(
+            "tests=$({bin} --ignored --list 2>>\"$log\" | sed -n 's/: test$//p' | grep -F {marker}{narrow})\n\
+             if [ -n \"$tests\" ]; then\n\
+             \x20 echo \"== {name} (netem loss {loss} on lo)\" >>\"$log\"\n\
+             \x20 {bin} --ignored --test-threads {threads} --exact $tests >>\"$log\" 2>&1 || rc=$?\n\
+             fi\n",
+            narrow = filter
+                .as_ref()
+                .map(|f| format!(" | grep -F -- {f}"))
                 .unwrap_or_default(),
-            bin = quote(&binary.to_string_lossy()),
-            threads = options.test_threads,
-        );
-        if let Some(filter) = &options.filter {
-            line.push(' ');
-            line.push_str(&quote(filter));
-        }
-        line.push_str(" >>\"$log\" 2>&1 || rc=$?\n");
-        runs.push_str(&line);
+            loss = GUEST_LOSS,
+        ));
     }
     format!(
         r#"# Written by `cargo xtask vm-test`; runs inside the VM.
@@ -255,10 +287,18 @@ fail() {{ echo "vm-test set-up: $*" >>"$log"; echo {setup_failed} > "$status"; e
 echo "guest kernel $(uname -r), $(nproc) CPUs, up $(cut -d' ' -f1 /proc/uptime) s" >>"$log"
 modprobe sctp >>"$log" 2>&1 || fail "modprobe sctp"
 sysctl -qw net.sctp.udp_port={udp_port} >>"$log" 2>&1 || fail "sysctl net.sctp.udp_port"
+sysctl -qw net.sctp.intl_enable=1 >>"$log" 2>&1 || fail "sysctl net.sctp.intl_enable"
+sysctl -qw net.ipv6.conf.lo.disable_ipv6=0 >>"$log" 2>&1 || fail "sysctl net.ipv6.conf.lo.disable_ipv6"
 ip link set lo up >>"$log" 2>&1 || fail "loopback up"
 ip link set lo mtu {mtu} >>"$log" 2>&1 || fail "loopback mtu"
+ip -6 addr show dev lo | grep -q '::1/128' || fail "no ::1 on the loopback"
 rc=0
-{runs}echo "$rc" > "$status"
+# Phase 1: clean loopback, every selected test but the lossy ones.
+{clean}# Phase 2: loss on the loopback, the selected lossy tests only.
+modprobe sch_netem >>"$log" 2>&1 || fail "modprobe sch_netem"
+tc qdisc add dev lo root netem loss {loss} >>"$log" 2>&1 || fail "tc qdisc add netem"
+{lossy}tc qdisc del dev lo root >>"$log" 2>&1
+echo "$rc" > "$status"
 exit "$rc"
 "#,
         status = quote(&status_file.to_string_lossy()),
@@ -266,6 +306,7 @@ exit "$rc"
         setup_failed = SETUP_FAILED,
         udp_port = GUEST_SCTP_UDP_PORT,
         mtu = GUEST_LO_MTU,
+        loss = GUEST_LOSS,
     )
 }
 
@@ -386,4 +427,35 @@ fn kernel_release(kernel: &Path) -> Result<String> {
         bail!("no kernel image at {}", kernel.display());
     }
     Ok(name.strip_prefix("vmlinuz-").unwrap_or(name).to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lossy_tests_run_only_after_the_loss_is_added() -> Result<()> {
+        let options = VmOptions {
+            filter: Some("ipv6".to_owned()),
+            ..VmOptions::default()
+        };
+        let script = guest_script(
+            &options,
+            &[PathBuf::from("/t/interop_udp-1")],
+            Path::new("/s/status"),
+            Path::new("/s/log"),
+        );
+        let at = |needle: &str| {
+            script
+                .find(needle)
+                .with_context(|| format!("{needle:?} missing from:\n{script}"))
+        };
+        let clean = at("--skip 'lossy' 'ipv6'")?;
+        let netem = at("netem loss 2%")?;
+        let lossy = at("grep -F 'lossy' | grep -F -- 'ipv6'")?;
+        assert!(clean < netem && netem < lossy, "{script}");
+        let check = Command::new("bash").args(["-n", "-c", &script]).status()?;
+        assert!(check.success(), "not valid sh:\n{script}");
+        Ok(())
+    }
 }

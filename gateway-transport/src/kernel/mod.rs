@@ -102,16 +102,25 @@ enum Ended {
 /// Reassembly state of `recv`, kept across cancelled `recv` futures.
 #[derive(Debug)]
 struct RecvState {
-    /// Bytes of a message whose end (`MSG_EOR`) has not arrived yet.
-    partial: BytesMut,
-    /// The stream of `partial`.
-    stream: u16,
-    /// Skipping the rest of a message already reported as too large.
-    discarding: bool,
+    /// Messages whose end (`MSG_EOR`) has not arrived yet, at most one per
+    /// stream. Without I-DATA the kernel hands out one message's pieces before
+    /// any other's, so there is at most one; with it (`SCTP_FRAGMENT_INTERLEAVE`
+    /// on), pieces of messages on different streams may alternate.
+    partials: Vec<Partial>,
     /// A shutdown notification arrived: once the queue is empty, it is closed.
     shutting_down: bool,
     /// The `recvmsg` buffer.
     scratch: Vec<u8>,
+}
+
+/// One stream's message, read in part.
+#[derive(Debug)]
+struct Partial {
+    stream: u16,
+    /// The bytes so far; empty while discarding.
+    data: BytesMut,
+    /// Skipping the rest of a message already reported as too large.
+    discarding: bool,
 }
 
 /// An established association over one one-to-one kernel SCTP socket.
@@ -166,9 +175,7 @@ impl Association {
             send_limit,
             idle_timeout: config.idle_timeout,
             recv_state: tokio::sync::Mutex::new(Box::new(RecvState {
-                partial: BytesMut::new(),
-                stream: 0,
-                discarding: false,
+                partials: Vec::new(),
                 shutting_down: false,
                 scratch: vec![0; RECV_CHUNK],
             })),
@@ -268,39 +275,67 @@ impl Association {
             if piece.len == 0 {
                 return Err(self.end(Ended::Closed));
             }
-            let bytes = &state.scratch[..piece.len];
-            if state.discarding {
-                state.discarding = !piece.end_of_record;
-                continue;
-            }
-            if state.partial.is_empty() {
-                state.stream = piece.stream.ok_or_else(|| {
+            // Every piece carries its stream; a continuation without one can
+            // only belong to the one message in progress.
+            let stream = piece
+                .stream
+                .or(match state.partials.as_slice() {
+                    [only] => Some(only.stream),
+                    _ => None,
+                })
+                .ok_or_else(|| {
                     TransportError::Protocol("recvmsg returned no SCTP_RCVINFO".into())
                 })?;
+            let bytes = &state.scratch[..piece.len];
+            let at = state.partials.iter().position(|p| p.stream == stream);
+            if let Some(at) = at
+                && state.partials[at].discarding
+            {
+                if piece.end_of_record {
+                    state.partials.swap_remove(at);
+                }
+                continue;
             }
-            let total = state.partial.len() + piece.len;
+            let total = at.map_or(0, |at| state.partials[at].data.len()) + piece.len;
             if total > self.max_message {
-                state.partial = BytesMut::new();
-                state.discarding = !piece.end_of_record;
+                match at {
+                    Some(at) if piece.end_of_record => drop(state.partials.swap_remove(at)),
+                    Some(at) => {
+                        state.partials[at].data = BytesMut::new();
+                        state.partials[at].discarding = true;
+                    }
+                    None if piece.end_of_record => {}
+                    None => state.partials.push(Partial {
+                        stream,
+                        data: BytesMut::new(),
+                        discarding: true,
+                    }),
+                }
                 return Err(TransportError::MessageTooLarge {
                     len: total,
                     limit: self.max_message,
                 });
             }
             if !piece.end_of_record {
-                state.partial.extend_from_slice(bytes);
+                match at {
+                    Some(at) => state.partials[at].data.extend_from_slice(bytes),
+                    None => state.partials.push(Partial {
+                        stream,
+                        data: BytesMut::from(bytes),
+                        discarding: false,
+                    }),
+                }
                 continue;
             }
-            let data = if state.partial.is_empty() {
-                Bytes::copy_from_slice(bytes)
-            } else {
-                state.partial.extend_from_slice(bytes);
-                std::mem::take(&mut state.partial).freeze()
+            let data = match at {
+                None => Bytes::copy_from_slice(bytes),
+                Some(at) => {
+                    let mut partial = state.partials.swap_remove(at);
+                    partial.data.extend_from_slice(bytes);
+                    partial.data.freeze()
+                }
             };
-            return Ok(Message {
-                stream: state.stream,
-                data,
-            });
+            return Ok(Message { stream, data });
         }
     }
 
@@ -393,6 +428,20 @@ impl Association {
                 value.assoc_value
             ))
         })
+    }
+
+    /// Whether this association carries user data in I-DATA (RFC 8260): the
+    /// kernel's `SCTP_INTERLEAVING_SUPPORTED`, which on an association reads
+    /// whether both ends offered it (see [`AssociationConfig::kernel_idata`]).
+    pub fn idata(&self) -> Result<bool, TransportError> {
+        let fd = self.socket()?;
+        let mut value = sys::SctpAssocValue::default();
+        sys::get_sctp_opt(
+            fd.get_ref().as_fd(),
+            sys::SCTP_INTERLEAVING_SUPPORTED,
+            &mut value,
+        )?;
+        Ok(value.assoc_value != 0)
     }
 
     /// Sets `stream`'s scheduler parameter (`SCTP_STREAM_SCHEDULER_VALUE`): the
@@ -631,8 +680,38 @@ fn new_socket(addr: SocketAddr, config: &AssociationConfig) -> Result<Socket, Tr
             },
         )?;
     }
+    if config.kernel_idata {
+        offer_idata(&socket);
+    }
     set_peer_params(&socket, config)?;
     Ok(socket)
+}
+
+/// Offers I-DATA (RFC 8260) in this socket's INIT or INIT ACK, best effort.
+/// Linux wants `SCTP_FRAGMENT_INTERLEAVE` on first (pieces of messages on
+/// different streams may then alternate in `recvmsg`, which `recv_message`
+/// reassembles per stream), and refuses `SCTP_INTERLEAVING_SUPPORTED` with
+/// `EPERM` unless the namespace's `net.sctp.intl_enable` is 1 (0 by default).
+/// A refusal is logged at debug level and the association uses DATA, as
+/// against a peer that does not offer I-DATA.
+fn offer_idata(socket: &Socket) {
+    let fd = socket.as_fd();
+    let offered =
+        sys::set_opt(fd, sys::SOL_SCTP, sys::SCTP_FRAGMENT_INTERLEAVE, &2).and_then(|()| {
+            let on = sys::SctpAssocValue {
+                assoc_id: 0,
+                assoc_value: 1,
+            };
+            sys::set_opt(fd, sys::SOL_SCTP, sys::SCTP_INTERLEAVING_SUPPORTED, &on)
+        });
+    if let Err(e) = offered {
+        tracing::debug!(
+            error = %e,
+            "the kernel refused I-DATA (is net.sctp.intl_enable 0?); using DATA"
+        );
+        // Whole messages again, as without the knob.
+        let _ = sys::set_opt(fd, sys::SOL_SCTP, sys::SCTP_FRAGMENT_INTERLEAVE, &0);
+    }
 }
 
 /// Sets `SO_SNDBUF` from the config, raised so that one whole `max_message` fits:

@@ -30,12 +30,19 @@ pub(super) const SCTP_NODELAY: c_int = 3;
 pub(super) const SCTP_PEER_ADDR_PARAMS: c_int = 9;
 /// `SCTP_STATUS`: association state and negotiated stream counts.
 pub(super) const SCTP_STATUS: c_int = 14;
+/// `SCTP_FRAGMENT_INTERLEAVE`: whether pieces of different messages may
+/// interleave in `recvmsg` during partial delivery (Linux keeps it as a flag:
+/// any non-zero level is on). A precondition of `SCTP_INTERLEAVING_SUPPORTED`.
+pub(super) const SCTP_FRAGMENT_INTERLEAVE: c_int = 18;
 /// `SCTP_RECVRCVINFO`: attach an `SCTP_RCVINFO` cmsg to every `recvmsg`.
 pub(super) const SCTP_RECVRCVINFO: c_int = 32;
 /// `SCTP_STREAM_SCHEDULER`: choose the association's stream scheduler.
 pub(super) const SCTP_STREAM_SCHEDULER: c_int = 123;
 /// `SCTP_STREAM_SCHEDULER_VALUE`: a per-stream scheduler parameter.
 pub(super) const SCTP_STREAM_SCHEDULER_VALUE: c_int = 124;
+/// `SCTP_INTERLEAVING_SUPPORTED`: offer I-DATA (RFC 8260) in INIT/INIT ACK;
+/// read back on an association, whether the peer offered it too.
+pub(super) const SCTP_INTERLEAVING_SUPPORTED: c_int = 125;
 /// `SCTP_EVENT`: subscribe to one notification type (RFC 6458 6.2.2).
 pub(super) const SCTP_EVENT: c_int = 127;
 /// `SCTP_REMOTE_UDP_ENCAPS_PORT`: RFC 6951 remote UDP port (Linux >= 5.11).

@@ -381,6 +381,11 @@ impl Association {
         lock(&self.shared.state).counts
     }
 
+    /// Whether the handshake negotiated I-DATA (see [`crate::Association::idata`]).
+    pub(crate) fn idata(&self) -> bool {
+        lock(&self.shared.state).proto.idata()
+    }
+
     /// The peer's UDP address.
     pub(crate) fn peer_addr(&self) -> SocketAddr {
         self.shared.peer_addr
