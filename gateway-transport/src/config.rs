@@ -160,6 +160,9 @@ pub struct AssociationConfig {
     /// Userspace SCTP: ask for an immediate SACK (RFC 7053) on the last packet
     /// of a burst.
     pub sack_immediately: bool,
+    /// Userspace SCTP: batch UDP datagrams with GSO on send and GRO on receive
+    /// where the kernel offers them; `false` sends and receives one at a time.
+    pub udp_offload: bool,
 }
 
 impl Default for AssociationConfig {
@@ -187,6 +190,7 @@ impl Default for AssociationConfig {
             flows: 1,
             rack_tlp: true,
             sack_immediately: true,
+            udp_offload: true,
         }
     }
 }
