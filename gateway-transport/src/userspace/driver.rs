@@ -53,8 +53,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sctp::{AssocHandle, AssociationError, DatagramEvent, Endpoint, Event};
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+use sctp::{AssocHandle, AssociationError, DatagramEvent, Endpoint, Event};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
@@ -393,8 +393,11 @@ impl Driver {
                 break;
             }
             let result = {
-                let mut bufs: Vec<IoSliceMut<'_>> =
-                    rx.buf.chunks_mut(RECV_BUFFER).map(IoSliceMut::new).collect();
+                let mut bufs: Vec<IoSliceMut<'_>> = rx
+                    .buf
+                    .chunks_mut(RECV_BUFFER)
+                    .map(IoSliceMut::new)
+                    .collect();
                 let (socket, udp) = (&self.socket, &self.udp);
                 socket.try_io(Interest::READABLE, || {
                     udp.recv(socket.into(), &mut bufs, &mut rx.meta)
@@ -632,7 +635,9 @@ impl Driver {
                 src_ip: None,
             };
             let (socket, udp) = (&self.socket, &self.udp);
-            match socket.try_io(Interest::WRITABLE, || udp.try_send(socket.into(), &transmit)) {
+            match socket.try_io(Interest::WRITABLE, || {
+                udp.try_send(socket.into(), &transmit)
+            }) {
                 Ok(()) => {
                     let counters = &self.shared.counters;
                     add(&counters.datagrams_sent, count);
@@ -738,7 +743,10 @@ mod tests {
         assert_eq!(run(&[(1, 1200)], 64), (1, 1200));
         assert_eq!(run(&[(1, 1200), (1, 1200), (1, 1200)], 64), (3, 1200));
         // The last of a run may be shorter; it ends the run.
-        assert_eq!(run(&[(1, 1200), (1, 1200), (1, 300), (1, 300)], 64), (3, 1200));
+        assert_eq!(
+            run(&[(1, 1200), (1, 1200), (1, 300), (1, 300)], 64),
+            (3, 1200)
+        );
         // A longer one, or another destination, starts a new run.
         assert_eq!(run(&[(1, 1200), (1, 1201)], 64), (1, 1200));
         assert_eq!(run(&[(1, 1200), (1, 1200), (2, 1200)], 64), (2, 1200));
