@@ -756,11 +756,11 @@ mod tests {
 
     #[test]
     fn runs_stop_at_the_segment_and_byte_limits() {
-        let many = vec![(1, 1200); 100];
+        let many = [(1, 1200); 100];
         assert_eq!(run(&many, 64), (54, 1200));
         assert_eq!(run(&many, 10), (10, 1200));
         assert_eq!(run(&many, 1), (1, 1200));
-        let (count, segment) = run(&vec![(1, 9000); 10], 64);
+        let (count, segment) = run(&[(1, 9000); 10], 64);
         assert!(count * segment <= MAX_GSO_BYTES);
         assert_eq!(count, 7);
     }
