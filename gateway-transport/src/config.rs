@@ -172,6 +172,9 @@ pub struct AssociationConfig {
     /// Userspace SCTP: space DATA packets at the congestion window's rate
     /// over the round trip instead of sending the window as one burst.
     pub pacing: bool,
+    /// Userspace SCTP: batch UDP datagrams with GSO on send and GRO on receive
+    /// where the kernel offers them; `false` sends and receives one at a time.
+    pub udp_offload: bool,
 }
 
 impl Default for AssociationConfig {
@@ -201,6 +204,7 @@ impl Default for AssociationConfig {
             rack_tlp: true,
             sack_immediately: true,
             pacing: true,
+            udp_offload: true,
         }
     }
 }

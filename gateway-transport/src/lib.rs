@@ -105,6 +105,16 @@ impl Association {
         }
     }
 
+    /// The userspace backend's association, for its batched I/O counters
+    /// (tests and benchmarks); `None` for the other backends.
+    #[doc(hidden)]
+    pub fn userspace(&self) -> Option<&userspace::Association> {
+        match &*self.inner {
+            Inner::Userspace(a) => Some(a),
+            _ => None,
+        }
+    }
+
     /// Negotiated stream counts.
     pub fn streams(&self) -> StreamCounts {
         dispatch!(self, a => a.streams())

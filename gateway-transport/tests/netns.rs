@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
+use gateway_transport::userspace::UdpStats;
 use gateway_transport::{
     Association, AssociationConfig, BackendKind, Listener, TransportError, connect,
 };
@@ -399,3 +400,188 @@ macro_rules! backend_tests {
 
 backend_tests!(framed_tcp, BackendKind::FramedTcp);
 backend_tests!(userspace, BackendKind::Userspace);
+
+/// Bytes each side of the batched-I/O tests sends.
+const BULK_BYTES: usize = 16 << 20;
+/// Message sizes of the batched-I/O tests, in turn: below, at and above one
+/// packet, and messages of many packets (GSO runs with a shorter last one).
+const BULK_SIZES: [usize; 8] = [1, 100, 1_199, 1_500, 9_000, 16_384, 65_536, 300_000];
+/// Data streams of the batched-I/O tests.
+const BULK_STREAMS: u16 = 4;
+
+/// Sends numbered messages of [`BULK_SIZES`] on every data stream until
+/// [`BULK_BYTES`] are out, one task per stream; returns how many per stream.
+async fn send_bulk(assoc: &Association) -> Result<Vec<u32>> {
+    let mut senders = tokio::task::JoinSet::new();
+    for stream in 1..=BULK_STREAMS {
+        let assoc = assoc.clone();
+        senders.spawn(async move {
+            let (mut seq, mut sent) = (0u32, 0);
+            while sent < BULK_BYTES / usize::from(BULK_STREAMS) {
+                let len = BULK_SIZES[(seq as usize + usize::from(stream)) % BULK_SIZES.len()];
+                assoc
+                    .send(stream, numbered(stream, seq, len.max(10)))
+                    .await?;
+                sent += len.max(10);
+                seq += 1;
+            }
+            Ok::<_, TransportError>((stream, seq))
+        });
+    }
+    let mut counts = vec![0; usize::from(BULK_STREAMS) + 1];
+    while let Some(sent) = senders.join_next().await {
+        let (stream, n) = sent??;
+        counts[usize::from(stream)] = n;
+    }
+    Ok(counts)
+}
+
+/// Receives numbered messages, checking order, boundaries and bytes per
+/// stream, until the peer's count message (stream 0) has been matched.
+async fn recv_bulk(assoc: &Association) -> Result<()> {
+    let mut next = vec![0u32; usize::from(BULK_STREAMS) + 1];
+    let mut expected: Option<Vec<u32>> = None;
+    while expected.as_ref() != Some(&next) {
+        let m = assoc.recv().await?;
+        if m.stream == 0 {
+            let counts = m
+                .data
+                .chunks(4)
+                .map(|c| c.try_into().map(u32::from_be_bytes))
+                .collect::<Result<Vec<u32>, _>>()?;
+            ensure!(counts.len() == next.len(), "bad count message");
+            expected = Some(counts);
+            continue;
+        }
+        let seq = check_numbered(m.stream, &m.data)?;
+        let slot = next
+            .get_mut(usize::from(m.stream))
+            .context("unexpected stream")?;
+        ensure!(
+            seq == *slot,
+            "stream {}: got {seq}, expected {slot}",
+            m.stream
+        );
+        *slot += 1;
+    }
+    Ok(())
+}
+
+/// Both sides send [`BULK_BYTES`] to each other at once and check every byte
+/// they receive; returns the (server, client) UDP socket counters.
+fn bulk_both_ways(v6: bool, config: AssociationConfig) -> Result<(UdpStats, UdpStats)> {
+    let (stats_tx, stats_rx) = std::sync::mpsc::channel();
+    let side = move |server: bool, stats: std::sync::mpsc::Sender<(bool, UdpStats)>| {
+        move |assoc: Association| async move {
+            let send = async {
+                let counts = send_bulk(&assoc).await?;
+                let counts: Vec<u8> = counts.iter().flat_map(|n| n.to_be_bytes()).collect();
+                assoc.send(0, Bytes::from(counts)).await?;
+                Ok(())
+            };
+            tokio::try_join!(send, recv_bulk(&assoc))?;
+            let udp = assoc.userspace().context("not the userspace backend")?;
+            let _ = stats.send((server, udp.udp_stats()));
+            if server {
+                match assoc.recv().await {
+                    Err(TransportError::Closed) => Ok(()),
+                    other => bail!("expected Closed, got {other:?}"),
+                }
+            } else {
+                assoc.close().await?;
+                Ok(())
+            }
+        }
+    };
+    run_pair(
+        BackendKind::Userspace,
+        v6,
+        config.clone(),
+        config,
+        side(true, stats_tx.clone()),
+        side(false, stats_tx),
+    )?;
+    let (mut server, mut client) = (None, None);
+    for (is_server, stats) in stats_rx.try_iter() {
+        *(if is_server { &mut server } else { &mut client }) = Some(stats);
+    }
+    Ok((
+        server.context("no server counters")?,
+        client.context("no client counters")?,
+    ))
+}
+
+/// GSO and GRO carry the bulk where the kernel offers them (Linux >= 4.18 and
+/// >= 5.0; a veth hands a GSO batch to a GRO socket whole), every byte checked.
+fn offload_carries_the_bulk(v6: bool) -> Result<()> {
+    let (server, client) = bulk_both_ways(v6, config(BULK_STREAMS + 1))?;
+    for (side, stats) in [("server", server), ("client", client)] {
+        eprintln!("{side}: {stats:?}");
+        ensure!(
+            stats.datagrams_sent > 0 && stats.datagrams_received > 0,
+            "{side}: {stats:?}"
+        );
+        if stats.max_gso_segments > 1 {
+            // Most of a side's bulk leaves in full-sized runs.
+            ensure!(
+                stats.gso_datagrams * 2 > stats.datagrams_sent,
+                "{side}: GSO offered but little used: {stats:?}"
+            );
+        } else {
+            eprintln!("{side}: the kernel offers no GSO; not checked");
+        }
+        if stats.gro {
+            ensure!(
+                stats.gro_datagrams * 2 > stats.datagrams_received,
+                "{side}: GRO on but little used: {stats:?}"
+            );
+        } else {
+            eprintln!("{side}: the kernel offers no GRO; not checked");
+        }
+    }
+    Ok(())
+}
+
+/// `udp_offload = false`, as on a kernel without GSO and GRO: one datagram per
+/// send and per buffer, the same bytes checked.
+fn without_offload(v6: bool) -> Result<()> {
+    let config = AssociationConfig {
+        udp_offload: false,
+        ..config(BULK_STREAMS + 1)
+    };
+    let (server, client) = bulk_both_ways(v6, config)?;
+    for (side, stats) in [("server", server), ("client", client)] {
+        ensure!(
+            stats.max_gso_segments == 1 && !stats.gro,
+            "{side}: offload still on: {stats:?}"
+        );
+        ensure!(
+            stats.gso_sends == 0 && stats.gro_buffers == 0,
+            "{side}: batched anyway: {stats:?}"
+        );
+        ensure!(
+            stats.datagrams_sent > 0 && stats.datagrams_received > 0,
+            "{side}: {stats:?}"
+        );
+    }
+    Ok(())
+}
+
+mod userspace_offload {
+    use super::*;
+
+    #[test]
+    fn gso_and_gro_carry_many_megabytes_v4() -> Result<()> {
+        offload_carries_the_bulk(false)
+    }
+
+    #[test]
+    fn gso_and_gro_carry_many_megabytes_v6() -> Result<()> {
+        offload_carries_the_bulk(true)
+    }
+
+    #[test]
+    fn one_datagram_per_syscall_without_offload() -> Result<()> {
+        without_offload(false)
+    }
+}

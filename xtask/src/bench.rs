@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -652,7 +652,7 @@ const CALLGRIND_CELLS: [(&str, usize, u64); 2] = [
 /// Instructions per payload byte of each backend, from callgrind (both
 /// processes' instruction counts summed): a figure that does not move with
 /// the machine's load, unlike the rates above.
-fn callgrind_section(report: &mut String, binary: &std::path::Path) -> Result<()> {
+fn callgrind_section(report: &mut String, binary: &Path) -> Result<()> {
     let ns = Namespaces::create()?;
     let scratch = tempfile_dir("gwb-callgrind")?;
     writeln!(

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!        ┌──────────────────────── one turn of Driver::run ─────────────────────────┐
-//!        │ receive: up to RECV_BATCH datagrams ──► Endpoint::handle                 │
+//!        │ receive: recvmmsg/GRO, up to RECV_BUDGET datagrams ──► Endpoint::handle  │
 //!        │     Association(h, p) ──► lock h, Association::handle, touch h           │
 //!        │     NewAssociation    ──► new AssocShared, touch (offered once Connected)│
 //!        │     Response          ──► outq (INIT ACK, out-of-the-blue replies)       │
@@ -12,12 +12,30 @@
 //!        │ drive each touched association once:                                     │
 //!        │     close request ─► handle_timeout if due ─► poll_transmit* ─► outq     │
 //!        │     poll_event* ─► ended / established ─► readable, writable, changed    │
-//!        │ flush outq, reap drained associations (Endpoint::forget)                 │
+//!        │ flush outq (runs of equal datagrams as one GSO send), reap drained ones  │
 //!        └─ sleep until: socket readable | outq writable | notify | min deadline ───┘
 //! ```
 //!
 //! Polling once per batch, not per datagram, lets one packet carry the SACK
 //! for many and keeps the per-datagram cost at the core's `handle`.
+//!
+//! Batched UDP I/O, through `quinn-udp`, where the kernel offers it (Linux):
+//!
+//! ```text
+//!   receive  recvmmsg ─► up to RECV_BUFFERS buffers ─► each GRO buffer holds
+//!            len / stride datagrams of `stride` bytes (the last may be shorter)
+//!            ─► one Bytes per datagram, of its own size ─► Endpoint::handle
+//!   send     outq: (to, datagram)* in poll_transmit order
+//!            ─► a run to one destination, equal sizes, the last may be shorter,
+//!               at most max_gso_segments and MAX_GSO_BYTES ─► one sendmsg with
+//!               UDP_SEGMENT (GSO); anything else ─► one sendmsg per datagram
+//! ```
+//!
+//! A kernel or path that refuses GSO (EIO, EINVAL: no checksum offload, IPsec
+//! on the route) makes `quinn-udp` turn it off for the socket; the driver then
+//! sends the refused run again one datagram at a time. `udp_offload = false`
+//! turns both off from the start. WouldBlock keeps the rest of `outq` queued
+//! until the socket is writable again.
 //!
 //! Finding due timers walks every association each turn: right for the handful
 //! of associations a gateway or origin holds, not for thousands.
@@ -28,25 +46,40 @@
 //! handle's `Drop` takes it.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::ErrorKind;
+use std::io::{ErrorKind, IoSliceMut};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 use sctp::{AssocHandle, AssociationError, DatagramEvent, Endpoint, Event};
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 
-use super::{AssocShared, AssocState, Association, Ended, Settings, lock};
+use super::{AssocShared, AssocState, Association, Ended, Settings, UdpStats, lock};
 
 /// Established associations waiting for `accept`, per listener.
 const ACCEPT_BACKLOG: usize = 128;
-/// Datagrams read before the associations are polled.
-const RECV_BATCH: usize = 64;
-/// The receive buffer, bytes: the largest a UDP datagram can be.
-const MAX_DATAGRAM: usize = 64 * 1024;
+/// Datagrams read (at least, a GRO buffer is not split across turns) before
+/// the associations are polled.
+const RECV_BUDGET: usize = 256;
+/// Receive calls per turn at most, whatever they bring (errors included).
+const MAX_RECV_CALLS: usize = 16;
+/// Buffers one receive call fills (`recvmmsg`): `quinn-udp`'s batch, 32 on Linux.
+const RECV_BUFFERS: usize = quinn_udp::BATCH_SIZE;
+/// One receive buffer, bytes: the largest UDP datagram, and the largest GRO
+/// buffer (the kernel stops coalescing at 64 KiB). With RECV_BUFFERS, 2 MiB per
+/// UDP socket, i.e. per listener and per connected association.
+const RECV_BUFFER: usize = 64 * 1024;
+/// Most datagrams one GSO send carries (`UDP_MAX_SEGMENTS` of Linux 4.18 to 6.1;
+/// later kernels take 128).
+const MAX_GSO_SEGMENTS: usize = 64;
+/// Most bytes one GSO send carries: the largest UDP payload of one IPv4 packet
+/// (65535 minus 20 bytes of IP and 8 of UDP header).
+const MAX_GSO_BYTES: usize = 65_507;
 /// A deadline the core left in the past is retried no sooner than this, so
 /// that it cannot make the driver spin.
 const MIN_TIMER_STEP: Duration = Duration::from_millis(1);
@@ -70,6 +103,42 @@ pub(super) struct EndpointShared {
     /// ABORT chunk on the wire from the caller at once: a process that aborts and
     /// exits must not leave its peer waiting for the idle time-out.
     pub(super) abort_socket: std::net::UdpSocket,
+    /// What batched I/O did, for tests and benchmarks.
+    pub(super) counters: UdpCounters,
+}
+
+/// Counters behind [`UdpStats`], written by the driver only.
+#[derive(Debug, Default)]
+pub(super) struct UdpCounters {
+    max_gso_segments: AtomicUsize,
+    gro: AtomicBool,
+    datagrams_sent: AtomicU64,
+    gso_sends: AtomicU64,
+    gso_datagrams: AtomicU64,
+    datagrams_received: AtomicU64,
+    gro_buffers: AtomicU64,
+    gro_datagrams: AtomicU64,
+}
+
+impl UdpCounters {
+    /// A snapshot (each counter on its own: they may be mid-update).
+    pub(super) fn snapshot(&self) -> UdpStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        UdpStats {
+            max_gso_segments: self.max_gso_segments.load(Ordering::Relaxed),
+            gro: self.gro.load(Ordering::Relaxed),
+            datagrams_sent: get(&self.datagrams_sent),
+            gso_sends: get(&self.gso_sends),
+            gso_datagrams: get(&self.gso_datagrams),
+            datagrams_received: get(&self.datagrams_received),
+            gro_buffers: get(&self.gro_buffers),
+            gro_datagrams: get(&self.gro_datagrams),
+        }
+    }
+}
+
+fn add(counter: &AtomicU64, n: usize) {
+    counter.fetch_add(n as u64, Ordering::Relaxed);
 }
 
 /// Established, not yet accepted associations of a listener.
@@ -96,6 +165,7 @@ impl EndpointShared {
             listening: AtomicBool::new(listening),
             accept: Mutex::new(AcceptQueue::default()),
             accept_ready: Notify::new(),
+            counters: UdpCounters::default(),
         })
     }
 }
@@ -122,6 +192,9 @@ struct Wakeups {
 /// The task that owns one UDP socket and its `sctp::Endpoint`.
 pub(super) struct Driver {
     socket: UdpSocket,
+    /// `quinn-udp`'s view of the socket: its GSO limit, turned down to 1 when
+    /// the kernel refuses a GSO send.
+    udp: UdpSocketState,
     endpoint: Endpoint,
     shared: Arc<EndpointShared>,
     settings: Arc<Settings>,
@@ -129,23 +202,63 @@ pub(super) struct Driver {
     touched: Vec<AssocHandle>,
     finished: Vec<AssocHandle>,
     outq: VecDeque<(SocketAddr, Bytes)>,
-    /// One datagram's receive buffer, reused.
-    rx: Vec<u8>,
+    /// Receive buffers, reused.
+    rx: RxBatch,
+    /// One GSO send's datagrams, back to back, reused.
+    tx: Vec<u8>,
+    /// Whether GSO failure was logged already.
+    gso_refusal_logged: bool,
     /// The endpoint was told to stop answering INITs.
     rejecting: bool,
 }
 
+/// What one receive call fills: RECV_BUFFERS buffers of RECV_BUFFER bytes.
+#[derive(Default)]
+struct RxBatch {
+    buf: Vec<u8>,
+    meta: Vec<RecvMeta>,
+}
+
+impl RxBatch {
+    fn new() -> Self {
+        RxBatch {
+            buf: vec![0; RECV_BUFFERS * RECV_BUFFER],
+            meta: vec![RecvMeta::default(); RECV_BUFFERS],
+        }
+    }
+}
+
 impl Driver {
     /// Starts the driver task; `client` is the association a `connect` opened.
+    /// Fails if the socket cannot be set up for batched I/O.
     pub(super) fn spawn(
         socket: UdpSocket,
         endpoint: Endpoint,
         shared: Arc<EndpointShared>,
         settings: Arc<Settings>,
         client: Option<Arc<AssocShared>>,
-    ) {
+    ) -> std::io::Result<()> {
+        // Also turns on GRO where the kernel has it, and sets the don't-fragment
+        // policy to IP_PMTUDISC_PROBE: a datagram above the interface MTU fails
+        // (EMSGSIZE) instead of leaving in IP fragments, which is what the core's
+        // path MTU probing (RFC 8899) wants to learn.
+        let udp = UdpSocketState::new((&socket).into())?;
+        let gro = settings.udp_offload && udp.gro_segments() > 1;
+        if !gro {
+            // quinn-udp asks for GRO unconditionally; a kernel without it
+            // refuses the option, which is fine.
+            if let Err(e) = super::sys::set_udp_gro(&socket, false) {
+                tracing::debug!(error = %e, "cannot turn UDP_GRO off");
+            }
+        }
+        let counters = &shared.counters;
+        counters.gro.store(gro, Ordering::Relaxed);
+        counters
+            .max_gso_segments
+            .store(gso_limit(&udp, &settings), Ordering::Relaxed);
         let mut driver = Driver {
             socket,
+            udp,
             endpoint,
             shared,
             settings,
@@ -153,13 +266,16 @@ impl Driver {
             touched: Vec::new(),
             finished: Vec::new(),
             outq: VecDeque::new(),
-            rx: vec![0; MAX_DATAGRAM],
+            rx: RxBatch::new(),
+            tx: Vec::with_capacity(MAX_GSO_BYTES),
+            gso_refusal_logged: false,
             rejecting: false,
         };
         if let Some(assoc) = client {
             driver.insert(assoc);
         }
         tokio::spawn(driver.run());
+        Ok(())
     }
 
     fn insert(&mut self, assoc: Arc<AssocShared>) {
@@ -265,23 +381,65 @@ impl Driver {
         self.shared.accept_ready.notify_waiters();
     }
 
+    /// Reads what the socket holds, up to RECV_BUDGET datagrams, and feeds
+    /// each datagram to the endpoint.
     fn receive(&mut self, now: Instant) {
-        for _ in 0..RECV_BATCH {
-            match self.socket.try_recv_from(&mut self.rx) {
-                Ok((n, from)) => {
+        // Taken out of `self` so that the datagrams can be handled (`&mut
+        // self`) while they are still read from it.
+        let mut rx = std::mem::take(&mut self.rx);
+        let mut handled = 0;
+        for _ in 0..MAX_RECV_CALLS {
+            if handled >= RECV_BUDGET {
+                break;
+            }
+            let result = {
+                let mut bufs: Vec<IoSliceMut<'_>> = rx
+                    .buf
+                    .chunks_mut(RECV_BUFFER)
+                    .map(IoSliceMut::new)
+                    .collect();
+                let (socket, udp) = (&self.socket, &self.udp);
+                socket.try_io(Interest::READABLE, || {
+                    udp.recv(socket.into(), &mut bufs, &mut rx.meta)
+                })
+            };
+            let filled = match result {
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                    self.refused();
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "UDP receive error");
+                    continue;
+                }
+            };
+            for (meta, buf) in rx.meta[..filled].iter().zip(rx.buf.chunks(RECV_BUFFER)) {
+                let data = &buf[..meta.len.min(buf.len())];
+                // Without GRO, stride == len: one datagram. An empty datagram
+                // (stride 0) carries no SCTP packet and is skipped.
+                let mut count = 0;
+                for datagram in data.chunks(meta.stride.max(1)) {
+                    count += 1;
                     // Each datagram gets an allocation of its own size: the
                     // core keeps received payloads as slices of it until the
                     // application reads them, and a slice of a large shared
                     // block would pin the whole block (a peer holding one
                     // chunk per block back would pin megabytes per chunk).
-                    let datagram = Bytes::copy_from_slice(&self.rx[..n]);
-                    self.handle_datagram(now, from, datagram);
+                    let datagram = Bytes::copy_from_slice(datagram);
+                    self.handle_datagram(now, meta.addr, datagram);
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::ConnectionRefused => self.refused(),
-                Err(e) => tracing::debug!(error = %e, "UDP receive error"),
+                let counters = &self.shared.counters;
+                add(&counters.datagrams_received, count);
+                if count > 1 {
+                    add(&counters.gro_buffers, 1);
+                    add(&counters.gro_datagrams, count);
+                }
+                handled += count;
             }
         }
+        self.rx = rx;
     }
 
     fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: Bytes) {
@@ -450,16 +608,67 @@ impl Driver {
         }
     }
 
+    /// Sends what `outq` holds: each run of datagrams that one GSO send can
+    /// carry as one send, the rest one by one, until the socket would block.
     fn flush(&mut self) {
-        while let Some((to, packet)) = self.outq.front() {
-            match self.socket.try_send_to(packet, *to) {
-                Ok(_) => {}
+        while !self.outq.is_empty() {
+            let limit = gso_limit(&self.udp, &self.settings);
+            let (count, segment) = gso_run(self.outq.iter().map(|(to, d)| (*to, d.len())), limit);
+            let Some((to, first)) = self.outq.front() else {
+                return;
+            };
+            let to = *to;
+            let contents: &[u8] = if count == 1 {
+                first
+            } else {
+                self.tx.clear();
+                for (_, datagram) in self.outq.range(..count) {
+                    self.tx.extend_from_slice(datagram);
+                }
+                &self.tx
+            };
+            let transmit = Transmit {
+                destination: to,
+                ecn: None,
+                contents,
+                segment_size: (count > 1).then_some(segment),
+                src_ip: None,
+            };
+            let (socket, udp) = (&self.socket, &self.udp);
+            match socket.try_io(Interest::WRITABLE, || {
+                udp.try_send(socket.into(), &transmit)
+            }) {
+                Ok(()) => {
+                    let counters = &self.shared.counters;
+                    add(&counters.datagrams_sent, count);
+                    if count > 1 {
+                        add(&counters.gso_sends, 1);
+                        add(&counters.gso_datagrams, count);
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if count > 1 && gso_limit(&self.udp, &self.settings) < count => {
+                    // quinn-udp turned GSO off for this socket (EIO or EINVAL
+                    // from a GSO send): nothing of the run left, so send it
+                    // again under the new limit.
+                    if !self.gso_refusal_logged {
+                        self.gso_refusal_logged = true;
+                        tracing::debug!(
+                            error = %e, %to, local = %self.shared.local_addr,
+                            "the kernel refused a GSO send: one datagram per send from now on"
+                        );
+                    }
+                    self.shared
+                        .counters
+                        .max_gso_segments
+                        .store(gso_limit(&self.udp, &self.settings), Ordering::Relaxed);
+                    continue;
+                }
                 Err(e) if e.kind() == ErrorKind::ConnectionRefused => self.refused(),
                 // SCTP retransmits what a transient error lost.
-                Err(e) => tracing::debug!(error = %e, %to, "UDP send error"),
+                Err(e) => tracing::debug!(error = %e, %to, count, "UDP send error"),
             }
-            self.outq.pop_front();
+            self.outq.drain(..count);
         }
     }
 
@@ -485,5 +694,74 @@ impl Driver {
                 self.endpoint.forget(key);
             }
         }
+    }
+}
+
+/// Most datagrams one send may carry on `udp` under `settings` (1: no GSO).
+fn gso_limit(udp: &UdpSocketState, settings: &Settings) -> usize {
+    if settings.udp_offload {
+        udp.max_gso_segments().clamp(1, MAX_GSO_SEGMENTS)
+    } else {
+        1
+    }
+}
+
+/// How many datagrams from the head of a queue of (destination, size) one GSO
+/// send can carry, and their segment size: a run to one destination of equal
+/// sizes, of which only the last may be shorter, at most `limit` datagrams and
+/// MAX_GSO_BYTES. `(1, size)` means a send of its own; `(0, 0)`, an empty queue.
+fn gso_run(mut queue: impl Iterator<Item = (SocketAddr, usize)>, limit: usize) -> (usize, usize) {
+    let Some((to, segment)) = queue.next() else {
+        return (0, 0);
+    };
+    let (mut count, mut total) = (1, segment);
+    for (next_to, size) in queue {
+        if count >= limit || next_to != to || size > segment || total + size > MAX_GSO_BYTES {
+            break;
+        }
+        count += 1;
+        total += size;
+        if size < segment {
+            break;
+        }
+    }
+    (count, segment)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(queue: &[(u16, usize)], limit: usize) -> (usize, usize) {
+        let addr = |port| SocketAddr::from(([10, 0, 0, 1], port));
+        gso_run(queue.iter().map(|&(p, n)| (addr(p), n)), limit)
+    }
+
+    #[test]
+    fn runs_of_equal_datagrams_to_one_peer_go_together() {
+        assert_eq!(run(&[], 64), (0, 0));
+        assert_eq!(run(&[(1, 1200)], 64), (1, 1200));
+        assert_eq!(run(&[(1, 1200), (1, 1200), (1, 1200)], 64), (3, 1200));
+        // The last of a run may be shorter; it ends the run.
+        assert_eq!(
+            run(&[(1, 1200), (1, 1200), (1, 300), (1, 300)], 64),
+            (3, 1200)
+        );
+        // A longer one, or another destination, starts a new run.
+        assert_eq!(run(&[(1, 1200), (1, 1201)], 64), (1, 1200));
+        assert_eq!(run(&[(1, 1200), (1, 1200), (2, 1200)], 64), (2, 1200));
+        // A short first datagram (a SACK) goes alone when larger ones follow.
+        assert_eq!(run(&[(1, 60), (1, 1200), (1, 1200)], 64), (1, 60));
+    }
+
+    #[test]
+    fn runs_stop_at_the_segment_and_byte_limits() {
+        let many = [(1, 1200); 100];
+        assert_eq!(run(&many, 64), (54, 1200));
+        assert_eq!(run(&many, 10), (10, 1200));
+        assert_eq!(run(&many, 1), (1, 1200));
+        let (count, segment) = run(&[(1, 9000); 10], 64);
+        assert!(count * segment <= MAX_GSO_BYTES);
+        assert_eq!(count, 7);
     }
 }

@@ -29,6 +29,10 @@
 //! payload protocol identifier), `send` waiting on a stream's unsent bytes,
 //! the accept queue, and ICMP port unreachable failing a client's handshake.
 //!
+//! UDP I/O is batched where the kernel offers it (`quinn-udp`): `recvmmsg`
+//! with GRO on receive, GSO on send (see `driver`); `udp_offload = false` keeps
+//! one datagram per send and per received buffer.
+//!
 //! SCTP ports: the SCTP port inside each packet equals the UDP port of its end
 //! (a kernel peer must listen on the same SCTP port as its UDP encapsulation port,
 //! 9899 by default).
@@ -36,6 +40,7 @@
 //! Start reading at `connect`, `Listener::bind` and then `driver::Driver::run`.
 
 mod driver;
+mod sys;
 
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -79,6 +84,8 @@ struct Settings {
     idle_timeout: Duration,
     /// Receive window we advertise, bytes.
     recv_window: usize,
+    /// GSO and GRO where the kernel offers them.
+    udp_offload: bool,
 }
 
 impl Settings {
@@ -89,6 +96,7 @@ impl Settings {
             max_message: config.max_message,
             idle_timeout: config.idle_timeout,
             recv_window: recv_window(config),
+            udp_offload: config.udp_offload,
         }
     }
 }
@@ -349,6 +357,30 @@ impl AssocShared {
     }
 }
 
+/// What one UDP socket's batched I/O did: whether the kernel offered GSO and
+/// GRO and how many datagrams used them. For tests and benchmarks.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    /// Most datagrams one send may carry now (1: no GSO, or the kernel
+    /// refused it).
+    pub max_gso_segments: usize,
+    /// GRO is on for the socket.
+    pub gro: bool,
+    /// Datagrams handed to the kernel.
+    pub datagrams_sent: u64,
+    /// Sends that carried two or more datagrams (GSO).
+    pub gso_sends: u64,
+    /// Datagrams sent in those.
+    pub gso_datagrams: u64,
+    /// Datagrams received.
+    pub datagrams_received: u64,
+    /// Receive buffers that held two or more datagrams (GRO).
+    pub gro_buffers: u64,
+    /// Datagrams received in those.
+    pub gro_datagrams: u64,
+}
+
 /// An established association (a handle on the driver's state for it).
 pub struct Association {
     shared: Arc<AssocShared>,
@@ -389,6 +421,13 @@ impl Association {
     /// The peer's UDP address.
     pub(crate) fn peer_addr(&self) -> SocketAddr {
         self.shared.peer_addr
+    }
+
+    /// Batched I/O counters of the UDP socket this association uses (shared
+    /// with every association of a listener).
+    #[doc(hidden)]
+    pub fn udp_stats(&self) -> UdpStats {
+        self.shared.endpoint.counters.snapshot()
     }
 
     /// Queues one message; waits while the stream's unsent bytes exceed
@@ -630,7 +669,7 @@ impl Listener {
             Arc::clone(&shared),
             Arc::new(Settings::new(config)),
             None,
-        );
+        )?;
         tracing::debug!(%local_addr, "userspace SCTP listening");
         Ok(Listener { shared })
     }
@@ -638,6 +677,12 @@ impl Listener {
     /// The bound UDP address.
     pub(crate) fn local_addr(&self) -> Result<SocketAddr, TransportError> {
         Ok(self.shared.local_addr)
+    }
+
+    /// Batched I/O counters of the listening socket.
+    #[doc(hidden)]
+    pub fn udp_stats(&self) -> UdpStats {
+        self.shared.counters.snapshot()
     }
 
     /// The next established association, oldest first.
@@ -700,7 +745,7 @@ pub(crate) async fn connect(
         Arc::clone(&shared),
         AssocState::new(proto, false),
     );
-    driver::Driver::spawn(socket, endpoint, shared, settings, Some(Arc::clone(&assoc)));
+    driver::Driver::spawn(socket, endpoint, shared, settings, Some(Arc::clone(&assoc)))?;
     // Dropped by the caller's time-out, this handle closes the half-open
     // association (the core aborts a handshake it is asked to close), and so
     // ends the driver.
