@@ -156,8 +156,8 @@ pub struct AssociationConfig {
     /// negotiates I-DATA with a userspace end cannot exchange a fragmented
     /// message. Use it only when both ends are kernel SCTP.
     pub kernel_idata: bool,
-    /// Userspace SCTP: the congestion controller, `reno` (RFC 9260) or
-    /// `cubic` (RFC 9438).
+    /// Userspace SCTP: the congestion controller, `reno` (RFC 9260), `cubic`
+    /// (RFC 9438) or `bbr` (model-based: random loss is not congestion).
     pub congestion: String,
     /// Userspace SCTP, `cubic` only: how many CUBIC flows the association
     /// stands for (1 to 6, the connections a browser opens to one host).

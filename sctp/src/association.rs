@@ -157,6 +157,32 @@ pub struct Message {
     pub data: Bytes,
 }
 
+/// A snapshot of an association's transmission state, for operators and
+/// benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    /// Congestion window, bytes.
+    pub cwnd: u64,
+    /// Slow-start threshold, bytes.
+    pub ssthresh: u64,
+    /// Bytes in flight.
+    pub flight: u64,
+    /// The peer's receive window as last computed, bytes.
+    pub peer_rwnd: u64,
+    /// DATA chunks sent and not cumulatively acknowledged.
+    pub outstanding: usize,
+    /// Of those, marked for retransmission.
+    pub marked: usize,
+    /// Smoothed round-trip time, once measured.
+    pub srtt: Option<Duration>,
+    /// Retransmission time-out, back-off included.
+    pub rto: Duration,
+    /// Packet size in use (the path MTU as far as known), bytes.
+    pub mtu: usize,
+    /// The congestion controller's name.
+    pub controller: &'static str,
+}
+
 /// What the endpoint hands an association: the packet, and the verified
 /// cookie of a COOKIE ECHO it carried.
 #[derive(Debug)]
@@ -579,6 +605,26 @@ impl Association {
     /// The congestion window, bytes.
     pub fn cwnd(&self) -> u64 {
         self.cc.window()
+    }
+
+    /// The transmission state as it is now.
+    pub fn stats(&self) -> Stats {
+        let (outstanding, marked) = self
+            .sender
+            .as_ref()
+            .map_or((0, 0), Sender::outstanding_counts);
+        Stats {
+            cwnd: self.cc.window(),
+            ssthresh: self.cc.ssthresh(),
+            flight: self.flight(),
+            peer_rwnd: self.sender.as_ref().map_or(0, Sender::peer_rwnd),
+            outstanding,
+            marked,
+            srtt: self.rtt.smoothed(),
+            rto: self.rtt.rto(),
+            mtu: self.pmtu.current,
+            controller: self.cc.name(),
+        }
     }
 
     /// Bytes in flight.

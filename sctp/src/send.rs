@@ -278,6 +278,12 @@ impl Sender {
         self.peer_rwnd
     }
 
+    /// Chunks sent and not cumulatively acknowledged, and how many of them
+    /// are marked for retransmission.
+    pub(crate) fn outstanding_counts(&self) -> (usize, usize) {
+        (self.outstanding.len(), self.marked)
+    }
+
     /// The peer's cumulative ack.
     pub(crate) fn cum_ack(&self) -> u32 {
         self.cum_ack
@@ -478,7 +484,9 @@ impl Sender {
                 htna = Some(sent.chunk.tsn);
                 newest_sent = Some(newest_sent.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
                 delivered = newer(delivered, sent.sent_at, sent.transmissions);
-                if sent.transmissions == 1 {
+                // Karn's rule, and no sample from a chunk already taken for
+                // lost: its ack may have waited behind a hole for a long time.
+                if sent.transmissions == 1 && !sent.marked {
                     sample = Some(now.saturating_duration_since(sent.sent_at));
                 }
             }
@@ -524,7 +532,9 @@ impl Sender {
                 htna = Some(sent.chunk.tsn);
                 newest_sent = Some(newest_sent.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
                 delivered = newer(delivered, sent.sent_at, sent.transmissions);
-                if sent.transmissions == 1 {
+                // Karn's rule, and no sample from a chunk already taken for
+                // lost: its ack may have waited behind a hole for a long time.
+                if sent.transmissions == 1 && !sent.marked {
                     sample = Some(now.saturating_duration_since(sent.sent_at));
                 }
             } else if !in_block && sent.gap_acked {
@@ -599,6 +609,7 @@ impl Sender {
                     flight_before,
                     cum_advanced: outcome.cum_advanced,
                     smoothed_rtt: rtt.smoothed(),
+                    rtt_sample: sample,
                 },
             );
         }

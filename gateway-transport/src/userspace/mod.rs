@@ -170,9 +170,10 @@ fn congestion(
             initial_window,
             flows: config.flows,
         })),
+        "bbr" => Ok(Arc::new(sctp::congestion::BbrConfig { initial_window })),
         other => Err(TransportError::Config {
             key: "congestion",
-            reason: format!("unknown controller `{other}` (expected reno or cubic)"),
+            reason: format!("unknown controller `{other}` (expected reno, cubic or bbr)"),
         }),
     }
 }

@@ -299,6 +299,7 @@ mod tests {
             flight_before,
             cum_advanced: true,
             smoothed_rtt: Some(Duration::from_millis(100)),
+            rtt_sample: Some(Duration::from_millis(100)),
         }
     }
 

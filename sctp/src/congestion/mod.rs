@@ -41,9 +41,11 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+mod bbr;
 mod cubic;
 mod reno;
 
+pub use bbr::{BW_WINDOW_ROUNDS, Bbr, BbrConfig, MIN_RTT_WINDOW};
 pub use cubic::{Cubic, CubicConfig, MAX_FLOWS};
 pub use reno::{Reno, RenoConfig};
 
@@ -76,6 +78,9 @@ pub struct Acked {
     pub cum_advanced: bool,
     /// Smoothed RTT after this SACK's sample, if any sample exists.
     pub smoothed_rtt: Option<Duration>,
+    /// This SACK's own RTT sample, if it gave one (Karn's rule: never from a
+    /// retransmitted chunk, so a model-based controller can trust it).
+    pub rtt_sample: Option<Duration>,
 }
 
 /// Congestion control, called by the association at defined points.
