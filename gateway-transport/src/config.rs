@@ -158,6 +158,8 @@ pub struct AssociationConfig {
     pub kernel_idata: bool,
     /// Userspace SCTP: the congestion controller, `reno` (RFC 9260), `cubic`
     /// (RFC 9438) or `bbr` (model-based: random loss is not congestion).
+    /// `bbr` by default: on 80 ms links with 1 % loss the page loads in 0.85x
+    /// nginx's time with it and 3.8x with Reno (docs/transport.md).
     pub congestion: String,
     /// Userspace SCTP, `cubic` only: how many CUBIC flows the association
     /// stands for (1 to 6, the connections a browser opens to one host).
@@ -199,7 +201,7 @@ impl Default for AssociationConfig {
             mtu: sctp::DEFAULT_MTU,
             idata: true,
             kernel_idata: false,
-            congestion: "reno".to_owned(),
+            congestion: "bbr".to_owned(),
             flows: 1,
             rack_tlp: true,
             sack_immediately: true,
