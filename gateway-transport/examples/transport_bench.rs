@@ -7,6 +7,9 @@
 //! socket with no framing at all. Each side prints one JSON line with what it
 //! measured and the CPU time its process used.
 //!
+//! `--backend quic`: the server's ready line carries its certificate's SHA-256
+//! (`quic_cert_sha256`), which the client takes as `--quic-cert-sha256`.
+//!
 //! `--backend sctp-proto` (the former userspace backend, a baseline row) exists
 //! only when built with `--features sctp-proto-baseline`, as the xtask does.
 
@@ -28,6 +31,7 @@ struct Args {
     size: usize,
     streams: u16,
     bytes: u64,
+    quic_cert_sha256: Option<String>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -38,6 +42,7 @@ fn parse_args() -> Result<Args> {
         size: 16 * 1024,
         streams: 8,
         bytes: 1 << 30,
+        quic_cert_sha256: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -50,6 +55,7 @@ fn parse_args() -> Result<Args> {
             "--size" => args.size = value()?.parse()?,
             "--streams" => args.streams = value()?.parse()?,
             "--bytes" => args.bytes = value()?.parse()?,
+            "--quic-cert-sha256" => args.quic_cert_sha256 = Some(value()?),
             other => bail!("unknown flag {other}"),
         }
     }
@@ -73,6 +79,7 @@ fn kind(backend: &str) -> Result<Option<BackendKind>> {
         "framed-tcp" => Some(BackendKind::FramedTcp),
         "userspace" => Some(BackendKind::Userspace),
         "kernel" => Some(BackendKind::Kernel),
+        "quic" => Some(BackendKind::Quic),
         #[cfg(feature = "sctp-proto-baseline")]
         "sctp-proto" => Some(BackendKind::SctpProto),
         other => bail!("unknown backend {other}"),
@@ -109,7 +116,10 @@ async fn server(args: &Args) -> Result<()> {
         }
         Some(kind) => {
             let listener = Listener::bind(kind, args.addr, &config(args.streams)).await?;
-            println!("{{\"ready\":true}}");
+            match listener.quic_cert_sha256() {
+                Some(pin) => println!("{{\"ready\":true,\"quic_cert_sha256\":\"{pin}\"}}"),
+                None => println!("{{\"ready\":true}}"),
+            }
             let assoc = listener.accept().await?;
             let (mut total, mut messages) = (0u64, 0u64);
             let mut first = None;
@@ -156,7 +166,11 @@ async fn client(args: &Args) -> Result<()> {
             socket.shutdown().await?;
         }
         Some(kind) => {
-            let assoc = connect(kind, args.addr, &config(args.streams)).await?;
+            let config = AssociationConfig {
+                quic_server_cert_sha256: args.quic_cert_sha256.clone(),
+                ..config(args.streams)
+            };
+            let assoc = connect(kind, args.addr, &config).await?;
             let streams = assoc.streams().outbound - 1;
             let mut senders = tokio::task::JoinSet::new();
             // One task per stream, as the origin's sender would have.

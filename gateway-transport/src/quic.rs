@@ -40,8 +40,8 @@
 //!   then sees `PeerUnreachable` after `idle_timeout`.
 //! - **Liveness** is QUIC's own: a PING every `heartbeat_interval`, idle
 //!   time-out `idle_timeout` (the smaller of both sides' wins).
-//! - **TLS** (QUIC has no plaintext mode): the listener makes a self-signed
-//!   certificate at start and logs its SHA-256; the client accepts exactly the
+//! - **TLS** (QUIC has no plaintext mode): the first listener of a process makes
+//!   a self-signed certificate (all its listeners share it) and logs its SHA-256; the client accepts exactly the
 //!   certificate whose SHA-256 is `quic_server_cert_sha256` and still checks the
 //!   handshake signature against it (possession of the key). No CA, no names.
 //!
@@ -900,8 +900,43 @@ async fn handshake(
     })
 }
 
-/// A QUIC endpoint that hands out associations, with a self-signed certificate
-/// made at bind time.
+/// The listeners' certificate and key, made once per process: an origin that
+/// listens on several addresses shows one certificate, so a gateway pins one
+/// SHA-256 whichever address it reaches.
+#[derive(Debug)]
+struct Identity {
+    cert: rustls::pki_types::CertificateDer<'static>,
+    /// PKCS#8 DER.
+    key: Vec<u8>,
+    sha256: String,
+}
+
+fn process_identity() -> Result<&'static Identity, TransportError> {
+    static IDENTITY: std::sync::OnceLock<Identity> = std::sync::OnceLock::new();
+    if let Some(identity) = IDENTITY.get() {
+        return Ok(identity);
+    }
+    let certified =
+        rcgen::generate_simple_self_signed(vec![CERT_NAME.to_owned()]).map_err(tls_error)?;
+    let cert = certified.cert.der().clone();
+    let made = Identity {
+        sha256: cert_sha256_hex(&cert),
+        cert,
+        key: certified.key_pair.serialize_der(),
+    };
+    // Two racing first binds: one certificate wins and both use it.
+    Ok(IDENTITY.get_or_init(|| made))
+}
+
+/// The SHA-256 (lowercase hex) of the certificate this process's QUIC
+/// listeners show, making it if no listener has yet. Lets a process that runs
+/// both ends (tests, benchmarks) configure its client before it binds.
+pub fn listener_cert_sha256() -> Result<String, TransportError> {
+    Ok(process_identity()?.sha256.clone())
+}
+
+/// A QUIC endpoint that hands out associations, with the process's self-signed
+/// certificate (made at the first bind).
 #[derive(Debug)]
 pub struct Listener {
     endpoint: quinn::Endpoint,
@@ -914,11 +949,10 @@ impl Listener {
         addr: SocketAddr,
         config: &AssociationConfig,
     ) -> Result<Self, TransportError> {
-        let certified =
-            rcgen::generate_simple_self_signed(vec![CERT_NAME.to_owned()]).map_err(tls_error)?;
-        let cert = certified.cert.der().clone();
-        let cert_sha256 = cert_sha256_hex(&cert);
-        let key = rustls::pki_types::PrivatePkcs8KeyDer::from(certified.key_pair.serialize_der());
+        let identity = process_identity()?;
+        let cert = identity.cert.clone();
+        let cert_sha256 = identity.sha256.clone();
+        let key = rustls::pki_types::PrivatePkcs8KeyDer::from(identity.key.clone());
         let mut tls = rustls::ServerConfig::builder_with_provider(crypto_provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(tls_error)?
