@@ -667,7 +667,7 @@ const CALLGRIND_CELLS: [(&str, usize, u64); 2] = [
 /// Instructions per payload byte of each backend, from callgrind (both
 /// processes' instruction counts summed): a figure that does not move with
 /// the machine's load, unlike the rates above.
-fn callgrind_section(report: &mut String, binary: &PathBuf) -> Result<()> {
+fn callgrind_section(report: &mut String, binary: &std::path::Path) -> Result<()> {
     let ns = Namespaces::create()?;
     let scratch = tempfile_dir("gwb-callgrind")?;
     writeln!(
