@@ -122,17 +122,27 @@ async fn server(args: &Args) -> Result<()> {
             }
             let assoc = listener.accept().await?;
             let (mut total, mut messages) = (0u64, 0u64);
-            let mut first = None;
-            loop {
+            let (mut first, mut last) = (None, None);
+            // The end message on stream 0 carries how many data messages were
+            // sent: with no order across streams (QUIC) it may overtake some.
+            let mut expected = None;
+            while expected.is_none_or(|n| messages < n) {
                 let m = assoc.recv().await?;
                 if m.stream == 0 {
-                    break;
+                    let count: [u8; 8] = m.data[..].try_into().context("end message")?;
+                    expected = Some(u64::from_be_bytes(count));
+                    continue;
                 }
-                first.get_or_insert_with(Instant::now);
+                let now = Instant::now();
+                first.get_or_insert(now);
+                last = Some(now);
                 total += m.data.len() as u64;
                 messages += 1;
             }
-            let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            let secs = match (first, last) {
+                (Some(first), Some(last)) => (last - first).as_secs_f64(),
+                _ => 0.0,
+            };
             assoc.send(0, Bytes::from_static(b"done")).await?;
             assoc.close().await?;
             (total, messages, secs)
@@ -179,19 +189,24 @@ async fn client(args: &Args) -> Result<()> {
                 let share = count / u64::from(streams)
                     + u64::from(u64::from(stream) <= count % u64::from(streams));
                 senders.spawn(async move {
+                    let mut sent = 0u64;
                     for _ in 0..share {
                         assoc.send(stream, payload.clone()).await?;
+                        sent += 1;
                         if started.elapsed() > MAX_RUN {
                             break;
                         }
                     }
-                    Ok::<_, gateway_transport::TransportError>(())
+                    Ok::<_, gateway_transport::TransportError>(sent)
                 });
             }
-            while let Some(sent) = senders.join_next().await {
-                sent??;
+            let mut sent = 0u64;
+            while let Some(task) = senders.join_next().await {
+                sent += task??;
             }
-            assoc.send(0, Bytes::from_static(b"end")).await?;
+            assoc
+                .send(0, Bytes::copy_from_slice(&sent.to_be_bytes()))
+                .await?;
             let done = assoc.recv().await?;
             if done.stream != 0 {
                 bail!("unexpected message on stream {}", done.stream);
