@@ -7,6 +7,9 @@
 //! socket with no framing at all. Each side prints one JSON line with what it
 //! measured and the CPU time its process used.
 //!
+//! `--backend quic`: the server's ready line carries its certificate's SHA-256
+//! (`quic_cert_sha256`), which the client takes as `--quic-cert-sha256`.
+//!
 //! `--backend sctp-proto` (the former userspace backend, a baseline row) exists
 //! only when built with `--features sctp-proto-baseline`, as the xtask does.
 
@@ -28,6 +31,7 @@ struct Args {
     size: usize,
     streams: u16,
     bytes: u64,
+    quic_cert_sha256: Option<String>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -38,6 +42,7 @@ fn parse_args() -> Result<Args> {
         size: 16 * 1024,
         streams: 8,
         bytes: 1 << 30,
+        quic_cert_sha256: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -50,6 +55,7 @@ fn parse_args() -> Result<Args> {
             "--size" => args.size = value()?.parse()?,
             "--streams" => args.streams = value()?.parse()?,
             "--bytes" => args.bytes = value()?.parse()?,
+            "--quic-cert-sha256" => args.quic_cert_sha256 = Some(value()?),
             other => bail!("unknown flag {other}"),
         }
     }
@@ -73,6 +79,7 @@ fn kind(backend: &str) -> Result<Option<BackendKind>> {
         "framed-tcp" => Some(BackendKind::FramedTcp),
         "userspace" => Some(BackendKind::Userspace),
         "kernel" => Some(BackendKind::Kernel),
+        "quic" => Some(BackendKind::Quic),
         #[cfg(feature = "sctp-proto-baseline")]
         "sctp-proto" => Some(BackendKind::SctpProto),
         other => bail!("unknown backend {other}"),
@@ -109,20 +116,33 @@ async fn server(args: &Args) -> Result<()> {
         }
         Some(kind) => {
             let listener = Listener::bind(kind, args.addr, &config(args.streams)).await?;
-            println!("{{\"ready\":true}}");
+            match listener.quic_cert_sha256() {
+                Some(pin) => println!("{{\"ready\":true,\"quic_cert_sha256\":\"{pin}\"}}"),
+                None => println!("{{\"ready\":true}}"),
+            }
             let assoc = listener.accept().await?;
             let (mut total, mut messages) = (0u64, 0u64);
-            let mut first = None;
-            loop {
+            let (mut first, mut last) = (None, None);
+            // The end message on stream 0 carries how many data messages were
+            // sent: with no order across streams (QUIC) it may overtake some.
+            let mut expected = None;
+            while expected.is_none_or(|n| messages < n) {
                 let m = assoc.recv().await?;
                 if m.stream == 0 {
-                    break;
+                    let count: [u8; 8] = m.data[..].try_into().context("end message")?;
+                    expected = Some(u64::from_be_bytes(count));
+                    continue;
                 }
-                first.get_or_insert_with(Instant::now);
+                let now = Instant::now();
+                first.get_or_insert(now);
+                last = Some(now);
                 total += m.data.len() as u64;
                 messages += 1;
             }
-            let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            let secs = match (first, last) {
+                (Some(first), Some(last)) => (last - first).as_secs_f64(),
+                _ => 0.0,
+            };
             assoc.send(0, Bytes::from_static(b"done")).await?;
             assoc.close().await?;
             (total, messages, secs)
@@ -156,7 +176,11 @@ async fn client(args: &Args) -> Result<()> {
             socket.shutdown().await?;
         }
         Some(kind) => {
-            let assoc = connect(kind, args.addr, &config(args.streams)).await?;
+            let config = AssociationConfig {
+                quic_server_cert_sha256: args.quic_cert_sha256.clone(),
+                ..config(args.streams)
+            };
+            let assoc = connect(kind, args.addr, &config).await?;
             let streams = assoc.streams().outbound - 1;
             let mut senders = tokio::task::JoinSet::new();
             // One task per stream, as the origin's sender would have.
@@ -165,19 +189,24 @@ async fn client(args: &Args) -> Result<()> {
                 let share = count / u64::from(streams)
                     + u64::from(u64::from(stream) <= count % u64::from(streams));
                 senders.spawn(async move {
+                    let mut sent = 0u64;
                     for _ in 0..share {
                         assoc.send(stream, payload.clone()).await?;
+                        sent += 1;
                         if started.elapsed() > MAX_RUN {
                             break;
                         }
                     }
-                    Ok::<_, gateway_transport::TransportError>(())
+                    Ok::<_, gateway_transport::TransportError>(sent)
                 });
             }
-            while let Some(sent) = senders.join_next().await {
-                sent??;
+            let mut sent = 0u64;
+            while let Some(task) = senders.join_next().await {
+                sent += task??;
             }
-            assoc.send(0, Bytes::from_static(b"end")).await?;
+            assoc
+                .send(0, Bytes::copy_from_slice(&sent.to_be_bytes()))
+                .await?;
             let done = assoc.recv().await?;
             if done.stream != 0 {
                 bail!("unexpected message on stream {}", done.stream);

@@ -16,6 +16,8 @@ pub enum BackendKind {
     Userspace,
     /// The protocol multiplexed over one TCP connection.
     FramedTcp,
+    /// QUIC (quinn), one QUIC stream per stream number.
+    Quic,
     /// The former userspace backend on `sctp-proto`, a benchmark baseline only.
     #[cfg(feature = "sctp-proto-baseline")]
     SctpProto,
@@ -27,6 +29,7 @@ impl fmt::Display for BackendKind {
             BackendKind::Kernel => "kernel",
             BackendKind::Userspace => "userspace",
             BackendKind::FramedTcp => "framed-tcp",
+            BackendKind::Quic => "quic",
             #[cfg(feature = "sctp-proto-baseline")]
             BackendKind::SctpProto => "sctp-proto",
         })
@@ -46,6 +49,8 @@ pub enum BackendChoice {
     Userspace,
     /// Always framed TCP.
     FramedTcp,
+    /// Always QUIC.
+    Quic,
     /// Always the `sctp-proto` baseline (benchmarks only).
     #[cfg(feature = "sctp-proto-baseline")]
     SctpProto,
@@ -61,6 +66,7 @@ impl BackendChoice {
             BackendChoice::Kernel => BackendKind::Kernel,
             BackendChoice::Userspace => BackendKind::Userspace,
             BackendChoice::FramedTcp => BackendKind::FramedTcp,
+            BackendChoice::Quic => BackendKind::Quic,
             #[cfg(feature = "sctp-proto-baseline")]
             BackendChoice::SctpProto => BackendKind::SctpProto,
         }
@@ -76,10 +82,11 @@ impl FromStr for BackendChoice {
             "kernel" => Ok(BackendChoice::Kernel),
             "userspace" => Ok(BackendChoice::Userspace),
             "framed-tcp" => Ok(BackendChoice::FramedTcp),
+            "quic" => Ok(BackendChoice::Quic),
             #[cfg(feature = "sctp-proto-baseline")]
             "sctp-proto" => Ok(BackendChoice::SctpProto),
             other => Err(format!(
-                "unknown transport `{other}` (expected auto, kernel, userspace or framed-tcp)"
+                "unknown transport `{other}` (expected auto, kernel, userspace, framed-tcp or quic)"
             )),
         }
     }
@@ -100,7 +107,8 @@ pub struct AssociationConfig {
     /// Give up connecting after this long.
     #[serde(with = "duration_ms")]
     pub connect_timeout: Duration,
-    /// Probe an idle peer this often (SCTP HEARTBEAT; framed TCP: a ping frame).
+    /// Probe an idle peer this often (SCTP HEARTBEAT; framed TCP: a ping frame;
+    /// QUIC: a PING frame).
     #[serde(with = "duration_ms")]
     pub heartbeat_interval: Duration,
     /// Declare the peer unreachable after this long without hearing from it.
@@ -177,6 +185,11 @@ pub struct AssociationConfig {
     /// Userspace SCTP: batch UDP datagrams with GSO on send and GRO on receive
     /// where the kernel offers them; `false` sends and receives one at a time.
     pub udp_offload: bool,
+    /// QUIC, connecting side: the SHA-256 of the listener's certificate, 64 hex
+    /// digits (colons between bytes allowed), as the listener logs at start. The
+    /// client accepts exactly that certificate and nothing else; required for
+    /// `transport = "quic"`.
+    pub quic_server_cert_sha256: Option<String>,
 }
 
 impl Default for AssociationConfig {
@@ -207,6 +220,7 @@ impl Default for AssociationConfig {
             sack_immediately: true,
             pacing: true,
             udp_offload: true,
+            quic_server_cert_sha256: None,
         }
     }
 }
@@ -252,6 +266,9 @@ impl AssociationConfig {
         }
         if self.rto_max < self.rto_min {
             return bad("rto_max", "must be at least rto_min");
+        }
+        if let Some(sha256) = &self.quic_server_cert_sha256 {
+            crate::quic::parse_sha256(sha256)?;
         }
         // The userspace SCTP keys: the core's own checks, under our key names.
         crate::userspace::core_config(self)?;

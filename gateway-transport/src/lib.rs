@@ -7,6 +7,9 @@
 //!   module).
 //! - [`BackendKind::FramedTcp`]: the same API multiplexed on one TCP connection; the
 //!   head-of-line-blocking baseline (`framed_tcp` module).
+//! - [`BackendKind::Quic`]: one QUIC connection (quinn), one QUIC stream per stream
+//!   number; the multistream transport our SCTP is measured against (`quic`
+//!   module).
 //! - `BackendKind::SctpProto`, only with the `sctp-proto-baseline` feature: the
 //!   former userspace backend on the third-party `sctp-proto` crate, kept as a
 //!   benchmark row (`sctp_proto` module). The daemons never build it.
@@ -27,6 +30,7 @@ mod config;
 mod error;
 pub mod framed_tcp;
 pub mod kernel;
+pub mod quic;
 #[cfg(feature = "sctp-proto-baseline")]
 pub mod sctp_proto;
 pub mod userspace;
@@ -57,6 +61,7 @@ enum Inner {
     Kernel(kernel::Association),
     Userspace(userspace::Association),
     FramedTcp(framed_tcp::Association),
+    Quic(quic::Association),
     #[cfg(feature = "sctp-proto-baseline")]
     SctpProto(sctp_proto::Association),
 }
@@ -68,6 +73,7 @@ macro_rules! dispatch {
             Inner::Kernel($assoc) => $body,
             Inner::Userspace($assoc) => $body,
             Inner::FramedTcp($assoc) => $body,
+            Inner::Quic($assoc) => $body,
             #[cfg(feature = "sctp-proto-baseline")]
             Inner::SctpProto($assoc) => $body,
         }
@@ -91,6 +97,7 @@ impl Association {
             Inner::Kernel(_) => BackendKind::Kernel,
             Inner::Userspace(_) => BackendKind::Userspace,
             Inner::FramedTcp(_) => BackendKind::FramedTcp,
+            Inner::Quic(_) => BackendKind::Quic,
             #[cfg(feature = "sctp-proto-baseline")]
             Inner::SctpProto(_) => BackendKind::SctpProto,
         }
@@ -154,8 +161,9 @@ impl Association {
 
     /// Bytes accepted by [`send`](Self::send) on `stream` and still waiting in the
     /// transport's queue: userspace, not yet sent once (data in flight no longer
-    /// counts); framed TCP, not yet written to the socket. `None` where the
-    /// backend cannot tell per stream (kernel).
+    /// counts); framed TCP, not yet written to the socket; QUIC, not yet accepted
+    /// by quinn's send stream. `None` where the backend cannot tell per stream
+    /// (kernel).
     pub fn buffered(&self, stream: u16) -> Option<usize> {
         dispatch!(self, a => a.buffered(stream))
     }
@@ -182,6 +190,8 @@ pub enum Listener {
     Userspace(userspace::Listener),
     /// TCP listening socket.
     FramedTcp(framed_tcp::Listener),
+    /// QUIC endpoint with its self-signed certificate.
+    Quic(quic::Listener),
     /// UDP socket driving `sctp-proto` (benchmark baseline).
     #[cfg(feature = "sctp-proto-baseline")]
     SctpProto(sctp_proto::Listener),
@@ -203,6 +213,7 @@ impl Listener {
             BackendKind::FramedTcp => {
                 Listener::FramedTcp(framed_tcp::Listener::bind(addr, config).await?)
             }
+            BackendKind::Quic => Listener::Quic(quic::Listener::bind(addr, config).await?),
             #[cfg(feature = "sctp-proto-baseline")]
             BackendKind::SctpProto => {
                 Listener::SctpProto(sctp_proto::Listener::bind(addr, config).await?)
@@ -216,8 +227,19 @@ impl Listener {
             Listener::Kernel(l) => l.local_addr(),
             Listener::Userspace(l) => l.local_addr(),
             Listener::FramedTcp(l) => l.local_addr(),
+            Listener::Quic(l) => l.local_addr(),
             #[cfg(feature = "sctp-proto-baseline")]
             Listener::SctpProto(l) => l.local_addr(),
+        }
+    }
+
+    /// QUIC only: the SHA-256 of the listener's certificate (lowercase hex), the
+    /// value the connecting side needs as `quic_server_cert_sha256`. `None` for
+    /// the other backends.
+    pub fn quic_cert_sha256(&self) -> Option<&str> {
+        match self {
+            Listener::Quic(l) => Some(l.cert_sha256()),
+            _ => None,
         }
     }
 
@@ -227,6 +249,7 @@ impl Listener {
             Listener::Kernel(l) => Inner::Kernel(l.accept().await?),
             Listener::Userspace(l) => Inner::Userspace(l.accept().await?),
             Listener::FramedTcp(l) => Inner::FramedTcp(l.accept().await?),
+            Listener::Quic(l) => Inner::Quic(l.accept().await?),
             #[cfg(feature = "sctp-proto-baseline")]
             Listener::SctpProto(l) => Inner::SctpProto(l.accept().await?),
         };
@@ -249,6 +272,7 @@ pub async fn connect(
             BackendKind::Kernel => Inner::Kernel(kernel::connect(addr, config).await?),
             BackendKind::Userspace => Inner::Userspace(userspace::connect(addr, config).await?),
             BackendKind::FramedTcp => Inner::FramedTcp(framed_tcp::connect(addr, config).await?),
+            BackendKind::Quic => Inner::Quic(quic::connect(addr, config).await?),
             #[cfg(feature = "sctp-proto-baseline")]
             BackendKind::SctpProto => Inner::SctpProto(sctp_proto::connect(addr, config).await?),
         })

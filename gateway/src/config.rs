@@ -214,7 +214,7 @@ pub struct OriginEntry {
     /// matches the original destination; see docs/gateway.md).
     #[serde(default)]
     pub hosts: Vec<String>,
-    /// Transport backend: auto, kernel, userspace or framed-tcp.
+    /// Transport backend: auto, kernel, userspace, framed-tcp or quic.
     #[serde(default)]
     pub backend: BackendChoice,
     /// When the origin is unreachable, send its destinations straight to the
@@ -388,6 +388,14 @@ impl GatewayConfig {
             {
                 return invalid(&key(&format!("transport.{k}")), &reason);
             }
+            if origin.backend == BackendChoice::Quic
+                && origin.transport.quic_server_cert_sha256.is_none()
+            {
+                return invalid(
+                    &key("transport.quic_server_cert_sha256"),
+                    "required with backend = \"quic\": the SHA-256 the origin logs at start",
+                );
+            }
             if origin.transport.streams < 2 {
                 return invalid(
                     &key("transport.streams"),
@@ -466,6 +474,34 @@ mod tests {
         assert_eq!(c.origins.len(), 1);
         assert!(c.origins[0].fail_open);
         assert_eq!(c.origins[0].transport.streams, 8);
+    }
+
+    #[test]
+    fn quic_origin_needs_the_pinned_certificate() {
+        let origin = |pin: &str| {
+            format!(
+                r#"
+                [[origin]]
+                name = "demo"
+                address = "192.0.2.2:9899"
+                destinations = ["203.0.113.0/24"]
+                backend = "quic"
+                [origin.transport]
+                {pin}
+                "#
+            )
+        };
+        let c = GatewayConfig::from_toml(&origin("")).expect("parses");
+        let err = c.validate().expect_err("no pin").to_string();
+        assert!(err.contains("quic_server_cert_sha256"), "{err}");
+        let c = GatewayConfig::from_toml(&origin(r#"quic_server_cert_sha256 = "12:34""#))
+            .expect("parses");
+        let err = c.validate().expect_err("short pin").to_string();
+        assert!(err.contains("quic_server_cert_sha256"), "{err}");
+        let pin = format!(r#"quic_server_cert_sha256 = "{}""#, "ab".repeat(32));
+        let c = GatewayConfig::from_toml(&origin(&pin)).expect("parses");
+        c.validate().expect("valid with a pin");
+        assert_eq!(c.origins[0].backend, BackendChoice::Quic);
     }
 
     #[test]

@@ -804,3 +804,4 @@ macro_rules! backend_tests {
 
 backend_tests!(userspace, BackendKind::Userspace);
 backend_tests!(framed_tcp, BackendKind::FramedTcp);
+backend_tests!(quic, BackendKind::Quic);

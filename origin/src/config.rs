@@ -66,7 +66,7 @@ pub struct OriginConfig {
 pub struct ListenConfig {
     /// Addresses to listen on, IPv4 and IPv6 (for userspace SCTP, UDP addresses).
     pub addresses: Vec<SocketAddr>,
-    /// Transport backend: auto, kernel, userspace or framed-tcp.
+    /// Transport backend: auto, kernel, userspace, framed-tcp or quic.
     pub backend: BackendChoice,
 }
 

@@ -34,7 +34,7 @@ struct Cli {
     /// Address to listen on (repeatable; replaces `listen.addresses`).
     #[arg(long = "listen")]
     listen: Vec<SocketAddr>,
-    /// Transport: auto, kernel, userspace or framed-tcp.
+    /// Transport: auto, kernel, userspace, framed-tcp or quic.
     #[arg(long)]
     transport: Option<BackendChoice>,
     /// Streams to offer, counting stream 0.
@@ -128,6 +128,13 @@ async fn main() -> Result<()> {
         match Listener::bind(backend, *addr, &config.transport).await {
             Ok(listener) => {
                 tracing::info!("listening on {}", listener.local_addr()?);
+                if let Some(pin) = listener.quic_cert_sha256() {
+                    // Made at start: gateways must be given it after every restart.
+                    tracing::info!(
+                        "QUIC certificate SHA-256 (the gateway's \
+                         transport.quic_server_cert_sha256): {pin}"
+                    );
+                }
                 listeners.push(listener);
             }
             // One family may be missing on a host (no IPv6, say); all missing is fatal.

@@ -103,8 +103,9 @@ pub(crate) enum Which {
 }
 
 /// Backends of the transport benchmark, in report order; `sctp-proto` is the
-/// former userspace backend, kept as a baseline row.
-const BACKENDS: [&str; 4] = ["tcp", "framed-tcp", "userspace", "sctp-proto"];
+/// former userspace backend, kept as a baseline row; `quic` (quinn) is the
+/// multistream transport our SCTP is measured against.
+const BACKENDS: [&str; 5] = ["tcp", "framed-tcp", "userspace", "sctp-proto", "quic"];
 
 /// (label, message size, streams, share of --bytes)
 const CELLS: [(&str, usize, u16, u64); 3] = [
@@ -167,6 +168,20 @@ fn field(line: &str, name: &str) -> Option<f64> {
     let rest = &line[start..];
     let end = rest.find([',', '}']).unwrap_or(rest.len());
     rest[..end].trim().parse().ok()
+}
+
+/// `client_args` plus the QUIC server's certificate pin, when its ready line
+/// (`{"ready":true,"quic_cert_sha256":"..."}`) carries one.
+fn with_pin(ready: &str, client_args: &[String]) -> Vec<String> {
+    let mut args = client_args.to_vec();
+    let key = "\"quic_cert_sha256\":\"";
+    if let Some(start) = ready.find(key).map(|i| i + key.len())
+        && let Some(len) = ready[start..].find('"')
+    {
+        args.push("--quic-cert-sha256".into());
+        args.push(ready[start..start + len].to_owned());
+    }
+    args
 }
 
 fn spawn_side(ns: &str, binary: &PathBuf, args: &[String]) -> Result<Child> {
@@ -255,7 +270,7 @@ fn run_pair(
         let _ = server.kill();
         bail!("server did not start");
     }
-    let client = spawn_side(ns.client.name(), binary, client_args)?;
+    let client = spawn_side(ns.client.name(), binary, &with_pin(&ready, client_args))?;
     let client_out = client.wait_with_output()?;
     if !client_out.status.success() {
         let _ = server.kill();
@@ -758,7 +773,7 @@ fn run_pair_wrapped(ns: &Namespaces, server: &[String], client: &[String]) -> Re
         let _ = server.kill();
         bail!("server did not start");
     }
-    let client = spawn(ns.client.name(), client)?.wait_with_output()?;
+    let client = spawn(ns.client.name(), &with_pin(&ready, client))?.wait_with_output()?;
     if !client.status.success() {
         let _ = server.kill();
         let _ = server.wait();

@@ -27,6 +27,7 @@ pub(crate) fn backend_name(kind: BackendKind) -> &'static str {
         BackendKind::Kernel => "kernel SCTP",
         BackendKind::Userspace => "userspace SCTP",
         BackendKind::FramedTcp => "framed TCP",
+        BackendKind::Quic => "QUIC",
     }
 }
 

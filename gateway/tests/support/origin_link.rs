@@ -25,6 +25,8 @@ pub(crate) fn transport() -> AssociationConfig {
         streams: STREAMS,
         max_inbound_streams: STREAMS,
         connect_timeout: Duration::from_secs(1),
+        // QUIC: the certificate our own TestOrigin's listener will show.
+        quic_server_cert_sha256: gateway_transport::quic::listener_cert_sha256().ok(),
         ..AssociationConfig::default()
     }
 }
@@ -40,6 +42,7 @@ pub(crate) fn entry(kind: BackendKind, address: SocketAddr) -> OriginEntry {
             BackendKind::Kernel => BackendChoice::Kernel,
             BackendKind::Userspace => BackendChoice::Userspace,
             BackendKind::FramedTcp => BackendChoice::FramedTcp,
+            BackendKind::Quic => BackendChoice::Quic,
         },
         fail_open: true,
         reconnect_min: Duration::from_millis(50),

@@ -1,0 +1,733 @@
+//! The QUIC backend over loopback, IPv4 and IPv6, through the public API only:
+//! ordering and boundaries per stream, sizes from 0 bytes to the message limit,
+//! stream negotiation, backpressure, cancel-safe receive, abort, graceful close,
+//! heartbeats, an unreachable peer, a connect to a silent port, and certificate
+//! pinning. Every test is bounded in time. (Same checks as
+//! `userspace_loopback.rs`, plus what only QUIC has: the pinned certificate.)
+//!
+//! `throughput_probe` (ignored) prints bulk Mbit/s; run it with
+//! `cargo test --release -p gateway-transport --test quic_loopback -- --ignored --nocapture`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use bytes::Bytes;
+use gateway_transport::{
+    Association, AssociationConfig, BackendKind, Listener, Message, TransportError, connect,
+};
+use tokio::net::UdpSocket;
+use tokio::time::timeout;
+
+const V4: &str = "127.0.0.1:0";
+const V6: &str = "[::1]:0";
+
+/// Upper bound for any one test.
+const TEST_LIMIT: Duration = Duration::from_secs(60);
+
+fn config() -> AssociationConfig {
+    AssociationConfig {
+        connect_timeout: Duration::from_secs(3),
+        ..AssociationConfig::default()
+    }
+}
+
+/// A listener on `bind`, a client connected to it, and the accepted server side.
+async fn pair(
+    bind: &str,
+    server_config: &AssociationConfig,
+    client_config: &AssociationConfig,
+) -> Result<(Listener, Association, Association)> {
+    let addr: SocketAddr = bind.parse()?;
+    let listener = Listener::bind(BackendKind::Quic, addr, server_config).await?;
+    let target = listener.local_addr()?;
+    let client_config = pinned(&listener, client_config)?;
+    let (client, server) = tokio::join!(
+        connect(BackendKind::Quic, target, &client_config),
+        listener.accept()
+    );
+    let (client, server) = (client.context("connect")?, server.context("accept")?);
+    ensure!(client.kind() == BackendKind::Quic);
+    ensure!(
+        client.peer_addr() == target,
+        "client's peer is the listener"
+    );
+    ensure!(
+        server.peer_addr().ip() == target.ip(),
+        "server's peer is the client"
+    );
+    Ok((listener, server, client))
+}
+
+/// `config` with the listener's certificate pinned.
+fn pinned(listener: &Listener, config: &AssociationConfig) -> Result<AssociationConfig> {
+    Ok(AssociationConfig {
+        quic_server_cert_sha256: Some(
+            listener
+                .quic_cert_sha256()
+                .context("a QUIC listener has a certificate")?
+                .to_owned(),
+        ),
+        ..config.clone()
+    })
+}
+
+/// Deterministic message content: every byte depends on stream, number and index.
+fn payload(stream: u16, seq: u32, len: usize) -> Bytes {
+    let seed = u32::from(stream).wrapping_mul(0x9e37_79b9) ^ seq.wrapping_mul(0x85eb_ca6b);
+    (0..len)
+        .map(|i| (seed.wrapping_add(i as u32).wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// Numbered messages with a header (seq) so boundaries and order are checkable.
+fn numbered(stream: u16, seq: u32) -> Bytes {
+    let len = 1 + (seq as usize * 7919) % 3000;
+    let mut v = seq.to_be_bytes().to_vec();
+    v.extend_from_slice(&payload(stream, seq, len));
+    v.into()
+}
+
+async fn parallel_streams_keep_order(bind: &str) -> Result<()> {
+    const STREAMS: u16 = 16;
+    const PER_STREAM: u32 = 300;
+    let cfg = config();
+    let (_listener, server, client) = pair(bind, &cfg, &cfg).await?;
+    ensure!(client.streams().outbound >= STREAMS);
+
+    let mut senders = Vec::new();
+    for stream in 0..STREAMS {
+        let client = client.clone();
+        senders.push(tokio::spawn(async move {
+            for seq in 0..PER_STREAM {
+                client.send(stream, numbered(stream, seq)).await?;
+            }
+            Ok::<_, TransportError>(())
+        }));
+    }
+    let mut next = [0u32; STREAMS as usize];
+    let total = u32::from(STREAMS) * PER_STREAM;
+    for _ in 0..total {
+        let Message { stream, data } = server.recv().await?;
+        ensure!(stream < STREAMS, "unexpected stream {stream}");
+        let expected = next[usize::from(stream)];
+        ensure!(
+            data == numbered(stream, expected),
+            "stream {stream}: message {expected} differs (len {})",
+            data.len()
+        );
+        next[usize::from(stream)] += 1;
+    }
+    for s in senders {
+        s.await??;
+    }
+    ensure!(next.iter().all(|&n| n == PER_STREAM));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_streams_keep_order_v4() -> Result<()> {
+    timeout(TEST_LIMIT, parallel_streams_keep_order(V4)).await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_streams_keep_order_v6() -> Result<()> {
+    timeout(TEST_LIMIT, parallel_streams_keep_order(V6)).await?
+}
+
+async fn sizes_arrive_byte_for_byte(bind: &str) -> Result<()> {
+    let cfg = config();
+    let (_listener, server, client) = pair(bind, &cfg, &cfg).await?;
+    let sizes = [
+        0,
+        1,
+        1024,
+        64 * 1024,
+        1024 * 1024,
+        4 * 1024 * 1024,
+        cfg.max_message,
+    ];
+    for (i, &len) in sizes.iter().enumerate() {
+        let msg = payload(3, i as u32, len);
+        // Both directions, so both ends fragment and reassemble.
+        client.send(3, msg.clone()).await?;
+        let got = server.recv().await?;
+        ensure!(got.stream == 3 && got.data == msg, "client->server {len} B");
+        server.send(2, msg.clone()).await?;
+        let got = client.recv().await?;
+        ensure!(got.stream == 2 && got.data == msg, "server->client {len} B");
+    }
+    match client.send(1, payload(1, 0, cfg.max_message + 1)).await {
+        Err(TransportError::MessageTooLarge { len, limit }) => {
+            ensure!(len == cfg.max_message + 1 && limit == cfg.max_message)
+        }
+        other => bail!("oversized send gave {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sizes_arrive_byte_for_byte_v4() -> Result<()> {
+    timeout(TEST_LIMIT, sizes_arrive_byte_for_byte(V4)).await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sizes_arrive_byte_for_byte_v6() -> Result<()> {
+    timeout(TEST_LIMIT, sizes_arrive_byte_for_byte(V6)).await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_granting_fewer_streams_is_used_with_fewer() -> Result<()> {
+    timeout(TEST_LIMIT, async {
+        let server_cfg = AssociationConfig {
+            max_inbound_streams: 4,
+            ..config()
+        };
+        let client_cfg = AssociationConfig {
+            streams: 16,
+            ..config()
+        };
+        let (_listener, server, client) = pair(V4, &server_cfg, &client_cfg).await?;
+        ensure!(client.streams().outbound == 4, "{:?}", client.streams());
+        ensure!(server.streams().inbound == 4, "{:?}", server.streams());
+        match client.send(10, Bytes::from_static(b"x")).await {
+            Err(TransportError::InvalidStream {
+                stream: 10,
+                outbound: 4,
+            }) => {}
+            other => bail!("send on stream 10 gave {other:?}"),
+        }
+        client.send(3, Bytes::from_static(b"last granted")).await?;
+        let got = server.recv().await?;
+        ensure!(got.stream == 3 && got.data == "last granted");
+        // The other direction keeps the server's own counts.
+        ensure!(server.streams().outbound == client.streams().inbound);
+        Ok(())
+    })
+    .await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_is_seen_as_aborted() -> Result<()> {
+    timeout(TEST_LIMIT, async {
+        let cfg = config();
+        let (_listener, server, client) = pair(V6, &cfg, &cfg).await?;
+        client.send(0, Bytes::from_static(b"before")).await?;
+        ensure!(server.recv().await?.data == "before");
+        client.abort();
+        match server.recv().await {
+            Err(TransportError::Aborted) => {}
+            other => bail!("server recv after abort gave {other:?}"),
+        }
+        match server.send(0, Bytes::from_static(b"late")).await {
+            Err(TransportError::Aborted) => {}
+            other => bail!("server send after abort gave {other:?}"),
+        }
+        Ok(())
+    })
+    .await?
+}
+
+async fn close_after_data(closer_is_client: bool) -> Result<()> {
+    const N: u32 = 500;
+    let cfg = config();
+    let (_listener, server, client) = pair(V4, &cfg, &cfg).await?;
+    let (closer, peer) = if closer_is_client {
+        (client, server)
+    } else {
+        (server, client)
+    };
+    for seq in 0..N {
+        closer.send((seq % 8) as u16, numbered(0, seq)).await?;
+    }
+    // The peer is not reading yet: everything must still arrive after the close.
+    closer.close().await?;
+    let mut next = [0u32; 8];
+    let mut count = 0;
+    loop {
+        match peer.recv().await {
+            Ok(m) => {
+                let s = usize::from(m.stream);
+                let seq = next[s] * 8 + u32::from(m.stream);
+                ensure!(m.data == numbered(0, seq), "message {seq} differs");
+                next[s] += 1;
+                count += 1;
+            }
+            Err(TransportError::Closed) => break,
+            Err(e) => bail!("peer recv gave {e} after {count} messages"),
+        }
+    }
+    ensure!(count == N, "{count} of {N} messages before Closed");
+    match closer.recv().await {
+        Err(TransportError::Closed) => {}
+        other => bail!("closer recv after close gave {other:?}"),
+    }
+    match peer.send(0, Bytes::from_static(b"late")).await {
+        Err(TransportError::Closed) => {}
+        other => bail!("send after close gave {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_close_is_seen_as_closed_after_all_data() -> Result<()> {
+    timeout(TEST_LIMIT, close_after_data(true)).await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_close_is_seen_as_closed_after_all_data() -> Result<()> {
+    timeout(TEST_LIMIT, close_after_data(false)).await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_waits_while_the_stream_queue_is_full() -> Result<()> {
+    timeout(TEST_LIMIT, async {
+        let cfg = AssociationConfig {
+            max_buffered_per_stream: 64 * 1024,
+            ..config()
+        };
+        let (_listener, server, client) = pair(V4, &cfg, &cfg).await?;
+        let chunk = payload(5, 0, 256 * 1024);
+        // The receive window (> 4 MiB) absorbs some sends; then the peer's
+        // window closes, nothing is acknowledged, and the queue stays full.
+        let mut sent = 0usize;
+        let blocked = loop {
+            match timeout(Duration::from_millis(500), client.send(5, chunk.clone())).await {
+                Ok(r) => {
+                    r?;
+                    sent += 1;
+                    ensure!(sent < 200, "send never waited");
+                }
+                Err(_) => break true,
+            }
+        };
+        ensure!(blocked);
+        let queued = client.buffered(5).context("quic reports per stream")?;
+        ensure!(
+            queued > cfg.max_buffered_per_stream,
+            "send waited with only {queued} bytes queued"
+        );
+        // Reading drains the queue and lets sends through again.
+        let reader = tokio::spawn(async move {
+            let mut n = 0usize;
+            while let Ok(m) = server.recv().await {
+                if m.data.len() != 256 * 1024 {
+                    return Err(anyhow::anyhow!("message of {} bytes", m.data.len()));
+                }
+                n += 1;
+            }
+            Ok(n)
+        });
+        client.send(5, chunk.clone()).await?;
+        sent += 1;
+        client.close().await?;
+        ensure!(reader.await?? == sent, "all {sent} messages read");
+        Ok(())
+    })
+    .await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_keep_an_idle_association_alive() -> Result<()> {
+    timeout(TEST_LIMIT, async {
+        let cfg = AssociationConfig {
+            heartbeat_interval: Duration::from_millis(100),
+            idle_timeout: Duration::from_millis(500),
+            ..config()
+        };
+        let (_listener, server, client) = pair(V4, &cfg, &cfg).await?;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        client.send(1, Bytes::from_static(b"still here")).await?;
+        ensure!(server.recv().await?.data == "still here");
+        server.send(1, Bytes::from_static(b"me too")).await?;
+        ensure!(client.recv().await?.data == "me too");
+        Ok(())
+    })
+    .await?
+}
+
+/// A UDP relay between a client and a listener that can be told to go silent.
+async fn relay(upstream: SocketAddr, silent: Arc<AtomicBool>) -> Result<SocketAddr> {
+    let front = UdpSocket::bind("127.0.0.1:0").await?;
+    let back = UdpSocket::bind("127.0.0.1:0").await?;
+    back.connect(upstream).await?;
+    let addr = front.local_addr()?;
+    tokio::spawn(async move {
+        let mut client = None;
+        let mut a = vec![0u8; 65536];
+        let mut b = vec![0u8; 65536];
+        loop {
+            tokio::select! {
+                r = front.recv_from(&mut a) => {
+                    let Ok((n, from)) = r else { return };
+                    client = Some(from);
+                    if !silent.load(Ordering::Relaxed) {
+                        let _ = back.send(&a[..n]).await;
+                    }
+                }
+                r = back.recv(&mut b) => {
+                    let Ok(n) = r else { return };
+                    if let (Some(to), false) = (client, silent.load(Ordering::Relaxed)) {
+                        let _ = front.send_to(&b[..n], to).await;
+                    }
+                }
+            }
+        }
+    });
+    Ok(addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_peer_is_reported_unreachable() -> Result<()> {
+    timeout(TEST_LIMIT, async {
+        let cfg = AssociationConfig {
+            heartbeat_interval: Duration::from_millis(100),
+            idle_timeout: Duration::from_millis(600),
+            ..config()
+        };
+        let listener = Listener::bind(BackendKind::Quic, V4.parse()?, &cfg).await?;
+        let silent = Arc::new(AtomicBool::new(false));
+        let via = relay(listener.local_addr()?, Arc::clone(&silent)).await?;
+        let client_cfg = pinned(&listener, &cfg)?;
+        let (client, server) = tokio::join!(
+            connect(BackendKind::Quic, via, &client_cfg),
+            listener.accept()
+        );
+        let (client, server) = (client?, server?);
+        client.send(0, Bytes::from_static(b"hello")).await?;
+        ensure!(server.recv().await?.data == "hello");
+        silent.store(true, Ordering::Relaxed);
+        let started = Instant::now();
+        for side in [&client, &server] {
+            match side.recv().await {
+                Err(TransportError::PeerUnreachable(d)) => ensure!(d == cfg.idle_timeout),
+                other => bail!("recv on a silent association gave {other:?}"),
+            }
+        }
+        ensure!(started.elapsed() < Duration::from_secs(5));
+        Ok(())
+    })
+    .await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_to_a_silent_port_fails_in_time() -> Result<()> {
+    timeout(TEST_LIMIT, async {
+        // A port nothing listens on: bound, noted, released.
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let cfg = AssociationConfig {
+            connect_timeout: Duration::from_secs(2),
+            quic_server_cert_sha256: Some("00".repeat(32)),
+            ..config()
+        };
+        let started = Instant::now();
+        let r = connect(BackendKind::Quic, ([127, 0, 0, 1], port).into(), &cfg).await;
+        ensure!(
+            started.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            started.elapsed()
+        );
+        match r {
+            Err(TransportError::Io(_) | TransportError::ConnectTimeout(_)) => Ok(()),
+            other => bail!("connect to a silent port gave {other:?}"),
+        }
+    })
+    .await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_listener_serves_many_associations() -> Result<()> {
+    timeout(TEST_LIMIT, async {
+        let cfg = config();
+        let listener = Listener::bind(BackendKind::Quic, V4.parse()?, &cfg).await?;
+        let target = listener.local_addr()?;
+        let cfg = pinned(&listener, &cfg)?;
+        let mut clients = Vec::new();
+        for i in 0..8u32 {
+            let cfg = cfg.clone();
+            clients.push(tokio::spawn(async move {
+                let a = connect(BackendKind::Quic, target, &cfg).await?;
+                a.send(1, numbered(1, i)).await?;
+                let echo = a.recv().await?;
+                ensure!(echo.data == numbered(1, i), "echo {i}");
+                a.close().await?;
+                Ok::<_, anyhow::Error>(())
+            }));
+        }
+        for _ in 0..8 {
+            let server = listener.accept().await?;
+            tokio::spawn(async move {
+                while let Ok(m) = server.recv().await {
+                    if server.send(m.stream, m.data).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        for c in clients {
+            c.await??;
+        }
+        Ok(())
+    })
+    .await?
+}
+
+/// User plus system CPU time of this process, from `/proc/self/stat` (in clock
+/// ticks of 10 ms).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are 14 and 15.
+    let rest = stat.rsplit(')').next().unwrap_or_default();
+    let ticks: f64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
+}
+
+/// Bulk transfer over loopback: prints Mbit/s per message size, and Mbit per
+/// CPU second, which shared machines disturb less.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check; run with --release --ignored --nocapture"]
+async fn throughput_probe() -> Result<()> {
+    let streams: u16 = std::env::var("PROBE_STREAMS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(16);
+    let secs: u64 = std::env::var("PROBE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let buffered: usize = std::env::var("PROBE_BUFFERED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64 * 1024);
+    for size in [16 * 1024, 64 * 1024] {
+        let max_message: usize = std::env::var("PROBE_MAX_MESSAGE")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(AssociationConfig::default().max_message);
+        let cfg = AssociationConfig {
+            max_buffered_per_stream: buffered,
+            max_message,
+            ..config()
+        };
+        let (_listener, server, client) = pair(V4, &cfg, &cfg).await?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let received = Arc::new(AtomicU64::new(0));
+        let reader = {
+            let received = Arc::clone(&received);
+            tokio::spawn(async move {
+                while let Ok(m) = server.recv().await {
+                    received.fetch_add(m.data.len() as u64, Ordering::Relaxed);
+                }
+            })
+        };
+        let msg = payload(0, 0, size);
+        let mut writers = Vec::new();
+        for stream in 0..streams {
+            let (client, msg, stop) = (client.clone(), msg.clone(), Arc::clone(&stop));
+            writers.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    if client.send(stream, msg.clone()).await.is_err() {
+                        break;
+                    }
+                }
+            }));
+        }
+        // Skip slow start, then measure.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (t0, c0, b0) = (
+            Instant::now(),
+            cpu_seconds(),
+            received.load(Ordering::Relaxed),
+        );
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+        let (t1, c1, b1) = (
+            Instant::now(),
+            cpu_seconds(),
+            received.load(Ordering::Relaxed),
+        );
+        stop.store(true, Ordering::Relaxed);
+        let mbits = (b1 - b0) as f64 * 8.0 / 1e6;
+        println!(
+            "quic loopback: {streams} streams x {} KiB messages, {} KiB queue per stream: \
+             {:.0} Mbit/s, {:.0} Mbit per CPU second ({:.2} CPUs busy)",
+            size / 1024,
+            buffered / 1024,
+            mbits / (t1 - t0).as_secs_f64(),
+            mbits / (c1 - c0),
+            (c1 - c0) / (t1 - t0).as_secs_f64(),
+        );
+        for w in writers {
+            w.await?;
+        }
+        client.abort();
+        reader.await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_pinned_certificate_is_accepted() -> Result<()> {
+    timeout(TEST_LIMIT, async {
+        let cfg = config();
+        let listener = Arc::new(Listener::bind(BackendKind::Quic, V4.parse()?, &cfg).await?);
+        let target = listener.local_addr()?;
+        let good = listener
+            .quic_cert_sha256()
+            .context("fingerprint")?
+            .to_owned();
+        // The listener keeps accepting (and dropping failed handshakes) meanwhile.
+        let accepting = {
+            let listener = Arc::clone(&listener);
+            tokio::spawn(async move { listener.accept().await })
+        };
+        // One digit off: the TLS handshake must fail, and fast (not by time-out).
+        let mut wrong = good.clone().into_bytes();
+        wrong[0] = if wrong[0] == b'0' { b'1' } else { b'0' };
+        let wrong_cfg = AssociationConfig {
+            quic_server_cert_sha256: Some(String::from_utf8(wrong)?),
+            ..cfg.clone()
+        };
+        let started = Instant::now();
+        match connect(BackendKind::Quic, target, &wrong_cfg).await {
+            Err(TransportError::Protocol(why)) => {
+                ensure!(why.contains("handshake"), "refused for {why}")
+            }
+            other => bail!("connect with a wrong pin gave {other:?}"),
+        }
+        ensure!(
+            started.elapsed() < cfg.connect_timeout,
+            "refusal took the time-out"
+        );
+        // No pin at all is a configuration error naming the key.
+        match connect(BackendKind::Quic, target, &cfg).await {
+            Err(TransportError::Config { key, .. }) => ensure!(key == "quic_server_cert_sha256"),
+            other => bail!("connect without a pin gave {other:?}"),
+        }
+        // A malformed pin is refused by validate(), before any packet.
+        let malformed = AssociationConfig {
+            quic_server_cert_sha256: Some("not a hash".into()),
+            ..cfg.clone()
+        };
+        ensure!(malformed.validate().is_err(), "malformed pin accepted");
+        // The listener still serves a correctly pinned client, in either spelling.
+        let colons = good
+            .as_bytes()
+            .chunks(2)
+            .map(|p| String::from_utf8_lossy(p).to_uppercase())
+            .collect::<Vec<_>>()
+            .join(":");
+        let good_cfg = AssociationConfig {
+            quic_server_cert_sha256: Some(colons),
+            ..cfg.clone()
+        };
+        let client = connect(BackendKind::Quic, target, &good_cfg).await?;
+        let server = accepting.await??;
+        client.send(0, Bytes::from_static(b"pinned")).await?;
+        ensure!(server.recv().await?.data == "pinned");
+        Ok(())
+    })
+    .await?
+}
+
+/// `recv` futures dropped before completion lose nothing: every message still
+/// arrives once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_recv_futures_lose_no_message() -> Result<()> {
+    timeout(TEST_LIMIT, async {
+        const N: u32 = 3_000;
+        let cfg = config();
+        let (_listener, server, client) = pair(V4, &cfg, &cfg).await?;
+        let sender = tokio::spawn(async move {
+            for seq in 0..N {
+                client.send((seq % 4) as u16, numbered(0, seq)).await?;
+                if seq % 64 == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            Ok::<_, TransportError>(client)
+        });
+        let (mut got, mut cancelled) = (0u32, 0u32);
+        let mut next = [0u32; 4];
+        while got < N {
+            // Most of these time out while a message may be on its way.
+            match timeout(Duration::from_micros(200), server.recv()).await {
+                Err(_) => cancelled += 1,
+                Ok(m) => {
+                    let m = m?;
+                    let s = usize::from(m.stream);
+                    let seq = next[s] * 4 + u32::from(m.stream);
+                    ensure!(
+                        m.data == numbered(0, seq),
+                        "message {seq} lost or reordered"
+                    );
+                    next[s] += 1;
+                    got += 1;
+                }
+            }
+        }
+        ensure!(
+            cancelled > 0,
+            "no recv was cancelled; the test proved nothing"
+        );
+        let _client = sender.await??;
+        Ok(())
+    })
+    .await?
+}
+
+/// `buffered` counts what `send` accepted and quinn has not taken yet, and
+/// drops to zero once the peer reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffered_counts_queued_bytes_per_stream() -> Result<()> {
+    timeout(TEST_LIMIT, async {
+        let cfg = config();
+        let (_listener, server, client) = pair(V4, &cfg, &cfg).await?;
+        ensure!(
+            client.buffered(0) == Some(0),
+            "fresh stream has nothing queued"
+        );
+        ensure!(client.buffered(cfg.streams).is_none(), "beyond the grant");
+        // Fill stream 1 until send waits (the peer does not read).
+        let chunk = payload(1, 0, 256 * 1024);
+        let mut sent = 0;
+        while timeout(Duration::from_millis(500), client.send(1, chunk.clone()))
+            .await
+            .is_ok()
+        {
+            sent += 1;
+            ensure!(sent < 200, "send never waited");
+        }
+        ensure!(
+            client.buffered(1).unwrap_or(0) > 0,
+            "a full stream reports 0"
+        );
+        ensure!(client.buffered(2) == Some(0), "another stream is charged");
+        // Stream 2 is not held back by stream 1's full queue.
+        client.send(2, Bytes::from_static(b"overtakes")).await?;
+        let mut seen_overtaker = false;
+        for _ in 0..=sent {
+            let m = server.recv().await?;
+            if m.stream == 2 {
+                ensure!(m.data == "overtakes");
+                seen_overtaker = true;
+                break;
+            }
+        }
+        ensure!(seen_overtaker, "stream 2 waited behind stream 1");
+        while client.buffered(1) != Some(0) {
+            let _ = timeout(Duration::from_millis(100), server.recv()).await;
+        }
+        Ok(())
+    })
+    .await?
+}
