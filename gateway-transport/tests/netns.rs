@@ -526,7 +526,11 @@ fn bulk_both_ways(v6: bool, config: AssociationConfig) -> Result<(UdpStats, UdpS
 /// GSO and GRO carry the bulk where the kernel offers them (Linux >= 4.18 and
 /// >= 5.0; a veth hands a GSO batch to a GRO socket whole), every byte checked.
 fn offload_carries_the_bulk(v6: bool) -> Result<()> {
-    let (server, client) = bulk_both_ways(v6, config(BULK_STREAMS + 1))?;
+    let offload = AssociationConfig {
+        udp_offload: true,
+        ..config(BULK_STREAMS + 1)
+    };
+    let (server, client) = bulk_both_ways(v6, offload)?;
     for (side, stats) in [("server", server), ("client", client)] {
         eprintln!("{side}: {stats:?}");
         ensure!(
