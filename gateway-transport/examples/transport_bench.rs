@@ -77,7 +77,9 @@ fn kind(backend: &str) -> Result<Option<BackendKind>> {
     Ok(match backend {
         "tcp" => None,
         "framed-tcp" => Some(BackendKind::FramedTcp),
-        "userspace" => Some(BackendKind::Userspace),
+        // `userspace-reno`: the userspace backend with RFC 9260's controller
+        // instead of the default BBR (the part-1 configuration, a baseline row).
+        "userspace" | "userspace-reno" => Some(BackendKind::Userspace),
         "kernel" => Some(BackendKind::Kernel),
         "quic" => Some(BackendKind::Quic),
         #[cfg(feature = "sctp-proto-baseline")]
@@ -86,11 +88,17 @@ fn kind(backend: &str) -> Result<Option<BackendKind>> {
     })
 }
 
-fn config(streams: u16) -> AssociationConfig {
+fn config(backend: &str, streams: u16) -> AssociationConfig {
+    let defaults = AssociationConfig::default();
     AssociationConfig {
         streams: streams + 1,
         max_inbound_streams: streams + 1,
-        ..AssociationConfig::default()
+        congestion: if backend == "userspace-reno" {
+            "reno".to_owned()
+        } else {
+            defaults.congestion.clone()
+        },
+        ..defaults
     }
 }
 
@@ -115,7 +123,8 @@ async fn server(args: &Args) -> Result<()> {
             (total, total / args.size.max(1) as u64, secs)
         }
         Some(kind) => {
-            let listener = Listener::bind(kind, args.addr, &config(args.streams)).await?;
+            let listener =
+                Listener::bind(kind, args.addr, &config(&args.backend, args.streams)).await?;
             match listener.quic_cert_sha256() {
                 Some(pin) => println!("{{\"ready\":true,\"quic_cert_sha256\":\"{pin}\"}}"),
                 None => println!("{{\"ready\":true}}"),
@@ -178,7 +187,7 @@ async fn client(args: &Args) -> Result<()> {
         Some(kind) => {
             let config = AssociationConfig {
                 quic_server_cert_sha256: args.quic_cert_sha256.clone(),
-                ..config(args.streams)
+                ..config(&args.backend, args.streams)
             };
             let assoc = connect(kind, args.addr, &config).await?;
             let streams = assoc.streams().outbound - 1;

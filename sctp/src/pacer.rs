@@ -12,8 +12,12 @@
 
 use std::time::{Duration, Instant};
 
-/// Packets that may leave back to back (the bucket's depth).
+/// Packets that may leave back to back (the bucket's depth)...
 pub(crate) const BURST_PACKETS: u64 = 10;
+/// ...or this long at the pacing rate, if more: a driver's timer wakes it no
+/// more often than about once a millisecond (tokio's resolution), so a
+/// shallower bucket would cap the rate at a bucket per millisecond.
+const BURST_TIME: Duration = Duration::from_millis(2);
 /// Pacing gain in slow start.
 const SLOW_START_GAIN: f64 = 2.0;
 /// Pacing gain in congestion avoidance.
@@ -66,7 +70,7 @@ impl Pacer {
         rate: Option<f64>,
     ) -> Option<Instant> {
         let rate = rate?;
-        let capacity = (BURST_PACKETS * mtu as u64) as f64;
+        let capacity = ((BURST_PACKETS * mtu as u64) as f64).max(rate * BURST_TIME.as_secs_f64());
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.tokens = (self.tokens + elapsed * rate).min(capacity);
         self.last = now;

@@ -102,10 +102,18 @@ pub(crate) enum Which {
     Papers,
 }
 
-/// Backends of the transport benchmark, in report order; `sctp-proto` is the
-/// former userspace backend, kept as a baseline row; `quic` (quinn) is the
+/// Backends of the transport benchmark, in report order; `userspace-reno` is
+/// the userspace backend with RFC 9260's controller instead of the default
+/// BBR; `sctp-proto` is the former userspace backend, kept as a baseline row; `quic` (quinn) is the
 /// multistream transport our SCTP is measured against.
-const BACKENDS: [&str; 5] = ["tcp", "framed-tcp", "userspace", "sctp-proto", "quic"];
+const BACKENDS: [&str; 6] = [
+    "tcp",
+    "framed-tcp",
+    "userspace",
+    "userspace-reno",
+    "sctp-proto",
+    "quic",
+];
 
 /// (label, message size, streams, share of --bytes)
 const CELLS: [(&str, usize, u16, u64); 3] = [
