@@ -4,7 +4,8 @@
 //! pacer and Linux's fq pacing).
 //!
 //! A token bucket: tokens (bytes) accrue at the pacing rate up to a burst of
-//! [`BURST_PACKETS`] packets; a DATA packet needs a packet's worth. The rate
+//! [`BURST_PACKETS`] packets or 2 ms at the rate, whichever is more; a DATA
+//! packet needs a packet's worth. The rate
 //! is the controller's own if it has one, else `cwnd / SRTT` times a gain:
 //! twice that in slow start (the window doubles each round trip) and 1.25
 //! times in congestion avoidance, Linux's choices. Before the first RTT
