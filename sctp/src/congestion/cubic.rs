@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use super::{
     Acked, Controller, ControllerFactory, LOSS_WINDOW_MTUS, MIN_SSTHRESH_MTUS,
-    SLOW_START_LIMIT_MTUS, initial_window, to_bytes,
+    SLOW_START_LIMIT_MTUS, idle_decay, initial_window, to_bytes,
 };
 
 /// RFC 9438's C: the window's growth constant, segments per second cubed.
@@ -237,25 +237,10 @@ impl Controller for Cubic {
     }
 
     fn on_idle(&mut self, now: Instant, rto: Duration) {
-        if rto.is_zero() {
-            return;
+        if idle_decay(&mut self.cwnd, &mut self.idle_since, self.mtu, now, rto) {
+            // The curve's clock must not count the idle time (RFC 9438 5.8).
+            self.epoch = None;
         }
-        let periods = now.saturating_duration_since(self.idle_since).as_nanos() / rto.as_nanos();
-        if periods == 0 {
-            return;
-        }
-        let floor = MIN_SSTHRESH_MTUS * self.mtu;
-        for _ in 0..periods.min(64) {
-            let decayed = (self.cwnd / 2).max(floor);
-            if decayed >= self.cwnd {
-                break;
-            }
-            self.cwnd = decayed;
-        }
-        // The curve's clock must not count the idle time (RFC 9438 5.8).
-        self.epoch = None;
-        let charged = rto.saturating_mul(u32::try_from(periods).unwrap_or(u32::MAX));
-        self.idle_since = self.idle_since.checked_add(charged).unwrap_or(now).min(now);
     }
 
     fn on_mtu(&mut self, mtu: usize) {

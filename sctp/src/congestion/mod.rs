@@ -157,3 +157,36 @@ pub fn initial_window(mtu: usize) -> u64 {
 pub(crate) fn to_bytes(mtu: usize) -> u64 {
     u64::try_from(mtu).unwrap_or(u64::MAX)
 }
+
+/// RFC 9260 7.2.1's idle decay, shared by the window-based controllers: the
+/// window falls to max(cwnd/2, 4*MTU) once per RTO without sending, never
+/// rising. Whole RTOs are counted from `idle_since`, which moves on by the
+/// RTOs charged, so calling it as often as the association likes is exact.
+/// Returns whether any RTO was charged.
+pub(crate) fn idle_decay(
+    cwnd: &mut u64,
+    idle_since: &mut Instant,
+    mtu: u64,
+    now: Instant,
+    rto: Duration,
+) -> bool {
+    if rto.is_zero() {
+        return false;
+    }
+    let periods = now.saturating_duration_since(*idle_since).as_nanos() / rto.as_nanos();
+    if periods == 0 {
+        return false;
+    }
+    let floor = MIN_SSTHRESH_MTUS * mtu;
+    // Halving stops at the floor long before 64 rounds.
+    for _ in 0..periods.min(64) {
+        let decayed = (*cwnd / 2).max(floor);
+        if decayed >= *cwnd {
+            break;
+        }
+        *cwnd = decayed;
+    }
+    let charged = rto.saturating_mul(u32::try_from(periods).unwrap_or(u32::MAX));
+    *idle_since = idle_since.checked_add(charged).unwrap_or(now).min(now);
+    true
+}

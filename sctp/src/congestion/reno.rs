@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::{
     Acked, Controller, ControllerFactory, LOSS_WINDOW_MTUS, MIN_SSTHRESH_MTUS,
-    SLOW_START_LIMIT_MTUS, initial_window, to_bytes,
+    SLOW_START_LIMIT_MTUS, idle_decay, initial_window, to_bytes,
 };
 
 /// The configuration of [`Reno`], and its factory.
@@ -166,26 +166,7 @@ impl Controller for Reno {
     }
 
     fn on_idle(&mut self, now: Instant, rto: Duration) {
-        // 7.2.1: max(cwnd/2, 4*MTU) once per RTO without sending. Counting
-        // whole RTOs from the last send makes this exact however often the
-        // association calls it. The decay never raises the window.
-        if rto.is_zero() {
-            return;
-        }
-        let periods = now.saturating_duration_since(self.idle_since).as_nanos() / rto.as_nanos();
-        if periods == 0 {
-            return;
-        }
-        let floor = MIN_SSTHRESH_MTUS * self.mtu;
-        for _ in 0..periods {
-            let decayed = (self.cwnd / 2).max(floor);
-            if decayed >= self.cwnd {
-                break;
-            }
-            self.cwnd = decayed;
-        }
-        let charged = rto.saturating_mul(u32::try_from(periods).unwrap_or(u32::MAX));
-        self.idle_since = self.idle_since.checked_add(charged).unwrap_or(now).min(now);
+        idle_decay(&mut self.cwnd, &mut self.idle_since, self.mtu, now, rto);
     }
 
     fn on_mtu(&mut self, mtu: usize) {
