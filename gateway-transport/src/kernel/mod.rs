@@ -147,14 +147,39 @@ pub struct Association {
 impl Association {
     /// Wraps a connected socket: per-association options, then `SCTP_STATUS` for
     /// the negotiated stream counts.
-    fn establish(socket: Socket, config: &AssociationConfig) -> Result<Self, TransportError> {
-        set_peer_params(&socket, config)?;
+    ///
+    /// `accepted_from` is the peer's address as `accept` returned it. A peer
+    /// that sends a few messages and closes at once (sctp_darn does) may have
+    /// ended the association before it is accepted: the socket then still
+    /// holds every message, but the association's options answer EINVAL and
+    /// no SHUTDOWN notification will come. Such an association is returned
+    /// already shutting down: `recv` delivers what is queued, then `Closed`;
+    /// it grants no outbound streams.
+    fn establish(
+        socket: Socket,
+        config: &AssociationConfig,
+        accepted_from: Option<SocketAddr>,
+    ) -> Result<Self, TransportError> {
         subscribe_events(&socket)?;
-        let status = status(&socket)?;
-        let peer = socket
-            .peer_addr()?
-            .as_socket()
-            .ok_or_else(|| TransportError::Protocol("peer address is not IP".into()))?;
+        let gone = |e: &io::Error| {
+            accepted_from.is_some()
+                && matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOTCONN))
+        };
+        let status = match set_peer_params(&socket, config).and_then(|()| status(&socket)) {
+            Ok(status) => Some(status),
+            Err(e) if gone(&e) => {
+                tracing::debug!(peer = ?accepted_from, "the association ended before it was accepted; delivering what it left");
+                None
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let peer = match (socket.peer_addr().map(|a| a.as_socket()), accepted_from) {
+            (Ok(Some(addr)), _) | (_, Some(addr)) => addr,
+            (Ok(None), None) => {
+                return Err(TransportError::Protocol("peer address is not IP".into()));
+            }
+            (Err(e), None) => return Err(e.into()),
+        };
         let send_limit = socket.send_buffer_size()?.min(config.max_message);
         if send_limit < config.max_message {
             tracing::warn!(
@@ -166,9 +191,15 @@ impl Association {
         }
         Ok(Self {
             socket: Mutex::new(Some(Arc::new(register(socket)?))),
-            streams: StreamCounts {
-                outbound: status.sstat_outstrms,
-                inbound: status.sstat_instrms,
+            streams: match status {
+                Some(status) => StreamCounts {
+                    outbound: status.sstat_outstrms,
+                    inbound: status.sstat_instrms,
+                },
+                None => StreamCounts {
+                    outbound: 0,
+                    inbound: config.max_inbound_streams,
+                },
             },
             peer,
             max_message: config.max_message,
@@ -176,7 +207,7 @@ impl Association {
             idle_timeout: config.idle_timeout,
             recv_state: tokio::sync::Mutex::new(Box::new(RecvState {
                 partials: Vec::new(),
-                shutting_down: false,
+                shutting_down: status.is_none(),
                 scratch: vec![0; RECV_CHUNK],
             })),
             ended: Mutex::new(None),
@@ -591,9 +622,9 @@ impl Listener {
             let mut ready = self.fd.readable().await?;
             match ready.try_io(|fd| fd.get_ref().accept()) {
                 Err(_would_block) => continue,
-                Ok(Ok((socket, _))) => {
+                Ok(Ok((socket, from))) => {
                     socket.set_nonblocking(true)?;
-                    return Association::establish(socket, &self.config);
+                    return Association::establish(socket, &self.config, from.as_socket());
                 }
                 Ok(Err(e)) => return Err(e.into()),
             }
@@ -630,7 +661,7 @@ pub(crate) async fn connect(
             }
         }
     }
-    Association::establish(fd.into_inner(), config)
+    Association::establish(fd.into_inner(), config, None)
 }
 
 /// A non-blocking one-to-one SCTP socket for `addr`'s family with the options
@@ -760,7 +791,7 @@ fn subscribe_events(socket: &Socket) -> Result<(), TransportError> {
 
 /// Heartbeat interval (`SCTP_PEER_ADDR_PARAMS`, every path): on a listening or
 /// unconnected socket it is the default for future associations.
-fn set_peer_params(socket: &Socket, config: &AssociationConfig) -> Result<(), TransportError> {
+fn set_peer_params(socket: &Socket, config: &AssociationConfig) -> io::Result<()> {
     let params = sys::SctpPaddrparams {
         spp_hbinterval: u32::try_from(config.heartbeat_interval.as_millis()).unwrap_or(u32::MAX),
         spp_flags: sys::SPP_HB_ENABLE,
