@@ -172,13 +172,12 @@ impl AssocCounters {
         } else {
             self.cum_tsn_ack
         };
-        let a_rwnd = if other.sacks != 0
-            && (self.sacks == 0 || other.last_seen_ns > self.last_seen_ns)
-        {
-            other.a_rwnd
-        } else {
-            self.a_rwnd
-        };
+        let a_rwnd =
+            if other.sacks != 0 && (self.sacks == 0 || other.last_seen_ns > self.last_seen_ns) {
+                other.a_rwnd
+            } else {
+                self.a_rwnd
+            };
         Self {
             sacks: self.sacks.wrapping_add(other.sacks),
             gap_blocks: self.gap_blocks.wrapping_add(other.gap_blocks),

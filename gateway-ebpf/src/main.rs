@@ -112,7 +112,11 @@ impl Packet for TcContext {
     fn pull(&self, len: usize) {
         let linear = self.data_end().saturating_sub(self.data());
         if linear < len {
-            let len = if len > sctp::MAX_OFFSET { sctp::MAX_OFFSET } else { len };
+            let len = if len > sctp::MAX_OFFSET {
+                sctp::MAX_OFFSET
+            } else {
+                len
+            };
             // Failure leaves the skb as it was; the walk then stops at the end
             // of the linear part.
             let _ = self.pull_data(len as u32);

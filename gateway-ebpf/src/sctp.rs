@@ -213,7 +213,11 @@ fn find_sctp<P: Packet>(pkt: &P) -> Result<Option<SctpSpan>, ProgramError> {
         }
         _ => return Ok(None),
     };
-    let l4_end = if ip_end < frame_len { ip_end } else { frame_len };
+    let l4_end = if ip_end < frame_len {
+        ip_end
+    } else {
+        frame_len
+    };
 
     match protocol {
         IPPROTO_SCTP => Ok(Some(SctpSpan {
