@@ -222,6 +222,9 @@ pub struct WalkerStats {
     pub chunk_limit: u64,
     /// Map updates that failed (map full): counts were lost.
     pub map_errors: u64,
+    /// UDP GSO super-packets (TC egress) of which only the first segment's SCTP
+    /// packet was walked: the other segments' chunks were not counted.
+    pub gso_partial: u64,
 }
 
 impl WalkerStats {
@@ -234,6 +237,7 @@ impl WalkerStats {
             malformed: self.malformed.wrapping_add(other.malformed),
             chunk_limit: self.chunk_limit.wrapping_add(other.chunk_limit),
             map_errors: self.map_errors.wrapping_add(other.map_errors),
+            gso_partial: self.gso_partial.wrapping_add(other.gso_partial),
         }
     }
 }
@@ -267,7 +271,7 @@ const _: () = assert!(core::mem::size_of::<StreamKey>() == 4 + 2 + 2 + 2 + 1 + 1
 const _: () = assert!(core::mem::size_of::<StreamCounters>() == 8 * 3 + 4 + 4);
 const _: () = assert!(core::mem::size_of::<AssocCounters>() == 8 * 4 + 4 + 4);
 const _: () = assert!(core::mem::size_of::<SctpConfig>() == 2 + 6);
-const _: () = assert!(core::mem::size_of::<WalkerStats>() == 8 * 6);
+const _: () = assert!(core::mem::size_of::<WalkerStats>() == 8 * 7);
 
 #[cfg(test)]
 mod tests {

@@ -73,6 +73,9 @@ trait Packet {
     /// non-linear data into the head), best effort; never changes a byte. Moves
     /// `start` and `end`, so no pointer may be kept across it.
     fn pull(&self, len: usize);
+    /// Payload bytes per segment of a GSO super-packet (`skb->gso_size`), 0 if
+    /// the packet is not one. Always 0 at XDP, which sees wire frames.
+    fn gso_size(&self) -> usize;
 }
 
 impl Packet for XdpContext {
@@ -92,6 +95,10 @@ impl Packet for XdpContext {
     fn pull(&self, _len: usize) {
         // Frags of multi-buffer XDP are not readable this way; the frame's
         // first buffer is all there is.
+    }
+    #[inline(always)]
+    fn gso_size(&self) -> usize {
+        0
     }
 }
 
@@ -121,6 +128,13 @@ impl Packet for TcContext {
             // of the linear part.
             let _ = self.pull_data(len as u32);
         }
+    }
+    #[inline(always)]
+    fn gso_size(&self) -> usize {
+        // SAFETY: `skb` is the context pointer the kernel passed to this program,
+        // valid for its whole run; `gso_size` is a readable `__sk_buff` field for
+        // TC programs (the verifier rewrites the access).
+        unsafe { (*self.skb.skb).gso_size as usize }
     }
 }
 

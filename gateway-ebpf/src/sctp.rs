@@ -112,6 +112,8 @@ const SACK_HEADER_LEN: usize = 16;
 struct SctpSpan {
     start: usize,
     end: usize,
+    /// A UDP GSO super-packet cut to its first segment.
+    segmented: bool,
 }
 
 /// How a walk over the chunks ended.
@@ -147,6 +149,9 @@ pub(crate) fn try_account<P: Packet>(pkt: &P, direction: u8) -> Result<(), Progr
     // SAFETY: `ptr_at` checked the 12 bytes lie inside the packet.
     let header = unsafe { *header };
     stats.sctp_packets += 1;
+    if span.segmented {
+        stats.gso_partial += 1;
+    }
     let assoc = AssocKey {
         src_port: be16(header[0], header[1]),
         dst_port: be16(header[2], header[3]),
@@ -223,6 +228,7 @@ fn find_sctp<P: Packet>(pkt: &P) -> Result<Option<SctpSpan>, ProgramError> {
         IPPROTO_SCTP => Ok(Some(SctpSpan {
             start: l4,
             end: l4_end,
+            segmented: false,
         })),
         IPPROTO_UDP => {
             let udp = ptr_at::<P, [u8; UDP_HEADER_LEN]>(pkt, l4)?;
@@ -232,10 +238,21 @@ fn find_sctp<P: Packet>(pkt: &P) -> Result<Option<SctpSpan>, ProgramError> {
             if be16(udp[0], udp[1]) != port && be16(udp[2], udp[3]) != port {
                 return Ok(None);
             }
+            let start = l4 + UDP_HEADER_LEN;
             let udp_end = l4 + usize::from(be16(udp[4], udp[5]));
+            let mut end = if udp_end < l4_end { udp_end } else { l4_end };
+            // A UDP GSO super-packet (TC egress) holds one SCTP packet per
+            // `gso_size` bytes of payload, each with its own common header: walk
+            // the first only, rather than read the next header as a chunk.
+            let gso_size = pkt.gso_size();
+            let segmented = gso_size != 0 && start + gso_size < end;
+            if segmented {
+                end = start + gso_size;
+            }
             Ok(Some(SctpSpan {
-                start: l4 + UDP_HEADER_LEN,
-                end: if udp_end < l4_end { udp_end } else { l4_end },
+                start,
+                end,
+                segmented,
             }))
         }
         _ => Ok(None),

@@ -295,6 +295,7 @@ fn truncated_packets_count_nothing_past_the_cut() {
                 malformed: 1,
                 chunk_limit: 0,
                 map_errors: 0,
+                gso_partial: 0,
             },
             "{hook:?}"
         );
@@ -336,6 +337,7 @@ fn chunk_length_zero_or_past_the_end_stops_the_walk() {
                 malformed: 4,
                 chunk_limit: 0,
                 map_errors: 0,
+                gso_partial: 0,
             },
             "{hook:?}"
         );
@@ -488,6 +490,7 @@ fn udp_encapsulated_sctp_on_the_configured_port() {
                 malformed: 1,
                 chunk_limit: 0,
                 map_errors: 0,
+                gso_partial: 0,
             },
             "{hook:?}"
         );
@@ -505,6 +508,59 @@ fn udp_encapsulated_sctp_on_the_configured_port() {
             "{hook:?}"
         );
     }
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn udp_gso_super_packets_count_their_first_segment_only() {
+    let mut t = Harness::load(SctpHook::Egress);
+    // Two SCTP packets of 60 bytes each glued under one UDP header, as a UDP GSO
+    // send with gso_size 60 leaves them at TC egress. The second segment's
+    // common header must not be read as a chunk.
+    let first = sctp(&[data(1, 1, 0, &[1; 32])]);
+    let second = sctp_packet(0x0000, 0x0010, VTAG, &[data(2, 2, 0, &[2; 32])]);
+    assert_eq!((first.len(), second.len()), (60, 60));
+    let mut payload = first;
+    payload.extend_from_slice(&second);
+    let frame = ipv4(IPPROTO_UDP, &udp(40_000, RFC6951_PORT, &payload));
+    let fd = t
+        .accounting
+        .program_fd(SctpHook::Egress)
+        .unwrap_or_else(|e| panic!("{}", chain(&e)));
+    let out = test_run::run_with_context(fd, &frame, &sk_buff_with_gso(2, 60), 1)
+        .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN with a GSO context: {e}"));
+    assert_eq!(out.retval, TC_ACT_PIPE);
+    assert_eq!(out.data_out, frame);
+    // Without GSO the same bytes are one (odd) SCTP packet: the walker reads the
+    // second common header as a chunk of type 0 (DATA) and length 16, finds no
+    // user data and stops, so still only stream 1 counts.
+    t.run(&frame);
+    let snapshot = t.snapshot();
+    assert_eq!(
+        strip_times(&snapshot.streams),
+        BTreeMap::from([(t.stream_key(1), stream(64, 2, 1))]),
+    );
+    assert_eq!(
+        snapshot.egress,
+        WalkerStats {
+            packets: 2,
+            sctp_packets: 2,
+            chunks: 3,
+            malformed: 1,
+            chunk_limit: 0,
+            map_errors: 0,
+            gso_partial: 1,
+        }
+    );
+}
+
+/// The bytes of a `struct __sk_buff` (192 bytes on 64-bit) with only `gso_segs`
+/// (offset 164) and `gso_size` (offset 176) set.
+fn sk_buff_with_gso(segments: u32, size: u32) -> Vec<u8> {
+    let mut context = vec![0_u8; 192];
+    context[164..168].copy_from_slice(&segments.to_ne_bytes());
+    context[176..180].copy_from_slice(&size.to_ne_bytes());
+    context
 }
 
 #[test]

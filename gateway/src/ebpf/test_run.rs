@@ -66,6 +66,19 @@ pub struct TestRunOutput {
 /// header or a program type without test-run support, `EPERM` without
 /// `CAP_BPF`/`CAP_SYS_ADMIN`.
 pub fn run(program: BorrowedFd<'_>, packet: &[u8], repeat: u32) -> io::Result<TestRunOutput> {
+    run_with_context(program, packet, &[], repeat)
+}
+
+/// [`run`] with a context for the program: for TC programs the bytes of a
+/// `struct __sk_buff` (the kernel reads `mark`, `priority`, `ifindex`, `cb`,
+/// `tstamp`, `wire_len`, `gso_segs`, `gso_size` and `hwtstamp` from it and
+/// requires every other field to be zero); empty for none.
+pub fn run_with_context(
+    program: BorrowedFd<'_>,
+    packet: &[u8],
+    context: &[u8],
+    repeat: u32,
+) -> io::Result<TestRunOutput> {
     let too_big = |_| io::Error::from(io::ErrorKind::InvalidInput);
     let mut data_out = vec![0_u8; packet.len() + OUTPUT_SLACK];
     let mut attr = TestRunAttr {
@@ -75,14 +88,21 @@ pub fn run(program: BorrowedFd<'_>, packet: &[u8], repeat: u32) -> io::Result<Te
         data_in: packet.as_ptr() as u64,
         data_out: data_out.as_mut_ptr() as u64,
         repeat,
+        ctx_size_in: u32::try_from(context.len()).map_err(too_big)?,
+        ctx_in: if context.is_empty() {
+            0
+        } else {
+            context.as_ptr() as u64
+        },
         ..TestRunAttr::default()
     };
     let attr_size = std::mem::size_of::<TestRunAttr>();
     // SAFETY: `attr` is a valid, fully initialised `bpf_attr.test` of
     // `attr_size` bytes that outlives the call; `data_in` points at
-    // `data_size_in` readable bytes (`packet`) and `data_out` at `data_size_out`
-    // writable bytes (`data_out`), both alive until the call returns, which is
-    // when the kernel stops using them. `program` is an open fd for the call's
+    // `data_size_in` readable bytes (`packet`), `data_out` at `data_size_out`
+    // writable bytes (`data_out`), `ctx_in` at `ctx_size_in` readable bytes
+    // (`context`, or null with size 0), all alive until the call returns, which
+    // is when the kernel stops using them. `program` is an open fd for the call's
     // duration.
     let result = unsafe {
         libc::syscall(
