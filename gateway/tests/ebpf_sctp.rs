@@ -1086,3 +1086,59 @@ fn chain(error: &dyn Error) -> String {
     }
     text
 }
+
+/// Attaches both programs to a veth end in a fresh namespace (deleted on drop,
+/// also on panic, taking the veth pair and any attachment with it), checks the
+/// kernel shows them, then that detaching removes them.
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn attaches_to_an_interface_and_detaches() {
+    let object = object_path();
+    require_root();
+    let name = format!("gw-ebpf-sctp-{}", std::process::id());
+    let netns = testbed::Netns::create(&name).unwrap_or_else(|e| panic!("creating {name}: {e}"));
+    let ns = netns.name().to_owned();
+    for args in [
+        vec![
+            "-n", &ns, "link", "add", "gsa0", "type", "veth", "peer", "name", "gsb0",
+        ],
+        vec!["-n", &ns, "link", "set", "gsa0", "up"],
+        vec!["-n", &ns, "link", "set", "gsb0", "up"],
+    ] {
+        testbed::ip(&args).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let programs_on = |ns: &str| {
+        testbed::ip(&["-n", ns, "-d", "link", "show", "gsa0"]).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let ns_inner = ns.clone();
+    testbed::in_netns(&ns, move || {
+        let mut accounting = SctpAccounting::load_file(&object, SctpAccountingConfig::default())
+            .unwrap_or_else(|e| panic!("loading {}: {}", object.display(), chain(&e)));
+        accounting
+            .attach_ingress("gsa0", gateway::ebpf::XdpMode::Generic)
+            .unwrap_or_else(|e| panic!("{}", chain(&e)));
+        accounting
+            .attach_egress("gsa0")
+            .unwrap_or_else(|e| panic!("{}", chain(&e)));
+        assert_eq!(
+            accounting.attached_interfaces(),
+            (Some("gsa0"), Some("gsa0"))
+        );
+        let shown = programs_on(&ns_inner);
+        assert!(
+            shown.contains("xdpgeneric"),
+            "no XDP program on gsa0: {shown}"
+        );
+        accounting
+            .detach()
+            .unwrap_or_else(|e| panic!("{}", chain(&e)));
+        assert_eq!(accounting.attached_interfaces(), (None, None));
+        let shown = programs_on(&ns_inner);
+        assert!(
+            !shown.contains("xdp"),
+            "XDP still attached after detach: {shown}"
+        );
+    })
+    .unwrap_or_else(|e| panic!("entering {ns}: {e}"));
+    drop(netns);
+}
