@@ -1,16 +1,21 @@
 //! The gateway's eBPF programs, loaded by `gateway::ebpf` through aya.
 //!
-//! Today: `xdp_count`, an XDP program that counts every frame arriving on the
-//! interface it is attached to (packets and bytes, per CPU) and passes it on.
-//! Next: the bounded SCTP chunk parser (native and UDP-encapsulated, RFC 6951) that
-//! counts bytes per stream at the origin's TC egress and the gateway's XDP ingress.
+//! - `xdp_sctp` (XDP, ingress) and `tc_sctp` (TC classifier, egress): one bounded
+//!   SCTP chunk walker ([`sctp`]) over native SCTP and SCTP over UDP (RFC 6951),
+//!   counting DATA/I-DATA user bytes per (association, stream) and SACKs per
+//!   association: what arrived at the gateway per stream, what left the origin.
+//! - `xdp_count`: counts every frame arriving on its interface (packets and
+//!   bytes, per CPU); the load test's probe.
 //!
 //! What it never does: drop, redirect or modify a packet. A program that cannot
-//! account for a packet still returns `XDP_PASS`: accounting must never cost traffic.
+//! account for a packet still returns `XDP_PASS` / `TC_ACT_PIPE`: accounting must
+//! never cost traffic.
 //!
-//! Where to start: [`xdp_count`], a thin entry over the fallible [`try_xdp_count`].
-//! Every packet read goes through [`ptr_at`], the one bounds check the verifier needs
-//! to see. Map value types live in `gateway-common`, shared with userspace.
+//! Where to start: [`xdp_sctp`] and [`tc_sctp`], thin entries over
+//! [`sctp::try_account`]. Every packet read goes through [`ptr_at`], the one bounds
+//! check the verifier needs to see, over the [`Packet`] view both hooks share.
+//! Map key and value types live in `gateway-common`, shared with userspace;
+//! docs/ebpf.md describes the maps.
 
 #![no_std]
 #![no_main]
@@ -18,12 +23,14 @@
 use core::mem;
 
 use aya_ebpf::{
-    bindings::xdp_action,
-    macros::{map, xdp},
+    bindings::{TC_ACT_PIPE, xdp_action},
+    macros::{classifier, map, xdp},
     maps::PerCpuArray,
-    programs::XdpContext,
+    programs::{TcContext, XdpContext},
 };
-use gateway_common::PacketCounters;
+use gateway_common::{DIRECTION_EGRESS, DIRECTION_INGRESS, PacketCounters};
+
+mod sctp;
 
 /// Why a program could not account for a packet. Never visible outside the
 /// program: the entry points map every error to their pass-through verdict.
@@ -33,6 +40,102 @@ enum ProgramError {
     OutOfBounds,
     /// A map lookup that cannot fail by construction failed.
     MapLookup,
+    /// A chunk's fields contradict its length.
+    Malformed,
+}
+
+/// Accounts an arriving frame's SCTP chunks and passes it on, whatever happens.
+#[xdp]
+pub fn xdp_sctp(ctx: XdpContext) -> u32 {
+    // Every outcome, error or not, is the same verdict: pass unchanged.
+    let _ = sctp::try_account(&ctx, DIRECTION_INGRESS);
+    xdp_action::XDP_PASS
+}
+
+/// Accounts a leaving packet's SCTP chunks and hands it on to the next
+/// classifier, or out, whatever happens.
+#[classifier]
+pub fn tc_sctp(ctx: TcContext) -> i32 {
+    let _ = sctp::try_account(&ctx, DIRECTION_EGRESS);
+    TC_ACT_PIPE as i32
+}
+
+/// The bytes of a packet at either hook: a linear window `[start, end)` of a
+/// frame of `len` bytes that starts with the Ethernet header.
+trait Packet {
+    /// Address of the frame's first byte.
+    fn start(&self) -> usize;
+    /// Address one past the last directly readable byte.
+    fn end(&self) -> usize;
+    /// The frame's full length, readable or not.
+    fn len(&self) -> usize;
+    /// Makes the first `len` bytes directly readable if they are not (TC: pulls
+    /// non-linear data into the head), best effort; never changes a byte. Moves
+    /// `start` and `end`, so no pointer may be kept across it.
+    fn pull(&self, len: usize);
+    /// Payload bytes per segment of a GSO super-packet (`skb->gso_size`), 0 if
+    /// the packet is not one. Always 0 at XDP, which sees wire frames.
+    fn gso_size(&self) -> usize;
+}
+
+impl Packet for XdpContext {
+    #[inline(always)]
+    fn start(&self) -> usize {
+        self.data()
+    }
+    #[inline(always)]
+    fn end(&self) -> usize {
+        self.data_end()
+    }
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.data_end().saturating_sub(self.data())
+    }
+    #[inline(always)]
+    fn pull(&self, _len: usize) {
+        // Frags of multi-buffer XDP are not readable this way; the frame's
+        // first buffer is all there is.
+    }
+    #[inline(always)]
+    fn gso_size(&self) -> usize {
+        0
+    }
+}
+
+impl Packet for TcContext {
+    #[inline(always)]
+    fn start(&self) -> usize {
+        self.data()
+    }
+    #[inline(always)]
+    fn end(&self) -> usize {
+        self.data_end()
+    }
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.skb.len() as usize
+    }
+    #[inline(always)]
+    fn pull(&self, len: usize) {
+        let linear = self.data_end().saturating_sub(self.data());
+        if linear < len {
+            let len = if len > sctp::MAX_OFFSET {
+                sctp::MAX_OFFSET
+            } else {
+                len
+            };
+            // Failure leaves the skb as it was; the walk then stops at the end
+            // of the linear part.
+            let _ = self.pull_data(len as u32);
+        }
+    }
+    #[inline(always)]
+    fn gso_size(&self) -> usize {
+        // SAFETY: `skb` is the context pointer the kernel passed to this program,
+        // valid for its whole run; `gso_size` is a readable `__sk_buff` field for
+        // TC programs (the verifier rewrites the access).
+        unsafe { (*self.skb.skb).gso_size as usize }
+    }
 }
 
 /// Packet and byte counters for the interface `xdp_count` is attached to: one
@@ -46,7 +149,9 @@ static COUNTERS: PerCpuArray<PacketCounters> = PerCpuArray::with_max_entries(1, 
 pub fn xdp_count(ctx: XdpContext) -> u32 {
     match try_xdp_count(&ctx) {
         Ok(action) => action,
-        Err(ProgramError::OutOfBounds | ProgramError::MapLookup) => xdp_action::XDP_PASS,
+        Err(ProgramError::OutOfBounds | ProgramError::MapLookup | ProgramError::Malformed) => {
+            xdp_action::XDP_PASS
+        }
     }
 }
 
@@ -68,15 +173,20 @@ fn try_xdp_count(ctx: &XdpContext) -> Result<u32, ProgramError> {
 }
 
 /// Returns a pointer to a `T` at `offset` bytes into the packet, or
-/// [`ProgramError::OutOfBounds`] if the packet is too short to hold it.
+/// [`ProgramError::OutOfBounds`] if the packet is too short to hold it or
+/// `offset` exceeds [`sctp::MAX_OFFSET`].
 ///
-/// The comparison against `data_end` is exactly the shape the verifier needs to
-/// prove the later read safe, so every packet read goes through here.
-#[expect(dead_code, reason = "the SCTP chunk parser is the first reader of packet bytes")]
+/// The offset cap gives the verifier a bound on every variable offset, and the
+/// comparison against `end` is exactly the shape it needs to prove the later read
+/// safe, so every packet read goes through here. `T` is a byte array: alignment 1,
+/// any bit pattern valid.
 #[inline(always)]
-fn ptr_at<T>(ctx: &XdpContext, offset: usize) -> Result<*const T, ProgramError> {
-    let start = ctx.data();
-    let end = ctx.data_end();
+fn ptr_at<P: Packet, T>(pkt: &P, offset: usize) -> Result<*const T, ProgramError> {
+    if offset > sctp::MAX_OFFSET {
+        return Err(ProgramError::OutOfBounds);
+    }
+    let start = pkt.start();
+    let end = pkt.end();
     let len = mem::size_of::<T>();
     if start + offset + len > end {
         return Err(ProgramError::OutOfBounds);

@@ -1,13 +1,24 @@
 //! Loads the gateway's eBPF object (built from `gateway-ebpf` by `cargo xtask
-//! build-ebpf`), attaches its XDP counter to an interface and reads the counters.
+//! build-ebpf`), attaches its programs to interfaces and reads their maps into
+//! plain Rust values:
+//!
+//! - [`SctpAccounting`]: the SCTP chunk walker, `xdp_sctp` on ingress and
+//!   `tc_sctp` on egress, with per-stream and per-association counters
+//!   ([`SctpSnapshot`]; docs/ebpf.md describes the maps);
+//! - [`XdpCounter`]: the frame counter `xdp_count` (the load test's probe).
 //!
 //! What it never does: build the object, raise rlimits, pin anything in bpffs, or
-//! change an interface other than the one it attaches to. Everything it attaches is
-//! detached when the [`XdpCounter`] is dropped (aya owns the link), so a crashed
-//! gateway leaves no program behind once its file descriptors close.
+//! change an interface other than the ones it attaches to. Everything it attaches
+//! is detached when its owner is dropped (aya owns the links: XDP and TCX links
+//! are file descriptors), so a crashed gateway leaves no program behind once its
+//! file descriptors close. On kernels before 6.6 (no TCX) the TC program is
+//! attached through a `clsact` qdisc, which it adds if missing and leaves in place
+//! (empty, it does nothing).
 //!
-//! Where to start: [`XdpCounter::load_file`], then [`XdpCounter::attach`] and
-//! [`XdpCounter::counters`].
+//! Where to start: [`SctpAccounting::load_file`], then
+//! [`SctpAccounting::attach_ingress`] / [`SctpAccounting::attach_egress`] and
+//! [`SctpAccounting::snapshot`]. [`test_run`] runs a loaded program on a packet
+//! in the kernel (`BPF_PROG_TEST_RUN`), for tests and per-packet cost figures.
 //!
 //! Privileges: loading needs `CAP_BPF` (or `CAP_SYS_ADMIN`) and attaching needs
 //! `CAP_NET_ADMIN`; without them the load fails with [`EbpfError::Load`] carrying
@@ -15,16 +26,39 @@
 //! calling thread.
 
 use std::{
+    collections::BTreeMap,
     fmt,
+    os::fd::{AsFd as _, BorrowedFd},
     path::{Path, PathBuf},
 };
 
 use aya::{
     Ebpf,
-    maps::{MapError, PerCpuArray},
-    programs::{ProgramError, Xdp, XdpFlags, xdp::XdpLinkId},
+    maps::{Array, MapError, PerCpuArray, PerCpuHashMap},
+    programs::{
+        ProgramError, SchedClassifier, TcAttachType, Xdp, XdpFlags, tc::SchedClassifierLinkId,
+        xdp::XdpLinkId,
+    },
 };
-use gateway_common::PacketCounters;
+use gateway_common::{
+    AssocCounters, AssocKey, PacketCounters, STATS_EGRESS, STATS_INGRESS, SctpConfig,
+    StreamCounters, StreamKey, WalkerStats,
+};
+
+pub mod test_run;
+
+/// Name of the XDP program that accounts SCTP chunks arriving on an interface.
+pub const XDP_SCTP_PROGRAM: &str = "xdp_sctp";
+/// Name of the TC classifier that accounts SCTP chunks leaving an interface.
+pub const TC_SCTP_PROGRAM: &str = "tc_sctp";
+/// Per-CPU LRU hash map `StreamKey` → `StreamCounters`.
+pub const SCTP_STREAMS_MAP: &str = "SCTP_STREAMS";
+/// Per-CPU LRU hash map `AssocKey` → `AssocCounters`.
+pub const SCTP_ASSOCS_MAP: &str = "SCTP_ASSOCS";
+/// Array of one `SctpConfig`.
+pub const SCTP_CONFIG_MAP: &str = "SCTP_CONFIG";
+/// Per-CPU array of two `WalkerStats` (ingress, egress).
+pub const SCTP_STATS_MAP: &str = "SCTP_STATS";
 
 /// Name of the XDP program that counts packets and bytes (`gateway-ebpf`'s
 /// `xdp_count`).
@@ -52,7 +86,7 @@ pub enum EbpfError {
     },
     /// The object has no program of the expected name or type: it was built
     /// from a different `gateway-ebpf`.
-    #[error("eBPF object has no XDP program named {name}")]
+    #[error("eBPF object has no program named {name} of the expected type")]
     MissingProgram {
         /// The program looked for.
         name: &'static str,
@@ -85,6 +119,26 @@ pub enum EbpfError {
         /// aya's reason.
         #[source]
         source: Box<ProgramError>,
+    },
+    /// Attaching the TC classifier to the interface's egress failed.
+    #[error("cannot attach {name} to the egress of {interface}")]
+    AttachTc {
+        /// The program.
+        name: &'static str,
+        /// The interface, in the calling thread's network namespace.
+        interface: String,
+        /// aya's reason.
+        #[source]
+        source: Box<ProgramError>,
+    },
+    /// Adding the `clsact` qdisc (needed before TCX, kernels < 6.6) failed.
+    #[error("cannot add a clsact qdisc to {interface}")]
+    Clsact {
+        /// The interface.
+        interface: String,
+        /// The netlink error.
+        #[source]
+        source: std::io::Error,
     },
     /// Detaching from the interface failed.
     #[error("cannot detach {name} from {interface}")]
@@ -238,5 +292,301 @@ fn xdp_program(ebpf: &mut Ebpf) -> Result<&mut Xdp, EbpfError> {
         .and_then(|program| <&mut Xdp>::try_from(program).ok())
         .ok_or(EbpfError::MissingProgram {
             name: XDP_COUNT_PROGRAM,
+        })
+}
+
+/// Settings of the SCTP programs, written to their config map at load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SctpAccountingConfig {
+    /// UDP port marking SCTP over UDP (RFC 6951), as source or destination.
+    pub udp_port: u16,
+}
+
+impl Default for SctpAccountingConfig {
+    fn default() -> Self {
+        Self {
+            udp_port: gateway_common::SCTP_UDP_PORT_DEFAULT,
+        }
+    }
+}
+
+/// Which of the SCTP programs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SctpHook {
+    /// `xdp_sctp`: frames arriving on an interface.
+    Ingress,
+    /// `tc_sctp`: packets leaving an interface, after its qdisc.
+    Egress,
+}
+
+impl SctpHook {
+    /// The program's name in the object.
+    pub const fn program(self) -> &'static str {
+        match self {
+            Self::Ingress => XDP_SCTP_PROGRAM,
+            Self::Egress => TC_SCTP_PROGRAM,
+        }
+    }
+}
+
+/// Everything the SCTP programs counted, summed over CPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SctpSnapshot {
+    /// DATA and I-DATA bytes per stream and direction.
+    pub streams: BTreeMap<StreamKey, StreamCounters>,
+    /// SACKs per association direction.
+    pub assocs: BTreeMap<AssocKey, AssocCounters>,
+    /// What `xdp_sctp` saw.
+    pub ingress: WalkerStats,
+    /// What `tc_sctp` saw.
+    pub egress: WalkerStats,
+}
+
+/// The loaded SCTP programs and their maps; each attached to at most one
+/// interface, detached on drop.
+#[derive(Debug)]
+pub struct SctpAccounting {
+    ebpf: Ebpf,
+    ingress: Option<(String, XdpLinkId)>,
+    egress: Option<(String, SchedClassifierLinkId)>,
+}
+
+impl SctpAccounting {
+    /// Loads the object at `path`, verifies `xdp_sctp` and `tc_sctp` into the
+    /// kernel and writes `config`, without attaching anything.
+    pub fn load_file(path: &Path, config: SctpAccountingConfig) -> Result<Self, EbpfError> {
+        let mut ebpf = Ebpf::load_file(path).map_err(|source| EbpfError::Load {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })?;
+        xdp_program_named(&mut ebpf, XDP_SCTP_PROGRAM)?
+            .load()
+            .map_err(|source| EbpfError::Verify {
+                name: XDP_SCTP_PROGRAM,
+                source: Box::new(source),
+            })?;
+        tc_program(&mut ebpf)?
+            .load()
+            .map_err(|source| EbpfError::Verify {
+                name: TC_SCTP_PROGRAM,
+                source: Box::new(source),
+            })?;
+        for name in [SCTP_STREAMS_MAP, SCTP_ASSOCS_MAP, SCTP_STATS_MAP] {
+            if ebpf.map(name).is_none() {
+                return Err(EbpfError::MissingMap { name });
+            }
+        }
+        let mut this = Self {
+            ebpf,
+            ingress: None,
+            egress: None,
+        };
+        this.configure(config)?;
+        Ok(this)
+    }
+
+    /// Writes `config` to the programs' config map; takes effect with the next
+    /// packet.
+    pub fn configure(&mut self, config: SctpAccountingConfig) -> Result<(), EbpfError> {
+        let map_error = |source| EbpfError::Map {
+            name: SCTP_CONFIG_MAP,
+            source: Box::new(source),
+        };
+        let map = self
+            .ebpf
+            .map_mut(SCTP_CONFIG_MAP)
+            .ok_or(EbpfError::MissingMap {
+                name: SCTP_CONFIG_MAP,
+            })?;
+        let mut array = Array::<_, SctpConfig>::try_from(map).map_err(map_error)?;
+        let value = SctpConfig {
+            udp_port: config.udp_port,
+            _pad: [0; 6],
+        };
+        array.set(0, value, 0).map_err(map_error)
+    }
+
+    /// Attaches `xdp_sctp` to `interface`, detaching it first from wherever it
+    /// was attached before.
+    pub fn attach_ingress(&mut self, interface: &str, mode: XdpMode) -> Result<(), EbpfError> {
+        self.detach_ingress()?;
+        let link = xdp_program_named(&mut self.ebpf, XDP_SCTP_PROGRAM)?
+            .attach(interface, mode.flags())
+            .map_err(|source| EbpfError::Attach {
+                name: XDP_SCTP_PROGRAM,
+                interface: interface.to_owned(),
+                mode,
+                source: Box::new(source),
+            })?;
+        self.ingress = Some((interface.to_owned(), link));
+        Ok(())
+    }
+
+    /// Attaches `tc_sctp` to the egress of `interface` (TCX on kernels since
+    /// 6.6, else a `clsact` qdisc, added if missing), detaching it first from
+    /// wherever it was attached before.
+    pub fn attach_egress(&mut self, interface: &str) -> Result<(), EbpfError> {
+        self.detach_egress()?;
+        let attach_error = |source| EbpfError::AttachTc {
+            name: TC_SCTP_PROGRAM,
+            interface: interface.to_owned(),
+            source: Box::new(source),
+        };
+        let program = tc_program(&mut self.ebpf)?;
+        let link = match program.attach(interface, TcAttachType::Egress) {
+            Ok(link) => link,
+            // Netlink attachment without a clsact qdisc: add one and retry. (TCX
+            // needs no qdisc and fails with a syscall error instead.)
+            Err(ProgramError::TcError(_)) => {
+                if let Err(source) = aya::programs::tc::qdisc_add_clsact(interface)
+                    && source.kind() != std::io::ErrorKind::AlreadyExists
+                {
+                    return Err(EbpfError::Clsact {
+                        interface: interface.to_owned(),
+                        source,
+                    });
+                }
+                program
+                    .attach(interface, TcAttachType::Egress)
+                    .map_err(attach_error)?
+            }
+            Err(source) => return Err(attach_error(source)),
+        };
+        self.egress = Some((interface.to_owned(), link));
+        Ok(())
+    }
+
+    /// Detaches both programs. Dropping the [`SctpAccounting`] does the same;
+    /// this reports failures.
+    pub fn detach(&mut self) -> Result<(), EbpfError> {
+        let ingress = self.detach_ingress();
+        self.detach_egress()?;
+        ingress
+    }
+
+    /// Detaches `xdp_sctp`, if attached.
+    pub fn detach_ingress(&mut self) -> Result<(), EbpfError> {
+        let Some((interface, link)) = self.ingress.take() else {
+            return Ok(());
+        };
+        xdp_program_named(&mut self.ebpf, XDP_SCTP_PROGRAM)?
+            .detach(link)
+            .map_err(|source| EbpfError::Detach {
+                name: XDP_SCTP_PROGRAM,
+                interface,
+                source: Box::new(source),
+            })
+    }
+
+    /// Detaches `tc_sctp`, if attached.
+    pub fn detach_egress(&mut self) -> Result<(), EbpfError> {
+        let Some((interface, link)) = self.egress.take() else {
+            return Ok(());
+        };
+        tc_program(&mut self.ebpf)?
+            .detach(link)
+            .map_err(|source| EbpfError::Detach {
+                name: TC_SCTP_PROGRAM,
+                interface,
+                source: Box::new(source),
+            })
+    }
+
+    /// The interfaces the programs are attached to: (ingress, egress).
+    pub fn attached_interfaces(&self) -> (Option<&str>, Option<&str>) {
+        (
+            self.ingress
+                .as_ref()
+                .map(|(interface, _)| interface.as_str()),
+            self.egress
+                .as_ref()
+                .map(|(interface, _)| interface.as_str()),
+        )
+    }
+
+    /// The file descriptor of a loaded program, for [`test_run`].
+    pub fn program_fd(&self, hook: SctpHook) -> Result<BorrowedFd<'_>, EbpfError> {
+        let name = hook.program();
+        let program = self
+            .ebpf
+            .program(name)
+            .ok_or(EbpfError::MissingProgram { name })?;
+        let fd = program.fd().map_err(|source| EbpfError::Verify {
+            name,
+            source: Box::new(source),
+        })?;
+        Ok(fd.as_fd())
+    }
+
+    /// Reads every map, summing the per-CPU copies (see the `merge` methods of
+    /// the value types for how TSNs and windows are folded).
+    pub fn snapshot(&self) -> Result<SctpSnapshot, EbpfError> {
+        let mut snapshot = SctpSnapshot::default();
+
+        let streams = self.per_cpu_hash::<StreamKey, StreamCounters>(SCTP_STREAMS_MAP)?;
+        for entry in streams.iter() {
+            let (key, per_cpu) = entry.map_err(|source| map_error(SCTP_STREAMS_MAP, source))?;
+            let sum = per_cpu
+                .iter()
+                .fold(StreamCounters::default(), |sum, cpu| sum.merge(*cpu));
+            snapshot.streams.insert(key, sum);
+        }
+
+        let assocs = self.per_cpu_hash::<AssocKey, AssocCounters>(SCTP_ASSOCS_MAP)?;
+        for entry in assocs.iter() {
+            let (key, per_cpu) = entry.map_err(|source| map_error(SCTP_ASSOCS_MAP, source))?;
+            let sum = per_cpu
+                .iter()
+                .fold(AssocCounters::default(), |sum, cpu| sum.merge(*cpu));
+            snapshot.assocs.insert(key, sum);
+        }
+
+        let map = self.ebpf.map(SCTP_STATS_MAP).ok_or(EbpfError::MissingMap {
+            name: SCTP_STATS_MAP,
+        })?;
+        let stats = PerCpuArray::<_, WalkerStats>::try_from(map)
+            .map_err(|source| map_error(SCTP_STATS_MAP, source))?;
+        let sum = |index| -> Result<WalkerStats, EbpfError> {
+            let per_cpu = stats
+                .get(&index, 0)
+                .map_err(|source| map_error(SCTP_STATS_MAP, source))?;
+            Ok(per_cpu
+                .iter()
+                .fold(WalkerStats::default(), |sum, cpu| sum.add(*cpu)))
+        };
+        snapshot.ingress = sum(STATS_INGRESS)?;
+        snapshot.egress = sum(STATS_EGRESS)?;
+        Ok(snapshot)
+    }
+
+    fn per_cpu_hash<K: aya::Pod, V: aya::Pod>(
+        &self,
+        name: &'static str,
+    ) -> Result<PerCpuHashMap<&aya::maps::MapData, K, V>, EbpfError> {
+        let map = self.ebpf.map(name).ok_or(EbpfError::MissingMap { name })?;
+        PerCpuHashMap::try_from(map).map_err(|source| map_error(name, source))
+    }
+}
+
+fn map_error(name: &'static str, source: MapError) -> EbpfError {
+    EbpfError::Map {
+        name,
+        source: Box::new(source),
+    }
+}
+
+/// The XDP program `name` of `ebpf`.
+fn xdp_program_named<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Xdp, EbpfError> {
+    ebpf.program_mut(name)
+        .and_then(|program| <&mut Xdp>::try_from(program).ok())
+        .ok_or(EbpfError::MissingProgram { name })
+}
+
+/// The `tc_sctp` program of `ebpf`, as a [`SchedClassifier`].
+fn tc_program(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, EbpfError> {
+    ebpf.program_mut(TC_SCTP_PROGRAM)
+        .and_then(|program| <&mut SchedClassifier>::try_from(program).ok())
+        .ok_or(EbpfError::MissingProgram {
+            name: TC_SCTP_PROGRAM,
         })
 }

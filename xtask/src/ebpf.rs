@@ -1,6 +1,8 @@
 //! `cargo xtask build-ebpf`: builds `gateway-ebpf` for `bpfel-unknown-none` and
 //! returns the object's path; with `--load-test`, then proves the object loads,
-//! attaches and counts by running `gateway/tests/ebpf_load.rs` against it.
+//! attaches and counts by running `gateway/tests/ebpf_load.rs` (XDP on a veth)
+//! and `gateway/tests/ebpf_sctp.rs` (the SCTP programs on crafted packets, through
+//! `BPF_PROG_TEST_RUN`) against it.
 //!
 //! The build is `cargo +nightly build --target bpfel-unknown-none -Z
 //! build-std=core` in `gateway-ebpf/` (its own workspace, its own target dir);
@@ -146,25 +148,28 @@ fn check_prerequisites() -> Result<()> {
     Ok(())
 }
 
-/// Runs `gateway/tests/ebpf_load.rs` (its tests are `#[ignore]`d for plain
-/// `cargo test`) against `object`.
+/// The `gateway` test targets that need root and the object; their tests are
+/// `#[ignore]`d for plain `cargo test`.
+const LOAD_TESTS: [&str; 2] = ["ebpf_load", "ebpf_sctp"];
+
+/// Runs [`LOAD_TESTS`] against `object`.
 pub(crate) fn run_load_test(object: &Path) -> Result<()> {
-    println!("[build-ebpf] load test: attach xdp_count in a namespace, count, detach");
+    println!(
+        "[build-ebpf] load tests: xdp_count on a veth in a namespace; xdp_sctp and \
+         tc_sctp on crafted packets (BPF_PROG_TEST_RUN)"
+    );
+    let mut args = vec!["test", "--package", "gateway"];
+    for test in LOAD_TESTS {
+        args.extend(["--test", test]);
+    }
+    args.extend(["--", "--ignored"]);
     // The cargo running this xtask, so the test builds with the same toolchain.
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     cmd::run_command(
         Command::new(cargo)
             .current_dir(cmd::workspace_root())
-            .args([
-                "test",
-                "--package",
-                "gateway",
-                "--test",
-                "ebpf_load",
-                "--",
-                "--ignored",
-            ])
+            .args(&args)
             .env(OBJECT_PATH_ENV, object),
     )
-    .context("the eBPF load test failed (it needs root)")
+    .context("the eBPF load tests failed (they need root)")
 }

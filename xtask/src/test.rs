@@ -67,7 +67,7 @@ pub(crate) fn run(options: &TestOptions) -> Result<()> {
     step("workspace tests (unit, deterministic, namespaces, end to end)");
     cargo(root, &["test", "--workspace"])?;
 
-    step("eBPF load test (XDP on a veth in a namespace)");
+    step("eBPF load tests (XDP on a veth in a namespace; SCTP programs on crafted packets)");
     ebpf::run_load_test(&object)?;
 
     if options.skip_vm {

@@ -1,0 +1,475 @@
+//! The bounded SCTP chunk walker shared by `xdp_sctp` (ingress) and `tc_sctp`
+//! (egress).
+//!
+//! ```text
+//! Ethernet [802.1Q/802.1ad tag]
+//!   ├─ IPv4 (options skipped by IHL; later fragments skipped)
+//!   └─ IPv6 (≤ MAX_IPV6_EXT_HEADERS of hop-by-hop, routing, destination options,
+//!            AH, fragment — only a first fragment goes on)
+//!        ├─ IP protocol 132: SCTP common header
+//!        └─ UDP, source or destination port = SctpConfig::udp_port: SCTP common header
+//!             └─ ≤ MAX_CHUNKS chunks, each at (previous offset + length rounded up to 4)
+//!                  DATA (0), I-DATA (64) → STREAMS[(vtag, ports, stream, direction)]
+//!                  SACK (3)              → ASSOCS[(vtag, ports, direction)]
+//!                  anything else         → counted in WalkerStats::chunks only
+//! ```
+//!
+//! Invariants the verifier relies on, and the reader can check:
+//! - every read goes through [`ptr_at`], which refuses an offset above
+//!   [`MAX_OFFSET`] and any read past `data_end`; offsets are recomputed from the
+//!   packet start for every read, never carried as pointers across a helper call
+//!   (`tc_sctp` may pull non-linear data, which moves the packet);
+//! - every loop has a constant trip count ([`MAX_CHUNKS`],
+//!   [`MAX_IPV6_EXT_HEADERS`]);
+//! - nothing is ever written to the packet.
+//!
+//! The walk ends (and the packet still passes) at the first chunk that is
+//! shorter than its own header or reaches past the end of the SCTP packet:
+//! chunks before it are counted, that one and the rest are not.
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::bpf_ktime_get_ns,
+    macros::map,
+    maps::{Array, LruPerCpuHashMap, PerCpuArray},
+};
+use gateway_common::{
+    AssocCounters, AssocKey, SCTP_UDP_PORT_DEFAULT, SctpConfig, StreamCounters, StreamKey,
+    WalkerStats, tsn_after,
+};
+
+use crate::{Packet, ProgramError, ptr_at};
+
+/// Chunks looked at per SCTP packet. A 1500-byte packet holds at most 16 DATA
+/// chunks of 64 bytes or more; a packet with more (tiny messages, or a GSO
+/// super-packet at TC egress) is counted up to here and flagged in
+/// [`WalkerStats::chunk_limit`].
+pub(crate) const MAX_CHUNKS: u32 = 16;
+/// IPv6 extension headers skipped before giving up on a packet.
+pub(crate) const MAX_IPV6_EXT_HEADERS: u32 = 4;
+/// The largest packet offset [`ptr_at`] reads at, in bytes. Bounds every
+/// variable offset for the verifier (which allows at most 0xffff) and covers
+/// jumbo frames; chunks beyond it are not counted.
+pub(crate) const MAX_OFFSET: usize = 0x3fff;
+
+/// Streams seen, per direction. LRU: an association that went away is evicted
+/// first when the map is full; userspace sees an evicted key restart from zero.
+#[map]
+static SCTP_STREAMS: LruPerCpuHashMap<StreamKey, StreamCounters> =
+    LruPerCpuHashMap::with_max_entries(16384, 0);
+
+/// SACKs seen, per association direction.
+#[map]
+static SCTP_ASSOCS: LruPerCpuHashMap<AssocKey, AssocCounters> =
+    LruPerCpuHashMap::with_max_entries(4096, 0);
+
+/// Entry 0: [`SctpConfig`], written by userspace; all zero means the defaults.
+#[map]
+static SCTP_CONFIG: Array<SctpConfig> = Array::with_max_entries(1, 0);
+
+/// Entries `STATS_INGRESS` and `STATS_EGRESS`: what the walker saw.
+#[map]
+static SCTP_STATS: PerCpuArray<WalkerStats> = PerCpuArray::with_max_entries(2, 0);
+
+const ETH_HEADER_LEN: usize = 14;
+const ETH_P_IPV4: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86dd;
+const ETH_P_8021Q: u16 = 0x8100;
+const ETH_P_8021AD: u16 = 0x88a8;
+const VLAN_TAG_LEN: usize = 4;
+
+const IPV4_MIN_HEADER_LEN: usize = 20;
+/// Fragment offset bits of the IPv4 flags/fragment-offset field.
+const IPV4_FRAG_OFFSET_MASK: u16 = 0x1fff;
+const IPV6_HEADER_LEN: usize = 40;
+const IPPROTO_HOPOPTS: u8 = 0;
+const IPPROTO_ROUTING: u8 = 43;
+const IPPROTO_FRAGMENT: u8 = 44;
+const IPPROTO_AH: u8 = 51;
+const IPPROTO_DSTOPTS: u8 = 60;
+const IPPROTO_UDP: u8 = 17;
+const IPPROTO_SCTP: u8 = 132;
+const UDP_HEADER_LEN: usize = 8;
+
+/// RFC 9260 §3.1: source port, destination port, verification tag, checksum.
+const SCTP_COMMON_HEADER_LEN: usize = 12;
+/// Type, flags, length.
+const CHUNK_HEADER_LEN: usize = 4;
+const CHUNK_DATA: u8 = 0;
+const CHUNK_SACK: u8 = 3;
+const CHUNK_IDATA: u8 = 64;
+/// DATA chunk header: chunk header, TSN, stream id, SSN, PPID (RFC 9260 §3.3.1).
+const DATA_HEADER_LEN: usize = 16;
+/// I-DATA chunk header: chunk header, TSN, stream id, reserved, MID, PPID/FSN
+/// (RFC 8260 §2.1).
+const IDATA_HEADER_LEN: usize = 20;
+/// SACK fixed part: chunk header, cumulative TSN ack, a_rwnd, number of gap ack
+/// blocks, number of duplicate TSNs (RFC 9260 §3.3.4).
+const SACK_HEADER_LEN: usize = 16;
+
+/// Where the SCTP packet lies in the frame: `[start, end)` in bytes from the
+/// frame's first byte.
+struct SctpSpan {
+    start: usize,
+    end: usize,
+    /// A UDP GSO super-packet cut to its first segment.
+    segmented: bool,
+}
+
+/// How a walk over the chunks ended.
+enum WalkEnd {
+    /// Every chunk up to the end of the SCTP packet was looked at.
+    Complete,
+    /// A chunk was shorter than its header or reached past the end.
+    Malformed,
+    /// [`MAX_CHUNKS`] chunks were looked at and bytes are left.
+    ChunkLimit,
+}
+
+/// Accounts for one packet seen at `direction` (a `gateway_common::DIRECTION_*`).
+/// Errors mean "not accounted"; the caller passes the packet either way.
+#[inline(always)]
+pub(crate) fn try_account<P: Packet>(pkt: &P, direction: u8) -> Result<(), ProgramError> {
+    let stats = SCTP_STATS
+        .get_ptr_mut(u32::from(direction))
+        .ok_or(ProgramError::MapLookup)?;
+    // SAFETY: a non-null pointer to this CPU's copy of an array entry, valid for
+    // the map's lifetime; programs run with preemption (and migration) disabled,
+    // so no other invocation touches this CPU's copy meanwhile.
+    let stats = unsafe { &mut *stats };
+    stats.packets += 1;
+
+    let Some(span) = find_sctp(pkt)? else {
+        return Ok(());
+    };
+    // TC: headers are in the skb's linear part, chunks may not be; make the
+    // whole SCTP packet directly readable (a no-op for XDP). Bytes unchanged.
+    pkt.pull(span.end);
+    let header = ptr_at::<P, [u8; SCTP_COMMON_HEADER_LEN]>(pkt, span.start)?;
+    // SAFETY: `ptr_at` checked the 12 bytes lie inside the packet.
+    let header = unsafe { *header };
+    stats.sctp_packets += 1;
+    if span.segmented {
+        stats.gso_partial += 1;
+    }
+    let assoc = AssocKey {
+        src_port: be16(header[0], header[1]),
+        dst_port: be16(header[2], header[3]),
+        vtag: be32([header[4], header[5], header[6], header[7]]),
+        direction,
+        _pad: [0; 3],
+    };
+    match walk_chunks(pkt, &span, &assoc, stats) {
+        WalkEnd::Complete => {}
+        WalkEnd::Malformed => stats.malformed += 1,
+        WalkEnd::ChunkLimit => stats.chunk_limit += 1,
+    }
+    Ok(())
+}
+
+/// Finds the SCTP packet inside the frame, or `None` if the frame carries none
+/// (other protocols, a later fragment, too many IPv6 extension headers).
+#[inline(always)]
+fn find_sctp<P: Packet>(pkt: &P) -> Result<Option<SctpSpan>, ProgramError> {
+    let frame_len = pkt.len();
+    let eth = ptr_at::<P, [u8; ETH_HEADER_LEN]>(pkt, 0)?;
+    // SAFETY: `ptr_at` checked the bytes lie inside the packet.
+    let eth = unsafe { *eth };
+    let mut ethertype = be16(eth[12], eth[13]);
+    let mut l3 = ETH_HEADER_LEN;
+    if ethertype == ETH_P_8021Q || ethertype == ETH_P_8021AD {
+        let tag = ptr_at::<P, [u8; VLAN_TAG_LEN]>(pkt, l3)?;
+        // SAFETY: as above.
+        let tag = unsafe { *tag };
+        ethertype = be16(tag[2], tag[3]);
+        l3 += VLAN_TAG_LEN;
+    }
+
+    let (protocol, l4, ip_end) = match ethertype {
+        ETH_P_IPV4 => {
+            let ip = ptr_at::<P, [u8; IPV4_MIN_HEADER_LEN]>(pkt, l3)?;
+            // SAFETY: as above.
+            let ip = unsafe { *ip };
+            let header_len = usize::from(ip[0] & 0x0f) * 4;
+            let total_len = usize::from(be16(ip[2], ip[3]));
+            if ip[0] >> 4 != 4 || header_len < IPV4_MIN_HEADER_LEN || total_len < header_len {
+                return Ok(None);
+            }
+            if be16(ip[6], ip[7]) & IPV4_FRAG_OFFSET_MASK != 0 {
+                // A later fragment: no transport header here.
+                return Ok(None);
+            }
+            (ip[9], l3 + header_len, l3 + total_len)
+        }
+        ETH_P_IPV6 => {
+            let ip = ptr_at::<P, [u8; IPV6_HEADER_LEN]>(pkt, l3)?;
+            // SAFETY: as above.
+            let ip = unsafe { *ip };
+            let payload_len = usize::from(be16(ip[4], ip[5]));
+            if ip[0] >> 4 != 6 || payload_len == 0 {
+                // Version mismatch, or a jumbogram (RFC 2675): not for us.
+                return Ok(None);
+            }
+            let Some((protocol, l4)) = skip_ipv6_extensions(pkt, ip[6], l3 + IPV6_HEADER_LEN)?
+            else {
+                return Ok(None);
+            };
+            (protocol, l4, l3 + IPV6_HEADER_LEN + payload_len)
+        }
+        _ => return Ok(None),
+    };
+    let l4_end = if ip_end < frame_len {
+        ip_end
+    } else {
+        frame_len
+    };
+
+    match protocol {
+        IPPROTO_SCTP => Ok(Some(SctpSpan {
+            start: l4,
+            end: l4_end,
+            segmented: false,
+        })),
+        IPPROTO_UDP => {
+            let udp = ptr_at::<P, [u8; UDP_HEADER_LEN]>(pkt, l4)?;
+            // SAFETY: as above.
+            let udp = unsafe { *udp };
+            let port = udp_port();
+            if be16(udp[0], udp[1]) != port && be16(udp[2], udp[3]) != port {
+                return Ok(None);
+            }
+            let start = l4 + UDP_HEADER_LEN;
+            let udp_end = l4 + usize::from(be16(udp[4], udp[5]));
+            let mut end = if udp_end < l4_end { udp_end } else { l4_end };
+            // A UDP GSO super-packet (TC egress) holds one SCTP packet per
+            // `gso_size` bytes of payload, each with its own common header: walk
+            // the first only, rather than read the next header as a chunk.
+            let gso_size = pkt.gso_size();
+            let segmented = gso_size != 0 && start + gso_size < end;
+            if segmented {
+                end = start + gso_size;
+            }
+            Ok(Some(SctpSpan {
+                start,
+                end,
+                segmented,
+            }))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Skips IPv6 extension headers from `offset`, where a header of type `next`
+/// starts. Returns the upper-layer protocol and its offset, or `None` for a
+/// non-first fragment or more than [`MAX_IPV6_EXT_HEADERS`] extension headers.
+#[inline(always)]
+fn skip_ipv6_extensions<P: Packet>(
+    pkt: &P,
+    mut next: u8,
+    mut offset: usize,
+) -> Result<Option<(u8, usize)>, ProgramError> {
+    for _ in 0..MAX_IPV6_EXT_HEADERS {
+        match next {
+            IPPROTO_HOPOPTS | IPPROTO_ROUTING | IPPROTO_DSTOPTS => {
+                let header = ptr_at::<P, [u8; 2]>(pkt, offset)?;
+                // SAFETY: as above.
+                let header = unsafe { *header };
+                next = header[0];
+                // Length in 8-octet units, not counting the first 8 (RFC 8200 §4.3).
+                offset += (usize::from(header[1]) + 1) * 8;
+            }
+            IPPROTO_AH => {
+                let header = ptr_at::<P, [u8; 2]>(pkt, offset)?;
+                // SAFETY: as above.
+                let header = unsafe { *header };
+                next = header[0];
+                // Length in 4-octet units, minus 2 (RFC 4302 §2.2).
+                offset += (usize::from(header[1]) + 2) * 4;
+            }
+            IPPROTO_FRAGMENT => {
+                let header = ptr_at::<P, [u8; 8]>(pkt, offset)?;
+                // SAFETY: as above.
+                let header = unsafe { *header };
+                if be16(header[2], header[3]) >> 3 != 0 {
+                    // Not the first fragment: no upper-layer header here.
+                    return Ok(None);
+                }
+                next = header[0];
+                offset += 8;
+            }
+            _ => return Ok(Some((next, offset))),
+        }
+    }
+    match next {
+        IPPROTO_HOPOPTS | IPPROTO_ROUTING | IPPROTO_DSTOPTS | IPPROTO_AH | IPPROTO_FRAGMENT => {
+            Ok(None)
+        }
+        _ => Ok(Some((next, offset))),
+    }
+}
+
+/// Walks at most [`MAX_CHUNKS`] chunks of the SCTP packet in `span`, counting
+/// DATA, I-DATA and SACK chunks under `assoc`.
+#[inline(always)]
+fn walk_chunks<P: Packet>(
+    pkt: &P,
+    span: &SctpSpan,
+    assoc: &AssocKey,
+    stats: &mut WalkerStats,
+) -> WalkEnd {
+    let mut offset = span.start + SCTP_COMMON_HEADER_LEN;
+    for _ in 0..MAX_CHUNKS {
+        if offset + CHUNK_HEADER_LEN > span.end {
+            // Exactly at the end (or in trailing bytes shorter than a chunk header).
+            return WalkEnd::Complete;
+        }
+        let Ok(header) = ptr_at::<P, [u8; CHUNK_HEADER_LEN]>(pkt, offset) else {
+            return WalkEnd::Malformed;
+        };
+        // SAFETY: `ptr_at` checked the bytes lie inside the packet.
+        let header = unsafe { *header };
+        let length = usize::from(be16(header[2], header[3]));
+        if length < CHUNK_HEADER_LEN || offset + length > span.end {
+            return WalkEnd::Malformed;
+        }
+        stats.chunks += 1;
+        let counted = match header[0] {
+            CHUNK_DATA => count_data(pkt, offset, length, DATA_HEADER_LEN, assoc, stats),
+            CHUNK_IDATA => count_data(pkt, offset, length, IDATA_HEADER_LEN, assoc, stats),
+            CHUNK_SACK => count_sack(pkt, offset, length, assoc, stats),
+            _ => Ok(()),
+        };
+        if counted.is_err() {
+            return WalkEnd::Malformed;
+        }
+        // Chunks are padded to a multiple of 4 bytes (RFC 9260 §3.2).
+        offset += (length + 3) & !3;
+    }
+    if offset + CHUNK_HEADER_LEN > span.end {
+        WalkEnd::Complete
+    } else {
+        WalkEnd::ChunkLimit
+    }
+}
+
+/// Counts a DATA or I-DATA chunk of `length` bytes at `offset` whose header is
+/// `header_len` bytes. Both carry the TSN at byte 4 and the stream id at byte 8.
+/// A chunk with no user data is malformed (RFC 9260 §3.3.1, RFC 8260 §2.1).
+#[inline(always)]
+fn count_data<P: Packet>(
+    pkt: &P,
+    offset: usize,
+    length: usize,
+    header_len: usize,
+    assoc: &AssocKey,
+    stats: &mut WalkerStats,
+) -> Result<(), ProgramError> {
+    if length <= header_len {
+        return Err(ProgramError::Malformed);
+    }
+    let fields = ptr_at::<P, [u8; 12]>(pkt, offset)?;
+    // SAFETY: `ptr_at` checked the bytes lie inside the packet.
+    let fields = unsafe { *fields };
+    let tsn = be32([fields[4], fields[5], fields[6], fields[7]]);
+    let key = StreamKey {
+        vtag: assoc.vtag,
+        src_port: assoc.src_port,
+        dst_port: assoc.dst_port,
+        stream_id: be16(fields[8], fields[9]),
+        direction: assoc.direction,
+        _pad: 0,
+    };
+    let Some(counters) = entry(&SCTP_STREAMS, &key) else {
+        stats.map_errors += 1;
+        return Ok(());
+    };
+    // SAFETY: a non-null pointer to this CPU's copy of the value, valid until the
+    // program returns (an LRU eviction frees it only after an RCU grace period);
+    // preemption is disabled, so the access is exclusive.
+    let counters = unsafe { &mut *counters };
+    if counters.chunks == 0 || tsn_after(tsn, counters.highest_tsn) {
+        counters.highest_tsn = tsn;
+    }
+    counters.data_bytes += (length - header_len) as u64;
+    counters.chunks += 1;
+    counters.last_seen_ns = now_ns();
+    Ok(())
+}
+
+/// Counts a SACK chunk of `length` bytes at `offset`. Its gap ack blocks and
+/// duplicate TSNs must fit in its length.
+#[inline(always)]
+fn count_sack<P: Packet>(
+    pkt: &P,
+    offset: usize,
+    length: usize,
+    assoc: &AssocKey,
+    stats: &mut WalkerStats,
+) -> Result<(), ProgramError> {
+    if length < SACK_HEADER_LEN {
+        return Err(ProgramError::Malformed);
+    }
+    let fields = ptr_at::<P, [u8; SACK_HEADER_LEN]>(pkt, offset)?;
+    // SAFETY: `ptr_at` checked the bytes lie inside the packet.
+    let fields = unsafe { *fields };
+    let gap_blocks = be16(fields[12], fields[13]);
+    let dup_tsns = be16(fields[14], fields[15]);
+    if SACK_HEADER_LEN + 4 * (usize::from(gap_blocks) + usize::from(dup_tsns)) > length {
+        return Err(ProgramError::Malformed);
+    }
+    let cum_tsn_ack = be32([fields[4], fields[5], fields[6], fields[7]]);
+    let a_rwnd = be32([fields[8], fields[9], fields[10], fields[11]]);
+    let Some(counters) = entry(&SCTP_ASSOCS, assoc) else {
+        stats.map_errors += 1;
+        return Ok(());
+    };
+    // SAFETY: as in `count_data`.
+    let counters = unsafe { &mut *counters };
+    if counters.sacks == 0 || tsn_after(cum_tsn_ack, counters.cum_tsn_ack) {
+        counters.cum_tsn_ack = cum_tsn_ack;
+    }
+    counters.a_rwnd = a_rwnd;
+    counters.sacks += 1;
+    counters.gap_blocks += u64::from(gap_blocks);
+    counters.dup_tsns += u64::from(dup_tsns);
+    counters.last_seen_ns = now_ns();
+    Ok(())
+}
+
+/// This CPU's value for `key`, inserted as all zeros if absent; `None` if the
+/// insert failed.
+#[inline(always)]
+fn entry<K, V: Default>(map: &LruPerCpuHashMap<K, V>, key: &K) -> Option<*mut V> {
+    if let Some(value) = map.get_ptr_mut(key) {
+        return Some(value);
+    }
+    // NOEXIST: another CPU may have inserted it meanwhile; then this fails with
+    // EEXIST and the lookup below finds that entry.
+    let _ = map.insert(key, &V::default(), u64::from(BPF_NOEXIST));
+    map.get_ptr_mut(key)
+}
+
+/// The configured UDP encapsulation port.
+#[inline(always)]
+fn udp_port() -> u16 {
+    match SCTP_CONFIG.get(0) {
+        Some(config) if config.udp_port != 0 => config.udp_port,
+        _ => SCTP_UDP_PORT_DEFAULT,
+    }
+}
+
+#[inline(always)]
+fn now_ns() -> u64 {
+    // SAFETY: bpf_ktime_get_ns takes no arguments and cannot fail.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+#[inline(always)]
+fn be16(high: u8, low: u8) -> u16 {
+    u16::from_be_bytes([high, low])
+}
+
+#[inline(always)]
+fn be32(bytes: [u8; 4]) -> u32 {
+    u32::from_be_bytes(bytes)
+}

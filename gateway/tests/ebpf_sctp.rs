@@ -1,0 +1,1144 @@
+//! Runs `gateway-ebpf`'s SCTP programs (`xdp_sctp`, `tc_sctp`) in the kernel on
+//! hand-built frames with `BPF_PROG_TEST_RUN` and checks, exactly, what they
+//! counted into their maps — and that every frame came back unchanged with the
+//! pass-through verdict.
+//!
+//! Each test loads its own copy of the object, so its maps start empty and tests
+//! can run in parallel. The frames are built byte by byte below from RFC 9260
+//! (SCTP), RFC 8260 (I-DATA) and RFC 6951 (SCTP over UDP), with a correct CRC32c
+//! (the programs do not check it, but a frame a real stack would accept keeps
+//! the tests honest).
+//!
+//! The tests are `#[ignore]`d because they need root (loading BPF) and a built
+//! object: `cargo xtask build-ebpf --load-test` (and `cargo xtask test`) run them
+//! with `--ignored` and `GATEWAY_EBPF_OBJECT` set. Run by hand without that
+//! variable or without root, they FAIL saying so; they never pass vacuously.
+
+use std::{collections::BTreeMap, error::Error, path::PathBuf};
+
+use gateway::ebpf::{
+    OBJECT_PATH_ENV, SctpAccounting, SctpAccountingConfig, SctpHook, SctpSnapshot, test_run,
+};
+use gateway_common::{
+    AssocCounters, AssocKey, DIRECTION_EGRESS, DIRECTION_INGRESS, StreamCounters, StreamKey,
+    WalkerStats,
+};
+use proptest::{
+    prelude::*,
+    test_runner::{Config as ProptestConfig, TestRunner},
+};
+
+const XDP_PASS: u32 = 2;
+const TC_ACT_PIPE: u32 = 3;
+
+const VTAG: u32 = 0x1234_5678;
+const SRC_PORT: u16 = 5000;
+const DST_PORT: u16 = 5001;
+const RFC6951_PORT: u16 = 9899;
+
+const IPPROTO_SCTP: u8 = 132;
+const IPPROTO_UDP: u8 = 17;
+const IPPROTO_HOPOPTS: u8 = 0;
+const IPPROTO_ROUTING: u8 = 43;
+const IPPROTO_FRAGMENT: u8 = 44;
+const IPPROTO_DSTOPTS: u8 = 60;
+
+const IGNORE: &str = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`";
+
+// ---------------------------------------------------------------- the tests
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn one_data_chunk_counts_its_user_bytes() {
+    for hook in HOOKS {
+        let mut t = Harness::load(hook);
+        let frame = ipv4(IPPROTO_SCTP, &sctp(&[data(1000, 3, 0, &[0xab; 100])]));
+        let (before, after) = t.run_timed(&frame);
+        let snapshot = t.snapshot();
+        let key = t.stream_key(3);
+        let counters = snapshot.streams.get(&key).copied().unwrap_or_default();
+        assert!(
+            (before..=after).contains(&counters.last_seen_ns),
+            "{hook:?}: last_seen_ns {} outside [{before}, {after}]",
+            counters.last_seen_ns
+        );
+        assert_eq!(
+            strip_times(&snapshot.streams),
+            BTreeMap::from([(key, stream(100, 1, 1000))]),
+            "{hook:?}"
+        );
+        assert!(
+            snapshot.assocs.is_empty(),
+            "{hook:?}: {:?}",
+            snapshot.assocs
+        );
+        assert_eq!(t.stats(&snapshot), walker(1, 1, 1), "{hook:?}");
+        // The other hook's entry saw nothing.
+        assert_eq!(t.other_stats(&snapshot), WalkerStats::default(), "{hook:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn several_streams_bundled_in_one_packet() {
+    for hook in HOOKS {
+        let mut t = Harness::load(hook);
+        // Odd payload lengths exercise the 4-byte padding between chunks.
+        let frame = ipv4(
+            IPPROTO_SCTP,
+            &sctp(&[
+                data(10, 1, 0, &[1; 5]),
+                data(11, 2, 0, &[2; 7]),
+                data(12, 1, 1, &[3; 33]),
+                data(13, 7, 0, &[4; 1]),
+            ]),
+        );
+        t.run(&frame);
+        // A second packet on stream 2, TSNs going on.
+        t.run(&ipv4(IPPROTO_SCTP, &sctp(&[data(14, 2, 1, &[5; 200])])));
+        let snapshot = t.snapshot();
+        assert_eq!(
+            strip_times(&snapshot.streams),
+            BTreeMap::from([
+                (t.stream_key(1), stream(5 + 33, 2, 12)),
+                (t.stream_key(2), stream(7 + 200, 2, 14)),
+                (t.stream_key(7), stream(1, 1, 13)),
+            ]),
+            "{hook:?}"
+        );
+        assert_eq!(t.stats(&snapshot), walker(2, 2, 5), "{hook:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn idata_counts_user_bytes_after_its_20_byte_header() {
+    for hook in HOOKS {
+        let mut t = Harness::load(hook);
+        let frame = ipv4(
+            IPPROTO_SCTP,
+            &sctp(&[
+                idata(500, 4, 0, 0x0000_0033, &[9; 61]),
+                data(501, 4, 0, &[8; 3]),
+                idata(502, 5, 1, 0, &[7; 1000]),
+            ]),
+        );
+        t.run(&frame);
+        let snapshot = t.snapshot();
+        assert_eq!(
+            strip_times(&snapshot.streams),
+            BTreeMap::from([
+                (t.stream_key(4), stream(61 + 3, 2, 501)),
+                (t.stream_key(5), stream(1000, 1, 502)),
+            ]),
+            "{hook:?}"
+        );
+        assert_eq!(t.stats(&snapshot), walker(1, 1, 3), "{hook:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn sack_with_gap_blocks_counts_per_association() {
+    for hook in HOOKS {
+        let mut t = Harness::load(hook);
+        let frame = ipv4(
+            IPPROTO_SCTP,
+            &sctp(&[sack(7000, 65_536, &[(2, 3), (5, 9), (12, 12)], &[6999])]),
+        );
+        t.run(&frame);
+        // A later SACK with a cumulative ack across the TSN wrap, then an old one
+        // arriving late: the later cumulative ack and the newest a_rwnd win.
+        let mut t2 = Harness::load(hook);
+        t2.run(&ipv4(
+            IPPROTO_SCTP,
+            &sctp(&[sack(u32::MAX - 1, 1000, &[], &[])]),
+        ));
+        t2.run(&ipv4(IPPROTO_SCTP, &sctp(&[sack(3, 2000, &[(2, 2)], &[])])));
+        t2.run(&ipv4(
+            IPPROTO_SCTP,
+            &sctp(&[sack(u32::MAX, 3000, &[], &[1, 2])]),
+        ));
+
+        let key = t.assoc_key();
+        let snapshot = t.snapshot();
+        assert!(snapshot.streams.is_empty(), "{hook:?}");
+        assert_eq!(
+            strip_times(&snapshot.assocs),
+            BTreeMap::from([(
+                key,
+                AssocCounters {
+                    sacks: 1,
+                    gap_blocks: 3,
+                    dup_tsns: 1,
+                    last_seen_ns: 0,
+                    cum_tsn_ack: 7000,
+                    a_rwnd: 65_536,
+                }
+            )]),
+            "{hook:?}"
+        );
+        assert_eq!(t.stats(&snapshot), walker(1, 1, 1), "{hook:?}");
+
+        let snapshot = t2.snapshot();
+        assert_eq!(
+            strip_times(&snapshot.assocs),
+            BTreeMap::from([(
+                key,
+                AssocCounters {
+                    sacks: 3,
+                    gap_blocks: 1,
+                    dup_tsns: 2,
+                    last_seen_ns: 0,
+                    cum_tsn_ack: 3,
+                    a_rwnd: 3000,
+                }
+            )]),
+            "{hook:?}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn sack_whose_blocks_overrun_its_length_is_not_counted() {
+    for hook in HOOKS {
+        let mut t = Harness::load(hook);
+        let mut chunk = sack(10, 1000, &[(1, 1)], &[]);
+        // Claim 2 gap blocks while carrying 1.
+        chunk[12..14].copy_from_slice(&2_u16.to_be_bytes());
+        t.run(&ipv4(IPPROTO_SCTP, &sctp(&[chunk])));
+        let snapshot = t.snapshot();
+        assert!(
+            snapshot.assocs.is_empty(),
+            "{hook:?}: {:?}",
+            snapshot.assocs
+        );
+        assert_eq!(t.stats(&snapshot), malformed(walker(1, 1, 1)), "{hook:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn init_and_other_control_chunks_count_nothing() {
+    for hook in HOOKS {
+        let mut t = Harness::load(hook);
+        let init = chunk(1, 0, &init_value(0xdead_beef));
+        let init_ack = chunk(2, 0, &init_value(0xfeed_f00d));
+        let cookie_echo = chunk(10, 0, &[0x42; 32]);
+        let cookie_ack = chunk(11, 0, &[]);
+        let heartbeat = chunk(4, 0, &[0, 1, 0, 8, 1, 2, 3, 4]);
+        let shutdown = chunk(7, 0, &7_u32.to_be_bytes());
+        let forward_tsn = chunk(192, 0, &9_u32.to_be_bytes());
+        // INIT travels alone with verification tag 0.
+        t.run(&ipv4(
+            IPPROTO_SCTP,
+            &sctp_packet(SRC_PORT, DST_PORT, 0, &[init]),
+        ));
+        t.run(&ipv4(IPPROTO_SCTP, &sctp(&[init_ack])));
+        t.run(&ipv4(IPPROTO_SCTP, &sctp(&[cookie_echo, cookie_ack])));
+        t.run(&ipv4(
+            IPPROTO_SCTP,
+            &sctp(&[heartbeat, shutdown, forward_tsn]),
+        ));
+        let snapshot = t.snapshot();
+        assert!(
+            snapshot.streams.is_empty(),
+            "{hook:?}: {:?}",
+            snapshot.streams
+        );
+        assert!(
+            snapshot.assocs.is_empty(),
+            "{hook:?}: {:?}",
+            snapshot.assocs
+        );
+        assert_eq!(t.stats(&snapshot), walker(4, 4, 7), "{hook:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn truncated_packets_count_nothing_past_the_cut() {
+    for hook in HOOKS {
+        let mut t = Harness::load(hook);
+        let full = ipv4(
+            IPPROTO_SCTP,
+            &sctp(&[data(1, 1, 0, &[1; 40]), data(2, 2, 0, &[2; 40])]),
+        );
+        // Cut inside the second chunk: the IP header still claims the full length.
+        let second_chunk_start = 14 + 20 + 12 + 56;
+        t.run(&full[..second_chunk_start + 30]);
+        // Cut inside the SCTP common header, and inside the IP header. The kernel
+        // refuses to build an skb whose IPv4 header is cut (no such skb reaches
+        // TC), so that one runs at XDP only.
+        t.run(&full[..14 + 20 + 6]);
+        let cut_ip = &full[..14 + 10];
+        let packets = if hook == SctpHook::Ingress {
+            t.run(cut_ip);
+            3
+        } else {
+            assert_kernel_refuses(&t, cut_ip);
+            2
+        };
+        let snapshot = t.snapshot();
+        assert_eq!(
+            strip_times(&snapshot.streams),
+            BTreeMap::from([(t.stream_key(1), stream(40, 1, 1))]),
+            "{hook:?}"
+        );
+        assert_eq!(
+            t.stats(&snapshot),
+            WalkerStats {
+                packets,
+                sctp_packets: 1,
+                chunks: 1,
+                malformed: 1,
+                chunk_limit: 0,
+                map_errors: 0,
+                gso_partial: 0,
+            },
+            "{hook:?}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn chunk_length_zero_or_past_the_end_stops_the_walk() {
+    for hook in HOOKS {
+        let mut t = Harness::load(hook);
+        // DATA, then a chunk of length 0, then DATA that must not be reached.
+        let zero = vec![0_u8, 0, 0, 0];
+        t.run(&ipv4(
+            IPPROTO_SCTP,
+            &sctp(&[data(1, 1, 0, &[1; 8]), zero, data(2, 2, 0, &[2; 8])]),
+        ));
+        // A DATA chunk whose length reaches 4 bytes past the packet.
+        let mut long = data(3, 3, 0, &[3; 8]);
+        long[2..4].copy_from_slice(&(16_u16 + 8 + 4).to_be_bytes());
+        t.run(&ipv4(IPPROTO_SCTP, &sctp(&[long])));
+        // A DATA chunk with no user data (length 16) is malformed.
+        t.run(&ipv4(IPPROTO_SCTP, &sctp(&[data(4, 4, 0, &[])])));
+        // Length 3: shorter than a chunk header.
+        t.run(&ipv4(IPPROTO_SCTP, &sctp(&[vec![0, 3, 0, 3]])));
+        let snapshot = t.snapshot();
+        assert_eq!(
+            strip_times(&snapshot.streams),
+            BTreeMap::from([(t.stream_key(1), stream(8, 1, 1))]),
+            "{hook:?}"
+        );
+        assert_eq!(
+            t.stats(&snapshot),
+            WalkerStats {
+                packets: 4,
+                sctp_packets: 4,
+                // The first DATA and the empty DATA were looked at.
+                chunks: 2,
+                malformed: 4,
+                chunk_limit: 0,
+                map_errors: 0,
+                gso_partial: 0,
+            },
+            "{hook:?}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn the_chunk_limit_bounds_the_walk() {
+    for hook in HOOKS {
+        let mut t = Harness::load(hook);
+        let chunks: Vec<Vec<u8>> = (0..20).map(|i| data(100 + i, 1, 0, &[0; 4])).collect();
+        t.run(&ipv4(IPPROTO_SCTP, &sctp(&chunks)));
+        // Exactly 16 chunks: complete, not flagged.
+        t.run(&ipv4(IPPROTO_SCTP, &sctp(&chunks[..16])));
+        let snapshot = t.snapshot();
+        assert_eq!(
+            strip_times(&snapshot.streams),
+            BTreeMap::from([(t.stream_key(1), stream(32 * 4, 32, 115))]),
+            "{hook:?}"
+        );
+        let mut expected = walker(2, 2, 32);
+        expected.chunk_limit = 1;
+        assert_eq!(t.stats(&snapshot), expected, "{hook:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn ethernet_padding_and_ipv4_options_are_handled() {
+    for hook in HOOKS {
+        let mut t = Harness::load(hook);
+        // A COOKIE ACK frame (14 + 20 + 12 + 4 = 50 bytes) padded to the 60-byte
+        // Ethernet minimum: the zero padding must not be walked as chunks.
+        let mut padded = ipv4(IPPROTO_SCTP, &sctp(&[chunk(11, 0, &[])]));
+        assert_eq!(padded.len(), 50);
+        padded.resize(60, 0);
+        t.run(&padded);
+        // IPv4 with 8 bytes of options (IHL 7).
+        t.run(&ipv4_with_options(
+            IPPROTO_SCTP,
+            &[1, 1, 1, 1, 1, 1, 1, 0],
+            &sctp(&[data(1, 6, 0, &[6; 12])]),
+        ));
+        // A VLAN-tagged frame.
+        let mut tagged = ipv4(IPPROTO_SCTP, &sctp(&[data(2, 6, 1, &[6; 10])]));
+        tagged.splice(12..12, [0x81, 0x00, 0x00, 0x2a]);
+        t.run(&tagged);
+        let snapshot = t.snapshot();
+        assert_eq!(
+            strip_times(&snapshot.streams),
+            BTreeMap::from([(t.stream_key(6), stream(22, 2, 2))]),
+            "{hook:?}"
+        );
+        assert_eq!(t.stats(&snapshot), walker(3, 3, 3), "{hook:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn ipv4_fragments_after_the_first_are_skipped() {
+    for hook in HOOKS {
+        let mut t = Harness::load(hook);
+        let mut later = ipv4(IPPROTO_SCTP, &sctp(&[data(1, 1, 0, &[1; 8])]));
+        // Fragment offset 185 (× 8 bytes).
+        later[14 + 6..14 + 8].copy_from_slice(&185_u16.to_be_bytes());
+        t.run(&later);
+        let snapshot = t.snapshot();
+        assert!(snapshot.streams.is_empty(), "{hook:?}");
+        assert_eq!(t.stats(&snapshot), walker(1, 0, 0), "{hook:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn ipv6_with_extension_headers() {
+    for hook in HOOKS {
+        let mut t = Harness::load(hook);
+        let payload = sctp(&[data(42, 9, 0, &[9; 50])]);
+        // Plain IPv6.
+        t.run(&ipv6(&[], IPPROTO_SCTP, &payload));
+        // Hop-by-hop (8 bytes), destination options (16), routing (24), first
+        // fragment (offset 0, M set): four extension headers, the limit.
+        let extensions = [
+            (IPPROTO_HOPOPTS, ext_header(8)),
+            (IPPROTO_DSTOPTS, ext_header(16)),
+            (IPPROTO_ROUTING, ext_header(24)),
+            (IPPROTO_FRAGMENT, fragment_header(0, true)),
+        ];
+        t.run(&ipv6(&extensions, IPPROTO_SCTP, &payload));
+        // A later fragment: skipped.
+        t.run(&ipv6(
+            &[(IPPROTO_FRAGMENT, fragment_header(100, false))],
+            IPPROTO_SCTP,
+            &payload,
+        ));
+        // Five extension headers: over the limit, skipped.
+        let five = [
+            (IPPROTO_HOPOPTS, ext_header(8)),
+            (IPPROTO_DSTOPTS, ext_header(8)),
+            (IPPROTO_ROUTING, ext_header(8)),
+            (IPPROTO_DSTOPTS, ext_header(8)),
+            (IPPROTO_DSTOPTS, ext_header(8)),
+        ];
+        t.run(&ipv6(&five, IPPROTO_SCTP, &payload));
+        // UDP-encapsulated over IPv6 behind one extension header.
+        t.run(&ipv6(
+            &[(IPPROTO_DSTOPTS, ext_header(8))],
+            IPPROTO_UDP,
+            &udp(40_000, RFC6951_PORT, &payload),
+        ));
+        let snapshot = t.snapshot();
+        assert_eq!(
+            strip_times(&snapshot.streams),
+            BTreeMap::from([(t.stream_key(9), stream(150, 3, 42))]),
+            "{hook:?}"
+        );
+        assert_eq!(t.stats(&snapshot), walker(5, 3, 3), "{hook:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn udp_encapsulated_sctp_on_the_configured_port() {
+    for hook in HOOKS {
+        let mut t = Harness::load(hook);
+        let payload = sctp(&[data(7, 2, 0, &[2; 30])]);
+        // RFC 6951 port as destination, then as source (the reply direction).
+        t.run(&ipv4(IPPROTO_UDP, &udp(33_000, RFC6951_PORT, &payload)));
+        t.run(&ipv4(IPPROTO_UDP, &udp(RFC6951_PORT, 33_000, &payload)));
+        // Another UDP port: not SCTP.
+        t.run(&ipv4(IPPROTO_UDP, &udp(33_000, 9900, &payload)));
+        // A UDP length shorter than the datagram bounds the SCTP packet: the DATA
+        // chunk then reaches past its end.
+        let mut short = udp(33_000, RFC6951_PORT, &payload);
+        short[4..6].copy_from_slice(&(8_u16 + 12 + 20).to_be_bytes());
+        t.run(&ipv4(IPPROTO_UDP, &short));
+        let snapshot = t.snapshot();
+        assert_eq!(
+            strip_times(&snapshot.streams),
+            BTreeMap::from([(t.stream_key(2), stream(60, 2, 7))]),
+            "{hook:?}"
+        );
+        assert_eq!(
+            t.stats(&snapshot),
+            WalkerStats {
+                packets: 4,
+                sctp_packets: 3,
+                chunks: 2,
+                malformed: 1,
+                chunk_limit: 0,
+                map_errors: 0,
+                gso_partial: 0,
+            },
+            "{hook:?}"
+        );
+
+        // Reconfigured to port 5555: 9899 is no longer SCTP, 5555 is.
+        t.accounting
+            .configure(SctpAccountingConfig { udp_port: 5555 })
+            .unwrap_or_else(|e| panic!("{}", chain(&e)));
+        t.run(&ipv4(IPPROTO_UDP, &udp(33_000, RFC6951_PORT, &payload)));
+        t.run(&ipv4(IPPROTO_UDP, &udp(33_000, 5555, &payload)));
+        let snapshot = t.snapshot();
+        assert_eq!(
+            strip_times(&snapshot.streams),
+            BTreeMap::from([(t.stream_key(2), stream(90, 3, 7))]),
+            "{hook:?}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn udp_gso_super_packets_count_their_first_segment_only() {
+    let mut t = Harness::load(SctpHook::Egress);
+    // Two SCTP packets of 60 bytes each glued under one UDP header, as a UDP GSO
+    // send with gso_size 60 leaves them at TC egress. The second segment's
+    // common header must not be read as a chunk.
+    let first = sctp(&[data(1, 1, 0, &[1; 32])]);
+    let second = sctp_packet(0x0000, 0x0010, VTAG, &[data(2, 2, 0, &[2; 32])]);
+    assert_eq!((first.len(), second.len()), (60, 60));
+    let mut payload = first;
+    payload.extend_from_slice(&second);
+    let frame = ipv4(IPPROTO_UDP, &udp(40_000, RFC6951_PORT, &payload));
+    let fd = t
+        .accounting
+        .program_fd(SctpHook::Egress)
+        .unwrap_or_else(|e| panic!("{}", chain(&e)));
+    let out = test_run::run_with_context(fd, &frame, &sk_buff_with_gso(2, 60), 1)
+        .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN with a GSO context: {e}"));
+    assert_eq!(out.retval, TC_ACT_PIPE);
+    assert_eq!(out.data_out, frame);
+    // Without GSO the same bytes are one (odd) SCTP packet: the walker reads the
+    // second common header as a chunk of type 0 (DATA) and length 16, finds no
+    // user data and stops, so still only stream 1 counts.
+    t.run(&frame);
+    let snapshot = t.snapshot();
+    assert_eq!(
+        strip_times(&snapshot.streams),
+        BTreeMap::from([(t.stream_key(1), stream(64, 2, 1))]),
+    );
+    assert_eq!(
+        snapshot.egress,
+        WalkerStats {
+            packets: 2,
+            sctp_packets: 2,
+            chunks: 3,
+            malformed: 1,
+            chunk_limit: 0,
+            map_errors: 0,
+            gso_partial: 1,
+        }
+    );
+}
+
+/// The bytes of a `struct __sk_buff` (192 bytes on 64-bit) with only `gso_segs`
+/// (offset 164) and `gso_size` (offset 176) set.
+fn sk_buff_with_gso(segments: u32, size: u32) -> Vec<u8> {
+    let mut context = vec![0_u8; 192];
+    context[164..168].copy_from_slice(&segments.to_ne_bytes());
+    context[176..180].copy_from_slice(&size.to_ne_bytes());
+    context
+}
+
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn random_packets_never_change_the_verdict_or_the_bytes() {
+    let object = object_path();
+    require_root();
+    for hook in HOOKS {
+        let accounting = SctpAccounting::load_file(&object, SctpAccountingConfig::default())
+            .unwrap_or_else(|e| panic!("loading {}: {}", object.display(), chain(&e)));
+        let fd = accounting
+            .program_fd(hook)
+            .unwrap_or_else(|e| panic!("{}", chain(&e)));
+        let expected = pass_verdict(hook);
+        let mut runner = TestRunner::new(ProptestConfig {
+            cases: 768,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        });
+        let valid = ipv4(
+            IPPROTO_SCTP,
+            &sctp(&[
+                data(1, 1, 0, &[1; 30]),
+                sack(5, 100, &[(1, 2)], &[]),
+                idata(2, 2, 0, 0, &[2; 9]),
+            ]),
+        );
+        let valid_udp6 = ipv6(
+            &[(IPPROTO_HOPOPTS, ext_header(8))],
+            IPPROTO_UDP,
+            &udp(1, RFC6951_PORT, &sctp(&[data(1, 1, 0, &[1; 30])])),
+        );
+        let sctp_prefix = ipv4(IPPROTO_SCTP, &sctp(&[]));
+        let strategy = prop_oneof![
+            // Any bytes at all (the kernel refuses frames under 14 bytes).
+            proptest::collection::vec(any::<u8>(), 14..1500),
+            // A valid frame with bytes overwritten at random places.
+            mutations(valid),
+            mutations(valid_udp6),
+            // Valid headers, then random chunk bytes (the IP length field says 32).
+            proptest::collection::vec(any::<u8>(), 0..1400).prop_map(move |tail| {
+                let mut frame = sctp_prefix.clone();
+                frame.extend_from_slice(&tail);
+                frame
+            }),
+        ];
+        let total_len = std::cell::Cell::new(0_u64);
+        runner
+            .run(&strategy, |frame| {
+                total_len.set(total_len.get() + frame.len() as u64);
+                let out = match test_run::run(fd, &frame, 1) {
+                    Ok(out) => out,
+                    Err(e) if hook == SctpHook::Egress && ip_header_cut(&frame) => {
+                        // No such skb exists: the kernel refuses to build it.
+                        prop_assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+                        return Ok(());
+                    }
+                    Err(e) => return Err(TestCaseError::fail(format!("test run: {e}"))),
+                };
+                prop_assert_eq!(out.retval, expected);
+                prop_assert_eq!(&out.data_out, &frame);
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{hook:?}: {e}"));
+        // Whatever it counted, it never counted more user bytes than it was given.
+        let snapshot = accounting
+            .snapshot()
+            .unwrap_or_else(|e| panic!("{}", chain(&e)));
+        let counted: u64 = snapshot.streams.values().map(|s| s.data_bytes).sum();
+        let total_len = total_len.get();
+        assert!(counted <= total_len, "{hook:?}: {counted} > {total_len}");
+        let stats = if hook == SctpHook::Ingress {
+            snapshot.ingress
+        } else {
+            snapshot.egress
+        };
+        assert_eq!(stats.packets, 768, "{hook:?}");
+        assert_eq!(stats.map_errors, 0, "{hook:?}");
+    }
+}
+
+/// Whether `frame` says IPv4 or IPv6 but is too short for the fixed header
+/// (which the kernel's skb test run refuses with `EINVAL`).
+fn ip_header_cut(frame: &[u8]) -> bool {
+    match u16::from_be_bytes([frame[12], frame[13]]) {
+        0x0800 => frame.len() < 14 + 20,
+        0x86dd => frame.len() < 14 + 40,
+        _ => false,
+    }
+}
+
+/// Fails unless the kernel refuses to run the egress program on `frame`.
+fn assert_kernel_refuses(t: &Harness, frame: &[u8]) {
+    let fd = t
+        .accounting
+        .program_fd(t.hook)
+        .unwrap_or_else(|e| panic!("{}", chain(&e)));
+    let result = test_run::run(fd, frame, 1);
+    assert_eq!(
+        result.as_ref().map_err(std::io::Error::raw_os_error),
+        Err(Some(libc::EINVAL)),
+        "{:?}: the kernel ran a frame with a cut IP header",
+        t.hook
+    );
+}
+
+/// A frame with 1 to 8 bytes replaced at random offsets.
+fn mutations(frame: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
+    let len = frame.len();
+    proptest::collection::vec((0..len, any::<u8>()), 1..8).prop_map(move |edits| {
+        let mut frame = frame.clone();
+        for (at, byte) in edits {
+            frame[at] = byte;
+        }
+        frame
+    })
+}
+
+// ------------------------------------------------------------- the harness
+
+const HOOKS: [SctpHook; 2] = [SctpHook::Ingress, SctpHook::Egress];
+
+/// One freshly loaded copy of the programs, and the hook under test.
+struct Harness {
+    accounting: SctpAccounting,
+    hook: SctpHook,
+}
+
+impl Harness {
+    fn load(hook: SctpHook) -> Self {
+        let object = object_path();
+        require_root();
+        let accounting = SctpAccounting::load_file(&object, SctpAccountingConfig::default())
+            .unwrap_or_else(|e| panic!("loading {}: {}", object.display(), chain(&e)));
+        Self { accounting, hook }
+    }
+
+    fn direction(&self) -> u8 {
+        match self.hook {
+            SctpHook::Ingress => DIRECTION_INGRESS,
+            SctpHook::Egress => DIRECTION_EGRESS,
+        }
+    }
+
+    /// Runs the hook's program on `frame`; fails unless it passed the frame on
+    /// unchanged.
+    fn run(&mut self, frame: &[u8]) {
+        let fd = self
+            .accounting
+            .program_fd(self.hook)
+            .unwrap_or_else(|e| panic!("{}", chain(&e)));
+        let out = test_run::run(fd, frame, 1)
+            .unwrap_or_else(|e| panic!("{:?}: BPF_PROG_TEST_RUN: {e}", self.hook));
+        assert_eq!(
+            out.retval,
+            pass_verdict(self.hook),
+            "{:?}: wrong verdict",
+            self.hook
+        );
+        assert_eq!(out.data_out, frame, "{:?}: the frame changed", self.hook);
+    }
+
+    /// [`Harness::run`], returning CLOCK_MONOTONIC before and after.
+    fn run_timed(&mut self, frame: &[u8]) -> (u64, u64) {
+        let before = monotonic_ns();
+        self.run(frame);
+        (before, monotonic_ns())
+    }
+
+    fn snapshot(&self) -> SctpSnapshot {
+        self.accounting
+            .snapshot()
+            .unwrap_or_else(|e| panic!("{}", chain(&e)))
+    }
+
+    fn stats(&self, snapshot: &SctpSnapshot) -> WalkerStats {
+        match self.hook {
+            SctpHook::Ingress => snapshot.ingress,
+            SctpHook::Egress => snapshot.egress,
+        }
+    }
+
+    fn other_stats(&self, snapshot: &SctpSnapshot) -> WalkerStats {
+        match self.hook {
+            SctpHook::Ingress => snapshot.egress,
+            SctpHook::Egress => snapshot.ingress,
+        }
+    }
+
+    fn stream_key(&self, stream_id: u16) -> StreamKey {
+        StreamKey {
+            vtag: VTAG,
+            src_port: SRC_PORT,
+            dst_port: DST_PORT,
+            stream_id,
+            direction: self.direction(),
+            _pad: 0,
+        }
+    }
+
+    fn assoc_key(&self) -> AssocKey {
+        self.stream_key(0).assoc()
+    }
+}
+
+fn pass_verdict(hook: SctpHook) -> u32 {
+    match hook {
+        SctpHook::Ingress => XDP_PASS,
+        SctpHook::Egress => TC_ACT_PIPE,
+    }
+}
+
+fn stream(data_bytes: u64, chunks: u64, highest_tsn: u32) -> StreamCounters {
+    StreamCounters {
+        data_bytes,
+        chunks,
+        last_seen_ns: 0,
+        highest_tsn,
+        _pad: 0,
+    }
+}
+
+fn walker(packets: u64, sctp_packets: u64, chunks: u64) -> WalkerStats {
+    WalkerStats {
+        packets,
+        sctp_packets,
+        chunks,
+        ..WalkerStats::default()
+    }
+}
+
+fn malformed(stats: WalkerStats) -> WalkerStats {
+    WalkerStats {
+        malformed: stats.malformed + 1,
+        ..stats
+    }
+}
+
+/// The counters with timestamps zeroed (after checking each is set).
+fn strip_times<K: Ord + Copy + std::fmt::Debug, V: Timestamped>(
+    map: &BTreeMap<K, V>,
+) -> BTreeMap<K, V> {
+    map.iter()
+        .map(|(key, value)| {
+            assert_ne!(value.time(), 0, "{key:?}: no timestamp");
+            (*key, value.without_time())
+        })
+        .collect()
+}
+
+trait Timestamped: Copy {
+    fn time(&self) -> u64;
+    fn without_time(self) -> Self;
+}
+
+impl Timestamped for StreamCounters {
+    fn time(&self) -> u64 {
+        self.last_seen_ns
+    }
+    fn without_time(self) -> Self {
+        Self {
+            last_seen_ns: 0,
+            ..self
+        }
+    }
+}
+
+impl Timestamped for AssocCounters {
+    fn time(&self) -> u64 {
+        self.last_seen_ns
+    }
+    fn without_time(self) -> Self {
+        Self {
+            last_seen_ns: 0,
+            ..self
+        }
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
+    let result = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut now) };
+    assert_eq!(result, 0, "clock_gettime");
+    u64::try_from(now.tv_sec).expect("monotonic seconds are positive") * 1_000_000_000
+        + u64::try_from(now.tv_nsec).expect("nanoseconds are positive")
+}
+
+// ------------------------------------------------------ frames, by hand
+
+/// One chunk: type, flags, length (header + value, without padding), value,
+/// zero padding to a multiple of 4 (RFC 9260 §3.2).
+fn chunk(kind: u8, flags: u8, value: &[u8]) -> Vec<u8> {
+    let length = u16::try_from(4 + value.len()).expect("chunk fits its length field");
+    let mut bytes = vec![kind, flags];
+    bytes.extend_from_slice(&length.to_be_bytes());
+    bytes.extend_from_slice(value);
+    while !bytes.len().is_multiple_of(4) {
+        bytes.push(0);
+    }
+    bytes
+}
+
+/// A DATA chunk (RFC 9260 §3.3.1), unfragmented (B and E set).
+fn data(tsn: u32, stream: u16, ssn: u16, payload: &[u8]) -> Vec<u8> {
+    let mut value = Vec::new();
+    value.extend_from_slice(&tsn.to_be_bytes());
+    value.extend_from_slice(&stream.to_be_bytes());
+    value.extend_from_slice(&ssn.to_be_bytes());
+    value.extend_from_slice(&0x3344_5566_u32.to_be_bytes()); // PPID
+    value.extend_from_slice(payload);
+    chunk(0, 0x03, &value)
+}
+
+/// An I-DATA chunk (RFC 8260 §2.1), unfragmented: the last word is the PPID.
+fn idata(tsn: u32, stream: u16, mid: u32, ppid: u32, payload: &[u8]) -> Vec<u8> {
+    let mut value = Vec::new();
+    value.extend_from_slice(&tsn.to_be_bytes());
+    value.extend_from_slice(&stream.to_be_bytes());
+    value.extend_from_slice(&[0, 0]); // reserved
+    value.extend_from_slice(&mid.to_be_bytes());
+    value.extend_from_slice(&ppid.to_be_bytes());
+    value.extend_from_slice(payload);
+    chunk(64, 0x03, &value)
+}
+
+/// A SACK chunk (RFC 9260 §3.3.4).
+fn sack(cum_tsn_ack: u32, a_rwnd: u32, gaps: &[(u16, u16)], dups: &[u32]) -> Vec<u8> {
+    let mut value = Vec::new();
+    value.extend_from_slice(&cum_tsn_ack.to_be_bytes());
+    value.extend_from_slice(&a_rwnd.to_be_bytes());
+    value.extend_from_slice(&u16::try_from(gaps.len()).expect("few gaps").to_be_bytes());
+    value.extend_from_slice(&u16::try_from(dups.len()).expect("few dups").to_be_bytes());
+    for (start, end) in gaps {
+        value.extend_from_slice(&start.to_be_bytes());
+        value.extend_from_slice(&end.to_be_bytes());
+    }
+    for dup in dups {
+        value.extend_from_slice(&dup.to_be_bytes());
+    }
+    chunk(3, 0, &value)
+}
+
+/// The fixed part of INIT / INIT ACK (RFC 9260 §3.3.2).
+fn init_value(initiate_tag: u32) -> Vec<u8> {
+    let mut value = Vec::new();
+    value.extend_from_slice(&initiate_tag.to_be_bytes());
+    value.extend_from_slice(&65_536_u32.to_be_bytes()); // a_rwnd
+    value.extend_from_slice(&16_u16.to_be_bytes()); // outbound streams
+    value.extend_from_slice(&16_u16.to_be_bytes()); // inbound streams
+    value.extend_from_slice(&1_u32.to_be_bytes()); // initial TSN
+    value
+}
+
+/// An SCTP packet from `SRC_PORT` to `DST_PORT` with tag `VTAG`.
+fn sctp(chunks: &[Vec<u8>]) -> Vec<u8> {
+    sctp_packet(SRC_PORT, DST_PORT, VTAG, chunks)
+}
+
+/// An SCTP packet: common header with a correct CRC32c (RFC 9260 Appendix A:
+/// computed with the checksum field zero, stored in little-endian byte order),
+/// then the chunks.
+fn sctp_packet(src_port: u16, dst_port: u16, vtag: u32, chunks: &[Vec<u8>]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&src_port.to_be_bytes());
+    bytes.extend_from_slice(&dst_port.to_be_bytes());
+    bytes.extend_from_slice(&vtag.to_be_bytes());
+    bytes.extend_from_slice(&[0; 4]);
+    for chunk in chunks {
+        bytes.extend_from_slice(chunk);
+    }
+    let crc = crc32c::crc32c(&bytes);
+    bytes[8..12].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+/// A UDP datagram (checksum 0: "none" for IPv4; the programs do not check it).
+fn udp(src_port: u16, dst_port: u16, payload: &[u8]) -> Vec<u8> {
+    let length = u16::try_from(8 + payload.len()).expect("datagram fits");
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&src_port.to_be_bytes());
+    bytes.extend_from_slice(&dst_port.to_be_bytes());
+    bytes.extend_from_slice(&length.to_be_bytes());
+    bytes.extend_from_slice(&[0, 0]);
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+fn ethernet(ethertype: u16) -> Vec<u8> {
+    let mut bytes = vec![0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01];
+    bytes.extend_from_slice(&ethertype.to_be_bytes());
+    bytes
+}
+
+/// An Ethernet frame holding an IPv4 packet 192.0.2.1 → 192.0.2.2 (RFC 5737).
+fn ipv4(protocol: u8, payload: &[u8]) -> Vec<u8> {
+    ipv4_with_options(protocol, &[], payload)
+}
+
+fn ipv4_with_options(protocol: u8, options: &[u8], payload: &[u8]) -> Vec<u8> {
+    assert!(options.len().is_multiple_of(4), "options are whole words");
+    let header_len = 20 + options.len();
+    let total = u16::try_from(header_len + payload.len()).expect("packet fits");
+    let ihl = u8::try_from(header_len / 4).expect("IHL fits");
+    let mut ip = vec![0x40 | ihl, 0];
+    ip.extend_from_slice(&total.to_be_bytes());
+    ip.extend_from_slice(&[0, 1, 0x40, 0]); // id 1, DF
+    ip.extend_from_slice(&[64, protocol, 0, 0]);
+    ip.extend_from_slice(&[192, 0, 2, 1, 192, 0, 2, 2]);
+    ip.extend_from_slice(options);
+    let checksum = internet_checksum(&ip);
+    ip[10..12].copy_from_slice(&checksum.to_be_bytes());
+    let mut frame = ethernet(0x0800);
+    frame.extend_from_slice(&ip);
+    frame.extend_from_slice(payload);
+    frame
+}
+
+fn internet_checksum(bytes: &[u8]) -> u16 {
+    let mut sum: u32 = bytes
+        .chunks(2)
+        .map(|pair| u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !u16::try_from(sum).expect("folded")
+}
+
+/// An Ethernet frame holding an IPv6 packet 2001:db8::1 → 2001:db8::2 (RFC 3849)
+/// with the given extension headers (type, body without the next-header byte
+/// filled in) in order, then `protocol`.
+fn ipv6(extensions: &[(u8, Vec<u8>)], protocol: u8, payload: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (index, (_, header)) in extensions.iter().enumerate() {
+        let next = extensions
+            .get(index + 1)
+            .map_or(protocol, |(kind, _)| *kind);
+        let mut header = header.clone();
+        header[0] = next;
+        body.extend_from_slice(&header);
+    }
+    body.extend_from_slice(payload);
+    let first = extensions.first().map_or(protocol, |(kind, _)| *kind);
+    let mut frame = ethernet(0x86dd);
+    frame.extend_from_slice(&[0x60, 0, 0, 0]);
+    frame.extend_from_slice(&u16::try_from(body.len()).expect("fits").to_be_bytes());
+    frame.extend_from_slice(&[first, 64]);
+    let mut address = [0_u8; 16];
+    address[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+    address[15] = 1;
+    frame.extend_from_slice(&address);
+    address[15] = 2;
+    frame.extend_from_slice(&address);
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// A hop-by-hop, routing or destination options header of `len` bytes (a
+/// multiple of 8): next header (filled in later), length in 8-byte units minus
+/// one, then PadN-like filler.
+fn ext_header(len: usize) -> Vec<u8> {
+    assert!(
+        len >= 8 && len.is_multiple_of(8),
+        "extension headers are 8-byte units"
+    );
+    let mut header = vec![0_u8; len];
+    header[1] = u8::try_from(len / 8 - 1).expect("fits");
+    header[2] = 1; // PadN
+    header[3] = u8::try_from(len - 4).expect("fits");
+    header
+}
+
+/// A fragment header (RFC 8200 §4.5): offset in 8-byte units, M flag.
+fn fragment_header(offset: u16, more: bool) -> Vec<u8> {
+    let field = (offset << 3) | u16::from(more);
+    let mut header = vec![0, 0];
+    header.extend_from_slice(&field.to_be_bytes());
+    header.extend_from_slice(&0x0bad_cafe_u32.to_be_bytes());
+    header
+}
+
+// ------------------------------------------------------------ environment
+
+/// The object's path from `GATEWAY_EBPF_OBJECT`; fails the test if it is unset or
+/// names no file.
+fn object_path() -> PathBuf {
+    let Some(path) = std::env::var_os(OBJECT_PATH_ENV) else {
+        panic!(
+            "{OBJECT_PATH_ENV} is not set ({IGNORE}). Or run `cargo xtask build-ebpf`, set \
+             {OBJECT_PATH_ENV} to the path it prints and run this test with --ignored."
+        );
+    };
+    let path = PathBuf::from(path);
+    assert!(
+        path.is_file(),
+        "{OBJECT_PATH_ENV}={} is not a file; run `cargo xtask build-ebpf`",
+        path.display()
+    );
+    path
+}
+
+fn require_root() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "this test needs root: it loads BPF programs (CAP_BPF, CAP_SYS_ADMIN)"
+    );
+}
+
+/// An error with all its sources, one `: ` apart.
+fn chain(error: &dyn Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Attaches both programs to a veth end in a fresh namespace (deleted on drop,
+/// also on panic, taking the veth pair and any attachment with it), checks the
+/// kernel shows them, then that detaching removes them.
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn attaches_to_an_interface_and_detaches() {
+    let object = object_path();
+    require_root();
+    let name = format!("gw-ebpf-sctp-{}", std::process::id());
+    let netns = testbed::Netns::create(&name).unwrap_or_else(|e| panic!("creating {name}: {e}"));
+    let ns = netns.name().to_owned();
+    for args in [
+        vec![
+            "-n", &ns, "link", "add", "gsa0", "type", "veth", "peer", "name", "gsb0",
+        ],
+        vec!["-n", &ns, "link", "set", "gsa0", "up"],
+        vec!["-n", &ns, "link", "set", "gsb0", "up"],
+    ] {
+        testbed::ip(&args).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let programs_on = |ns: &str| {
+        testbed::ip(&["-n", ns, "-d", "link", "show", "gsa0"]).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let ns_inner = ns.clone();
+    testbed::in_netns(&ns, move || {
+        let mut accounting = SctpAccounting::load_file(&object, SctpAccountingConfig::default())
+            .unwrap_or_else(|e| panic!("loading {}: {}", object.display(), chain(&e)));
+        accounting
+            .attach_ingress("gsa0", gateway::ebpf::XdpMode::Generic)
+            .unwrap_or_else(|e| panic!("{}", chain(&e)));
+        accounting
+            .attach_egress("gsa0")
+            .unwrap_or_else(|e| panic!("{}", chain(&e)));
+        assert_eq!(
+            accounting.attached_interfaces(),
+            (Some("gsa0"), Some("gsa0"))
+        );
+        let shown = programs_on(&ns_inner);
+        assert!(
+            shown.contains("xdpgeneric"),
+            "no XDP program on gsa0: {shown}"
+        );
+        accounting
+            .detach()
+            .unwrap_or_else(|e| panic!("{}", chain(&e)));
+        assert_eq!(accounting.attached_interfaces(), (None, None));
+        let shown = programs_on(&ns_inner);
+        assert!(
+            !shown.contains("xdp"),
+            "XDP still attached after detach: {shown}"
+        );
+    })
+    .unwrap_or_else(|e| panic!("entering {ns}: {e}"));
+    drop(netns);
+}
