@@ -119,6 +119,10 @@ struct Sent {
     sent_at: Instant,
     transmissions: u32,
     gap_acked: bool,
+    /// Already counted as delivered to the controller: a chunk un-acked by
+    /// a renege and acked again was delivered once, not twice (a second
+    /// count would make the path look faster than it is).
+    counted: bool,
     marked: bool,
     misses: u32,
 }
@@ -141,6 +145,9 @@ pub(crate) struct Sender {
     outstanding: VecDeque<Sent>,
     /// The peer's cumulative TSN ack: every TSN up to it is acknowledged.
     cum_ack: u32,
+    /// The send time of the newest chunk any SACK has acknowledged (what
+    /// makes a newly acknowledged chunk "late", see [`Acked::late_bytes`]).
+    newest_acked_sent: Option<Instant>,
     flight: u64,
     /// The peer's receive window as we last computed it (RFC 9260 6.2.1).
     peer_rwnd: u64,
@@ -189,6 +196,7 @@ impl Sender {
             continuing: None,
             outstanding: VecDeque::new(),
             cum_ack: initial_tsn.wrapping_sub(1),
+            newest_acked_sent: None,
             flight: 0,
             peer_rwnd: u64::from(peer_rwnd),
             marked: 0,
@@ -420,6 +428,7 @@ impl Sender {
             sent_at: now,
             transmissions: 1,
             gap_acked: false,
+            counted: false,
             marked: false,
             misses: 0,
         });
@@ -456,6 +465,13 @@ impl Sender {
         }
         let flight_before = self.flight;
         let mut newly_acked: u64 = 0;
+        let mut late_bytes: u64 = 0;
+        let newest_before = self.newest_acked_sent;
+        let mut late = |sent_at: Instant, size: u64| {
+            if newest_before.is_some_and(|newest| sent_at < newest) {
+                late_bytes += size;
+            }
+        };
         let mut newest_sent: Option<Instant> = None;
         let mut sample: Option<Duration> = None;
         // The newest delivered chunk by send time (RACK), and whether any
@@ -480,7 +496,10 @@ impl Sender {
             if sent.gap_acked {
                 self.gap_acked -= 1;
             } else {
-                newly_acked += sent.size;
+                if !sent.counted {
+                    newly_acked += sent.size;
+                    late(sent.sent_at, sent.size);
+                }
                 htna = Some(sent.chunk.tsn);
                 newest_sent = Some(newest_sent.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
                 delivered = newer(delivered, sent.sent_at, sent.transmissions);
@@ -510,6 +529,14 @@ impl Sender {
         } else {
             self.outstanding.len()
         };
+        // A SACK says nothing of TSNs above its last gap block: a receiver
+        // reports a bounded number of blocks (ours [`MAX_GAP_BLOCKS`], others
+        // what fits in a packet), so a block it left out is not a renege.
+        // Without blocks, everything above the cumulative ack is reported
+        // missing, as RFC 9260 6.2.1 D iv reads.
+        //
+        // [`MAX_GAP_BLOCKS`]: crate::recv::MAX_GAP_BLOCKS
+        let reported = sack.gaps.last().map_or(u32::MAX, |b| u32::from(b.end));
         for sent in self.outstanding.iter_mut().take(walk) {
             let offset = sent.chunk.tsn.wrapping_sub(base);
             while blocks.peek().is_some_and(|b| u32::from(b.end) < offset) {
@@ -528,7 +555,11 @@ impl Sender {
                 }
                 sent.gap_acked = true;
                 self.gap_acked += 1;
-                newly_acked += sent.size;
+                if !sent.counted {
+                    sent.counted = true;
+                    newly_acked += sent.size;
+                    late(sent.sent_at, sent.size);
+                }
                 htna = Some(sent.chunk.tsn);
                 newest_sent = Some(newest_sent.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
                 delivered = newer(delivered, sent.sent_at, sent.transmissions);
@@ -537,7 +568,7 @@ impl Sender {
                 if sent.transmissions == 1 && !sent.marked {
                     sample = Some(now.saturating_duration_since(sent.sent_at));
                 }
-            } else if !in_block && sent.gap_acked {
+            } else if !in_block && sent.gap_acked && offset <= reported {
                 // Renege (RFC 9260 6.2.1 D iv): the peer dropped it after all.
                 sent.gap_acked = false;
                 self.gap_acked -= 1;
@@ -598,6 +629,9 @@ impl Sender {
             }
         }
 
+        if newest_sent > self.newest_acked_sent {
+            self.newest_acked_sent = newest_sent;
+        }
         if newly_acked > 0
             && let Some(sent) = newest_sent
         {
@@ -610,10 +644,12 @@ impl Sender {
                     cum_advanced: outcome.cum_advanced,
                     smoothed_rtt: rtt.smoothed(),
                     rtt_sample: sample,
+                    late_bytes,
                 },
             );
         }
         if let Some(sent) = lost_newest {
+            cc.on_lost(now, lost_bytes);
             if self.recovery.is_none() {
                 self.recovery = Some(highest_sent);
                 cc.on_congestion_event(now, sent, false, lost_bytes);
@@ -681,6 +717,7 @@ impl Sender {
         let Some(sent) = newest else {
             return false;
         };
+        cc.on_lost(now, lost);
         if self.recovery.is_none() {
             self.recovery = Some(self.next_tsn.wrapping_sub(1));
             cc.on_congestion_event(now, sent, false, lost);
@@ -737,6 +774,7 @@ impl Sender {
         self.fast_rtx_pending = false;
         self.reorder_deadline = None;
         self.probe_new = false;
+        cc.on_lost(now, lost);
         cc.on_congestion_event(now, newest.unwrap_or(now), true, lost);
     }
 

@@ -285,6 +285,7 @@ mod tests {
             cum_advanced: true,
             smoothed_rtt: Some(Duration::from_millis(100)),
             rtt_sample: Some(Duration::from_millis(100)),
+            late_bytes: 0,
         }
     }
 

@@ -81,6 +81,12 @@ pub struct Acked {
     /// This SACK's own RTT sample, if it gave one (Karn's rule: never from a
     /// retransmitted chunk, so a model-based controller can trust it).
     pub rtt_sample: Option<Duration>,
+    /// Of `bytes`, those sent before the newest chunk an earlier SACK had
+    /// already acknowledged: when they arrived is unknown and may lie far
+    /// back (a peer reports a bounded number of gap blocks, and a block it
+    /// left out is reported only once the holes below it are filled), so
+    /// they are no evidence of the path's current delivery rate.
+    pub late_bytes: u64,
 }
 
 /// Congestion control, called by the association at defined points.
@@ -104,6 +110,15 @@ pub trait Controller: Send + fmt::Debug {
         persistent: bool,
         lost_bytes: u64,
     );
+
+    /// `bytes` of DATA were taken for lost, by any means (miss indications,
+    /// RACK, a time-out), including inside a recovery period that
+    /// [`Controller::on_congestion_event`] is not called for again. A model
+    /// that counts the share of what is lost needs every loss; a window
+    /// that halves once per window needs only the event.
+    fn on_lost(&mut self, now: Instant, bytes: u64) {
+        let _ = (now, bytes);
+    }
 
     /// Nothing was sent for an RTO or more while data could have been (RFC
     /// 9260 7.2.1 last paragraph): the window decays.

@@ -223,6 +223,7 @@ mod tests {
             cum_advanced: true,
             smoothed_rtt: None,
             rtt_sample: None,
+            late_bytes: 0,
         }
     }
 
@@ -570,7 +571,7 @@ mod tests {
                 match event {
                     Event::Sent => cc.on_sent(now, mtu),
                     Event::Ack { bytes, flight, cum, .. } => {
-                        let acked = Acked { bytes, sent, flight_before: flight, cum_advanced: cum, smoothed_rtt: None, rtt_sample: None };
+                        let acked = Acked { bytes, sent, flight_before: flight, cum_advanced: cum, smoothed_rtt: None, rtt_sample: None, late_bytes: 0 };
                         cc.on_ack(now, &acked);
                         prop_assert!(cc.window() <= before + mtu);
                         if cc.recovery_start().is_some_and(|r| sent <= r) {
