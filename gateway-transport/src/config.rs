@@ -40,7 +40,8 @@ impl fmt::Display for BackendKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BackendChoice {
-    /// Kernel SCTP if this host can open an SCTP socket, else userspace.
+    /// Userspace SCTP over UDP, whether or not the host has kernel SCTP
+    /// (see [`BackendChoice::decide`] for why).
     #[default]
     Auto,
     /// Always kernel SCTP.
@@ -57,14 +58,42 @@ pub enum BackendChoice {
 }
 
 impl BackendChoice {
-    /// The backend to use on this host. `Auto` probes for kernel SCTP by opening
-    /// (and closing) one socket.
+    /// The backend to use on this host.
     pub fn resolve(self) -> BackendKind {
+        self.decide().0
+    }
+
+    /// The backend to use on this host and why, for the daemons' start-up log.
+    ///
+    /// `Auto` is our userspace SCTP over UDP even where the kernel has SCTP.
+    /// Ours is built for this job (a BBR-family controller that does not read
+    /// random loss as congestion, RACK-TLP, a delayed SACK of milliseconds,
+    /// pacing); Linux SCTP is Reno-like with a 1 s minimum RTO and a 200 ms
+    /// delayed SACK (docs/transport.md has the figures). And both ends of an
+    /// association must pick the same wire: a gateway on a router with the
+    /// `sctp` module and an origin in a container without it would otherwise
+    /// speak native SCTP and SCTP over UDP past each other. A kernel peer
+    /// still talks to ours through its UDP encapsulation (RFC 6951, Linux
+    /// 5.11+); `kernel` selects the kernel backend explicitly.
+    pub fn decide(self) -> (BackendKind, &'static str) {
         match self {
-            BackendChoice::Auto if crate::kernel::available() => BackendKind::Kernel,
-            BackendChoice::Auto => BackendKind::Userspace,
+            BackendChoice::Auto if crate::kernel::available() => (
+                BackendKind::Userspace,
+                "auto: our SCTP over UDP (BBR, RACK-TLP, short delayed SACK); this host \
+                 also has kernel SCTP, which backend = \"kernel\" selects",
+            ),
+            BackendChoice::Auto => (
+                BackendKind::Userspace,
+                "auto: our SCTP over UDP; this host has no kernel SCTP",
+            ),
+            other => (other.explicit(), "configured"),
+        }
+    }
+
+    fn explicit(self) -> BackendKind {
+        match self {
+            BackendChoice::Auto | BackendChoice::Userspace => BackendKind::Userspace,
             BackendChoice::Kernel => BackendKind::Kernel,
-            BackendChoice::Userspace => BackendKind::Userspace,
             BackendChoice::FramedTcp => BackendKind::FramedTcp,
             BackendChoice::Quic => BackendKind::Quic,
             #[cfg(feature = "sctp-proto-baseline")]

@@ -117,10 +117,9 @@ async fn main() -> Result<()> {
     };
     let service = Arc::new(service);
 
-    let backend = config.listen.backend.resolve();
+    let (backend, why) = config.listen.backend.decide();
     tracing::info!(
-        "transport: {backend} (asked for {:?}); scheduler: {}; serving {source}",
-        config.listen.backend,
+        "transport: {backend} ({why}); scheduler: {}; serving {source}",
         config.scheduler.policy,
     );
     let mut listeners = Vec::new();

@@ -209,10 +209,12 @@ impl OriginLink {
             .min(t.max_inbound_streams)
             .saturating_sub(1)
             .max(1);
+        let (kind, why) = entry.backend.decide();
+        tracing::info!(origin = %entry.name, "transport: {kind} ({why})");
         let shared = Arc::new(Shared {
             name: Arc::from(entry.name.as_str()),
             address: entry.address,
-            kind: entry.backend.resolve(),
+            kind,
             transport: entry.transport.clone(),
             fail_open: entry.fail_open,
             reconnect_min: entry.reconnect_min,
