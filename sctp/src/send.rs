@@ -804,3 +804,119 @@ fn newer(
         _ => Some((sent_at, transmissions)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::GapBlock;
+    use crate::congestion::{Acked, Controller};
+    use crate::rtt::RttConfig;
+
+    /// Records what the sender reports to the controller.
+    #[derive(Debug, Clone, Default)]
+    struct Recorder {
+        acked: u64,
+        late: u64,
+    }
+
+    impl Controller for Recorder {
+        fn on_sent(&mut self, _now: Instant, _bytes: u64) {}
+        fn on_ack(&mut self, _now: Instant, acked: &Acked) {
+            self.acked += acked.bytes;
+            self.late += acked.late_bytes;
+        }
+        fn on_congestion_event(&mut self, _: Instant, _: Instant, _: bool, _: u64) {}
+        fn on_mtu(&mut self, _mtu: usize) {}
+        fn window(&self) -> u64 {
+            u64::MAX
+        }
+        fn ssthresh(&self) -> u64 {
+            u64::MAX
+        }
+        fn name(&self) -> &'static str {
+            "recorder"
+        }
+        fn clone_box(&self) -> Box<dyn Controller> {
+            Box::new(self.clone())
+        }
+    }
+
+    const TSN0: u32 = 1000;
+
+    /// A sender with `count` one-chunk messages of 100 bytes sent, one
+    /// millisecond apart, TSNs `TSN0..TSN0 + count`.
+    fn sent(count: u32, cc: &mut Recorder, start: Instant) -> (Sender, u64) {
+        let mut s = Sender::new(TSN0, 1 << 20, 1, false, SchedulerKind::Fcfs);
+        for i in 0..count {
+            s.enqueue(0, Bytes::from(vec![0; 100]), 0, false)
+                .expect("enqueue");
+            let now = start + Duration::from_millis(u64::from(i));
+            s.next_fragment(now, 1200, cc).expect("a chunk");
+        }
+        let size = s.flight() / u64::from(count);
+        (s, size)
+    }
+
+    fn sack(cum: u32, gaps: &[(u16, u16)]) -> Sack {
+        Sack {
+            cum_tsn_ack: cum,
+            a_rwnd: 1 << 20,
+            gaps: gaps
+                .iter()
+                .map(|&(start, end)| GapBlock { start, end })
+                .collect(),
+            dups: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_sack_is_silent_above_its_last_gap_block() {
+        let start = Instant::now();
+        let mut cc = Recorder::default();
+        let (mut s, size) = sent(10, &mut cc, start);
+        let mut rtt = RttEstimator::new(RttConfig::default());
+        let now = start + Duration::from_millis(50);
+        // Holes at offsets 1, 3 and 6; TSN0 + 7 (offset 8) is acked in a block.
+        s.on_sack(
+            now,
+            &sack(TSN0 - 1, &[(2, 2), (4, 5), (7, 10)]),
+            &mut rtt,
+            &mut cc,
+        )
+        .expect("valid");
+        let flight = s.flight();
+        assert_eq!(flight, 3 * size);
+        // A report cut after its first two blocks (a peer's block limit):
+        // nothing above offset 5 is reneged, nothing is counted again.
+        s.on_sack(now, &sack(TSN0 - 1, &[(2, 2), (4, 5)]), &mut rtt, &mut cc)
+            .expect("valid");
+        assert_eq!(s.flight(), flight);
+        assert_eq!(cc.acked, 7 * size);
+        // A block the peer really dropped below its last block is a renege
+        // (RFC 9260 6.2.1 D iv): back in flight, but counted delivered once.
+        s.on_sack(now, &sack(TSN0 - 1, &[(2, 2), (7, 10)]), &mut rtt, &mut cc)
+            .expect("valid");
+        assert_eq!(s.flight(), flight + 2 * size);
+        s.on_sack(now, &sack(TSN0 + 9, &[]), &mut rtt, &mut cc)
+            .expect("valid");
+        assert_eq!(s.flight(), 0);
+        assert_eq!(cc.acked, 10 * size, "every chunk counted once");
+    }
+
+    #[test]
+    fn chunks_first_reported_after_a_newer_one_are_late() {
+        let start = Instant::now();
+        let mut cc = Recorder::default();
+        let (mut s, size) = sent(6, &mut cc, start);
+        let mut rtt = RttEstimator::new(RttConfig::default());
+        let now = start + Duration::from_millis(50);
+        // The newest chunk (offset 6) is acked first, alone.
+        s.on_sack(now, &sack(TSN0 - 1, &[(6, 6)]), &mut rtt, &mut cc)
+            .expect("valid");
+        assert_eq!((cc.acked, cc.late), (size, 0));
+        // The five sent before it are reported only now: late.
+        s.on_sack(now, &sack(TSN0 + 5, &[]), &mut rtt, &mut cc)
+            .expect("valid");
+        assert_eq!((cc.acked, cc.late), (6 * size, 5 * size));
+    }
+}
