@@ -256,6 +256,30 @@ fn read_only_open_inspects_without_writing() {
     assert_eq!(std::fs::read(&path).expect("read"), before);
 }
 
+/// `gateway cache list` after a crash: the file a killed gateway leaves
+/// (copied here while a store has it open, so the "not shut down cleanly"
+/// mark is on it) is repaired and then read, not refused with "Database
+/// repair aborted".
+#[test]
+fn read_only_open_repairs_what_a_crash_left() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("c.redb");
+    let crashed = dir.path().join("crashed.redb");
+    {
+        let store = Store::open(&path, LIMITS).expect("open");
+        put(&store, "http://a.example/x", b"hello");
+        std::fs::copy(&path, &crashed).expect("copy while open");
+    }
+    let store = Store::open_read_only(&crashed).expect("repaired, then read-only");
+    assert_eq!(
+        read_all(&store, "http://a.example/x").as_deref(),
+        Some(&b"hello"[..])
+    );
+    drop(store);
+    // Repaired once: the next read-only open needs nothing.
+    Store::open_read_only(&crashed).expect("clean now");
+}
+
 /// A redb backend over a file that refuses to grow past a limit, as a full
 /// disk does.
 #[derive(Debug)]

@@ -429,9 +429,26 @@ impl Store {
     }
 
     /// Opens the database read-only, for inspection while no gateway has it
-    /// open (redb refuses otherwise). Nothing is repaired, swept or evicted.
+    /// open (redb refuses otherwise). Nothing is swept or evicted.
+    ///
+    /// A file a crashed gateway left cannot be read until redb has repaired
+    /// it, and a read-only open cannot repair: it is then opened read-write
+    /// once, which repairs it exactly as the gateway's next start would (the
+    /// repair is redb's own; entries the crash left unfinished stay for that
+    /// start to sweep), and read-only after.
     pub fn open_read_only(path: &Path) -> Result<Self, StoreError> {
-        let db = builder().open_read_only(path).map_err(db_err)?;
+        let db = match builder().open_read_only(path) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::RepairAborted) => {
+                tracing::warn!(
+                    path = %path.display(),
+                    "the cache was not closed cleanly (a gateway crashed or was killed): repairing it"
+                );
+                drop(builder().open(path).map_err(db_err)?);
+                builder().open_read_only(path).map_err(db_err)?
+            }
+            Err(e) => return Err(db_err(e)),
+        };
         let store = Self::new_inner(
             Db::ReadOnly(db),
             StoreLimits {
