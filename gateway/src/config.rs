@@ -143,12 +143,21 @@ pub struct BypassConfig {
     pub hosts: Vec<String>,
 }
 
+/// The request head's field count hyper parses on the stack (its default).
+pub const DEFAULT_MAX_HEADER_FIELDS: usize = 100;
+/// The largest `http.max_header_fields` accepted, a count.
+pub const MAX_HEADER_FIELDS_LIMIT: usize = 10_000;
+
 /// `[http]`: the browser-facing side.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpConfig {
     /// Largest request head (request line and headers), bytes; above it: 431.
     pub max_header_bytes: usize,
+    /// Most header fields in a request head, a count; above it: 431.
+    /// [`DEFAULT_MAX_HEADER_FIELDS`] keeps hyper's buffer on the stack; any
+    /// other value moves it to the heap, one allocation per request.
+    pub max_header_fields: usize,
     /// Longest request target, bytes; above it: 414.
     pub max_uri_bytes: usize,
     /// Largest request body, bytes; above it: 413.
@@ -169,6 +178,7 @@ impl Default for HttpConfig {
     fn default() -> Self {
         Self {
             max_header_bytes: 32 * 1024,
+            max_header_fields: DEFAULT_MAX_HEADER_FIELDS,
             max_uri_bytes: 8 * 1024,
             max_body_bytes: 16 * 1024 * 1024,
             header_timeout: Duration::from_secs(30),
@@ -348,6 +358,12 @@ impl GatewayConfig {
         if h.header_timeout.is_zero() || h.body_timeout.is_zero() {
             return invalid("http.header_timeout", "time-outs must be above zero");
         }
+        if !(1..=MAX_HEADER_FIELDS_LIMIT).contains(&h.max_header_fields) {
+            return invalid(
+                "http.max_header_fields",
+                "between 1 and 10000 (each field of a head costs parser memory)",
+            );
+        }
         if h.max_uri_bytes < 64 {
             return invalid("http.max_uri_bytes", "at least 64");
         }
@@ -515,6 +531,13 @@ mod tests {
         c.bypass.hosts = vec!["bad host".into()];
         let err = c.validate().expect_err("must fail").to_string();
         assert!(err.contains("bypass.hosts"), "{err}");
+
+        for fields in [0, MAX_HEADER_FIELDS_LIMIT + 1] {
+            let mut c = GatewayConfig::default();
+            c.http.max_header_fields = fields;
+            let err = c.validate().expect_err("must fail").to_string();
+            assert!(err.contains("http.max_header_fields"), "{err}");
+        }
     }
 
     #[test]

@@ -38,7 +38,7 @@ mod prefetch;
 
 pub use self::prefetch::Prefetcher;
 use crate::cache::{Cache, CacheRequest, Filled, Lookup};
-use crate::config::{GatewayConfig, HttpConfig};
+use crate::config::{DEFAULT_MAX_HEADER_FIELDS, GatewayConfig, HttpConfig};
 use crate::direct::{DirectError, DirectSettings, DirectUpstream};
 use crate::listener::Intercepted;
 use crate::origin_link::{OriginLink, OriginRequest, StreamPin};
@@ -203,6 +203,10 @@ impl Front {
             .header_read_timeout(self.http.header_timeout)
             .max_header_size(self.http.max_header_bytes)
             .keep_alive(true);
+        if self.http.max_header_fields != DEFAULT_MAX_HEADER_FIELDS {
+            // Moves hyper's header buffer to the heap: only when asked.
+            builder.max_headers(self.http.max_header_fields);
+        }
         let connection = builder.serve_connection(TokioIo::new(stream), service);
         tokio::pin!(connection);
         let result = tokio::select! {
