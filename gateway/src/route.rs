@@ -139,6 +139,10 @@ pub enum HostError {
     /// Not a valid `host[:port]`.
     #[error("invalid Host header")]
     Invalid,
+    /// A bare `host[:port]` as the request target: the authority form is for
+    /// CONNECT only (RFC 9112, section 3.2.3).
+    #[error("an authority-form request target is only for CONNECT")]
+    AuthorityForm,
 }
 
 /// Splits a Host header value into the lower-case host (IPv6 without brackets)

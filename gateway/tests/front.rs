@@ -291,6 +291,33 @@ async fn the_header_field_count_is_a_configurable_limit() -> Result<()> {
     Ok(())
 }
 
+/// RFC 9112, section 3.2: a host-only target on GET is 400 (it was forwarded
+/// as `GET /`), and two Host fields are 400 beside an absolute-form target
+/// too; neither reaches the upstream, and the next client is served.
+#[tokio::test]
+async fn target_forms_and_host_fields_follow_rfc_9112() -> Result<()> {
+    let up = upstream().await?;
+    let host = up.addr.to_string();
+    let gw = front(GatewayConfig::default(), up.addr).await?;
+    let status = |answers: Vec<Answer>| answers.first().map(|a| a.status);
+
+    let authority_form = format!("GET foo HTTP/1.1\r\nhost: {host}\r\n\r\n");
+    assert_eq!(
+        status(exchange(gw, authority_form.as_bytes()).await?),
+        Some(400)
+    );
+    let two_hosts =
+        format!("GET http://{host}/ HTTP/1.1\r\nhost: {host}\r\nhost: other.example\r\n\r\n");
+    assert_eq!(status(exchange(gw, two_hosts.as_bytes()).await?), Some(400));
+    assert_eq!(up.requests.load(Ordering::SeqCst), 0);
+
+    let absolute =
+        format!("GET http://{host}/ok HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
+    assert_eq!(status(exchange(gw, absolute.as_bytes()).await?), Some(200));
+    assert_eq!(up.requests.load(Ordering::SeqCst), 1);
+    Ok(())
+}
+
 #[tokio::test]
 async fn limits_answer_with_the_right_status() -> Result<()> {
     let up = upstream().await?;

@@ -562,10 +562,19 @@ fn request_host(
     parts: &http::request::Parts,
     dst: SocketAddr,
 ) -> Result<(HeaderValue, String, u16), HostError> {
+    let mut hosts = parts.headers.get_all(header::HOST).iter();
     let value = if let Some(authority) = parts.uri.authority() {
+        // RFC 9112, section 3.2: more than one Host field is a 400 whatever
+        // the target's form; an absolute-form target's authority replaces
+        // the one Host field there may be (section 3.2.2).
+        if parts.uri.scheme().is_none() {
+            return Err(HostError::AuthorityForm);
+        }
+        if hosts.nth(1).is_some() {
+            return Err(HostError::Repeated);
+        }
         HeaderValue::from_str(authority.as_str()).map_err(|_| HostError::Invalid)?
     } else {
-        let mut hosts = parts.headers.get_all(header::HOST).iter();
         match (hosts.next(), hosts.next()) {
             (Some(host), None) => host.clone(),
             (Some(_), Some(_)) => return Err(HostError::Repeated),
