@@ -377,6 +377,68 @@ async fn a_set_cookie_never_reaches_another_client() -> Result<()> {
     Ok(())
 }
 
+/// A site that reflects X-Forwarded-Host into a cacheable page: one client's
+/// forged field must never reach another browser through the cache, nor may
+/// a GET body (chunked here) that the site answers by.
+#[tokio::test]
+async fn unkeyed_inputs_never_poison_the_cache() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let up = Upstream::start(|seen| {
+        let host = seen
+            .headers
+            .get("x-forwarded-host")
+            .map_or("clean", String::as_str);
+        let body = if seen.headers.contains_key("content-length") {
+            "answered by the body".to_owned()
+        } else {
+            format!("<script src=\"http://{host}/app.js\">")
+        };
+        Reply::ok(&body, &[("cache-control", "public, max-age=60")])
+    })
+    .await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let (gw, cache) = (f.addr, &f.cache);
+
+    let forged = request(
+        gw,
+        "GET",
+        "/p",
+        up.addr,
+        "x-forwarded-host: evil.example\r\n",
+    )
+    .await?;
+    assert_eq!(forged.text(), "<script src=\"http://evil.example/app.js\">");
+    let raw = format!(
+        "GET /p HTTP/1.1\r\nhost: {}\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n4\r\nbody\r\n0\r\n\r\n",
+        up.addr
+    );
+    let with_body = exchange(gw, raw.as_bytes())
+        .await?
+        .into_iter()
+        .next()
+        .context("no response")?;
+    assert_eq!(with_body.text(), "answered by the body");
+    assert_eq!(cache.stats().stored, 0, "neither response was stored");
+
+    let clean = get(gw, "/p", up.addr).await?;
+    assert_eq!(clean.text(), "<script src=\"http://clean/app.js\">");
+    wait_for(|| cache.stats().stored == 1).await?;
+    // The clean entry is not handed to a request that carries the field.
+    let forged = request(
+        gw,
+        "GET",
+        "/p",
+        up.addr,
+        "x-forwarded-host: evil.example\r\n",
+    )
+    .await?;
+    assert_eq!(forged.text(), "<script src=\"http://evil.example/app.js\">");
+    let hit = get(gw, "/p", up.addr).await?;
+    assert_eq!(hit.text(), "<script src=\"http://clean/app.js\">");
+    assert_eq!(up.count("/p"), 4, "the last request was a hit");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_stale_entry_is_validated_and_a_304_freshens_it() -> Result<()> {
     let dir = tempfile::tempdir()?;

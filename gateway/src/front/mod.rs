@@ -282,6 +282,12 @@ impl Front {
             tracing::debug!(client = %flow.client, dst = %flow.dst, host, "Host does not match the destination: direct, uncached");
         }
         let body = self.read_body(&parts.headers, body).await?;
+        let mut headers = end_to_end(parts.headers);
+        if !body.is_empty() {
+            // Read whole, a chunked body included: its length is what travels
+            // on, and what tells the cache there is a body it does not key.
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        }
         let forwarded = Forwarded {
             method: parts.method,
             path: parts
@@ -290,7 +296,7 @@ impl Front {
                 .map_or("/", |p| p.as_str())
                 .to_owned(),
             host: host_value,
-            headers: end_to_end(parts.headers),
+            headers,
             body,
             urgency: DEMAND_URGENCY,
             class: gateway_protocol::RequestClass::Demand,

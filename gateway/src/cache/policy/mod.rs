@@ -40,6 +40,46 @@ const UNDERSTOOD: [u16; 16] = [
     200, 203, 204, 300, 301, 302, 303, 307, 308, 404, 405, 410, 414, 451, 500, 501,
 ];
 
+/// Request fields that make many sites answer differently but that the cache
+/// key leaves out: the forwarding and URL-override fields of frameworks and
+/// proxies. Browsers never send them; a client that does could have a site
+/// reflect them into a response the cache would then hand every other browser
+/// (cache poisoning). A request carrying one is passed on and nothing of its
+/// response is stored (docs/cache.md, "Unkeyed inputs").
+pub const UNKEYED_REQUEST_FIELDS: [&str; 13] = [
+    "forwarded",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-forwarded-proto",
+    "x-forwarded-scheme",
+    "x-host",
+    "x-http-method",
+    "x-http-method-override",
+    "x-method-override",
+    "x-original-host",
+    "x-original-url",
+    "x-rewrite-url",
+];
+
+/// The first input of `request` that the cache key leaves out, if any: one of
+/// [`UNKEYED_REQUEST_FIELDS`], or a body (a GET or HEAD body is keyed nowhere,
+/// yet a site may answer by it).
+pub fn unkeyed_input(request: &HeaderMap) -> Option<&'static str> {
+    if let Some(name) = UNKEYED_REQUEST_FIELDS
+        .iter()
+        .find(|name| request.contains_key(**name))
+    {
+        return Some(name);
+    }
+    let has_body = request.contains_key(header::TRANSFER_ENCODING)
+        || request
+            .get_all(header::CONTENT_LENGTH)
+            .iter()
+            .any(|v| v.as_bytes().iter().any(|b| *b != b'0'));
+    has_body.then_some("a request body")
+}
+
 /// Hop-by-hop fields never stored (section 3.1; RFC 9110, section 7.6.1).
 const HOP_BY_HOP: [&str; 9] = [
     "connection",
@@ -190,6 +230,10 @@ pub enum NotStorable {
     /// Would be stale at once and cannot be validated: storing it is useless.
     #[error("stale on arrival without validators")]
     Useless,
+    /// The request carried an input the cache key leaves out
+    /// ([`unkeyed_input`]).
+    #[error("the request carried {0}, which the cache key leaves out")]
+    UnkeyedInput(&'static str),
 }
 
 /// Whether the response to a request may be stored (section 3).
@@ -201,6 +245,9 @@ pub fn storable(
 ) -> Result<(), NotStorable> {
     if method != Method::GET {
         return Err(NotStorable::Method);
+    }
+    if let Some(input) = unkeyed_input(request) {
+        return Err(NotStorable::UnkeyedInput(input));
     }
     let req_cc = CacheControl::parse(request);
     let res_cc = CacheControl::parse(response);
@@ -342,6 +389,11 @@ pub fn decide_lookup(
     now: SystemTime,
 ) -> LookupDecision {
     if method != Method::GET && method != Method::HEAD {
+        return LookupDecision::Pass;
+    }
+    // Neither answered from the cache (the input may be what the client wants
+    // answered) nor stored (it may be what poisons the entry).
+    if unkeyed_input(request).is_some() {
         return LookupDecision::Pass;
     }
     let req_cc = CacheControl::parse_request(request);

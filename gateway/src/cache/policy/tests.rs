@@ -624,6 +624,41 @@ fn storage_cases() -> Vec<Case> {
         ),
         case(
             "7.3 (stricter)",
+            "an unkeyed forwarding field: passed on, not stored, not answered from the cache",
+            vec![
+                get(0, "/a")
+                    .h("x-forwarded-host", "evil.example")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass),
+                get(1, "/a")
+                    .origin(200, MAX60, "clean")
+                    .expect(Miss)
+                    .body("clean"),
+                get(2, "/a")
+                    .h("x-original-url", "/admin")
+                    .origin(200, MAX60, "other")
+                    .expect(Pass)
+                    .body("other"),
+                get(3, "/a").expect(Hit).body("clean"),
+            ],
+        ),
+        case(
+            "7.3 (stricter)",
+            "a GET body is keyed nowhere: passed on, not stored",
+            vec![
+                get(0, "/a")
+                    .h("content-length", "5")
+                    .origin(200, MAX60, "by body")
+                    .expect(Pass),
+                get(1, "/a")
+                    .h("content-length", "0")
+                    .origin(200, MAX60, "clean")
+                    .expect(Miss),
+                get(2, "/a").expect(Hit).body("clean"),
+            ],
+        ),
+        case(
+            "7.3 (stricter)",
             "Set-Cookie without public is not stored",
             vec![
                 get(0, "/a").origin(
