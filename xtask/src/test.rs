@@ -36,7 +36,15 @@ pub(crate) struct TestOptions {
 }
 
 /// Fuzz targets in fuzz/Cargo.toml, run in this order.
-const FUZZ_TARGETS: [&str; 4] = ["decode", "session", "sctp_packet", "sctp_association"];
+const FUZZ_TARGETS: [&str; 7] = [
+    "decode",
+    "session",
+    "sctp_packet",
+    "sctp_association",
+    "cache_headers",
+    "extract",
+    "origin_path",
+];
 
 pub(crate) fn run(options: &TestOptions) -> Result<()> {
     let root = &workspace_root();
