@@ -45,7 +45,11 @@ fuzz_target!(|data: &[u8]| {
     let (request, response) = text.split_once("\n--\n").unwrap_or((&text, ""));
     let (request, response) = (headers(request), headers(response));
     let status = StatusCode::from_u16(STATUSES[usize::from(first % 8)]).expect("valid status");
-    let method = if first & 0x80 == 0 { Method::GET } else { Method::HEAD };
+    let method = if first & 0x80 == 0 {
+        Method::GET
+    } else {
+        Method::HEAD
+    };
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
 
     let _ = CacheControl::parse(&response);

@@ -17,8 +17,14 @@ fuzz_target!(|data: &[u8]| {
     for segment in path.segments() {
         assert!(!segment.is_empty());
         assert!(segment != "." && segment != "..", "{segment:?}");
-        assert!(!segment.starts_with('.') || segment == ".well-known", "{segment:?}");
-        assert!(!segment.contains('/') && !segment.contains('\0'), "{segment:?}");
+        assert!(
+            !segment.starts_with('.') || segment == ".well-known",
+            "{segment:?}"
+        );
+        assert!(
+            !segment.contains('/') && !segment.contains('\0'),
+            "{segment:?}"
+        );
     }
     assert!(path.decoded().starts_with('/'));
 });

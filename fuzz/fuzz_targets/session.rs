@@ -11,14 +11,22 @@ fuzz_target!(|data: &[u8]| {
     let Some((&control, mut rest)) = data.split_first() else {
         return;
     };
-    let role = if control & 1 == 0 { Role::Gateway } else { Role::Origin };
+    let role = if control & 1 == 0 {
+        Role::Gateway
+    } else {
+        Role::Origin
+    };
     let config = SessionConfig {
         data_streams: u16::from(control >> 4) + 1,
         ..SessionConfig::default()
     };
     let mut session = Session::new(role, config.clone());
     if control & 2 != 0 {
-        let peer_role = if role == Role::Gateway { Role::Origin } else { Role::Gateway };
+        let peer_role = if role == Role::Gateway {
+            Role::Origin
+        } else {
+            Role::Gateway
+        };
         let hello = Session::new(peer_role, config).hello().to_bytes();
         assert!(session.handle_message(0, &hello).is_ok());
     }
