@@ -94,10 +94,16 @@ fn load_config(cli: &Cli) -> Result<OriginConfig> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    // The log goes to stderr, as the gateway's does (stdout stays free), and in
+    // colour only for a person at a terminal: redirected to a file or journald,
+    // escape codes would be noise in every line.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        .with_ansi(colour)
+        .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     let config = load_config(&cli)?;

@@ -44,18 +44,45 @@ fn free_udp_port() -> Result<u16> {
 }
 
 fn start_origin(extra: &[&str]) -> Result<OriginProcess> {
+    start_origin_with(extra, Stdio::inherit(), None)
+}
+
+/// The origin with its stderr going to `stderr` and `RUST_LOG` set to `filter`
+/// (when given).
+fn start_origin_with(extra: &[&str], stderr: Stdio, filter: Option<&str>) -> Result<OriginProcess> {
     let port = free_udp_port()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let child = Command::new(env!("CARGO_BIN_EXE_origin"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_origin"));
+    command
         .arg("--config")
         .arg(workspace().join("config/origin.toml"))
         .args(["--listen", &addr.to_string(), "--transport", "userspace"])
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .context("starting the origin binary")?;
+        .stderr(stderr);
+    if let Some(filter) = filter {
+        command.env("RUST_LOG", filter);
+    }
+    let child = command.spawn().context("starting the origin binary")?;
     Ok(OriginProcess { child, addr })
+}
+
+/// The text of `path` once `done` holds for it, or an error with the text as
+/// it was at the deadline. The origin writes its log as it goes; a line can
+/// reach the file after the response reached the test.
+async fn log_when(path: &Path, done: impl Fn(&str) -> bool) -> Result<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let bytes = std::fs::read(path)?;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if done(&text) {
+            return Ok(text);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("log never showed what was expected:\n{text}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn gateway(origin: &OriginProcess) -> Result<TestGateway> {
@@ -232,4 +259,30 @@ fn a_config_with_an_unknown_key_is_refused_with_its_name() -> Result<()> {
         "error does not name the key: {stderr}"
     );
     Ok(())
+}
+
+#[tokio::test]
+async fn a_redirected_log_has_no_colour_codes() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("origin.log");
+    let file = std::fs::File::create(&path)?;
+    // debug: the per-request lines carry fields, which colour would italicise.
+    let origin = start_origin_with(&[], Stdio::from(file), Some("debug"))?;
+    tokio::time::timeout(LIMIT, async {
+        let mut gw = gateway(&origin).await?;
+        let id = get(&mut gw, 1, simple("GET", "/nope.html", "")).await?;
+        ensure!(status(&gw, id)? == 404);
+        let log = log_when(&path, |log| {
+            log.lines()
+                .any(|l| l.contains("origin::service") && l.contains("status=404"))
+        })
+        .await?;
+        ensure!(
+            !log.as_bytes().contains(&0x1b),
+            "escape bytes in the log file:\n{log:?}"
+        );
+        Ok(())
+    })
+    .await
+    .context("test timed out")?
 }
