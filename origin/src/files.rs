@@ -70,6 +70,11 @@ pub struct FilesConfig {
     /// or `always`. See [`FollowSymlinks`].
     #[serde(default)]
     pub follow_symlinks: FollowSymlinks,
+    /// With `never` or `if-owner-matches`: a directory below the root (a
+    /// relative path of plain names) up to which symlinks are not checked, as
+    /// nginx's `from=` part. Below it, they are.
+    #[serde(default)]
+    pub symlinks_from: Option<PathBuf>,
 }
 
 /// `files.follow_symlinks`: which symlinks on the way from the root to a file are
@@ -107,11 +112,14 @@ impl FilesConfig {
             index: default_index(),
             cache_control: Vec::new(),
             follow_symlinks: FollowSymlinks::default(),
+            symlinks_from: None,
         }
     }
 
     /// Rejects an index that is not a plain, visible file name, a pattern that is
-    /// not a glob, and a Cache-Control value that is not a valid field value.
+    /// not a glob, a Cache-Control value that is not a valid field value, and a
+    /// `symlinks_from` that is not a relative path of plain, visible names or is
+    /// given with a `follow_symlinks` that checks no symlinks.
     /// (The root is checked by [`StaticFiles::new`], which opens it.)
     pub fn validate(&self) -> Result<(), FilesError> {
         self.compile().map(|_| ())
@@ -125,6 +133,29 @@ impl FilesConfig {
             || index.chars().any(char::is_control)
         {
             return Err(FilesError::Index(index.clone()));
+        }
+        if let Some(from) = &self.symlinks_from {
+            let invalid = |reason| FilesError::SymlinksFrom {
+                value: from.clone(),
+                reason,
+            };
+            if !matches!(
+                self.follow_symlinks,
+                FollowSymlinks::Never | FollowSymlinks::IfOwnerMatches
+            ) {
+                return Err(invalid(
+                    "applies only with follow_symlinks = \"never\" or \"if-owner-matches\"",
+                ));
+            }
+            let plain = |c: Component<'_>| match c {
+                Component::Normal(name) => name.to_str().is_some_and(|n| !path::is_hidden(n)),
+                _ => false,
+            };
+            if from.as_os_str().is_empty() || !from.components().all(plain) {
+                return Err(invalid(
+                    "must be a directory below the root: plain, visible names, no `..`, not absolute",
+                ));
+            }
         }
         self.cache_control
             .iter()
@@ -168,6 +199,14 @@ pub enum FilesError {
         position: usize,
         /// What globset said.
         source: globset::Error,
+    },
+    /// `files.symlinks_from` is not a plain relative path, or has no effect.
+    #[error("files.symlinks_from {value:?}: {reason}")]
+    SymlinksFrom {
+        /// The configured value.
+        value: PathBuf,
+        /// What is wrong.
+        reason: &'static str,
     },
     /// `files.cache_control[position]` has a value with control characters.
     #[error("files.cache_control[{position}]: invalid header value {value:?}")]
@@ -225,10 +264,8 @@ pub enum Refusal {
     #[error("file name too long")]
     NameTooLong,
     /// A symlink resolving outside the root, with `files.follow_symlinks =
-    /// "inside-root"` (403).
-    #[error(
-        "symlink leads out of the root to {resolved:?} (files.follow_symlinks = \"inside-root\")"
-    )]
+    /// "inside-root"` (or `never`, when one appeared since the check) (403).
+    #[error("symlink leads out of the root to {resolved:?}")]
     SymlinkOutOfRoot {
         /// Where the path resolves to.
         resolved: PathBuf,
@@ -443,6 +480,8 @@ struct Inner {
     index: String,
     cache_control: Vec<(GlobMatcher, HeaderValue)>,
     follow_symlinks: FollowSymlinks,
+    /// Relative to the root; validated.
+    symlinks_from: Option<PathBuf>,
 }
 
 impl StaticFiles {
@@ -462,6 +501,7 @@ impl StaticFiles {
                 index: config.index.clone(),
                 cache_control,
                 follow_symlinks: config.follow_symlinks,
+                symlinks_from: config.symlinks_from.clone(),
             }),
         })
     }
@@ -750,12 +790,12 @@ impl Inner {
         };
         let checked = match canonical.strip_prefix(&self.root) {
             Ok(relative) => relative,
-            // `never` reaches here only if a symlink appeared since the check.
+            // `never` without `symlinks_from` reaches here only if a symlink
+            // appeared since the check.
             Err(_)
-                if matches!(
-                    self.follow_symlinks,
-                    FollowSymlinks::InsideRoot | FollowSymlinks::Never
-                ) =>
+                if self.follow_symlinks == FollowSymlinks::InsideRoot
+                    || (self.follow_symlinks == FollowSymlinks::Never
+                        && self.symlinks_from.is_none()) =>
             {
                 return Err(Refusal::SymlinkOutOfRoot {
                     resolved: canonical,
@@ -792,9 +832,17 @@ impl Inner {
         let Ok(relative) = joined.strip_prefix(&self.root) else {
             return Err(Refusal::NotFound);
         };
+        // nginx's `from=`: the components up to and including it are trusted.
+        let trusted = match &self.symlinks_from {
+            Some(from) if relative.starts_with(from) => from.components().count(),
+            _ => 0,
+        };
         let mut prefix = self.root.clone();
-        for component in relative.components() {
+        for (i, component) in relative.components().enumerate() {
             prefix.push(component);
+            if i < trusted {
+                continue;
+            }
             let link = std::fs::symlink_metadata(&prefix).map_err(|e| Refusal::from_io(&e))?;
             if !link.file_type().is_symlink() {
                 continue;
@@ -893,6 +941,35 @@ mod tests {
         }
         let text = "[files]\nroot = \"/srv\"\nfollow_symlinks = true\n";
         assert!(crate::config::OriginConfig::from_toml(text).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn symlinks_from_is_a_plain_directory_below_the_root() -> Result<(), toml::de::Error> {
+        let config: FilesConfig = toml::from_str(
+            "root = \"/srv\"\nfollow_symlinks = \"never\"\nsymlinks_from = \"docs/v1\"\n",
+        )?;
+        assert_eq!(config.symlinks_from, Some(PathBuf::from("docs/v1")));
+        assert!(config.validate().is_ok());
+        let mut config = FilesConfig::new("/srv");
+        config.follow_symlinks = FollowSymlinks::IfOwnerMatches;
+        for bad in ["", "/abs", "../up", "a/../b", "./a", ".hidden", "a/.git"] {
+            config.symlinks_from = Some(bad.into());
+            let error = config.validate().map_err(|e| e.to_string());
+            assert!(
+                matches!(&error, Err(m) if m.starts_with("files.symlinks_from") && m.contains("below the root")),
+                "{bad:?}: {error:?}"
+            );
+        }
+        config.symlinks_from = Some("docs".into());
+        for follow in [FollowSymlinks::InsideRoot, FollowSymlinks::Always] {
+            config.follow_symlinks = follow;
+            let error = config.validate().map_err(|e| e.to_string());
+            assert!(
+                matches!(&error, Err(m) if m.starts_with("files.symlinks_from") && m.contains("applies only")),
+                "{follow:?}: {error:?}"
+            );
+        }
         Ok(())
     }
 

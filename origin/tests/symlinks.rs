@@ -249,3 +249,35 @@ async fn if_owner_matches_follows_a_link_only_to_a_file_of_its_owner() -> TestRe
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn never_with_symlinks_from_trusts_the_links_up_to_that_directory() -> TestResult {
+    let site = Site::new()?;
+    let mut config = FilesConfig::new(site.root());
+    config.follow_symlinks = FollowSymlinks::Never;
+    config.symlinks_from = Some("jquery-dir".into());
+    let files = StaticFiles::new(&config)?;
+    // `jquery-dir` itself is a symlink out of the root: trusted, followed.
+    assert_eq!(
+        get(&files, "/jquery-dir/jquery.js").await?,
+        (200, JQUERY.to_vec(), None)
+    );
+    // Elsewhere, every symlink is still refused.
+    let (status, _, refusal) = get(&files, "/_static/inside.css").await?;
+    assert_eq!(status, 403);
+    assert_eq!(refusal.map(|r| r.code()), Some("symlink-refused"));
+    // Below the trusted part, too.
+    symlink(
+        "jquery.js",
+        site.dir.path().join("javascript/jquery/alias.js"),
+    )?;
+    let (status, _, refusal) = get(&files, "/jquery-dir/alias.js").await?;
+    assert_eq!(status, 403);
+    assert_eq!(
+        refusal,
+        Some(Refusal::SymlinkRefused {
+            link: site.root().canonicalize()?.join("jquery-dir/alias.js")
+        })
+    );
+    Ok(())
+}
