@@ -6,8 +6,13 @@
 //! single byte ranges (206, 416), `/dir` → 301 `/dir/`, `/dir/` → its index file.
 //! Several ranges in one request are answered with the whole file (200), which
 //! RFC 9110 §14.2 permits. It never writes anything, never lists a directory,
-//! never serves a dotfile (except under `.well-known`), and never follows a symlink
-//! out of the root.
+//! never serves a dotfile (except under `.well-known`), and follows symlinks as
+//! `files.follow_symlinks` says ([`FollowSymlinks`]; by default never out of the
+//! root).
+//!
+//! Every refusal has a [`Refusal`]: the status it is answered with, a short code
+//! for the access log and a sentence for the operator, logged with the request
+//! (target `origin::files`; 403 at info, 5xx at warn, the rest at debug).
 //!
 //! The body is a [`FileBody`]: nothing, a small generated text, or a region of an
 //! open file read in chunks of the caller's size ([`FileBody::read_chunk`]), so a
@@ -25,7 +30,7 @@ pub mod path;
 use std::fs::Metadata;
 use std::io::{self, SeekFrom};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -42,7 +47,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use self::conditional::{
     Precondition, RangeRequest, Validators, evaluate_preconditions, if_range_allows, parse_range,
 };
-use self::path::UrlPath;
+use self::path::{PathError, UrlPath};
 use crate::http::{RequestHead, ResponseHead, http_date};
 
 /// The `[files]` section of the origin's configuration.
@@ -60,6 +65,39 @@ pub struct FilesConfig {
     /// its index file (`/dir/index.html`).
     #[serde(default)]
     pub cache_control: Vec<(String, String)>,
+    /// Which symlinks below the root are followed, as nginx's
+    /// `disable_symlinks`: `never`, `inside-root` (the default), `if-owner-matches`
+    /// or `always`. See [`FollowSymlinks`].
+    #[serde(default)]
+    pub follow_symlinks: FollowSymlinks,
+    /// With `never` or `if-owner-matches`: a directory below the root (a
+    /// relative path of plain names) up to which symlinks are not checked, as
+    /// nginx's `from=` part. Below it, they are.
+    #[serde(default)]
+    pub symlinks_from: Option<PathBuf>,
+}
+
+/// `files.follow_symlinks`: which symlinks on the way from the root to a file are
+/// followed. A refused one is answered 403. The root's own path is resolved once
+/// at start, so symlinks in it are always allowed (nginx's
+/// `disable_symlinks ... from=$document_root`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FollowSymlinks {
+    /// No symlink below the root is followed, wherever it leads (nginx
+    /// `disable_symlinks on`).
+    Never,
+    /// Symlinks are followed while the path they resolve to stays inside the
+    /// root; one leading out is refused.
+    #[default]
+    InsideRoot,
+    /// A symlink is followed only when it and the file or directory it resolves
+    /// to have the same owner, wherever that is (nginx
+    /// `disable_symlinks if_not_owner`).
+    IfOwnerMatches,
+    /// Every symlink is followed, wherever it leads (nginx
+    /// `disable_symlinks off`, nginx's default).
+    Always,
 }
 
 fn default_index() -> String {
@@ -73,11 +111,15 @@ impl FilesConfig {
             root: root.into(),
             index: default_index(),
             cache_control: Vec::new(),
+            follow_symlinks: FollowSymlinks::default(),
+            symlinks_from: None,
         }
     }
 
     /// Rejects an index that is not a plain, visible file name, a pattern that is
-    /// not a glob, and a Cache-Control value that is not a valid field value.
+    /// not a glob, a Cache-Control value that is not a valid field value, and a
+    /// `symlinks_from` that is not a relative path of plain, visible names or is
+    /// given with a `follow_symlinks` that checks no symlinks.
     /// (The root is checked by [`StaticFiles::new`], which opens it.)
     pub fn validate(&self) -> Result<(), FilesError> {
         self.compile().map(|_| ())
@@ -91,6 +133,29 @@ impl FilesConfig {
             || index.chars().any(char::is_control)
         {
             return Err(FilesError::Index(index.clone()));
+        }
+        if let Some(from) = &self.symlinks_from {
+            let invalid = |reason| FilesError::SymlinksFrom {
+                value: from.clone(),
+                reason,
+            };
+            if !matches!(
+                self.follow_symlinks,
+                FollowSymlinks::Never | FollowSymlinks::IfOwnerMatches
+            ) {
+                return Err(invalid(
+                    "applies only with follow_symlinks = \"never\" or \"if-owner-matches\"",
+                ));
+            }
+            let plain = |c: Component<'_>| match c {
+                Component::Normal(name) => name.to_str().is_some_and(|n| !path::is_hidden(n)),
+                _ => false,
+            };
+            if from.as_os_str().is_empty() || !from.components().all(plain) {
+                return Err(invalid(
+                    "must be a directory below the root: plain, visible names, no `..`, not absolute",
+                ));
+            }
         }
         self.cache_control
             .iter()
@@ -135,6 +200,14 @@ pub enum FilesError {
         /// What globset said.
         source: globset::Error,
     },
+    /// `files.symlinks_from` is not a plain relative path, or has no effect.
+    #[error("files.symlinks_from {value:?}: {reason}")]
+    SymlinksFrom {
+        /// The configured value.
+        value: PathBuf,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// `files.cache_control[position]` has a value with control characters.
     #[error("files.cache_control[{position}]: invalid header value {value:?}")]
     CacheValue {
@@ -143,6 +216,175 @@ pub enum FilesError {
         /// The refused value.
         value: String,
     },
+}
+
+/// Why a request was not answered with the file: the status it gets
+/// ([`Refusal::status`]), a short code for the access log ([`Refusal::code`]) and,
+/// as its `Display`, a sentence for the operator (file system paths included:
+/// it is logged, never sent to the client).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A method RFC 9110 defines, other than GET and HEAD (405).
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// A method RFC 9110 does not define (501).
+    #[error("method not implemented")]
+    MethodNotImplemented,
+    /// The target's path is malformed (400) or has a dot segment or a hidden
+    /// segment (404); [`PathError::status`] decides.
+    #[error("bad path: {0}")]
+    Path(PathError),
+    /// The query cannot be carried into the Location of the `/dir` → `/dir/`
+    /// redirect (not visible ASCII) (400).
+    #[error("query cannot be carried into a Location field")]
+    BadQuery,
+    /// Nothing at that path (404).
+    #[error("no such file")]
+    NotFound,
+    /// `/file/`: a file named as a directory (404).
+    #[error("a file named as a directory")]
+    FileAsDirectory,
+    /// `/dir/` whose directory has no index file (404; no listings).
+    #[error("directory has no index file")]
+    NoIndex,
+    /// A FIFO, socket or device (404).
+    #[error("not a regular file")]
+    NotRegularFile,
+    /// The path resolves (through a symlink) to a hidden name (404).
+    #[error("resolves to a hidden name: {resolved:?}")]
+    HiddenTarget {
+        /// The resolved path.
+        resolved: PathBuf,
+    },
+    /// Too many levels of symlinks, or the last component became a symlink
+    /// between the check and the open (404).
+    #[error("too many levels of symlinks, or a symlink swapped in")]
+    SymlinkLoop,
+    /// A file name longer than the file system allows (404).
+    #[error("file name too long")]
+    NameTooLong,
+    /// A symlink resolving outside the root, with `files.follow_symlinks =
+    /// "inside-root"` (or `never`, when one appeared since the check) (403).
+    #[error("symlink leads out of the root to {resolved:?}")]
+    SymlinkOutOfRoot {
+        /// Where the path resolves to.
+        resolved: PathBuf,
+    },
+    /// A symlink below the root, with `files.follow_symlinks = "never"` (403).
+    #[error("symlink {link:?} (files.follow_symlinks = \"never\")")]
+    SymlinkRefused {
+        /// The symlink.
+        link: PathBuf,
+    },
+    /// A symlink whose owner is not the owner of what it resolves to, with
+    /// `files.follow_symlinks = "if-owner-matches"` (403).
+    #[error(
+        "symlink {link:?} is owned by uid {link_owner}, what it resolves to by uid {target_owner} \
+         (files.follow_symlinks = \"if-owner-matches\")"
+    )]
+    SymlinkOwnerDiffers {
+        /// The symlink.
+        link: PathBuf,
+        /// The symlink's owner.
+        link_owner: u32,
+        /// The owner of the file or directory it resolves to.
+        target_owner: u32,
+    },
+    /// The file system denied access (403).
+    #[error("permission denied")]
+    PermissionDenied,
+    /// If-Match or If-Unmodified-Since does not hold (412).
+    #[error("precondition failed")]
+    PreconditionFailed,
+    /// The one range asked for starts at or past the end of the file (416).
+    #[error("range not satisfiable: the file has {len} bytes")]
+    RangeNotSatisfiable {
+        /// The file's length.
+        len: u64,
+    },
+    /// Any other file system error (500).
+    #[error("I/O error: {0}")]
+    Io(String),
+}
+
+impl Refusal {
+    /// The status code the request is answered with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Refusal::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Refusal::MethodNotImplemented => StatusCode::NOT_IMPLEMENTED,
+            Refusal::Path(e) => e.status(),
+            Refusal::BadQuery => StatusCode::BAD_REQUEST,
+            Refusal::NotFound
+            | Refusal::FileAsDirectory
+            | Refusal::NoIndex
+            | Refusal::NotRegularFile
+            | Refusal::HiddenTarget { .. }
+            | Refusal::SymlinkLoop
+            | Refusal::NameTooLong => StatusCode::NOT_FOUND,
+            Refusal::SymlinkOutOfRoot { .. }
+            | Refusal::SymlinkRefused { .. }
+            | Refusal::SymlinkOwnerDiffers { .. }
+            | Refusal::PermissionDenied => StatusCode::FORBIDDEN,
+            Refusal::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            Refusal::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
+            Refusal::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// A short code naming the reason, one token (`symlink-out-of-root`), for
+    /// the access log's `reason` field; docs/origin.md lists them all.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::MethodNotAllowed => "method-not-allowed",
+            Refusal::MethodNotImplemented => "method-not-implemented",
+            Refusal::Path(e) => e.code(),
+            Refusal::BadQuery => "bad-query",
+            Refusal::NotFound => "not-found",
+            Refusal::FileAsDirectory => "file-as-directory",
+            Refusal::NoIndex => "no-index",
+            Refusal::NotRegularFile => "not-regular-file",
+            Refusal::HiddenTarget { .. } => "hidden-target",
+            Refusal::SymlinkLoop => "symlink-loop",
+            Refusal::NameTooLong => "name-too-long",
+            Refusal::SymlinkOutOfRoot { .. } => "symlink-out-of-root",
+            Refusal::SymlinkRefused { .. } => "symlink-refused",
+            Refusal::SymlinkOwnerDiffers { .. } => "symlink-owner-differs",
+            Refusal::PermissionDenied => "permission-denied",
+            Refusal::PreconditionFailed => "precondition-failed",
+            Refusal::RangeNotSatisfiable { .. } => "range-not-satisfiable",
+            Refusal::Io(_) => "io-error",
+        }
+    }
+
+    /// The response: a short error text, with `Allow` for 405 and
+    /// `Content-Range: bytes */len` for 416.
+    pub fn response(&self) -> FileResponse {
+        let mut response = FileResponse::error(self.status());
+        match self {
+            Refusal::MethodNotAllowed => response
+                .head
+                .push(ALLOW, HeaderValue::from_static("GET, HEAD")),
+            Refusal::RangeNotSatisfiable { len } => response
+                .head
+                .push(CONTENT_RANGE, header_value(format!("bytes */{len}"))),
+            _ => {}
+        }
+        response
+    }
+
+    /// The refusal for a failed file system call: missing and unresolvable
+    /// names are 404, denied access 403, anything else 500.
+    fn from_io(e: &io::Error) -> Refusal {
+        match e.raw_os_error() {
+            Some(libc::ENOENT | libc::ENOTDIR) => Refusal::NotFound,
+            Some(libc::ELOOP) => Refusal::SymlinkLoop,
+            Some(libc::ENAMETOOLONG) => Refusal::NameTooLong,
+            Some(libc::EACCES | libc::EPERM) => Refusal::PermissionDenied,
+            _ if e.kind() == io::ErrorKind::NotFound => Refusal::NotFound,
+            _ => Refusal::Io(e.to_string()),
+        }
+    }
 }
 
 /// A response: the head, and the body to send after it.
@@ -237,6 +479,9 @@ struct Inner {
     root: PathBuf,
     index: String,
     cache_control: Vec<(GlobMatcher, HeaderValue)>,
+    follow_symlinks: FollowSymlinks,
+    /// Relative to the root; validated.
+    symlinks_from: Option<PathBuf>,
 }
 
 impl StaticFiles {
@@ -255,6 +500,8 @@ impl StaticFiles {
                 root,
                 index: config.index.clone(),
                 cache_control,
+                follow_symlinks: config.follow_symlinks,
+                symlinks_from: config.symlinks_from.clone(),
             }),
         })
     }
@@ -265,41 +512,42 @@ impl StaticFiles {
     }
 
     /// Answers one request. Never fails: every refusal is a response (4xx, or 500
-    /// for an I/O error, which is also logged). A HEAD gets the GET head and an
-    /// empty body.
+    /// for an I/O error). A HEAD gets the GET head and an empty body.
     pub async fn respond(&self, request: &RequestHead) -> FileResponse {
-        let mut response = self.respond_get(request).await;
+        self.answer(request).await.0
+    }
+
+    /// [`StaticFiles::respond`], and the reason when the request was refused
+    /// (which is also logged here, with the request).
+    pub async fn answer(&self, request: &RequestHead) -> (FileResponse, Option<Refusal>) {
+        let (mut response, refusal) = match self.respond_get(request).await {
+            Ok(response) => (response, None),
+            Err(refusal) => {
+                log_refusal(request, &refusal);
+                (refusal.response(), Some(refusal))
+            }
+        };
         if request.method == Method::HEAD {
             response.body = FileBody::Empty;
         }
-        response
+        (response, refusal)
     }
 
-    async fn respond_get(&self, request: &RequestHead) -> FileResponse {
+    async fn respond_get(&self, request: &RequestHead) -> Result<FileResponse, Refusal> {
         if request.method != Method::GET && request.method != Method::HEAD {
-            return method_refusal(&request.method);
+            return Err(method_refusal(&request.method));
         }
-        let (url_path, query) = match UrlPath::from_target(&request.target) {
-            Ok(parsed) => parsed,
-            Err(e) => return FileResponse::error(e.status()),
-        };
+        let (url_path, query) = UrlPath::from_target(&request.target).map_err(Refusal::Path)?;
         let inner = Arc::clone(&self.inner);
         let lookup_path = url_path.clone();
-        let resolved = tokio::task::spawn_blocking(move || inner.resolve(&lookup_path)).await;
-        match resolved {
-            Ok(Ok(Resolved::File { file, meta, url })) => {
+        let resolved = tokio::task::spawn_blocking(move || inner.resolve(&lookup_path))
+            .await
+            .map_err(|e| Refusal::Io(format!("static file lookup task failed: {e}")))?;
+        match resolved? {
+            Resolved::File { file, meta, url } => {
                 self.file_response(request, file, &meta, &url).await
             }
-            Ok(Ok(Resolved::Directory)) => redirect(&url_path, query),
-            Ok(Err(LookupError::Io(e))) => {
-                tracing::warn!(path = %url_path.decoded(), error = %e, "static file I/O error");
-                FileResponse::error(StatusCode::INTERNAL_SERVER_ERROR)
-            }
-            Ok(Err(e)) => FileResponse::error(e.status()),
-            Err(e) => {
-                tracing::error!(error = %e, "static file lookup task failed");
-                FileResponse::error(StatusCode::INTERNAL_SERVER_ERROR)
-            }
+            Resolved::Directory => redirect(&url_path, query),
         }
     }
 
@@ -309,12 +557,15 @@ impl StaticFiles {
         file: std::fs::File,
         meta: &Metadata,
         url: &str,
-    ) -> FileResponse {
+    ) -> Result<FileResponse, Refusal> {
         let len = meta.len();
         let validators = Validators::new(meta.mtime(), meta.mtime_nsec(), len, meta.ino());
         let etag = HeaderValue::from_str(&validators.etag);
         let Ok(etag) = etag else {
-            return FileResponse::error(StatusCode::INTERNAL_SERVER_ERROR);
+            return Err(Refusal::Io(format!(
+                "ETag {:?} is not a field value",
+                validators.etag
+            )));
         };
         let last_modified = http_date(UNIX_EPOCH + Duration::from_secs(validators.last_modified));
         let cache_control = self.cache_control_for(url);
@@ -331,25 +582,19 @@ impl StaticFiles {
             Precondition::NotModified => {
                 let mut head = ResponseHead::new(StatusCode::NOT_MODIFIED);
                 validator_fields(&mut head);
-                return FileResponse {
+                return Ok(FileResponse {
                     head,
                     body: FileBody::Empty,
-                };
+                });
             }
-            Precondition::Failed => return FileResponse::error(StatusCode::PRECONDITION_FAILED),
+            Precondition::Failed => return Err(Refusal::PreconditionFailed),
         }
 
         let range = range_request(request, &validators);
         let (status, start, count) = match range {
             Some(RangeRequest::Single(spec)) => match spec.resolve(len) {
                 Some((first, last)) => (StatusCode::PARTIAL_CONTENT, first, last - first + 1),
-                None => {
-                    let mut response = FileResponse::error(StatusCode::RANGE_NOT_SATISFIABLE);
-                    response
-                        .head
-                        .push(CONTENT_RANGE, header_value(format!("bytes */{len}")));
-                    return response;
-                }
+                None => return Err(Refusal::RangeNotSatisfiable { len }),
             },
             Some(RangeRequest::Multiple(_)) | None => (StatusCode::OK, 0, len),
         };
@@ -368,25 +613,24 @@ impl StaticFiles {
         head.push(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
 
         if request.method != Method::GET || count == 0 {
-            return FileResponse {
+            return Ok(FileResponse {
                 head,
                 body: FileBody::Empty,
-            };
+            });
         }
         let mut file = tokio::fs::File::from_std(file);
-        if start > 0
-            && let Err(e) = file.seek(SeekFrom::Start(start)).await
-        {
-            tracing::warn!(url, error = %e, "static file seek failed");
-            return FileResponse::error(StatusCode::INTERNAL_SERVER_ERROR);
+        if start > 0 {
+            file.seek(SeekFrom::Start(start))
+                .await
+                .map_err(|e| Refusal::Io(format!("seek in {url}: {e}")))?;
         }
-        FileResponse {
+        Ok(FileResponse {
             head,
             body: FileBody::File(FileRegion {
                 file,
                 remaining: count,
             }),
-        }
+        })
     }
 
     /// The Cache-Control value of the first pattern matching `url`.
@@ -412,8 +656,23 @@ fn range_request(request: &RequestHead, validators: &Validators) -> Option<Range
     parse_range(value.as_bytes())
 }
 
+/// Logs why `request` was refused: at info for 403 (the operator's business: a
+/// symlink the configuration refuses, file permissions), at warn for 5xx, at
+/// debug for the rest (the access log has the reason code of every refusal).
+fn log_refusal(request: &RequestHead, refusal: &Refusal) {
+    let status = refusal.status().as_u16();
+    let (method, target, reason) = (&request.method, &request.target, refusal.code());
+    if refusal.status() == StatusCode::FORBIDDEN {
+        tracing::info!(%method, %target, status, reason, "refused: {refusal}");
+    } else if refusal.status().is_server_error() {
+        tracing::warn!(%method, %target, status, reason, "refused: {refusal}");
+    } else {
+        tracing::debug!(%method, %target, status, reason, "refused: {refusal}");
+    }
+}
+
 /// 405 for the methods RFC 9110 defines (with Allow), 501 for the others.
-fn method_refusal(method: &Method) -> FileResponse {
+fn method_refusal(method: &Method) -> Refusal {
     let known = [
         Method::POST,
         Method::PUT,
@@ -423,25 +682,20 @@ fn method_refusal(method: &Method) -> FileResponse {
         Method::TRACE,
         Method::CONNECT,
     ];
-    if !known.contains(method) {
-        return FileResponse::error(StatusCode::NOT_IMPLEMENTED);
+    if known.contains(method) {
+        Refusal::MethodNotAllowed
+    } else {
+        Refusal::MethodNotImplemented
     }
-    let mut response = FileResponse::error(StatusCode::METHOD_NOT_ALLOWED);
-    response
-        .head
-        .push(ALLOW, HeaderValue::from_static("GET, HEAD"));
-    response
 }
 
 /// 301 from `/dir` to `/dir/`, query kept.
-fn redirect(url_path: &UrlPath, query: Option<&str>) -> FileResponse {
+fn redirect(url_path: &UrlPath, query: Option<&str>) -> Result<FileResponse, Refusal> {
     let location = url_path.directory_location(query);
-    let Ok(location) = HeaderValue::from_str(&location) else {
-        return FileResponse::error(StatusCode::BAD_REQUEST);
-    };
+    let location = HeaderValue::from_str(&location).map_err(|_| Refusal::BadQuery)?;
     let mut response = FileResponse::error(StatusCode::MOVED_PERMANENTLY);
     response.head.push(LOCATION, location);
-    response
+    Ok(response)
 }
 
 /// Content-Type by extension; UTF-8 declared for text and JavaScript.
@@ -479,90 +733,133 @@ enum Resolved {
     Directory,
 }
 
-/// Why a lookup found nothing to serve.
-#[derive(Debug, thiserror::Error)]
-enum LookupError {
-    /// Nothing there, not a regular file, or not shown (hidden, no index).
-    #[error("not found")]
-    NotFound,
-    /// A symlink resolving outside the root, or the file system denied access.
-    #[error("forbidden")]
-    Forbidden,
-    /// Any other file system error.
-    #[error("{0}")]
-    Io(io::Error),
-}
-
-impl LookupError {
-    fn status(&self) -> StatusCode {
-        match self {
-            LookupError::NotFound => StatusCode::NOT_FOUND,
-            LookupError::Forbidden => StatusCode::FORBIDDEN,
-            LookupError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-}
-
-impl From<io::Error> for LookupError {
-    fn from(e: io::Error) -> LookupError {
-        match e.raw_os_error() {
-            Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG) => {
-                LookupError::NotFound
-            }
-            Some(libc::EACCES | libc::EPERM) => LookupError::Forbidden,
-            _ if e.kind() == io::ErrorKind::NotFound => LookupError::NotFound,
-            _ => LookupError::Io(e),
-        }
-    }
-}
-
 impl Inner {
     /// Blocking: finds and opens the file `path` names.
     ///
-    /// The joined path is canonicalized and must stay under the canonical root
-    /// (a symlink out is 403) with no hidden component (a symlink to a dotfile is
-    /// 404). The canonical path is then opened with `O_NOFOLLOW | O_NONBLOCK`, so a
-    /// final component swapped for a symlink since is refused, a FIFO cannot block
-    /// the open, and the type is checked again on the open handle.
-    fn resolve(&self, path: &UrlPath) -> Result<Resolved, LookupError> {
+    /// The joined path is checked for symlinks as `follow_symlinks` says, then
+    /// canonicalized; inside the root it must have no hidden component (a
+    /// symlink to a dotfile is 404), and outside (where the setting allows it)
+    /// none in the part not shared with the root's own path. The canonical path is then opened with
+    /// `O_NOFOLLOW | O_NONBLOCK`, so a final component swapped for a symlink since
+    /// is refused, a FIFO cannot block the open, and the type is checked again on
+    /// the open handle.
+    fn resolve(&self, path: &UrlPath) -> Result<Resolved, Refusal> {
         let mut joined = self.root.clone();
         joined.extend(path.segments());
-        let canonical = self.canonical_inside(&joined)?;
-        let meta = std::fs::metadata(&canonical)?;
+        let canonical = self.resolve_path(&joined)?;
+        let meta = std::fs::metadata(&canonical).map_err(|e| Refusal::from_io(&e))?;
         let (target, url) = if meta.is_dir() {
             if !path.is_directory_form() {
                 return Ok(Resolved::Directory);
             }
-            let index = self.canonical_inside(&canonical.join(&self.index))?;
+            let index = match self.resolve_path(&joined.join(&self.index)) {
+                Err(Refusal::NotFound) => return Err(Refusal::NoIndex),
+                other => other?,
+            };
             (index, format!("{}{}", path.decoded(), self.index))
         } else if path.is_directory_form() {
-            return Err(LookupError::NotFound);
+            return Err(Refusal::FileAsDirectory);
         } else {
             (canonical, path.decoded())
         };
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&target)?;
-        let meta = file.metadata()?;
+            .open(&target)
+            .map_err(|e| Refusal::from_io(&e))?;
+        let meta = file.metadata().map_err(|e| Refusal::from_io(&e))?;
         if !meta.is_file() {
-            return Err(LookupError::NotFound);
+            return Err(Refusal::NotRegularFile);
         }
         Ok(Resolved::File { file, meta, url })
     }
 
-    fn canonical_inside(&self, path: &Path) -> Result<PathBuf, LookupError> {
-        let canonical = std::fs::canonicalize(path)?;
-        let Ok(relative) = canonical.strip_prefix(&self.root) else {
-            return Err(LookupError::Forbidden);
+    /// The canonical form of `joined` (the root and checked segments), if the
+    /// symlinks on the way are allowed.
+    fn resolve_path(&self, joined: &Path) -> Result<PathBuf, Refusal> {
+        match self.follow_symlinks {
+            FollowSymlinks::Never | FollowSymlinks::IfOwnerMatches => self.check_links(joined)?,
+            FollowSymlinks::InsideRoot | FollowSymlinks::Always => {}
+        }
+        let canonical = std::fs::canonicalize(joined).map_err(|e| Refusal::from_io(&e))?;
+        let hidden = |p: &Path| {
+            p.components().any(|c| match c {
+                Component::Normal(name) => name.to_str().is_none_or(path::is_hidden),
+                _ => false,
+            })
         };
-        let hidden = relative
-            .components()
-            .any(|c| c.as_os_str().to_str().is_none_or(path::is_hidden));
-        if hidden {
-            return Err(LookupError::NotFound);
+        let checked = match canonical.strip_prefix(&self.root) {
+            Ok(relative) => relative,
+            // `never` without `symlinks_from` reaches here only if a symlink
+            // appeared since the check.
+            Err(_)
+                if self.follow_symlinks == FollowSymlinks::InsideRoot
+                    || (self.follow_symlinks == FollowSymlinks::Never
+                        && self.symlinks_from.is_none()) =>
+            {
+                return Err(Refusal::SymlinkOutOfRoot {
+                    resolved: canonical,
+                });
+            }
+            // Outside the root, the part not shared with the root's path is
+            // checked: the root may itself lie under a hidden directory.
+            Err(_) => {
+                let shared = canonical
+                    .components()
+                    .zip(self.root.components())
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                let mut rest = canonical.components();
+                for _ in 0..shared {
+                    rest.next();
+                }
+                rest.as_path()
+            }
+        };
+        if hidden(checked) {
+            return Err(Refusal::HiddenTarget {
+                resolved: canonical,
+            });
         }
         Ok(canonical)
+    }
+
+    /// `never` and `if-owner-matches`: looks at each component below the root
+    /// (without following it) and refuses a symlink, or one whose owner differs
+    /// from that of what it resolves to. Path-based like the rest of the lookup:
+    /// the document root is trusted content, not writable by clients.
+    fn check_links(&self, joined: &Path) -> Result<(), Refusal> {
+        let Ok(relative) = joined.strip_prefix(&self.root) else {
+            return Err(Refusal::NotFound);
+        };
+        // nginx's `from=`: the components up to and including it are trusted.
+        let trusted = match &self.symlinks_from {
+            Some(from) if relative.starts_with(from) => from.components().count(),
+            _ => 0,
+        };
+        let mut prefix = self.root.clone();
+        for (i, component) in relative.components().enumerate() {
+            prefix.push(component);
+            if i < trusted {
+                continue;
+            }
+            let link = std::fs::symlink_metadata(&prefix).map_err(|e| Refusal::from_io(&e))?;
+            if !link.file_type().is_symlink() {
+                continue;
+            }
+            if self.follow_symlinks == FollowSymlinks::Never {
+                return Err(Refusal::SymlinkRefused { link: prefix });
+            }
+            let target = std::fs::metadata(&prefix).map_err(|e| Refusal::from_io(&e))?;
+            if target.uid() != link.uid() {
+                return Err(Refusal::SymlinkOwnerDiffers {
+                    link: prefix,
+                    link_owner: link.uid(),
+                    target_owner: target.uid(),
+                });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -615,6 +912,124 @@ mod tests {
     }
 
     #[test]
+    fn follow_symlinks_values() -> Result<(), toml::de::Error> {
+        let parse = |value: &str| {
+            toml::from_str::<FilesConfig>(&format!(
+                "root = \"/srv\"\nfollow_symlinks = \"{value}\"\n"
+            ))
+            .map(|c| c.follow_symlinks)
+        };
+        assert_eq!(parse("never")?, FollowSymlinks::Never);
+        assert_eq!(parse("inside-root")?, FollowSymlinks::InsideRoot);
+        assert_eq!(parse("if-owner-matches")?, FollowSymlinks::IfOwnerMatches);
+        assert_eq!(parse("always")?, FollowSymlinks::Always);
+        let default: FilesConfig = toml::from_str("root = \"/srv\"")?;
+        assert_eq!(default.follow_symlinks, FollowSymlinks::InsideRoot);
+        assert_eq!(
+            FilesConfig::new("/srv").follow_symlinks,
+            FollowSymlinks::InsideRoot
+        );
+        // nginx's spellings and booleans are not guessed at: the error names the
+        // key and the values allowed.
+        for bad in ["off", "if_not_owner", "yes"] {
+            let text = format!("[files]\nroot = \"/srv\"\nfollow_symlinks = \"{bad}\"\n");
+            let error = crate::config::OriginConfig::from_toml(&text)
+                .expect_err(bad)
+                .to_string();
+            assert!(error.contains("follow_symlinks"), "{error}");
+            assert!(error.contains("if-owner-matches"), "{error}");
+        }
+        let text = "[files]\nroot = \"/srv\"\nfollow_symlinks = true\n";
+        assert!(crate::config::OriginConfig::from_toml(text).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn symlinks_from_is_a_plain_directory_below_the_root() -> Result<(), toml::de::Error> {
+        let config: FilesConfig = toml::from_str(
+            "root = \"/srv\"\nfollow_symlinks = \"never\"\nsymlinks_from = \"docs/v1\"\n",
+        )?;
+        assert_eq!(config.symlinks_from, Some(PathBuf::from("docs/v1")));
+        assert!(config.validate().is_ok());
+        let mut config = FilesConfig::new("/srv");
+        config.follow_symlinks = FollowSymlinks::IfOwnerMatches;
+        for bad in ["", "/abs", "../up", "a/../b", "./a", ".hidden", "a/.git"] {
+            config.symlinks_from = Some(bad.into());
+            let error = config.validate().map_err(|e| e.to_string());
+            assert!(
+                matches!(&error, Err(m) if m.starts_with("files.symlinks_from") && m.contains("below the root")),
+                "{bad:?}: {error:?}"
+            );
+        }
+        config.symlinks_from = Some("docs".into());
+        for follow in [FollowSymlinks::InsideRoot, FollowSymlinks::Always] {
+            config.follow_symlinks = follow;
+            let error = config.validate().map_err(|e| e.to_string());
+            assert!(
+                matches!(&error, Err(m) if m.starts_with("files.symlinks_from") && m.contains("applies only")),
+                "{follow:?}: {error:?}"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn refusal_codes_are_distinct_tokens() {
+        let path = PathBuf::from("/x");
+        let all = [
+            Refusal::MethodNotAllowed,
+            Refusal::MethodNotImplemented,
+            Refusal::Path(PathError::NotOriginForm),
+            Refusal::Path(PathError::BadEscape),
+            Refusal::Path(PathError::EncodedSeparator),
+            Refusal::Path(PathError::ControlCharacter),
+            Refusal::Path(PathError::RawCharacter),
+            Refusal::Path(PathError::NotUtf8),
+            Refusal::Path(PathError::DotSegment),
+            Refusal::Path(PathError::Hidden),
+            Refusal::BadQuery,
+            Refusal::NotFound,
+            Refusal::FileAsDirectory,
+            Refusal::NoIndex,
+            Refusal::NotRegularFile,
+            Refusal::HiddenTarget {
+                resolved: path.clone(),
+            },
+            Refusal::SymlinkLoop,
+            Refusal::NameTooLong,
+            Refusal::SymlinkOutOfRoot {
+                resolved: path.clone(),
+            },
+            Refusal::SymlinkRefused { link: path.clone() },
+            Refusal::SymlinkOwnerDiffers {
+                link: path,
+                link_owner: 1,
+                target_owner: 0,
+            },
+            Refusal::PermissionDenied,
+            Refusal::PreconditionFailed,
+            Refusal::RangeNotSatisfiable { len: 0 },
+            Refusal::Io("disk on fire".into()),
+        ];
+        let codes: std::collections::HashSet<&str> = all.iter().map(Refusal::code).collect();
+        assert_eq!(codes.len(), all.len());
+        for refusal in &all {
+            let code = refusal.code();
+            assert!(
+                code.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{code}"
+            );
+            assert!(refusal.status().is_client_error() || refusal.status().is_server_error());
+        }
+        let forbidden = all
+            .iter()
+            .filter(|r| r.status() == StatusCode::FORBIDDEN)
+            .count();
+        assert_eq!(forbidden, 4);
+    }
+
+    #[test]
     fn content_types() {
         let text = |url: &str| {
             content_type(url)
@@ -636,14 +1051,24 @@ mod tests {
 
     #[test]
     fn method_refusals() {
-        let response = method_refusal(&Method::POST);
+        let response = method_refusal(&Method::POST).response();
         assert_eq!(response.head.status, StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(
             response.head.get("allow"),
             Some(&HeaderValue::from_static("GET, HEAD"))
         );
-        let brew = Method::from_bytes(b"BREW").map(|m| method_refusal(&m).head.status);
-        assert_eq!(brew.ok(), Some(StatusCode::NOT_IMPLEMENTED));
+        let brew = Method::from_bytes(b"BREW").map(|m| method_refusal(&m));
+        assert_eq!(brew.ok(), Some(Refusal::MethodNotImplemented));
+        assert_eq!(
+            Refusal::MethodNotImplemented.response().head.status,
+            StatusCode::NOT_IMPLEMENTED
+        );
+        let response = Refusal::RangeNotSatisfiable { len: 7 }.response();
+        assert_eq!(response.head.status, StatusCode::RANGE_NOT_SATISFIABLE);
+        assert_eq!(
+            response.head.get("content-range"),
+            Some(&HeaderValue::from_static("bytes */7"))
+        );
     }
 
     #[tokio::test]

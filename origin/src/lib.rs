@@ -3,6 +3,7 @@
 //!
 //! Start with [`scheduler`]: the I/O-free core every response passes through.
 
+pub mod access;
 pub mod config;
 pub mod files;
 pub mod http;

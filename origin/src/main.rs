@@ -6,13 +6,14 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use gateway_transport::{Association, BackendChoice, Listener};
+use origin::access::AccessLog;
 use origin::config::OriginConfig;
 use origin::files::{FilesConfig, StaticFiles};
 use origin::proxy::Proxy;
@@ -53,6 +54,10 @@ struct Cli {
     /// Body bytes per chunk.
     #[arg(long)]
     chunk_size: Option<usize>,
+    /// Write the access log (target `origin::access`) to this file, appending,
+    /// instead of with the rest of the log on stderr.
+    #[arg(long, value_name = "FILE")]
+    access_log: Option<PathBuf>,
 }
 
 fn load_config(cli: &Cli) -> Result<OriginConfig> {
@@ -92,14 +97,49 @@ fn load_config(cli: &Cli) -> Result<OriginConfig> {
     Ok(config)
 }
 
+/// Installs the log: `RUST_LOG` (default `info`) decides what is written; it
+/// goes to stderr, as the gateway's does (stdout stays free), except the access
+/// log when `access_log` names a file. Colour only for a person at a terminal:
+/// redirected to a file or journald, escape codes would be noise in every line.
+fn init_log(access_log: Option<&Path>) -> Result<()> {
+    use tracing_subscriber::filter::filter_fn;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer, fmt};
+
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let levels = EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let stderr = fmt::layer().with_ansi(colour).with_writer(std::io::stderr);
+    let Some(path) = access_log else {
+        tracing_subscriber::registry()
+            .with(levels)
+            .with(stderr)
+            .try_init()?;
+        return Ok(());
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening the access log {}", path.display()))?;
+    let is_access = |target: &str| target == origin::access::TARGET;
+    tracing_subscriber::registry()
+        .with(levels)
+        .with(stderr.with_filter(filter_fn(move |m| !is_access(m.target()))))
+        .with(
+            fmt::layer()
+                .with_ansi(false)
+                .with_writer(Mutex::new(file))
+                .with_filter(filter_fn(move |m| is_access(m.target()))),
+        )
+        .try_init()?;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let cli = Cli::parse();
+    init_log(cli.access_log.as_deref())?;
     let config = load_config(&cli)?;
     let (service, source) = match (&config.files, &config.upstream) {
         (Some(files), _) => (
@@ -208,9 +248,10 @@ async fn accept_loop(
         let key = next_key;
         next_key += 1;
         lock(&live).insert(key, assoc.clone());
-        let (service, config, live) = (Arc::clone(&service), config.clone(), Arc::clone(&live));
+        let handler = Arc::new(AccessLog::new(Arc::clone(&service), peer));
+        let (config, live) = (config.clone(), Arc::clone(&live));
         associations.spawn(async move {
-            match drive(assoc, service, config).await {
+            match drive(assoc, handler, config).await {
                 Ok(stats) => tracing::info!(%peer, ?stats, "association closed"),
                 Err(e) => tracing::warn!(%peer, "association ended: {e}"),
             }

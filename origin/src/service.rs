@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 
-use crate::files::{FileBody, StaticFiles};
+use crate::files::{FileBody, Refusal, StaticFiles};
 use crate::http::{RequestHead, ResponseHead};
 use crate::proxy::{Proxy, ProxyBody};
 use crate::server::{BodySource, Handler, IncomingRequest, Reply};
@@ -50,15 +50,28 @@ impl Handler for Service {
     type Body = ServiceBody;
 
     async fn handle(&self, request: IncomingRequest) -> Reply<ServiceBody> {
+        self.answer(request).await.0
+    }
+}
+
+impl Service {
+    /// Answers one request, and says why (a one-token code, as
+    /// [`crate::files::Refusal::code`]) when it was refused. A proxied
+    /// response has no reason: the upstream's status is passed on.
+    pub async fn answer(
+        &self,
+        request: IncomingRequest,
+    ) -> (Reply<ServiceBody>, Option<&'static str>) {
         let files = match self {
             Service::Files(files) => files,
             Service::Proxy(proxy) => {
                 let reply = proxy.handle(request).await;
-                return Reply {
+                let reply = Reply {
                     head: reply.head,
                     body_len: reply.body_len,
                     body: ServiceBody::Upstream(reply.body),
                 };
+                return (reply, None);
             }
         };
         let head = match RequestHead::parse(&request.request.head) {
@@ -66,10 +79,10 @@ impl Handler for Service {
             Err(e) => {
                 tracing::debug!(id = request.id, error = %e, "bad request head");
                 let (head, body) = e.response();
-                return reply(head, FileBody::Bytes(body));
+                return (reply(head, FileBody::Bytes(body)), Some("bad-request-head"));
             }
         };
-        let response = files.respond(&head).await;
+        let (response, refusal) = files.answer(&head).await;
         tracing::debug!(
             id = request.id,
             stream = request.stream,
@@ -78,6 +91,9 @@ impl Handler for Service {
             status = response.head.status.as_u16(),
             "request"
         );
-        reply(response.head, response.body)
+        (
+            reply(response.head, response.body),
+            refusal.as_ref().map(Refusal::code),
+        )
     }
 }

@@ -44,18 +44,45 @@ fn free_udp_port() -> Result<u16> {
 }
 
 fn start_origin(extra: &[&str]) -> Result<OriginProcess> {
+    start_origin_with(extra, Stdio::inherit(), None)
+}
+
+/// The origin with its stderr going to `stderr` and `RUST_LOG` set to `filter`
+/// (when given).
+fn start_origin_with(extra: &[&str], stderr: Stdio, filter: Option<&str>) -> Result<OriginProcess> {
     let port = free_udp_port()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let child = Command::new(env!("CARGO_BIN_EXE_origin"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_origin"));
+    command
         .arg("--config")
         .arg(workspace().join("config/origin.toml"))
         .args(["--listen", &addr.to_string(), "--transport", "userspace"])
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .context("starting the origin binary")?;
+        .stderr(stderr);
+    if let Some(filter) = filter {
+        command.env("RUST_LOG", filter);
+    }
+    let child = command.spawn().context("starting the origin binary")?;
     Ok(OriginProcess { child, addr })
+}
+
+/// The text of `path` once `done` holds for it, or an error with the text as
+/// it was at the deadline. The origin writes its log as it goes; a line can
+/// reach the file after the response reached the test.
+async fn log_when(path: &Path, done: impl Fn(&str) -> bool) -> Result<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let bytes = std::fs::read(path)?;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if done(&text) {
+            return Ok(text);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("log never showed what was expected:\n{text}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn gateway(origin: &OriginProcess) -> Result<TestGateway> {
@@ -232,4 +259,217 @@ fn a_config_with_an_unknown_key_is_refused_with_its_name() -> Result<()> {
         "error does not name the key: {stderr}"
     );
     Ok(())
+}
+
+#[tokio::test]
+async fn a_redirected_log_has_no_colour_codes() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("origin.log");
+    let file = std::fs::File::create(&path)?;
+    // debug: the per-request lines carry fields, which colour would italicise.
+    let origin = start_origin_with(&[], Stdio::from(file), Some("debug"))?;
+    tokio::time::timeout(LIMIT, async {
+        let mut gw = gateway(&origin).await?;
+        let id = get(&mut gw, 1, simple("GET", "/nope.html", "")).await?;
+        ensure!(status(&gw, id)? == 404);
+        let log = log_when(&path, |log| {
+            log.lines()
+                .any(|l| l.contains("origin::service") && l.contains("status=404"))
+        })
+        .await?;
+        ensure!(
+            !log.as_bytes().contains(&0x1b),
+            "escape bytes in the log file:\n{log:?}"
+        );
+        Ok(())
+    })
+    .await
+    .context("test timed out")?
+}
+
+/// The access-log lines of `log` (target `origin::access`), each as its
+/// `key=value` fields in order.
+fn access_lines(log: &str) -> Vec<Vec<(String, String)>> {
+    log.lines()
+        .filter_map(|l| l.split_once(" origin::access: "))
+        .map(|(_, fields)| {
+            fields
+                .split(' ')
+                .filter_map(|f| f.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+/// A document root with an index and, as Debian's Python docs have, a
+/// `_static/jquery.js` symlinked out of it.
+fn site_with_a_link_out(dir: &Path) -> Result<PathBuf> {
+    let root = dir.join("html");
+    std::fs::create_dir_all(root.join("_static"))?;
+    std::fs::create_dir_all(dir.join("javascript"))?;
+    std::fs::write(dir.join("javascript/jquery.js"), "/* jquery */\n")?;
+    std::fs::write(root.join("index.html"), "<h1>docs</h1>\n")?;
+    std::os::unix::fs::symlink("../../javascript/jquery.js", root.join("_static/jquery.js"))?;
+    Ok(root)
+}
+
+/// What an access line should say.
+struct Expected<'a> {
+    id: RequestId,
+    stream: u16,
+    method: &'a str,
+    target: &'a str,
+    status: u16,
+    bytes: usize,
+    reason: &'a str,
+}
+
+/// Checks one access line: the fields, in order, with the expected values
+/// (`peer` by its address, `ms` by being a number).
+fn check_access_line(line: &[(String, String)], expected: &Expected<'_>) -> Result<()> {
+    let keys: Vec<&str> = line.iter().map(|(k, _)| k.as_str()).collect();
+    ensure!(
+        keys == [
+            "peer", "id", "stream", "method", "target", "status", "bytes", "ms", "outcome",
+            "reason"
+        ],
+        "fields {keys:?}"
+    );
+    let value = |i: usize| line[i].1.as_str();
+    ensure!(value(0).starts_with("127.0.0.1:"), "{line:?}");
+    ensure!(value(7).parse::<u64>().is_ok(), "{line:?}");
+    let values = [
+        expected.id.to_string(),
+        expected.stream.to_string(),
+        expected.method.to_owned(),
+        expected.target.to_owned(),
+        expected.status.to_string(),
+        expected.bytes.to_string(),
+    ];
+    ensure!(
+        line[1..7].iter().map(|(_, v)| v).eq(values.iter()),
+        "{line:?}"
+    );
+    ensure!(
+        value(8) == "complete" && value(9) == expected.reason,
+        "{line:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_access_line_per_request_with_the_reason_for_refusals() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let root = site_with_a_link_out(dir.path())?;
+    let path = dir.path().join("origin.log");
+    let file = std::fs::File::create(&path)?;
+    let root_arg = root.to_string_lossy().into_owned();
+    let origin = start_origin_with(&["--root", &root_arg], Stdio::from(file), Some("info"))?;
+    tokio::time::timeout(LIMIT, async {
+        let mut gw = gateway(&origin).await?;
+        let index = get(&mut gw, 1, simple("GET", "/", "")).await?;
+        ensure!(status(&gw, index)? == 200);
+        let jquery = get(&mut gw, 2, simple("GET", "/_static/jquery.js", "")).await?;
+        ensure!(status(&gw, jquery)? == 403);
+        let head = get(&mut gw, 3, simple("HEAD", "/index.html", "")).await?;
+        ensure!(status(&gw, head)? == 200);
+
+        let log = log_when(&path, |log| access_lines(log).len() >= 3).await?;
+        let lines = access_lines(&log);
+        ensure!(lines.len() == 3, "{log}");
+        let len = "<h1>docs</h1>\n".len();
+        check_access_line(
+            &lines[0],
+            &Expected {
+                id: index,
+                stream: 1,
+                method: "GET",
+                target: "/",
+                status: 200,
+                bytes: len,
+                reason: "-",
+            },
+        )?;
+        let forbidden = "403 Forbidden\n".len();
+        check_access_line(
+            &lines[1],
+            &Expected {
+                id: jquery,
+                stream: 2,
+                method: "GET",
+                target: "/_static/jquery.js",
+                status: 403,
+                bytes: forbidden,
+                reason: "symlink-out-of-root",
+            },
+        )?;
+        check_access_line(
+            &lines[2],
+            &Expected {
+                id: head,
+                stream: 3,
+                method: "HEAD",
+                target: "/index.html",
+                status: 200,
+                bytes: 0,
+                reason: "-",
+            },
+        )?;
+        // The refusal's sentence, at info, names where the link leads.
+        let outside = std::fs::canonicalize(dir.path().join("javascript/jquery.js"))?;
+        ensure!(
+            log.lines()
+                .any(|l| l.contains(" INFO origin::files: refused: ")
+                    && l.contains(&format!("{outside:?}"))
+                    && l.contains("target=/_static/jquery.js")),
+            "{log}"
+        );
+        ensure!(!log.as_bytes().contains(&0x1b), "escape bytes: {log:?}");
+        Ok(())
+    })
+    .await
+    .context("test timed out")?
+}
+
+#[tokio::test]
+async fn access_log_to_a_file_of_its_own() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let access = dir.path().join("access.log");
+    let path = dir.path().join("origin.log");
+    let file = std::fs::File::create(&path)?;
+    let access_arg = access.to_string_lossy().into_owned();
+    let origin = start_origin_with(
+        &["--access-log", &access_arg],
+        Stdio::from(file),
+        Some("info"),
+    )?;
+    tokio::time::timeout(LIMIT, async {
+        let mut gw = gateway(&origin).await?;
+        let missing = get(&mut gw, 1, simple("GET", "/nope.html", "")).await?;
+        ensure!(status(&gw, missing)? == 404);
+        let text = log_when(&access, |log| !access_lines(log).is_empty()).await?;
+        let lines = access_lines(&text);
+        ensure!(lines.len() == 1, "{text}");
+        let body = "404 Not Found\n".len();
+        check_access_line(
+            &lines[0],
+            &Expected {
+                id: missing,
+                stream: 1,
+                method: "GET",
+                target: "/nope.html",
+                status: 404,
+                bytes: body,
+                reason: "not-found",
+            },
+        )?;
+        ensure!(!text.as_bytes().contains(&0x1b), "escape bytes: {text:?}");
+        // The rest of the log stays on stderr, without the access lines.
+        let log = log_when(&path, |log| log.contains("listening on")).await?;
+        ensure!(access_lines(&log).is_empty(), "{log}");
+        Ok(())
+    })
+    .await
+    .context("test timed out")?
 }

@@ -66,6 +66,20 @@ pub enum PathError {
 }
 
 impl PathError {
+    /// A short code for the access log's `reason` field.
+    pub fn code(&self) -> &'static str {
+        match self {
+            PathError::NotOriginForm => "not-origin-form",
+            PathError::BadEscape => "bad-escape",
+            PathError::EncodedSeparator => "encoded-separator",
+            PathError::ControlCharacter => "control-character",
+            PathError::RawCharacter => "raw-character",
+            PathError::NotUtf8 => "not-utf8",
+            PathError::DotSegment => "dot-segment",
+            PathError::Hidden => "hidden",
+        }
+    }
+
     /// The status code a request refused with this error gets.
     pub fn status(&self) -> StatusCode {
         match self {
