@@ -121,6 +121,77 @@ impl FromStr for BackendChoice {
     }
 }
 
+/// Whether the userspace backend batches UDP datagrams (GSO on send, GRO on
+/// receive). In the configuration: `"auto"`, `true` or `false`.
+///
+/// Batching cuts CPU per GB about fivefold (docs/transport.md, "Batched UDP
+/// I/O"). One peer could not take it: a Linux 6.1 kernel whose SCTP listens
+/// for UDP encapsulation stopped dead receiving our GSO datagrams over
+/// loopback (a kernel-side failure not yet understood). On a real path GSO
+/// segments are split before the wire, so only a kernel SCTP on this same
+/// host (same network namespace) can receive one whole; `Auto` therefore
+/// batches unless this host's kernel SCTP listens for UDP encapsulation
+/// (`net.sctp.udp_port` non-zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UdpOffload {
+    /// On, unless this host's kernel SCTP listens for UDP encapsulation.
+    #[default]
+    Auto,
+    /// Always (where the kernel offers GSO and GRO).
+    On,
+    /// Never: one datagram per send and per receive buffer.
+    Off,
+}
+
+/// Where a kernel with SCTP says which UDP port it encapsulates on (0: none).
+const SCTP_UDP_PORT_SYSCTL: &str = "/proc/sys/net/sctp/udp_port";
+
+impl UdpOffload {
+    /// Whether to batch on this host, now.
+    pub fn enabled(self) -> bool {
+        match self {
+            UdpOffload::On => true,
+            UdpOffload::Off => false,
+            UdpOffload::Auto => !kernel_sctp_encapsulates(),
+        }
+    }
+}
+
+/// Whether this network namespace's kernel SCTP listens for UDP-encapsulated
+/// packets. No sctp module, or port 0: no.
+fn kernel_sctp_encapsulates() -> bool {
+    std::fs::read_to_string(SCTP_UDP_PORT_SYSCTL).is_ok_and(|port| !matches!(port.trim(), "" | "0"))
+}
+
+impl Serialize for UdpOffload {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            UdpOffload::Auto => serializer.serialize_str("auto"),
+            UdpOffload::On => serializer.serialize_bool(true),
+            UdpOffload::Off => serializer.serialize_bool(false),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for UdpOffload {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Flag(bool),
+            Word(String),
+        }
+        match Repr::deserialize(deserializer)? {
+            Repr::Flag(true) => Ok(UdpOffload::On),
+            Repr::Flag(false) => Ok(UdpOffload::Off),
+            Repr::Word(word) if word == "auto" => Ok(UdpOffload::Auto),
+            Repr::Word(word) => Err(serde::de::Error::custom(format!(
+                "expected \"auto\", true or false, not \"{word}\""
+            ))),
+        }
+    }
+}
+
 /// Default UDP port for SCTP over UDP (RFC 6951, IANA `sctp-tunneling`).
 pub const SCTP_UDP_PORT: u16 = 9899;
 
@@ -212,13 +283,8 @@ pub struct AssociationConfig {
     /// over the round trip instead of sending the window as one burst.
     pub pacing: bool,
     /// Userspace SCTP: batch UDP datagrams with GSO on send and GRO on receive
-    /// where the kernel offers them; `false` sends and receives one at a time.
-    /// Off by default for now: a Linux 6.1 guest receiving our GSO datagrams
-    /// into its kernel SCTP's UDP encapsulation over loopback stopped dead in
-    /// the interop test (a kernel-side failure not yet understood); between
-    /// two userspace ends it is safe and cuts CPU per GB about threefold
-    /// (docs/transport.md, "Batched UDP I/O").
-    pub udp_offload: bool,
+    /// where the kernel offers them (see [`UdpOffload`]).
+    pub udp_offload: UdpOffload,
     /// QUIC, connecting side: the SHA-256 of the listener's certificate, 64 hex
     /// digits (colons between bytes allowed), as the listener logs at start. The
     /// client accepts exactly that certificate and nothing else; required for
@@ -253,7 +319,7 @@ impl Default for AssociationConfig {
             rack_tlp: true,
             sack_immediately: true,
             pacing: true,
-            udp_offload: false,
+            udp_offload: UdpOffload::Auto,
             quic_server_cert_sha256: None,
         }
     }

@@ -35,7 +35,9 @@ pub mod quic;
 pub mod sctp_proto;
 pub mod userspace;
 
-pub use config::{AssociationConfig, BackendChoice, BackendKind, SCTP_UDP_PORT, duration_ms};
+pub use config::{
+    AssociationConfig, BackendChoice, BackendKind, SCTP_UDP_PORT, UdpOffload, duration_ms,
+};
 pub use error::TransportError;
 
 /// One received message and the stream it arrived on.

@@ -31,7 +31,8 @@ use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use gateway_transport::kernel::StreamScheduler;
 use gateway_transport::{
-    Association, AssociationConfig, BackendKind, Listener, SCTP_UDP_PORT, TransportError, connect,
+    Association, AssociationConfig, BackendKind, Listener, SCTP_UDP_PORT, TransportError,
+    UdpOffload, connect,
 };
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -75,7 +76,11 @@ fn config() -> AssociationConfig {
         // GSO into the guest kernel's SCTP encapsulation over loopback made
         // the VM stop dead (see `AssociationConfig::udp_offload`); set
         // INTEROP_UDP_OFFLOAD to reproduce.
-        udp_offload: std::env::var_os("INTEROP_UDP_OFFLOAD").is_some(),
+        udp_offload: if std::env::var_os("INTEROP_UDP_OFFLOAD").is_some() {
+            UdpOffload::On
+        } else {
+            UdpOffload::Off
+        },
         streams: 8,
         max_inbound_streams: 8,
         connect_timeout: Duration::from_secs(30),

@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use gateway_transport::userspace::UdpStats;
 use gateway_transport::{
-    Association, AssociationConfig, BackendKind, Listener, TransportError, connect,
+    Association, AssociationConfig, BackendKind, Listener, TransportError, UdpOffload, connect,
 };
 use support::{NetnsPair, join, spawn_in};
 
@@ -527,7 +527,7 @@ fn bulk_both_ways(v6: bool, config: AssociationConfig) -> Result<(UdpStats, UdpS
 /// >= 5.0; a veth hands a GSO batch to a GRO socket whole), every byte checked.
 fn offload_carries_the_bulk(v6: bool) -> Result<()> {
     let offload = AssociationConfig {
-        udp_offload: true,
+        udp_offload: UdpOffload::On,
         ..config(BULK_STREAMS + 1)
     };
     let (server, client) = bulk_both_ways(v6, offload)?;
@@ -562,7 +562,7 @@ fn offload_carries_the_bulk(v6: bool) -> Result<()> {
 /// send and per buffer, the same bytes checked.
 fn without_offload(v6: bool) -> Result<()> {
     let config = AssociationConfig {
-        udp_offload: false,
+        udp_offload: UdpOffload::Off,
         ..config(BULK_STREAMS + 1)
     };
     let (server, client) = bulk_both_ways(v6, config)?;

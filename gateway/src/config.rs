@@ -493,6 +493,39 @@ mod tests {
     }
 
     #[test]
+    fn udp_offload_is_auto_true_or_false() {
+        use gateway_transport::UdpOffload;
+        let origin = |value: &str| {
+            format!(
+                r#"
+                [[origin]]
+                name = "demo"
+                address = "192.0.2.2:9899"
+                destinations = ["203.0.113.0/24"]
+                [origin.transport]
+                udp_offload = {value}
+                "#
+            )
+        };
+        for (value, want) in [
+            (r#""auto""#, UdpOffload::Auto),
+            ("true", UdpOffload::On),
+            ("false", UdpOffload::Off),
+        ] {
+            let c = GatewayConfig::from_toml(&origin(value)).expect("parses");
+            assert_eq!(c.origins[0].transport.udp_offload, want, "{value}");
+        }
+        let err = GatewayConfig::from_toml(&origin(r#""yes""#))
+            .expect_err("not a choice")
+            .to_string();
+        assert!(err.contains("udp_offload"), "{err}");
+        assert_eq!(
+            gateway_transport::AssociationConfig::default().udp_offload,
+            UdpOffload::Auto
+        );
+    }
+
+    #[test]
     fn quic_origin_needs_the_pinned_certificate() {
         let origin = |pin: &str| {
             format!(

@@ -96,7 +96,7 @@ impl Settings {
             max_message: config.max_message,
             idle_timeout: config.idle_timeout,
             recv_window: recv_window(config),
-            udp_offload: config.udp_offload,
+            udp_offload: config.udp_offload.enabled(),
         }
     }
 }
