@@ -484,6 +484,44 @@ async fn a_stale_entry_is_validated_and_a_304_freshens_it() -> Result<()> {
     Ok(())
 }
 
+/// RFC 5861: an origin that fails a validation with 503 is stood in for by
+/// the stale entry its `stale-if-error` allows; the entry stays.
+#[tokio::test]
+async fn stale_if_error_answers_from_the_entry_when_the_origin_fails() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let up = Upstream::start(|seen| {
+        if seen.headers.contains_key("if-none-match") {
+            return Reply {
+                status: 503,
+                body: b"origin down".to_vec(),
+                ..Reply::default()
+            };
+        }
+        Reply::ok(
+            "stored body",
+            &[
+                ("cache-control", "max-age=0, stale-if-error=600"),
+                ("etag", "\"v1\""),
+            ],
+        )
+    })
+    .await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let (gw, cache) = (f.addr, &f.cache);
+    get(gw, "/s", up.addr).await?;
+    wait_for(|| cache.stats().stored == 1).await?;
+    for _ in 0..2 {
+        let answer = get(gw, "/s", up.addr).await?;
+        assert_eq!(
+            (answer.status, answer.text().as_str()),
+            (200, "stored body")
+        );
+    }
+    assert_eq!(up.count("/s"), 3, "each stale request was validated");
+    assert_eq!(cache.stats().entries, 1);
+    Ok(())
+}
+
 #[tokio::test]
 async fn head_range_and_conditionals_are_answered_from_a_stored_get() -> Result<()> {
     let dir = tempfile::tempdir()?;

@@ -217,6 +217,39 @@ impl Fill {
                 }
                 None => Filled::Refetch,
             },
+            ResponseDecision::ServeStale => match self.stored {
+                Some(ref entry) => {
+                    tracing::debug!(
+                        uri = self.primary,
+                        status = parts.status.as_u16(),
+                        "cache: the origin failed; stale-if-error serves the stored response"
+                    );
+                    shared.counters.inc(&shared.counters.hits);
+                    // Followers look again and validate on their own: the
+                    // entry is unchanged, and may be usable for them too.
+                    self.guard.set_head(FlightHead::Refreshed);
+                    self.guard.finish();
+                    let age = policy::current_age(&entry.response, now);
+                    let answer = policy::answer_from_stored(
+                        &self.method,
+                        &self.request,
+                        &entry.response,
+                        age,
+                    );
+                    let body = body::stored(
+                        shared.store.clone(),
+                        self.key,
+                        entry.id,
+                        answer.body,
+                        entry.response.body_len,
+                    );
+                    let mut response = Response::new(body);
+                    *response.status_mut() = answer.status;
+                    *response.headers_mut() = answer.headers;
+                    Filled::Answer(response)
+                }
+                None => Filled::Answer(Response::from_parts(parts, upstream)),
+            },
             ResponseDecision::Pass { reason, discard } => {
                 tracing::debug!(uri = self.primary, ?reason, discard, "cache: not stored");
                 if discard {

@@ -137,6 +137,10 @@ pub struct CacheControl {
     pub max_stale: Option<Option<u64>>,
     /// `min-fresh` (request).
     pub min_fresh: Option<u64>,
+    /// `stale-if-error` (RFC 5861, section 4; request or response): how many
+    /// seconds past its freshness a stored response may stand in for an
+    /// origin's 500, 502, 503 or 504.
+    pub stale_if_error: Option<u64>,
 }
 
 impl CacheControl {
@@ -168,6 +172,9 @@ impl CacheControl {
                     }
                     "max-stale" if cc.max_stale.is_none() => cc.max_stale = Some(seconds()),
                     "min-fresh" if cc.min_fresh.is_none() => cc.min_fresh = seconds(),
+                    "stale-if-error" if cc.stale_if_error.is_none() => {
+                        cc.stale_if_error = seconds();
+                    }
                     _ => {}
                 }
             }
@@ -480,6 +487,10 @@ pub enum ResponseDecision {
     /// A 304 freshened the stored response: replace its head with this one and
     /// answer from the stored body (section 4.3.3).
     Freshen(StoredResponse),
+    /// The origin answered a validation with an error that `stale-if-error`
+    /// lets the stale stored response stand in for (RFC 5861, section 4):
+    /// answer from the entry as it is, keep it, and pass the error nowhere.
+    ServeStale,
     /// Pass the response on; store nothing. `invalidate` lists the effective
     /// URIs whose entries must go (section 4.4), and `discard` whether the entry
     /// under this request's key must go too (a 200 replaced an entry but could
@@ -518,6 +529,11 @@ pub fn decide_response(
             },
         };
     }
+    if let Some(stored) = stored
+        && stale_if_error_allows(request, stored, status, response_time)
+    {
+        return ResponseDecision::ServeStale;
+    }
     match storable(method, request, status, response) {
         Ok(()) => ResponseDecision::Store(StoredResponse {
             status,
@@ -534,6 +550,36 @@ pub fn decide_response(
             discard: stored.is_some() && !status.is_server_error(),
         },
     }
+}
+
+/// Whether `status` is an error RFC 5861 lets a stale response stand in for,
+/// and the request's or the stored response's `stale-if-error` covers how
+/// stale `stored` is at `now`. The request's directive wins where both say
+/// (the client knows what it can use); `must-revalidate`, `proxy-revalidate`
+/// and `s-maxage` forbid it (RFC 9111, sections 5.2.2.2, 5.2.2.8, 5.2.2.10:
+/// a shared cache must not serve such a response stale, error or not).
+fn stale_if_error_allows(
+    request: &HeaderMap,
+    stored: &StoredResponse,
+    status: StatusCode,
+    now: SystemTime,
+) -> bool {
+    if !matches!(status.as_u16(), 500 | 502 | 503 | 504) {
+        return false;
+    }
+    let res_cc = CacheControl::parse(&stored.headers);
+    if res_cc.must_revalidate || res_cc.proxy_revalidate || res_cc.s_maxage.is_some() {
+        return false;
+    }
+    let Some(limit) = CacheControl::parse_request(request)
+        .stale_if_error
+        .or(res_cc.stale_if_error)
+    else {
+        return false;
+    };
+    let age = current_age(stored, now);
+    let (lifetime, _) = freshness_lifetime(stored.status, &stored.headers, stored.response_time);
+    age.saturating_sub(lifetime).as_secs() <= limit
 }
 
 /// The stored response updated by a 304 (sections 3.2, 4.3.4), or `None` when

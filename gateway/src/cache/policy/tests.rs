@@ -347,6 +347,18 @@ impl Sim {
                     sent: Some(upstream),
                 }
             }
+            ResponseDecision::ServeStale => {
+                let (entry, body) = stored.expect("serve-stale implies stored");
+                let (status, headers, body) =
+                    answer(&entry, &body, current_age(&entry, time(response_at)));
+                Outcome {
+                    kind,
+                    status,
+                    headers,
+                    body,
+                    sent: Some(upstream),
+                }
+            }
             ResponseDecision::Pass { discard, .. } => {
                 if discard {
                     self.entries.remove(&key);
@@ -620,6 +632,73 @@ fn storage_cases() -> Vec<Case> {
                     .origin(200, MAX60, "posted")
                     .expect(Pass),
                 get(1, "/a").origin(200, MAX60, "y").expect(Miss),
+            ],
+        ),
+        case(
+            "RFC 5861 4",
+            "stale-if-error: a 503 to a validation is answered from the stale entry",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("cache-control", "max-age=10, stale-if-error=60"),
+                        ("etag", "\"v1\""),
+                    ],
+                    "x",
+                ),
+                get(30, "/a")
+                    .origin(503, &[], "down")
+                    .expect(Revalidate)
+                    .status(200)
+                    .body("x"),
+                // 80 s past freshness: beyond the 60 s allowed.
+                get(90, "/a")
+                    .origin(503, &[], "down")
+                    .expect(Revalidate)
+                    .status(503)
+                    .body("down"),
+                // The entry is kept: a recovered origin's 304 freshens it.
+                get(91, "/a")
+                    .origin(304, &[("etag", "\"v1\"")], "")
+                    .expect(Revalidate)
+                    .status(200)
+                    .body("x"),
+            ],
+        ),
+        case(
+            "RFC 5861 4",
+            "stale-if-error from the request, but not past must-revalidate nor for a 404",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[("cache-control", "max-age=10"), ("etag", "\"a\"")],
+                    "a",
+                ),
+                get(30, "/a")
+                    .h("cache-control", "stale-if-error=100")
+                    .origin(502, &[], "bad")
+                    .expect(Revalidate)
+                    .body("a"),
+                get(31, "/a")
+                    .h("cache-control", "stale-if-error=100")
+                    .origin(404, &[], "gone")
+                    .expect(Revalidate)
+                    .status(404),
+                get(40, "/b").origin(
+                    200,
+                    &[
+                        (
+                            "cache-control",
+                            "max-age=10, must-revalidate, stale-if-error=60",
+                        ),
+                        ("etag", "\"b\""),
+                    ],
+                    "b",
+                ),
+                get(70, "/b")
+                    .origin(500, &[], "err")
+                    .expect(Revalidate)
+                    .status(500),
             ],
         ),
         case(
