@@ -316,11 +316,14 @@ pub fn freshness_lifetime(
         return (Duration::from_secs(s), false);
     }
     let date = date_value(headers).unwrap_or(response_time);
-    if let Some(expires) = headers.get(header::EXPIRES) {
-        // Section 5.3: an invalid Expires (such as "0") is in the past.
-        let lifetime = expires
-            .to_str()
-            .ok()
+    let mut all_expires = headers.get_all(header::EXPIRES).iter();
+    if let Some(expires) = all_expires.next() {
+        // Section 5.3: an invalid Expires (such as "0") is in the past, and
+        // so is a repeated one (a singleton field sent twice is invalid,
+        // RFC 9110 section 5.5: which line the sender meant is unknowable).
+        let lifetime = Some(expires)
+            .filter(|_| all_expires.next().is_none())
+            .and_then(|v| v.to_str().ok())
             .and_then(|v| httpdate::parse_http_date(v).ok())
             .and_then(|e| e.duration_since(date).ok())
             .unwrap_or(Duration::ZERO);

@@ -904,6 +904,17 @@ fn freshness_cases() -> Vec<Case> {
         ),
         case(
             "5.3",
+            "a repeated Expires means already expired, even if both lines agree on the future",
+            vec![
+                get(0, "/a")
+                    .origin(200, &[("etag", "\"v\"")], "x")
+                    .oh("expires", date(100))
+                    .oh("expires", date(100)),
+                get(1, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.3",
             "an invalid Expires means already expired",
             vec![
                 get(0, "/a").origin(200, &[("expires", "0"), ("etag", "\"v\"")], "x"),
