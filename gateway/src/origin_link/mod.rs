@@ -27,24 +27,29 @@
 //! association to its pace, which is correct (nothing is dropped, memory stays
 //! bounded) but is head-of-line blocking across streams. Two things bound it: a
 //! reader that takes nothing for [`DELIVERY_STALL_LIMIT`](conn::DELIVERY_STALL_LIMIT)
-//! loses its request ([`LinkError::Stalled`]), and, later, FEEDBACK: the
-//! per-stream backlog (bytes received minus bytes delivered, counted by the XDP
-//! program at WAN ingress) reported on stream 0 lets the origin's scheduler hold
-//! back the slow stream before the queue fills.
+//! loses its request ([`LinkError::Stalled`]), and FEEDBACK: the per-stream
+//! backlog ([`backlog`]: response bytes received and not yet taken by the
+//! front, plus the pinned browser sockets' unacknowledged bytes) is reported on
+//! stream 0 ([`feedback`]), so that the origin's queue-aware scheduler holds
+//! back the slow stream before the queue fills. Browser sockets are registered
+//! with [`StreamPin::watch_socket`].
 //!
 //! It never touches HTTP semantics beyond parsing the response head: caching,
 //! hop-by-hop fields and status decisions belong to the front-end.
 
+mod backlog;
 mod backoff;
 mod body;
 mod conn;
 mod error;
+mod feedback;
 mod head;
+mod outq;
 mod supervisor;
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -57,9 +62,13 @@ use crate::config::OriginEntry;
 use backoff::PinTable;
 use conn::{CLOSE_LIMIT, Conn};
 
+pub use backlog::{
+    Backlog, FeedbackConfig, MAX_FEEDBACK_INTERVAL, MIN_FEEDBACK_INTERVAL, StreamFigures,
+};
 pub use body::ResponseBody;
 pub use error::LinkError;
 pub use head::MAX_RESPONSE_HEADERS;
+pub use outq::BrowserSocket;
 
 /// Longest wait in [`OriginLink::shutdown`] for open requests to finish after
 /// GOAWAY before the association is aborted.
@@ -116,6 +125,15 @@ impl StreamPin {
     pub fn stream(&self) -> u16 {
         self.stream
     }
+
+    /// Counts `socket`'s unsent and unacknowledged bytes toward this stream's
+    /// backlog for as long as `socket` lives (the link keeps a weak
+    /// reference). Call it once per browser connection.
+    pub fn watch_socket(&self, socket: &Arc<BrowserSocket>) {
+        let mut sockets = lock(&self.shared.sockets);
+        sockets.retain(|(_, s)| s.strong_count() > 0);
+        sockets.push((self.stream, Arc::downgrade(socket)));
+    }
 }
 
 impl fmt::Debug for StreamPin {
@@ -153,6 +171,10 @@ struct Shared {
     /// A request found the link down: reconnect now (rate-limited).
     kick: Notify,
     shutdown: watch::Sender<bool>,
+    /// Per-stream backlog reports to the origin.
+    feedback: FeedbackConfig,
+    /// Browser sockets by pinned stream, measured by the feedback driver.
+    sockets: Mutex<Vec<(u16, Weak<BrowserSocket>)>>,
 }
 
 /// Dropped with the last [`OriginLink`] clone.
@@ -224,6 +246,8 @@ impl OriginLink {
             pins: Mutex::new(PinTable::new(configured_streams)),
             kick: Notify::new(),
             shutdown: watch::Sender::new(false),
+            feedback: entry.feedback,
+            sockets: Mutex::new(Vec::new()),
         });
         let task = tokio::spawn(supervisor::supervise(Arc::clone(&shared)));
         OriginLink {
@@ -276,6 +300,26 @@ impl OriginLink {
             shared: Arc::clone(shared),
             stream,
         }
+    }
+
+    /// The current association's per-stream backlog figures (empty while down)
+    /// and the FEEDBACK messages sent on it.
+    pub fn backlog(&self) -> (Vec<StreamFigures>, u64) {
+        let conn = lock(&self.inner.shared.current).clone();
+        conn.map_or((Vec::new(), 0), |conn| {
+            let backlog = conn.backlog();
+            (backlog.figures(), backlog.feedback_sent())
+        })
+    }
+
+    /// Whether FEEDBACK goes to the current association's origin (on in the
+    /// configuration, and announced by the origin).
+    pub fn sends_feedback(&self) -> bool {
+        let shared = &self.inner.shared;
+        shared.feedback.enabled
+            && lock(&shared.current)
+                .as_ref()
+                .is_some_and(|conn| conn.origin_takes_feedback())
     }
 
     /// Flows pinned to `stream` now (for tests and statistics).

@@ -1,0 +1,89 @@
+//! The feedback driver: one task per association whose origin acts on
+//! FEEDBACK. It measures the pinned browser sockets, feeds the [`Backlog`]
+//! core, and sends what [`Backlog::poll_feedback`] hands out on stream 0.
+//!
+//! It sleeps while every backlog is zero and reported (no FEEDBACK on an idle
+//! association), wakes when response bytes arrive, then ticks at the
+//! configured interval until the backlogs are drained and reported again.
+//!
+//! [`Backlog`]: super::backlog::Backlog
+//! [`Backlog::poll_feedback`]: super::backlog::Backlog::poll_feedback
+
+use std::sync::Arc;
+
+use gateway_protocol::{CONTROL_STREAM, Message};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::backoff::stream_for;
+use super::conn::{CLOSE_LIMIT, Conn, ConnStatus, describe};
+use super::{Shared, lock};
+
+/// Runs until the association has ended or a FEEDBACK cannot be sent.
+pub(crate) async fn drive(shared: Arc<Shared>, conn: Arc<Conn>) {
+    let mut status = conn.status();
+    loop {
+        let wake = conn.backlog().poll_timeout(std::time::Instant::now());
+        tokio::select! {
+            biased;
+            () = ended(&mut status) => return,
+            () = wait(&conn, wake) => {}
+        }
+        let sockets = socket_queues(&shared, conn.data_streams());
+        let entries = {
+            let mut backlog = conn.backlog();
+            backlog.handle_socket_queues(&sockets);
+            backlog.poll_feedback(std::time::Instant::now())
+        };
+        let Some(entries) = entries else {
+            continue;
+        };
+        let count = entries.len();
+        let send = conn
+            .association()
+            .send(CONTROL_STREAM, Message::Feedback(entries).to_bytes());
+        match tokio::time::timeout(CLOSE_LIMIT, send).await {
+            Ok(Ok(())) => tracing::trace!(origin = %shared.name, count, "FEEDBACK sent"),
+            Ok(Err(e)) => {
+                tracing::debug!(origin = %shared.name, "FEEDBACK not sent: {}", describe(&e));
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(origin = %shared.name, "FEEDBACK not sent within {CLOSE_LIMIT:?}");
+                return;
+            }
+        }
+    }
+}
+
+/// Until `wake`, or (idle) until response bytes arrive.
+async fn wait(conn: &Conn, wake: Option<std::time::Instant>) {
+    match wake {
+        Some(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
+        None => conn.activity().await,
+    }
+}
+
+async fn ended(status: &mut watch::Receiver<ConnStatus>) {
+    let _ = status.wait_for(|s| matches!(s, ConnStatus::Ended(_))).await;
+}
+
+/// Unsent and unacknowledged bytes of every live pinned browser socket, by the
+/// data stream its pin maps to on an association of `data_streams`. Forgets
+/// sockets whose flow has ended.
+fn socket_queues(shared: &Shared, data_streams: u16) -> Vec<(u16, u64)> {
+    let live: Vec<_> = {
+        let mut sockets = lock(&shared.sockets);
+        sockets.retain(|(_, socket)| socket.strong_count() > 0);
+        sockets
+            .iter()
+            .filter_map(|(stream, socket)| Some((*stream, socket.upgrade()?)))
+            .collect()
+    };
+    live.iter()
+        .filter_map(|(stream, socket)| {
+            let bytes = socket.unacknowledged().ok()?;
+            Some((stream_for(*stream, data_streams), bytes))
+        })
+        .collect()
+}
