@@ -284,6 +284,12 @@ impl<H: Handler> Driver<H> {
 
     fn watch_for_stall(&mut self) {
         let depth = self.refresh_transport_depth();
+        if depth == 0 {
+            // Nothing waits in the transport: the policy holds the work back
+            // (queue-aware, a gateway backlog above its window), no stall.
+            self.stall = None;
+            return;
+        }
         let now = tokio::time::Instant::now();
         match self.stall {
             Some((since, at_depth)) if at_depth == depth => {

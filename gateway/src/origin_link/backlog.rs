@@ -26,8 +26,13 @@
 //! FEEDBACK ([`Backlog::poll_feedback`]) goes out at most once per interval and
 //! lists the streams whose backlog differs from what the origin last heard,
 //! at most [`MAX_FEEDBACK_ENTRIES`] per message (the rest follow at the next
-//! tick). Nothing is sent while every stream is at the value last reported, so
-//! an idle association carries no FEEDBACK; [`Backlog::poll_timeout`] says when
+//! tick). One exception to the interval: a stream whose backlog has grown by
+//! [`FEEDBACK_GROWTH_STEP`] or more since its last report is reported at once,
+//! because the origin can pour a whole interval's worth of the association's
+//! rate into a stream whose browser is slow (a burst at the start of a
+//! response, typically); decreases and small changes wait for the tick.
+//! Nothing is sent while every stream is at the value last reported, so an
+//! idle association carries no FEEDBACK; [`Backlog::poll_timeout`] says when
 //! the driver must look again (`None`: idle, wait for bytes).
 
 use std::collections::{BTreeMap, HashMap};
@@ -41,6 +46,10 @@ pub const MIN_FEEDBACK_INTERVAL: Duration = Duration::from_millis(1);
 /// Longest FEEDBACK interval accepted: beyond it the origin's view of a slow
 /// browser is too old to protect anyone.
 pub const MAX_FEEDBACK_INTERVAL: Duration = Duration::from_secs(1);
+/// Growth of one stream's backlog since its last report, in bytes, that is
+/// reported at once instead of at the next tick: two 64 KiB chunks, so at most
+/// one FEEDBACK per 128 KiB received on top of the ticks.
+pub const FEEDBACK_GROWTH_STEP: u64 = 128 * 1024;
 
 /// `[origin.feedback]`: per-stream backlog reports to the origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +122,12 @@ impl StreamState {
 
     fn is_settled(&self) -> bool {
         self.reported.unwrap_or(0) == self.wire_value()
+    }
+
+    /// Grown so much since the last report that it cannot wait for the tick.
+    fn is_urgent(&self) -> bool {
+        let reported = u64::from(self.reported.unwrap_or(0));
+        u64::from(self.wire_value()) >= reported + FEEDBACK_GROWTH_STEP
     }
 }
 
@@ -204,11 +219,14 @@ impl Backlog {
         }
     }
 
-    /// The FEEDBACK entries to send now, if any is due: the streams whose
+    /// The FEEDBACK entries to send now, if any is due (the interval has
+    /// passed, or a stream grew by [`FEEDBACK_GROWTH_STEP`]): the streams whose
     /// backlog differs from their last report, lowest stream first, at most
     /// [`MAX_FEEDBACK_ENTRIES`]. Marks them reported.
     pub fn poll_feedback(&mut self, now: Instant) -> Option<Vec<StreamBacklog>> {
-        if self.next_allowed.is_some_and(|at| now < at) {
+        if self.next_allowed.is_some_and(|at| now < at)
+            && !self.streams.values().any(StreamState::is_urgent)
+        {
             return None;
         }
         let entries: Vec<StreamBacklog> = self
@@ -361,6 +379,30 @@ mod tests {
         assert_eq!(b.poll_timeout(t0 + 4 * TICK), None);
         assert_eq!(b.poll_feedback(t0 + 10 * TICK), None);
         assert_eq!(b.feedback_sent(), 3);
+    }
+
+    #[test]
+    fn fast_growth_is_reported_before_the_tick() {
+        let t0 = Instant::now();
+        let mut b = Backlog::new(TICK);
+        b.handle_request_opened(1, 1);
+        b.handle_request_opened(2, 2);
+        b.handle_received(1, 1000);
+        assert_eq!(b.poll_feedback(t0), Some(vec![entry(1, 1000)]));
+        b.handle_received(2, 10);
+        b.handle_received(1, FEEDBACK_GROWTH_STEP - 1);
+        assert_eq!(b.poll_feedback(t0), None, "not grown enough");
+        b.handle_received(1, 1000);
+        let grown = 2000 + FEEDBACK_GROWTH_STEP as u32 - 1;
+        // Every unsettled stream rides along.
+        assert_eq!(
+            b.poll_feedback(t0),
+            Some(vec![entry(1, grown), entry(2, 10)])
+        );
+        // A large decrease waits for the tick.
+        b.handle_delivered(1, u64::from(grown));
+        assert_eq!(b.poll_feedback(t0 + TICK / 2), None);
+        assert_eq!(b.poll_feedback(t0 + TICK), Some(vec![entry(1, 0)]));
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //!
 //! It sleeps while every backlog is zero and reported (no FEEDBACK on an idle
 //! association), wakes when response bytes arrive, then ticks at the
-//! configured interval until the backlogs are drained and reported again.
+//! configured interval until the backlogs are drained and reported again. Between
+//! ticks, arriving bytes wake it to check for a backlog that grew too fast to
+//! wait (without measuring the sockets).
 //!
 //! [`Backlog`]: super::backlog::Backlog
 //! [`Backlog::poll_feedback`]: super::backlog::Backlog::poll_feedback
@@ -24,15 +26,20 @@ pub(crate) async fn drive(shared: Arc<Shared>, conn: Arc<Conn>) {
     let mut status = conn.status();
     loop {
         let wake = conn.backlog().poll_timeout(std::time::Instant::now());
-        tokio::select! {
+        // A tick measures the sockets; arriving bytes only re-check the core
+        // (a fast-growing backlog is reported before the tick).
+        let tick = tokio::select! {
             biased;
             () = ended(&mut status) => return,
-            () = wait(&conn, wake) => {}
-        }
-        let sockets = socket_queues(&shared, conn.data_streams());
+            () = tick(wake) => true,
+            () = conn.activity() => wake.is_none(),
+        };
+        let sockets = tick.then(|| socket_queues(&shared, conn.data_streams()));
         let entries = {
             let mut backlog = conn.backlog();
-            backlog.handle_socket_queues(&sockets);
+            if let Some(sockets) = &sockets {
+                backlog.handle_socket_queues(sockets);
+            }
             backlog.poll_feedback(std::time::Instant::now())
         };
         let Some(entries) = entries else {
@@ -56,11 +63,11 @@ pub(crate) async fn drive(shared: Arc<Shared>, conn: Arc<Conn>) {
     }
 }
 
-/// Until `wake`, or (idle) until response bytes arrive.
-async fn wait(conn: &Conn, wake: Option<std::time::Instant>) {
+/// Until `wake`; never while idle (`None`).
+async fn tick(wake: Option<std::time::Instant>) {
     match wake {
         Some(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
-        None => conn.activity().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -63,7 +63,8 @@ use backoff::PinTable;
 use conn::{CLOSE_LIMIT, Conn};
 
 pub use backlog::{
-    Backlog, FeedbackConfig, MAX_FEEDBACK_INTERVAL, MIN_FEEDBACK_INTERVAL, StreamFigures,
+    Backlog, FEEDBACK_GROWTH_STEP, FeedbackConfig, MAX_FEEDBACK_INTERVAL, MIN_FEEDBACK_INTERVAL,
+    StreamFigures,
 };
 pub use body::ResponseBody;
 pub use error::LinkError;
