@@ -386,7 +386,12 @@ impl<H: Handler> Driver<H> {
             }
         };
         match message {
-            Message::Hello(_) => self.assoc.send(0, self.session.hello().to_bytes()).await?,
+            Message::Hello(hello) => {
+                if hello.capabilities.contains(Capabilities::FEEDBACK) {
+                    self.scheduler.handle_gateway_reports();
+                }
+                self.assoc.send(0, self.session.hello().to_bytes()).await?;
+            }
             Message::Ping { ack: false, opaque } => {
                 let pong = Message::Ping { ack: true, opaque };
                 self.assoc.send(0, pong.to_bytes()).await?;

@@ -41,7 +41,7 @@ use crate::cache::{Cache, CacheRequest, Filled, Lookup};
 use crate::config::{GatewayConfig, HttpConfig};
 use crate::direct::{DirectError, DirectSettings, DirectUpstream};
 use crate::listener::Intercepted;
-use crate::origin_link::{BrowserSocket, OriginLink, OriginRequest, StreamPin};
+use crate::origin_link::{BrowserSocket, CountedStream, OriginLink, OriginRequest, StreamPin};
 use crate::route::{Decision, HostCheck, HostError, HostVerifier, RouteTable, Target, parse_host};
 
 /// Response bodies of every kind, boxed: origin streams, direct streams, and the
@@ -196,6 +196,7 @@ impl Front {
         let id = self.prefetcher.as_ref().map_or(0, |p| p.connection_id());
         let mut state = Flow::new(client, original_dst, self.direct, id);
         state.socket = BrowserSocket::of(&stream).ok().map(Arc::new);
+        let stream = CountedStream::new(stream, state.socket.clone());
         let state = Arc::new(state);
         let front = Arc::clone(&self);
         let service = service_fn(move |request| {

@@ -24,8 +24,11 @@
 //! are counted in `delivered` but do not lower `queued`).
 //!
 //! FEEDBACK ([`Backlog::poll_feedback`]) goes out at most once per interval and
-//! lists the streams whose backlog differs from what the origin last heard,
-//! at most [`MAX_FEEDBACK_ENTRIES`] per message (the rest follow at the next
+//! lists the streams whose backlog differs from what the origin last heard or
+//! that received bytes since their last report (the origin counts the bytes it
+//! sent on a stream since its last report toward the backlog, and a report
+//! replaces that estimate: a busy stream whose figure happens to be unchanged
+//! must still be confirmed, or the origin's estimate would only grow), at most [`MAX_FEEDBACK_ENTRIES`] per message (the rest follow at the next
 //! tick). One exception to the interval: a stream whose backlog has grown by
 //! [`FEEDBACK_GROWTH_STEP`] or more since its last report is reported at once,
 //! because the origin can pour a whole interval's worth of the association's
@@ -104,6 +107,8 @@ struct StreamState {
     socket_queued: u64,
     peak: u64,
     reported: Option<u32>,
+    /// Bytes received since the last report.
+    unreported: u64,
 }
 
 impl StreamState {
@@ -121,7 +126,7 @@ impl StreamState {
     }
 
     fn is_settled(&self) -> bool {
-        self.reported.unwrap_or(0) == self.wire_value()
+        self.unreported == 0 && self.reported.unwrap_or(0) == self.wire_value()
     }
 
     /// Grown so much since the last report that it cannot wait for the tick.
@@ -176,6 +181,7 @@ impl Backlog {
         tally.queued += bytes;
         let stream = self.streams.entry(tally.stream).or_default();
         stream.received += bytes;
+        stream.unreported += bytes;
         stream.queued += bytes;
         stream.note_peak();
     }
@@ -224,9 +230,7 @@ impl Backlog {
     /// backlog differs from their last report, lowest stream first, at most
     /// [`MAX_FEEDBACK_ENTRIES`]. Marks them reported.
     pub fn poll_feedback(&mut self, now: Instant) -> Option<Vec<StreamBacklog>> {
-        if self.next_allowed.is_some_and(|at| now < at)
-            && !self.streams.values().any(StreamState::is_urgent)
-        {
+        if !self.is_due(now) {
             return None;
         }
         let entries: Vec<StreamBacklog> = self
@@ -237,6 +241,7 @@ impl Backlog {
             .map(|(&stream, s)| {
                 let bytes = s.wire_value();
                 s.reported = Some(bytes);
+                s.unreported = 0;
                 StreamBacklog { stream, bytes }
             })
             .collect();
@@ -246,6 +251,14 @@ impl Backlog {
         self.next_allowed = Some(now + self.interval);
         self.sent += 1;
         Some(entries)
+    }
+
+    /// Whether a FEEDBACK may go out now (the interval has passed, or a stream
+    /// grew by [`FEEDBACK_GROWTH_STEP`]): the driver measures the sockets
+    /// before polling then.
+    pub fn is_due(&self, now: Instant) -> bool {
+        self.next_allowed.is_none_or(|at| now >= at)
+            || self.streams.values().any(StreamState::is_urgent)
     }
 
     /// When the driver should measure and poll again: `None` while every
@@ -370,7 +383,8 @@ mod tests {
         assert_eq!(b.poll_feedback(t0 + TICK / 2), None);
         assert_eq!(b.poll_timeout(t0 + TICK / 2), Some(t0 + TICK));
         assert_eq!(b.poll_feedback(t0 + TICK), Some(vec![entry(4, 8192)]));
-        // Unchanged but non-zero: the driver keeps looking, nothing is sent.
+        // Unchanged and nothing received: the driver keeps looking, nothing
+        // is sent.
         assert_eq!(b.poll_feedback(t0 + 3 * TICK), None);
         assert_eq!(b.poll_timeout(t0 + 3 * TICK), Some(t0 + 3 * TICK));
         // Drained: one last report of 0, then idle.
@@ -450,8 +464,23 @@ mod tests {
         b.handle_request_opened(1, 1);
         b.handle_received(1, u64::from(u32::MAX) + 5);
         assert_eq!(b.poll_feedback(t0), Some(vec![entry(1, u32::MAX)]));
-        // Still saturated: settled, nothing new to say.
+        // Still saturated, but bytes arrived: confirmed all the same.
         b.handle_received(1, 5);
+        assert_eq!(b.poll_feedback(t0 + TICK), Some(vec![entry(1, u32::MAX)]));
+        assert_eq!(b.poll_feedback(t0 + 2 * TICK), None);
+    }
+
+    #[test]
+    fn a_busy_stream_is_confirmed_even_when_its_figure_is_unchanged() {
+        let t0 = Instant::now();
+        let mut b = Backlog::new(TICK);
+        b.handle_request_opened(1, 1);
+        b.handle_received(1, 100);
+        b.handle_delivered(1, 100);
+        // Bytes came and went within the tick: the figure is 0 as before, but
+        // the origin counted 100 sent bytes and must hear they are gone.
+        assert_eq!(b.poll_feedback(t0), Some(vec![entry(1, 0)]));
+        assert_eq!(b.poll_timeout(t0 + TICK), None, "idle again");
         assert_eq!(b.poll_feedback(t0 + TICK), None);
     }
 }

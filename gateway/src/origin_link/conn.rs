@@ -21,6 +21,7 @@ use super::backlog::Backlog;
 use super::backoff::stream_for;
 use super::error::LinkError;
 use super::head::parse_response_head;
+use super::outq::BrowserSocket;
 use super::{OriginRequest, lock};
 
 /// Messages queued toward one response's reader (head, body chunks, end). With
@@ -226,6 +227,7 @@ impl Conn {
         self: &Arc<Self>,
         pinned: u16,
         request: OriginRequest,
+        socket: Option<Arc<BrowserSocket>>,
     ) -> Result<Pending, LinkError> {
         if request.head.is_empty() {
             return Err(LinkError::Unsendable("empty request head"));
@@ -290,6 +292,7 @@ impl Conn {
         let guard = RequestGuard {
             conn: Arc::clone(self),
             id,
+            socket,
         };
         let mut body = request.body;
         let mut sent = (clamped_urgency(request.urgency), request.class);
@@ -706,12 +709,17 @@ pub(crate) fn describe(error: &TransportError) -> String {
 pub(crate) struct RequestGuard {
     conn: Arc<Conn>,
     id: RequestId,
+    /// The browser connection the body goes to, if known.
+    socket: Option<Arc<BrowserSocket>>,
 }
 
 impl RequestGuard {
     /// The reader took `bytes` of the body from its queue.
     pub(crate) fn delivered(&self, bytes: u64) {
         lock(&self.conn.backlog).handle_delivered(self.id, bytes);
+        if let Some(socket) = &self.socket {
+            socket.handed(bytes);
+        }
     }
 }
 

@@ -27,14 +27,16 @@ pub(crate) async fn drive(shared: Arc<Shared>, conn: Arc<Conn>) {
     loop {
         let wake = conn.backlog().poll_timeout(std::time::Instant::now());
         // A tick measures the sockets; arriving bytes only re-check the core
-        // (a fast-growing backlog is reported before the tick).
+        // (a fast-growing backlog is reported before the tick), and measure
+        // only if a report is due, so that it carries fresh socket figures.
         let tick = tokio::select! {
             biased;
             () = ended(&mut status) => return,
             () = tick(wake) => true,
             () = conn.activity() => wake.is_none(),
         };
-        let sockets = tick.then(|| socket_queues(&shared, conn.data_streams()));
+        let measure = tick || conn.backlog().is_due(std::time::Instant::now());
+        let sockets = measure.then(|| socket_queues(&shared, conn.data_streams()));
         let entries = {
             let mut backlog = conn.backlog();
             if let Some(sockets) = &sockets {
@@ -75,7 +77,8 @@ async fn ended(status: &mut watch::Receiver<ConnStatus>) {
     let _ = status.wait_for(|s| matches!(s, ConnStatus::Ended(_))).await;
 }
 
-/// Unsent and unacknowledged bytes of every live pinned browser socket, by the
+/// Bytes below the origin link of every live pinned browser connection
+/// (handed on and not yet written, then unsent or unacknowledged), by the
 /// data stream its pin maps to on an association of `data_streams`. Forgets
 /// sockets whose flow has ended.
 fn socket_queues(shared: &Shared, data_streams: u16) -> Vec<(u16, u64)> {
@@ -89,7 +92,7 @@ fn socket_queues(shared: &Shared, data_streams: u16) -> Vec<(u16, u64)> {
     };
     live.iter()
         .filter_map(|(stream, socket)| {
-            let bytes = socket.unacknowledged().ok()?;
+            let bytes = socket.backlog().ok()?;
             Some((stream_for(*stream, data_streams), bytes))
         })
         .collect()

@@ -49,7 +49,7 @@ mod supervisor;
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -69,7 +69,7 @@ pub use backlog::{
 pub use body::ResponseBody;
 pub use error::LinkError;
 pub use head::MAX_RESPONSE_HEADERS;
-pub use outq::BrowserSocket;
+pub use outq::{BrowserSocket, CountedStream};
 
 /// Longest wait in [`OriginLink::shutdown`] for open requests to finish after
 /// GOAWAY before the association is aborted.
@@ -118,6 +118,8 @@ pub struct OriginRequest {
 pub struct StreamPin {
     shared: Arc<Shared>,
     stream: u16,
+    /// The browser connection whose flow holds the pin, if watched.
+    socket: OnceLock<Arc<BrowserSocket>>,
 }
 
 impl StreamPin {
@@ -129,8 +131,13 @@ impl StreamPin {
 
     /// Counts `socket`'s unsent and unacknowledged bytes toward this stream's
     /// backlog for as long as `socket` lives (the link keeps a weak
-    /// reference). Call it once per browser connection.
+    /// reference), and the response bytes of this pin's requests that were
+    /// handed on toward it and not yet written to it. Only the first call
+    /// counts.
     pub fn watch_socket(&self, socket: &Arc<BrowserSocket>) {
+        if self.socket.set(Arc::clone(socket)).is_err() {
+            return;
+        }
         let mut sockets = lock(&self.shared.sockets);
         sockets.retain(|(_, s)| s.strong_count() > 0);
         sockets.push((self.stream, Arc::downgrade(socket)));
@@ -300,6 +307,7 @@ impl OriginLink {
         StreamPin {
             shared: Arc::clone(shared),
             stream,
+            socket: OnceLock::new(),
         }
     }
 
@@ -358,7 +366,8 @@ impl OriginLink {
                 lock(&shared.down_reason)
             )));
         };
-        let mut pending = conn.send_request(pin.stream, req).await?;
+        let socket = pin.socket.get().cloned();
+        let mut pending = conn.send_request(pin.stream, req, socket).await?;
         match pending.rx.recv().await {
             Some(conn::Event::Head(parts)) => Ok(http::Response::from_parts(
                 parts,
