@@ -12,6 +12,7 @@ use gateway_transport::{AssociationConfig, BackendChoice};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+pub use crate::accounting::EbpfConfig;
 pub use crate::admin::AdminConfig;
 pub use crate::cache::config::CacheConfig;
 pub use crate::origin_link::FeedbackConfig;
@@ -66,6 +67,8 @@ pub struct GatewayConfig {
     pub prefetch: PrefetchConfig,
     /// The operator's endpoint: metrics, cache stats and purge (`[admin]`).
     pub admin: AdminConfig,
+    /// The XDP cross-check of per-stream accounting (`[ebpf]`).
+    pub ebpf: EbpfConfig,
     /// SCTP origins and the destinations they serve (`[[origin]]`).
     #[serde(rename = "origin")]
     pub origins: Vec<OriginEntry>,

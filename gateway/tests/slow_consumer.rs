@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use gateway::accounting::{Accounting, StreamCollector};
 use gateway::cache::Cache;
 use gateway::config::{FeedbackConfig, GatewayConfig};
 use gateway::front::Front;
@@ -250,17 +251,39 @@ async fn run_with_slow_browser(feedback: bool) -> Result<SlowRun> {
         slow.await
     );
     let (figures, feedback_sent) = pair.link.backlog();
+    let metrics = metrics(&pair.link)?;
     slow.abort();
     let slow_stream = figures
         .into_iter()
         .find(|f| f.stream == slow_stream.stream)
         .context("the slow stream's figures")?;
+    let line = format!(
+        "gateway_stream_backlog_bytes{{origin=\"test\",stream=\"{}\"}} ",
+        slow_stream.stream
+    );
+    ensure!(
+        metrics.lines().any(|l| l.starts_with(&line)),
+        "no `{line}` on the metrics:\n{metrics}"
+    );
     Ok(SlowRun {
         fast_rate,
         slow_stream,
         slow_read: read.load(Ordering::Relaxed),
         feedback_sent,
     })
+}
+
+/// What the admin endpoint's `/metrics` shows of the link.
+fn metrics(link: &OriginLink) -> Result<String> {
+    let accounting = Arc::new(Accounting::userspace_only("test"));
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(StreamCollector::new(
+        vec![link.clone()],
+        accounting,
+    )));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text)
 }
 
 async fn baseline() -> Result<f64> {
