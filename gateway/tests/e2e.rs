@@ -18,8 +18,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gateway::config::{
-    AdminConfig, BypassConfig, CacheConfig, DirectConfig, GatewayConfig as DaemonConfig,
-    HttpConfig, InterceptConfig, ListenConfig, PrefetchConfig,
+    AdminConfig, BypassConfig, CacheConfig, DirectConfig, EbpfConfig, FeedbackConfig,
+    GatewayConfig as DaemonConfig, HttpConfig, InterceptConfig, ListenConfig, PrefetchConfig,
 };
 use gateway_transport::AssociationConfig;
 use serde::Serialize;
@@ -716,6 +716,7 @@ fn shipped_config_shows_every_key_with_its_default_and_validates() {
         ("cache", defaults(&CacheConfig::default())),
         ("admin", defaults(&AdminConfig::default())),
         ("prefetch", defaults(&PrefetchConfig::default())),
+        ("ebpf", defaults(&EbpfConfig::default())),
     ] {
         assert_eq!(
             shipped.get(section).and_then(|s| s.as_table()),
@@ -730,6 +731,10 @@ fn shipped_config_shows_every_key_with_its_default_and_validates() {
         .as_table()
         .expect("[origin.transport]");
     assert_eq!(transport, &defaults(&AssociationConfig::default()));
+    let feedback = shipped["origin"][0]["feedback"]
+        .as_table()
+        .expect("[origin.feedback]");
+    assert_eq!(feedback, &defaults(&FeedbackConfig::default()));
     // Keys of [[origin]] that have defaults show them.
     let entry = shipped["origin"][0].as_table().expect("[[origin]]");
     for (key, value) in [
