@@ -361,6 +361,11 @@ async fn a_slow_browser_does_not_slow_the_others() -> Result<()> {
 /// behind the slow reader's full queue).
 #[tokio::test]
 async fn without_feedback_the_slow_browser_is_reported() -> Result<()> {
+    // The link's warnings (a stalled reader) show with --nocapture.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_test_writer()
+        .try_init();
     let alone = pair(false).await?;
     let slow = bounded(SlowPair::start(false)).await?;
     let without = bounded(fast_rate(&alone)).await?;
