@@ -175,6 +175,16 @@ fn mapped_site_is_served_by_the_origin_over_sctp_on_both_families() {
         direct.is_empty(),
         "nginx on the site address served requests the origin should have: {direct:?}"
     );
+    // The shipped configuration names no eBPF object: said once, at start.
+    let gateway_log = demo.gateway.as_ref().map(|g| g.log()).unwrap_or_default();
+    let said: Vec<&str> = gateway_log
+        .lines()
+        .filter(|l| l.contains("per-stream accounting:"))
+        .collect();
+    assert!(
+        said.len() == 1 && said[0].contains("userspace only (ebpf.object is not set)"),
+        "the start-up line on per-stream accounting: {said:?}"
+    );
 }
 
 #[test]
