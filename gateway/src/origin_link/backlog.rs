@@ -167,7 +167,9 @@ impl Backlog {
     }
 
     /// A request was sent on `stream`; its response bytes will count there.
+    /// An id still open (which the link never reuses) ends first.
     pub fn handle_request_opened(&mut self, id: RequestId, stream: u16) {
+        self.handle_request_ended(id);
         self.requests.insert(id, RequestTally { stream, queued: 0 });
         self.streams.entry(stream).or_default();
     }
@@ -455,6 +457,113 @@ mod tests {
         let rest = b.poll_feedback(t0 + TICK).expect("due");
         assert_eq!(rest.len(), 10);
         assert_eq!(rest[0].stream, MAX_FEEDBACK_ENTRIES as u16 + 1);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Open(RequestId, u16),
+        Received(RequestId, u64),
+        Delivered(RequestId, u64),
+        Ended(RequestId),
+        Sockets(Vec<(u16, u64)>),
+        Poll(u64),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        let id = 1..8u32;
+        let stream = 1..5u16;
+        prop_oneof![
+            (id.clone(), stream.clone()).prop_map(|(i, s)| Step::Open(i, s)),
+            (id.clone(), 0..200_000u64).prop_map(|(i, b)| Step::Received(i, b)),
+            (id.clone(), 0..200_000u64).prop_map(|(i, b)| Step::Delivered(i, b)),
+            id.prop_map(Step::Ended),
+            proptest::collection::vec((stream, 0..100_000u64), 0..4).prop_map(Step::Sockets),
+            (0..50u64).prop_map(Step::Poll),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Any sequence of calls: queued bytes equal the model's, nothing is
+        /// reported that differs from the figures, and once every request has
+        /// ended and the sockets are empty, one report of 0 per stream at most
+        /// follows and the core goes idle.
+        #[test]
+        fn any_sequence_keeps_the_books_and_ends_idle(
+            steps in proptest::collection::vec(step(), 0..120)
+        ) {
+            let t0 = Instant::now();
+            let mut now = t0;
+            let mut b = Backlog::new(TICK);
+            // The model: per open request, its stream and queued bytes.
+            let mut open: HashMap<RequestId, (u16, u64)> = HashMap::new();
+            let mut sockets: BTreeMap<u16, u64> = BTreeMap::new();
+            let mut reported: BTreeMap<u16, u32> = BTreeMap::new();
+            for step in steps {
+                match step {
+                    Step::Open(id, stream) => {
+                        b.handle_request_opened(id, stream);
+                        open.insert(id, (stream, 0));
+                    }
+                    Step::Received(id, bytes) => {
+                        b.handle_received(id, bytes);
+                        if let Some((_, q)) = open.get_mut(&id) {
+                            *q += bytes;
+                        }
+                    }
+                    Step::Delivered(id, bytes) => {
+                        b.handle_delivered(id, bytes);
+                        if let Some((_, q)) = open.get_mut(&id) {
+                            *q -= bytes.min(*q);
+                        }
+                    }
+                    Step::Ended(id) => {
+                        b.handle_request_ended(id);
+                        open.remove(&id);
+                    }
+                    Step::Sockets(per_stream) => {
+                        b.handle_socket_queues(&per_stream);
+                        sockets.clear();
+                        for (s, bytes) in per_stream {
+                            *sockets.entry(s).or_default() += bytes;
+                        }
+                    }
+                    Step::Poll(ms) => {
+                        now += Duration::from_millis(ms);
+                        if let Some(entries) = b.poll_feedback(now) {
+                            proptest::prop_assert!(entries.len() <= MAX_FEEDBACK_ENTRIES);
+                            for e in entries {
+                                reported.insert(e.stream, e.bytes);
+                            }
+                        }
+                    }
+                }
+                for f in b.figures() {
+                    let queued: u64 = open
+                        .values()
+                        .filter(|(s, _)| *s == f.stream)
+                        .map(|(_, q)| q)
+                        .sum();
+                    let socket = sockets.get(&f.stream).copied().unwrap_or(0);
+                    proptest::prop_assert_eq!(f.queued, queued, "{:?}", f);
+                    proptest::prop_assert_eq!(f.backlog, queued + socket);
+                    proptest::prop_assert!(f.peak >= f.backlog);
+                    proptest::prop_assert_eq!(f.reported, reported.get(&f.stream).copied());
+                }
+            }
+            // Everything ends and drains: at most one more report, of zeros.
+            let ids: Vec<RequestId> = open.keys().copied().collect();
+            for id in ids {
+                b.handle_request_ended(id);
+            }
+            b.handle_socket_queues(&[]);
+            now += TICK;
+            if let Some(entries) = b.poll_feedback(now) {
+                proptest::prop_assert!(entries.iter().all(|e| e.bytes == 0), "{:?}", entries);
+            }
+            proptest::prop_assert_eq!(b.poll_timeout(now + TICK), None);
+            proptest::prop_assert_eq!(b.poll_feedback(now + 10 * TICK), None);
+        }
     }
 
     #[test]
