@@ -89,15 +89,19 @@ impl Accounting {
             Ok(loaded) => loaded,
             Err(e) => {
                 return userspace(format!(
-                    "loading {} failed: {e}; BPF needs root or CAP_BPF with CAP_NET_ADMIN, \
+                    "loading {} failed: {}; BPF needs root or CAP_BPF with CAP_NET_ADMIN, \
                      and a kernel with BTF",
-                    object.display()
+                    object.display(),
+                    chain(&e)
                 ));
             }
         };
         let mode = XdpMode::from(config.xdp_mode);
         if let Err(e) = loaded.attach_ingress(interface, mode) {
-            return userspace(format!("attaching xdp_sctp to {interface} failed: {e}"));
+            return userspace(format!(
+                "attaching xdp_sctp to {interface} failed: {}",
+                chain(&e)
+            ));
         }
         Self {
             ebpf: Some(Mutex::new(loaded)),
@@ -141,6 +145,18 @@ impl Accounting {
         }
         Some(arrived)
     }
+}
+
+/// An error with its sources, `: ` apart (the kernel's reason is in a source).
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// The per-stream figures of every origin link (and the eBPF cross-check),
