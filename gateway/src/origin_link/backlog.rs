@@ -148,7 +148,7 @@ pub struct Backlog {
     interval: Duration,
     streams: BTreeMap<u16, StreamState>,
     requests: HashMap<RequestId, RequestTally>,
-    /// No FEEDBACK before this (one interval after the last).
+    /// No FEEDBACK before this (one interval after the last look that was due).
     next_allowed: Option<Instant>,
     /// FEEDBACK messages handed out.
     sent: u64,
@@ -248,6 +248,12 @@ impl Backlog {
             })
             .collect();
         if entries.is_empty() {
+            // Nothing to say while a backlog stands still (a stuck browser):
+            // look again an interval later, so the driver does not spin. An
+            // idle core keeps its slot: the first bytes are reported at once.
+            if self.streams.values().any(|s| s.backlog() > 0) {
+                self.next_allowed = Some(now + self.interval);
+            }
             return None;
         }
         self.next_allowed = Some(now + self.interval);
@@ -385,13 +391,14 @@ mod tests {
         assert_eq!(b.poll_feedback(t0 + TICK / 2), None);
         assert_eq!(b.poll_timeout(t0 + TICK / 2), Some(t0 + TICK));
         assert_eq!(b.poll_feedback(t0 + TICK), Some(vec![entry(4, 8192)]));
-        // Unchanged and nothing received: the driver keeps looking, nothing
-        // is sent.
+        // Unchanged and nothing received: nothing is sent, and the driver
+        // looks again an interval later (it must not spin on a stuck browser).
         assert_eq!(b.poll_feedback(t0 + 3 * TICK), None);
-        assert_eq!(b.poll_timeout(t0 + 3 * TICK), Some(t0 + 3 * TICK));
-        // Drained: one last report of 0, then idle.
+        assert_eq!(b.poll_timeout(t0 + 3 * TICK), Some(t0 + 4 * TICK));
+        // Drained: one last report of 0 at the next look, then idle.
         b.handle_delivered(1, 8192);
-        assert_eq!(b.poll_feedback(t0 + 3 * TICK), Some(vec![entry(4, 0)]));
+        assert_eq!(b.poll_feedback(t0 + 3 * TICK), None);
+        assert_eq!(b.poll_feedback(t0 + 4 * TICK), Some(vec![entry(4, 0)]));
         assert_eq!(b.poll_timeout(t0 + 4 * TICK), None);
         assert_eq!(b.poll_feedback(t0 + 10 * TICK), None);
         assert_eq!(b.feedback_sent(), 3);
@@ -536,6 +543,13 @@ mod tests {
                                 reported.insert(e.stream, e.bytes);
                             }
                         }
+                        // No spinning: a driver woken now has been answered
+                        // and sleeps until later (or until bytes arrive).
+                        proptest::prop_assert!(
+                            b.poll_timeout(now).is_none_or(|at| at > now),
+                            "the driver would spin at {:?}",
+                            b.figures()
+                        );
                     }
                 }
                 for f in b.figures() {
