@@ -68,9 +68,24 @@ pub async fn serve(
     listener: TcpListener,
     cache: Cache,
     prefetcher: Option<Arc<Prefetcher>>,
+    shutdown: watch::Receiver<bool>,
+) {
+    serve_with(listener, cache, prefetcher, Vec::new(), shutdown).await;
+}
+
+/// [`serve`], with more figures on `/metrics` (the origin links' per-stream
+/// backlog, say).
+pub async fn serve_with(
+    listener: TcpListener,
+    cache: Cache,
+    prefetcher: Option<Arc<Prefetcher>>,
+    collectors: Vec<Box<dyn Collector>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut registry = Registry::default();
+    for collector in collectors {
+        registry.register_collector(collector);
+    }
     registry.register_collector(Box::new(CacheCollector(cache.clone())));
     if let Some(prefetcher) = &prefetcher {
         registry.register_collector(Box::new(PrefetchCollector(Arc::clone(prefetcher))));

@@ -12,8 +12,10 @@ use gateway_transport::{AssociationConfig, BackendChoice};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+pub use crate::accounting::EbpfConfig;
 pub use crate::admin::AdminConfig;
 pub use crate::cache::config::CacheConfig;
+pub use crate::origin_link::FeedbackConfig;
 pub use crate::prefetch::PrefetchConfig;
 
 /// Why the configuration cannot be used.
@@ -65,6 +67,8 @@ pub struct GatewayConfig {
     pub prefetch: PrefetchConfig,
     /// The operator's endpoint: metrics, cache stats and purge (`[admin]`).
     pub admin: AdminConfig,
+    /// The XDP cross-check of per-stream accounting (`[ebpf]`).
+    pub ebpf: EbpfConfig,
     /// SCTP origins and the destinations they serve (`[[origin]]`).
     #[serde(rename = "origin")]
     pub origins: Vec<OriginEntry>,
@@ -254,6 +258,9 @@ pub struct OriginEntry {
     /// Association settings (streams, time-outs, buffers).
     #[serde(default)]
     pub transport: AssociationConfig,
+    /// Per-stream backlog reports to the origin (`[origin.feedback]`).
+    #[serde(default)]
+    pub feedback: FeedbackConfig,
 }
 
 fn default_true() -> bool {
@@ -393,6 +400,13 @@ impl GatewayConfig {
             if origin.response_timeout.is_zero() {
                 return invalid(&key("response_timeout"), "must be above zero");
             }
+            let interval = origin.feedback.interval;
+            if !(crate::origin_link::MIN_FEEDBACK_INTERVAL
+                ..=crate::origin_link::MAX_FEEDBACK_INTERVAL)
+                .contains(&interval)
+            {
+                return invalid(&key("feedback.interval"), "must be 1 to 1000 ms");
+            }
             if origin.reconnect_min.is_zero() || origin.reconnect_max < origin.reconnect_min {
                 return invalid(
                     &key("reconnect_max"),
@@ -523,6 +537,29 @@ mod tests {
             gateway_transport::AssociationConfig::default().udp_offload,
             UdpOffload::Auto
         );
+    }
+
+    #[test]
+    fn origin_feedback_has_defaults_and_checks_its_keys() {
+        let origin = |feedback: &str| {
+            format!(
+                "[[origin]]\nname = \"demo\"\naddress = \"192.0.2.2:9899\"\n\
+                 destinations = [\"203.0.113.0/24\"]\n[origin.feedback]\n{feedback}\n"
+            )
+        };
+        let c = GatewayConfig::from_toml(&origin("")).expect("parses");
+        c.validate().expect("valid");
+        assert_eq!(c.origins[0].feedback, FeedbackConfig::default());
+        assert!(c.origins[0].feedback.enabled);
+        let c =
+            GatewayConfig::from_toml(&origin("enabled = false\ninterval = 50")).expect("parses");
+        assert!(!c.origins[0].feedback.enabled);
+        assert_eq!(c.origins[0].feedback.interval, Duration::from_millis(50));
+        let err = GatewayConfig::from_toml(&origin("intervall = 50")).expect_err("unknown key");
+        assert!(err.to_string().contains("intervall"), "{err}");
+        let c = GatewayConfig::from_toml(&origin("interval = 0")).expect("parses");
+        let err = c.validate().expect_err("zero interval").to_string();
+        assert!(err.contains("origin[0].feedback.interval"), "{err}");
     }
 
     #[test]

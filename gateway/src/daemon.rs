@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
+use crate::accounting::{Accounting, StreamCollector};
 use crate::cache::Cache;
 use crate::config::GatewayConfig;
 use crate::front::{Front, stopped};
@@ -70,6 +71,12 @@ pub async fn run(config: GatewayConfig, stop: impl Future<Output = ()>) -> Resul
         tracing::info!("cache disabled");
     }
     let links: Vec<OriginLink> = config.origins.iter().map(OriginLink::spawn).collect();
+    let accounting = Arc::new(if config.origins.iter().any(|o| o.feedback.enabled) {
+        Accounting::start(&config.ebpf)
+    } else {
+        Accounting::userspace_only("no origin has feedback.enabled; nothing is reported")
+    });
+    tracing::info!("per-stream accounting: {}", accounting.describe());
     for (entry, link) in config.origins.iter().zip(&links) {
         tracing::info!(
             "origin {}: {} for {:?} {:?}{}",
@@ -106,10 +113,12 @@ pub async fn run(config: GatewayConfig, stop: impl Future<Output = ()>) -> Resul
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut accepting = JoinSet::new();
     if let Some(socket) = admin {
-        tokio::spawn(crate::admin::serve(
+        let streams = StreamCollector::new(links.clone(), Arc::clone(&accounting));
+        tokio::spawn(crate::admin::serve_with(
             socket,
             cache.clone(),
             front.prefetcher().cloned(),
+            vec![Box::new(streams)],
             stop_rx.clone(),
         ));
     }

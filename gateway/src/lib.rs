@@ -17,6 +17,7 @@
 //! attachment is made by an explicit call and undone by dropping what it returned
 //! (or by `gateway cleanup` after a crash).
 
+pub mod accounting;
 pub mod admin;
 pub mod cache;
 pub mod config;

@@ -269,6 +269,7 @@ mod tests {
             reconnect_max: Duration::from_secs(1),
 
             response_timeout: Duration::from_secs(10),
+            feedback: Default::default(),
             transport: Default::default(),
         };
         config.origins = vec![

@@ -18,8 +18,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gateway::config::{
-    AdminConfig, BypassConfig, CacheConfig, DirectConfig, GatewayConfig as DaemonConfig,
-    HttpConfig, InterceptConfig, ListenConfig, PrefetchConfig,
+    AdminConfig, BypassConfig, CacheConfig, DirectConfig, EbpfConfig, FeedbackConfig,
+    GatewayConfig as DaemonConfig, HttpConfig, InterceptConfig, ListenConfig, PrefetchConfig,
 };
 use gateway_transport::AssociationConfig;
 use serde::Serialize;
@@ -174,6 +174,16 @@ fn mapped_site_is_served_by_the_origin_over_sctp_on_both_families() {
     assert!(
         direct.is_empty(),
         "nginx on the site address served requests the origin should have: {direct:?}"
+    );
+    // The shipped configuration names no eBPF object: said once, at start.
+    let gateway_log = demo.gateway.as_ref().map(|g| g.log()).unwrap_or_default();
+    let said: Vec<&str> = gateway_log
+        .lines()
+        .filter(|l| l.contains("per-stream accounting:"))
+        .collect();
+    assert!(
+        said.len() == 1 && said[0].contains("userspace only (ebpf.object is not set)"),
+        "the start-up line on per-stream accounting: {said:?}"
     );
 }
 
@@ -716,6 +726,7 @@ fn shipped_config_shows_every_key_with_its_default_and_validates() {
         ("cache", defaults(&CacheConfig::default())),
         ("admin", defaults(&AdminConfig::default())),
         ("prefetch", defaults(&PrefetchConfig::default())),
+        ("ebpf", defaults(&EbpfConfig::default())),
     ] {
         assert_eq!(
             shipped.get(section).and_then(|s| s.as_table()),
@@ -730,6 +741,10 @@ fn shipped_config_shows_every_key_with_its_default_and_validates() {
         .as_table()
         .expect("[origin.transport]");
     assert_eq!(transport, &defaults(&AssociationConfig::default()));
+    let feedback = shipped["origin"][0]["feedback"]
+        .as_table()
+        .expect("[origin.feedback]");
+    assert_eq!(feedback, &defaults(&FeedbackConfig::default()));
     // Keys of [[origin]] that have defaults show them.
     let entry = shipped["origin"][0].as_table().expect("[[origin]]");
     for (key, value) in [

@@ -1142,3 +1142,180 @@ fn attaches_to_an_interface_and_detaches() {
     .unwrap_or_else(|e| panic!("entering {ns}: {e}"));
     drop(netns);
 }
+
+/// The gateway's cross-check (`gateway::accounting`): started on a
+/// namespace's loopback, it says it runs with eBPF, and its per-stream arrival
+/// figures equal, byte for byte, what a real userspace SCTP association carried
+/// on each stream over that interface (no loss on loopback, so nothing is
+/// retransmitted). The namespace (and the attachment with it) goes on drop,
+/// also on panic.
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn the_cross_check_counts_what_an_association_carried_per_stream() {
+    use gateway::accounting::{Accounting, EbpfConfig, XdpModeChoice};
+    use gateway_transport::{AssociationConfig, BackendKind, Listener, connect};
+
+    let object = object_path();
+    require_root();
+    let name = format!("gw-ebpf-xcheck-{}", std::process::id());
+    let netns = testbed::Netns::create(&name).unwrap_or_else(|e| panic!("creating {name}: {e}"));
+    let ns = netns.name().to_owned();
+    testbed::ip(&["-n", &ns, "link", "set", "lo", "up"]).unwrap_or_else(|e| panic!("{e}"));
+    testbed::in_netns(&ns, move || {
+        let accounting = Accounting::start(&EbpfConfig {
+            object: Some(object),
+            interface: Some("lo".into()),
+            xdp_mode: XdpModeChoice::Generic,
+        });
+        assert!(accounting.with_ebpf(), "{}", accounting.describe());
+        assert_eq!(
+            accounting.describe(),
+            "userspace, cross-checked by eBPF (xdp_sctp on lo, generic (skb) mode)"
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        // Stream 3 carries 20 messages of 3000 bytes, stream 5 one of 100000
+        // (fragmented into many DATA or I-DATA chunks), stream 1 none.
+        let sent: BTreeMap<u16, u64> = [(3, 60_000), (5, 100_000)].into();
+        runtime.block_on(async {
+            let config = AssociationConfig {
+                streams: 8,
+                max_inbound_streams: 8,
+                ..AssociationConfig::default()
+            };
+            // RFC 6951's port, which xdp_sctp watches by default (the
+            // namespace is fresh: nothing else has it).
+            let at = std::net::SocketAddr::from(([127, 0, 0, 1], 9899));
+            let listener = Listener::bind(BackendKind::Userspace, at, &config)
+                .await
+                .expect("bind");
+            let addr = listener.local_addr().expect("address");
+            let client = connect(BackendKind::Userspace, addr, &config)
+                .await
+                .expect("connect");
+            let server = listener.accept().await.expect("accept");
+            for _ in 0..20 {
+                server
+                    .send(3, bytes::Bytes::from(vec![3u8; 3000]))
+                    .await
+                    .expect("send");
+            }
+            server
+                .send(5, bytes::Bytes::from(vec![5u8; 100_000]))
+                .await
+                .expect("send");
+            let mut received: BTreeMap<u16, u64> = BTreeMap::new();
+            while received.values().sum::<u64>() < 160_000 {
+                let message = client.recv().await.expect("recv");
+                *received.entry(message.stream).or_default() += message.data.len() as u64;
+            }
+            assert_eq!(received, sent);
+            // Poll with a deadline: every SACK and DATA has long crossed lo by
+            // the time the bytes were read, but the maps are read separately.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let arrived = accounting.arrived_per_stream().expect("maps readable");
+                if arrived == sent {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "xdp_sctp counted {arrived:?}, the association carried {sent:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            client.abort();
+            server.abort();
+        });
+    })
+    .unwrap_or_else(|e| panic!("entering {ns}: {e}"));
+    drop(netns);
+}
+
+/// Without CAP_BPF and CAP_SYS_ADMIN (dropped from the bounding set by
+/// `setpriv`, so not even root gets them back), the real gateway binary with
+/// `[ebpf]` configured starts, says once that per-stream accounting runs in
+/// userspace only and why (the kernel's refusal included), and serves its
+/// admin endpoint (`/metrics`: accounting 0; the browser side needs the
+/// interception, which e2e.rs covers). In a fresh namespace, removed on drop
+/// (the process is killed first), also on panic.
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn without_cap_bpf_the_gateway_says_userspace_only_once_and_serves() {
+    use std::io::{Read as _, Write as _};
+
+    let object = object_path();
+    require_root();
+    let name = format!("gw-nobpf-{}", std::process::id());
+    let netns = testbed::Netns::create(&name).unwrap_or_else(|e| panic!("creating {name}: {e}"));
+    let ns = netns.name().to_owned();
+    testbed::ip(&["-n", &ns, "link", "set", "lo", "up"]).unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::env::temp_dir().join(&name);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let config = dir.join("gateway.toml");
+    let text = format!(
+        "[listen]\nport = 3129\naddresses = [\"127.0.0.1\"]\n\
+         [intercept]\nmanage = false\n\
+         [cache]\nenabled = false\n\
+         [admin]\nlisten = \"127.0.0.1:3130\"\n\
+         [ebpf]\nobject = \"{}\"\ninterface = \"lo\"\n\
+         [[origin]]\nname = \"absent\"\naddress = \"127.0.0.1:9\"\n\
+         destinations = [\"203.0.113.0/24\"]\n",
+        object.display()
+    );
+    std::fs::write(&config, text).unwrap_or_else(|e| panic!("{}: {e}", config.display()));
+    let mut command = std::process::Command::new("setpriv");
+    command
+        .args(["--bounding-set", "-bpf,-sys_admin,-perfmon"])
+        .arg(env!("CARGO_BIN_EXE_gateway"))
+        .arg("--config")
+        .arg(&config);
+    let mut gateway = testbed::NsProcess::spawn(&ns, "gateway", &command, &dir.join("gateway.log"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    gateway
+        .wait_for_log("gateway ready", std::time::Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let log = gateway.log();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("per-stream accounting:"))
+        .collect();
+    assert_eq!(said.len(), 1, "said {said:?}\n{log}");
+    assert!(
+        said[0].contains("userspace only (loading")
+            && said[0].contains("Operation not permitted")
+            && said[0].contains("CAP_BPF"),
+        "{}",
+        said[0]
+    );
+    let get = |port: u16, request: &'static str| -> String {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
+            .unwrap_or_else(|e| panic!("connecting to port {port}: {e}"));
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        stream
+            .write_all(request.as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        answer
+    };
+    let metrics = testbed::in_netns(&ns, move || {
+        get(
+            3130,
+            "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        )
+    })
+    .unwrap_or_else(|e| panic!("entering {ns}: {e}"));
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(
+        metrics.contains("\ngateway_stream_accounting_ebpf 0\n"),
+        "{metrics}"
+    );
+    drop(gateway);
+    drop(netns);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -395,6 +395,7 @@ fn dead_origin(fail_open: bool) -> OriginEntry {
         reconnect_max: Duration::from_secs(1),
 
         response_timeout: Duration::from_secs(10),
+        feedback: Default::default(),
         transport: Default::default(),
     }
 }

@@ -15,8 +15,8 @@
 //! - **WFQ**: weighted fair queueing between classes by bytes sent, FCFS inside a
 //!   class.
 //! - **Queue-aware**: another policy's order, skipping streams whose backlog at the
-//!   gateway (FEEDBACK) is above a window or whose bytes in the transport are above
-//!   a per-stream target.
+//!   gateway (FEEDBACK, plus the bytes sent since it) is above a window or whose
+//!   bytes in the transport are above a per-stream target.
 //!
 //! A job's class and urgency may change while it runs
 //! ([`Scheduler::handle_reprioritize`], the gateway's PRIORITY): a prefetch the
@@ -153,6 +153,8 @@ pub struct Scheduler {
     class_virtual: [u128; 2],
     /// Queue-aware inputs.
     gateway_backlog: HashMap<u16, u64>,
+    /// The gateway announced FEEDBACK: sent bytes count toward the backlog.
+    gateway_reports: bool,
     stream_in_transport: HashMap<u16, u64>,
     transport_queued: u64,
     /// Every policy but FCFS skips a stream with this many bytes or more in the
@@ -171,6 +173,7 @@ impl Scheduler {
             last_stream: None,
             class_virtual: [0; 2],
             gateway_backlog: HashMap::new(),
+            gateway_reports: false,
             stream_in_transport: HashMap::new(),
             transport_queued: 0,
             stream_limit: u64::MAX,
@@ -297,6 +300,13 @@ impl Scheduler {
             };
             self.class_virtual[class] += u128::from(bytes) * u128::from(other_weight);
             self.last_stream = Some(job.spec.stream);
+            // On their way to the gateway's backlog, which its next report
+            // will include; until then they count here, so a stream never gets
+            // more than its window beyond what the gateway last reported.
+            if self.gateway_reports {
+                let backlog = self.gateway_backlog.entry(job.spec.stream).or_insert(0);
+                *backlog = backlog.saturating_add(bytes);
+            }
         }
     }
 
@@ -306,8 +316,25 @@ impl Scheduler {
     }
 
     /// FEEDBACK from the gateway: bytes of `stream` not yet delivered to browsers.
+    ///
+    /// Once the gateway has announced FEEDBACK
+    /// ([`handle_gateway_reports`](Self::handle_gateway_reports)), the bytes
+    /// sent on a stream are added to its last reported figure (0 before any
+    /// report) until the next report replaces it: the queue-aware policy then
+    /// holds the stream back once it has sent its window beyond what the
+    /// gateway last reported, without waiting for the report that would show it
+    /// (on a fast path a whole report interval's worth of the association's
+    /// rate could otherwise pour into a slow browser's stream). Such a gateway
+    /// reports every stream that received bytes since its previous report.
     pub fn handle_gateway_backlog(&mut self, stream: u16, bytes: u64) {
         self.gateway_backlog.insert(stream, bytes);
+    }
+
+    /// The gateway announced FEEDBACK: from now on the bytes sent on every
+    /// stream count toward its gateway backlog until a report replaces them
+    /// (see [`handle_gateway_backlog`](Self::handle_gateway_backlog)).
+    pub fn handle_gateway_reports(&mut self) {
+        self.gateway_reports = true;
     }
 
     /// Bytes waiting in the transport: in total, and for each stream where known

@@ -260,10 +260,17 @@ impl<H: Handler> Driver<H> {
                     Some(event) => Some(event),
                     None => return Ok(()),
                 }
+            } else if self.watch_for_stall() == 0 {
+                // Ready work held back with nothing in the transport: the policy
+                // holds it (queue-aware: a gateway backlog above its window), and
+                // only an event (FEEDBACK, a request, a chunk) can change that.
+                match events.recv().await {
+                    Some(event) => Some(event),
+                    None => return Ok(()),
+                }
             } else {
                 // Ready work held back by a full transport queue (in total or on
                 // its stream): look again shortly.
-                self.watch_for_stall();
                 tokio::select! {
                     event = events.recv() => match event {
                         Some(event) => Some(event),
@@ -282,8 +289,16 @@ impl<H: Handler> Driver<H> {
         }
     }
 
-    fn watch_for_stall(&mut self) {
+    /// Refreshes the transport depth, warns if it has not moved for long, and
+    /// returns it.
+    fn watch_for_stall(&mut self) -> u64 {
         let depth = self.refresh_transport_depth();
+        if depth == 0 {
+            // Nothing waits in the transport: the policy holds the work back
+            // (queue-aware, a gateway backlog above its window), no stall.
+            self.stall = None;
+            return 0;
+        }
         let now = tokio::time::Instant::now();
         match self.stall {
             Some((since, at_depth)) if at_depth == depth => {
@@ -303,6 +318,7 @@ impl<H: Handler> Driver<H> {
             }
             _ => self.stall = Some((now, depth)),
         }
+        depth
     }
 
     fn refresh_transport_depth(&mut self) -> u64 {
@@ -380,7 +396,12 @@ impl<H: Handler> Driver<H> {
             }
         };
         match message {
-            Message::Hello(_) => self.assoc.send(0, self.session.hello().to_bytes()).await?,
+            Message::Hello(hello) => {
+                if hello.capabilities.contains(Capabilities::FEEDBACK) {
+                    self.scheduler.handle_gateway_reports();
+                }
+                self.assoc.send(0, self.session.hello().to_bytes()).await?;
+            }
             Message::Ping { ack: false, opaque } => {
                 let pong = Message::Ping { ack: true, opaque };
                 self.assoc.send(0, pong.to_bytes()).await?;

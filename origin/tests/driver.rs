@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
-use gateway_protocol::{ErrorCode, Message, RequestClass, RequestId, Urgency};
+use gateway_protocol::{ErrorCode, Message, RequestClass, RequestId, StreamBacklog, Urgency};
 use gateway_transport::{AssociationConfig, BackendKind, Listener, connect};
 use origin::scheduler::{PolicyKind, SchedulerConfig};
 use origin::server::{DriverConfig, drive};
@@ -183,6 +183,82 @@ async fn stream_limit_does_not_strand_a_response(kind: BackendKind) -> Result<()
     Ok(())
 }
 
+/// The queue-aware policy and the gateway's FEEDBACK: a stream whose reported
+/// backlog is above the window gets no chunk while another stream's response
+/// runs to its end; reported drained, it gets its response. The test gateway
+/// announced FEEDBACK, so, like the real one, it reports the streams it
+/// receives on (it reads everything at once: backlog 0).
+async fn queue_aware_follows_feedback(kind: BackendKind) -> Result<()> {
+    const WINDOW: u64 = 64 * 1024;
+    let config = AssociationConfig {
+        streams: 3,
+        max_inbound_streams: 3,
+        quic_server_cert_sha256: gateway_transport::quic::listener_cert_sha256().ok(),
+        ..AssociationConfig::default()
+    };
+    let listener = Listener::bind(kind, SocketAddr::from(([127, 0, 0, 1], 0)), &config).await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Ok(assoc) = listener.accept().await {
+            let mut driver = driver_config(PolicyKind::QueueAware);
+            driver.scheduler.backlog_window = WINDOW;
+            let _ = drive(assoc, Arc::new(TestHandler::default()), driver).await;
+        }
+    });
+    let mut gw = TestGateway::open(connect(kind, addr, &config).await?).await?;
+    let feedback = |entries: &[(u16, u64)]| -> Result<Bytes> {
+        let entries = entries
+            .iter()
+            .map(|&(stream, bytes)| {
+                Ok(StreamBacklog {
+                    stream,
+                    bytes: u32::try_from(bytes)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Message::Feedback(entries).to_bytes())
+    };
+    // Stream 1's browser is slow. A PING behind the FEEDBACK on stream 0
+    // proves the origin has taken it before any request exists.
+    let slow_browser = [(1, WINDOW + 1), (2, 0)];
+    gw.assoc.send(0, feedback(&slow_browser)?).await?;
+    gw.ping(7).await?;
+    let slow = gw
+        .request(1, "/bytes/1000000", RequestClass::Demand)
+        .await?;
+    let fast = gw
+        .request(2, "/bytes/3000000", RequestClass::Demand)
+        .await?;
+    let mut received = 0u32;
+    while !gw.finished.contains(&fast) {
+        gw.receive_one().await?;
+        received += 1;
+        if received.is_multiple_of(2) {
+            gw.assoc.send(0, feedback(&slow_browser)?).await?;
+        }
+    }
+    ensure!(
+        gw.seen[&fast].end == Some(3_000_000),
+        "{:?}",
+        gw.seen[&fast].end
+    );
+    let held = &gw.seen[&slow];
+    ensure!(
+        held.body.is_empty() && held.end.is_none(),
+        "the held-back stream got {} body bytes",
+        held.body.len()
+    );
+    // Its browser has read everything: the stream goes on.
+    while !gw.finished.contains(&slow) {
+        gw.assoc.send(0, feedback(&[(1, 0), (2, 0)])?).await?;
+        gw.receive_one().await?;
+    }
+    let seen = &gw.seen[&slow];
+    ensure!(seen.end == Some(1_000_000), "{:?}", seen.end);
+    ensure!(seen.body.len() == 1_000_000, "{}", seen.body.len());
+    Ok(())
+}
+
 /// Waits until the handler has been handed `count` requests: the driver has
 /// scheduled all of them by then.
 async fn handler_has_seen(handler: &TestHandler, count: u64) -> Result<()> {
@@ -305,6 +381,12 @@ macro_rules! backend_tests {
             $(#[$attr])*
             async fn a_response_held_by_its_stream_limit_still_completes() -> Result<()> {
                 bounded(stream_limit_does_not_strand_a_response($kind)).await
+            }
+
+            #[tokio::test]
+            $(#[$attr])*
+            async fn queue_aware_holds_back_a_stream_over_its_window() -> Result<()> {
+                bounded(queue_aware_follows_feedback($kind)).await
             }
 
             #[tokio::test]

@@ -41,7 +41,7 @@ use crate::cache::{Cache, CacheRequest, Filled, Lookup};
 use crate::config::{DEFAULT_MAX_HEADER_FIELDS, GatewayConfig, HttpConfig};
 use crate::direct::{DirectError, DirectSettings, DirectUpstream};
 use crate::listener::Intercepted;
-use crate::origin_link::{OriginLink, OriginRequest, StreamPin};
+use crate::origin_link::{BrowserSocket, CountedStream, OriginLink, OriginRequest, StreamPin};
 use crate::route::{Decision, HostCheck, HostError, HostVerifier, RouteTable, Target, parse_host};
 
 /// Response bodies of every kind, boxed: origin streams, direct streams, and the
@@ -97,6 +97,9 @@ struct Flow {
     /// hyper serves one request at a time per connection, so this lock is never
     /// contended; it exists because the service future must be `Send`.
     direct: tokio::sync::Mutex<DirectUpstream>,
+    /// The browser socket, whose send queue counts toward the backlog of the
+    /// streams this connection is pinned to (FEEDBACK).
+    socket: Option<Arc<BrowserSocket>>,
 }
 
 /// A request the gateway answers itself.
@@ -116,6 +119,7 @@ impl Flow {
             dst,
             pins: Mutex::new(HashMap::new()),
             direct: tokio::sync::Mutex::new(DirectUpstream::new(dst, direct)),
+            socket: None,
         }
     }
 }
@@ -190,7 +194,10 @@ impl Front {
             original_dst,
         } = flow;
         let id = self.prefetcher.as_ref().map_or(0, |p| p.connection_id());
-        let state = Arc::new(Flow::new(client, original_dst, self.direct, id));
+        let mut state = Flow::new(client, original_dst, self.direct, id);
+        state.socket = BrowserSocket::of(&stream).ok().map(Arc::new);
+        let stream = CountedStream::new(stream, state.socket.clone());
+        let state = Arc::new(state);
         let front = Arc::clone(&self);
         let service = service_fn(move |request| {
             let front = Arc::clone(&front);
@@ -535,7 +542,13 @@ impl Flow {
     /// This connection's stream on origin `index`, pinned on first use.
     fn pin(&self, index: usize, link: &OriginLink) -> Arc<StreamPin> {
         let mut pins = self.pins.lock().unwrap_or_else(|e| e.into_inner());
-        Arc::clone(pins.entry(index).or_insert_with(|| Arc::new(link.pin())))
+        Arc::clone(pins.entry(index).or_insert_with(|| {
+            let pin = link.pin();
+            if let Some(socket) = &self.socket {
+                pin.watch_socket(socket);
+            }
+            Arc::new(pin)
+        }))
     }
 }
 

@@ -29,7 +29,8 @@ pub struct ResponseBody {
     rx: tokio::sync::mpsc::Receiver<Event>,
     outcome: Outcome,
     /// Abandons the request on drop; harmless once the response has ended.
-    _guard: RequestGuard,
+    /// Also counts the bytes taken toward the stream's backlog.
+    guard: RequestGuard,
     delivered: u64,
     progress: Progress,
 }
@@ -39,7 +40,7 @@ impl ResponseBody {
         Self {
             rx: pending.rx,
             outcome: pending.outcome,
-            _guard: pending.guard,
+            guard: pending.guard,
             delivered: 0,
             progress: Progress::Open,
         }
@@ -80,6 +81,7 @@ impl Body for ResponseBody {
         match ready!(this.rx.poll_recv(cx)) {
             Some(Event::Data(data)) => {
                 this.delivered += data.len() as u64;
+                this.guard.delivered(data.len() as u64);
                 Poll::Ready(Some(Ok(Frame::data(data))))
             }
             Some(Event::End(body_len)) if body_len == this.delivered => {

@@ -6,7 +6,7 @@
 //! they send and the ones they abandon). No lock is held across an await.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,9 +17,11 @@ use gateway_protocol::{
 use gateway_transport::{Association, BackendKind, TransportError};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
+use super::backlog::Backlog;
 use super::backoff::stream_for;
 use super::error::LinkError;
 use super::head::parse_response_head;
+use super::outq::BrowserSocket;
 use super::{OriginRequest, lock};
 
 /// Messages queued toward one response's reader (head, body chunks, end). With
@@ -138,11 +140,21 @@ pub(crate) struct Conn {
     /// Wakes the receive task when a request ends elsewhere (a dropped reader),
     /// so that a retired association closes as soon as it is idle.
     idle: Notify,
+    /// Per-stream backlog of response bytes (the FEEDBACK core). Locked after
+    /// `state` when both are held, never the other way round.
+    backlog: Mutex<Backlog>,
+    /// Wakes the feedback driver when response bytes arrive.
+    activity: Notify,
 }
 
 impl Conn {
     /// Wraps an association whose HELLO exchange `session` has completed.
-    pub(crate) fn new(name: Arc<str>, assoc: Association, session: Session) -> Self {
+    pub(crate) fn new(
+        name: Arc<str>,
+        assoc: Association,
+        session: Session,
+        feedback_interval: Duration,
+    ) -> Self {
         let data_streams = session.data_streams().max(1);
         let max_chunk = (session.peer_max_chunk() as usize).max(1);
         Self {
@@ -161,7 +173,32 @@ impl Conn {
             }),
             status: watch::Sender::new(ConnStatus::Accepting),
             idle: Notify::new(),
+            backlog: Mutex::new(Backlog::new(feedback_interval)),
+            activity: Notify::new(),
         }
+    }
+
+    /// The association itself (the feedback driver sends on it).
+    pub(crate) fn association(&self) -> &Association {
+        &self.assoc
+    }
+
+    /// The per-stream backlog core.
+    pub(crate) fn backlog(&self) -> MutexGuard<'_, Backlog> {
+        lock(&self.backlog)
+    }
+
+    /// Resolves when response bytes have arrived since the last call.
+    pub(crate) async fn activity(&self) {
+        self.activity.notified().await;
+    }
+
+    /// Whether the origin announced it acts on FEEDBACK.
+    pub(crate) fn origin_takes_feedback(&self) -> bool {
+        lock(&self.state)
+            .session
+            .peer_capabilities()
+            .contains(Capabilities::FEEDBACK)
     }
 
     pub(crate) fn kind(&self) -> BackendKind {
@@ -190,6 +227,7 @@ impl Conn {
         self: &Arc<Self>,
         pinned: u16,
         request: OriginRequest,
+        socket: Option<Arc<BrowserSocket>>,
     ) -> Result<Pending, LinkError> {
         if request.head.is_empty() {
             return Err(LinkError::Unsendable("empty request head"));
@@ -247,12 +285,14 @@ impl Conn {
                     _priority_watch: watching,
                 },
             );
+            lock(&self.backlog).handle_request_opened(id, stream);
             (id, rx, outcome, watch_ended)
         };
         // From here on, dropping this future abandons the request.
         let guard = RequestGuard {
             conn: Arc::clone(self),
             id,
+            socket,
         };
         let mut body = request.body;
         let mut sent = (clamped_urgency(request.urgency), request.class);
@@ -330,6 +370,7 @@ impl Conn {
     /// overtake the REQUEST (CANCEL on stream 0 could, and would be ignored).
     fn cancel(&self, id: RequestId) {
         let mut state = lock(&self.state);
+        lock(&self.backlog).handle_request_ended(id);
         let Some(slot) = state.open.remove(&id) else {
             return;
         };
@@ -518,6 +559,10 @@ impl Conn {
             }
             Message::ResponseBody { id, data } => {
                 if let Some(slot) = state.open.get(&id) {
+                    // Counted before it is queued, so that the reader can never
+                    // take more than was counted.
+                    lock(&self.backlog).handle_received(id, data.len() as u64);
+                    self.activity.notify_one();
                     return Step::Deliver {
                         id,
                         tx: slot.tx.clone(),
@@ -664,6 +709,18 @@ pub(crate) fn describe(error: &TransportError) -> String {
 pub(crate) struct RequestGuard {
     conn: Arc<Conn>,
     id: RequestId,
+    /// The browser connection the body goes to, if known.
+    socket: Option<Arc<BrowserSocket>>,
+}
+
+impl RequestGuard {
+    /// The reader took `bytes` of the body from its queue.
+    pub(crate) fn delivered(&self, bytes: u64) {
+        lock(&self.conn.backlog).handle_delivered(self.id, bytes);
+        if let Some(socket) = &self.socket {
+            socket.handed(bytes);
+        }
+    }
 }
 
 impl Drop for RequestGuard {

@@ -27,24 +27,29 @@
 //! association to its pace, which is correct (nothing is dropped, memory stays
 //! bounded) but is head-of-line blocking across streams. Two things bound it: a
 //! reader that takes nothing for [`DELIVERY_STALL_LIMIT`](conn::DELIVERY_STALL_LIMIT)
-//! loses its request ([`LinkError::Stalled`]), and, later, FEEDBACK: the
-//! per-stream backlog (bytes received minus bytes delivered, counted by the XDP
-//! program at WAN ingress) reported on stream 0 lets the origin's scheduler hold
-//! back the slow stream before the queue fills.
+//! loses its request ([`LinkError::Stalled`]), and FEEDBACK: the per-stream
+//! backlog ([`backlog`]: response bytes received and not yet taken by the
+//! front, plus the pinned browser sockets' unacknowledged bytes) is reported on
+//! stream 0 ([`feedback`]), so that the origin's queue-aware scheduler holds
+//! back the slow stream before the queue fills. Browser sockets are registered
+//! with [`StreamPin::watch_socket`].
 //!
 //! It never touches HTTP semantics beyond parsing the response head: caching,
 //! hop-by-hop fields and status decisions belong to the front-end.
 
+mod backlog;
 mod backoff;
 mod body;
 mod conn;
 mod error;
+mod feedback;
 mod head;
+mod outq;
 mod supervisor;
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -57,9 +62,14 @@ use crate::config::OriginEntry;
 use backoff::PinTable;
 use conn::{CLOSE_LIMIT, Conn};
 
+pub use backlog::{
+    Backlog, FEEDBACK_GROWTH_STEP, FeedbackConfig, MAX_FEEDBACK_INTERVAL, MIN_FEEDBACK_INTERVAL,
+    StreamFigures,
+};
 pub use body::ResponseBody;
 pub use error::LinkError;
 pub use head::MAX_RESPONSE_HEADERS;
+pub use outq::{BrowserSocket, CountedStream};
 
 /// Longest wait in [`OriginLink::shutdown`] for open requests to finish after
 /// GOAWAY before the association is aborted.
@@ -108,6 +118,8 @@ pub struct OriginRequest {
 pub struct StreamPin {
     shared: Arc<Shared>,
     stream: u16,
+    /// The browser connection whose flow holds the pin, if watched.
+    socket: OnceLock<Arc<BrowserSocket>>,
 }
 
 impl StreamPin {
@@ -115,6 +127,20 @@ impl StreamPin {
     /// streams the pin folds onto `(stream - 1) % n + 1`.
     pub fn stream(&self) -> u16 {
         self.stream
+    }
+
+    /// Counts `socket`'s unsent and unacknowledged bytes toward this stream's
+    /// backlog for as long as `socket` lives (the link keeps a weak
+    /// reference), and the response bytes of this pin's requests that were
+    /// handed on toward it and not yet written to it. Only the first call
+    /// counts.
+    pub fn watch_socket(&self, socket: &Arc<BrowserSocket>) {
+        if self.socket.set(Arc::clone(socket)).is_err() {
+            return;
+        }
+        let mut sockets = lock(&self.shared.sockets);
+        sockets.retain(|(_, s)| s.strong_count() > 0);
+        sockets.push((self.stream, Arc::downgrade(socket)));
     }
 }
 
@@ -153,6 +179,10 @@ struct Shared {
     /// A request found the link down: reconnect now (rate-limited).
     kick: Notify,
     shutdown: watch::Sender<bool>,
+    /// Per-stream backlog reports to the origin.
+    feedback: FeedbackConfig,
+    /// Browser sockets by pinned stream, measured by the feedback driver.
+    sockets: Mutex<Vec<(u16, Weak<BrowserSocket>)>>,
 }
 
 /// Dropped with the last [`OriginLink`] clone.
@@ -226,6 +256,8 @@ impl OriginLink {
             pins: Mutex::new(PinTable::new(configured_streams)),
             kick: Notify::new(),
             shutdown: watch::Sender::new(false),
+            feedback: entry.feedback,
+            sockets: Mutex::new(Vec::new()),
         });
         let task = tokio::spawn(supervisor::supervise(Arc::clone(&shared)));
         OriginLink {
@@ -277,7 +309,28 @@ impl OriginLink {
         StreamPin {
             shared: Arc::clone(shared),
             stream,
+            socket: OnceLock::new(),
         }
+    }
+
+    /// The current association's per-stream backlog figures (empty while down)
+    /// and the FEEDBACK messages sent on it.
+    pub fn backlog(&self) -> (Vec<StreamFigures>, u64) {
+        let conn = lock(&self.inner.shared.current).clone();
+        conn.map_or((Vec::new(), 0), |conn| {
+            let backlog = conn.backlog();
+            (backlog.figures(), backlog.feedback_sent())
+        })
+    }
+
+    /// Whether FEEDBACK goes to the current association's origin (on in the
+    /// configuration, and announced by the origin).
+    pub fn sends_feedback(&self) -> bool {
+        let shared = &self.inner.shared;
+        shared.feedback.enabled
+            && lock(&shared.current)
+                .as_ref()
+                .is_some_and(|conn| conn.origin_takes_feedback())
     }
 
     /// Flows pinned to `stream` now (for tests and statistics).
@@ -315,7 +368,8 @@ impl OriginLink {
                 lock(&shared.down_reason)
             )));
         };
-        let mut pending = conn.send_request(pin.stream, req).await?;
+        let socket = pin.socket.get().cloned();
+        let mut pending = conn.send_request(pin.stream, req, socket).await?;
         match pending.rx.recv().await {
             Some(conn::Event::Head(parts)) => Ok(http::Response::from_parts(
                 parts,

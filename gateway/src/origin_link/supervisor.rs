@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::backoff::Backoff;
 use super::conn::{CLOSE_LIMIT, Conn, ConnStatus, describe};
+use super::feedback;
 use super::{LinkState, Shared, lock};
 
 /// An association that lived at least this long was healthy: the next
@@ -50,6 +51,9 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
                 let mut status = conn.status();
                 *lock(&shared.current) = Some(Arc::clone(&conn));
                 tokio::spawn(Arc::clone(&conn).run());
+                if shared.feedback.enabled && conn.origin_takes_feedback() {
+                    tokio::spawn(feedback::drive(Arc::clone(&shared), Arc::clone(&conn)));
+                }
                 tracing::info!(
                     "origin {}: up ({}, {} data streams)",
                     shared.name,
@@ -146,8 +150,11 @@ async fn establish(shared: &Shared) -> Result<Conn, String> {
         SessionConfig {
             data_streams,
             max_chunk: MAX_CHUNK as u32,
-            // FEEDBACK is not sent yet: do not announce it.
-            capabilities: Capabilities::PREFETCH_CLASS | Capabilities::PRIORITY,
+            capabilities: if shared.feedback.enabled {
+                Capabilities::FEEDBACK | Capabilities::PREFETCH_CLASS | Capabilities::PRIORITY
+            } else {
+                Capabilities::PREFETCH_CLASS | Capabilities::PRIORITY
+            },
         },
     );
     let hello = session.hello().to_bytes();
@@ -162,7 +169,12 @@ async fn establish(shared: &Shared) -> Result<Conn, String> {
             .map_err(Ok)
     };
     match tokio::time::timeout(config.connect_timeout, handshake).await {
-        Ok(Ok(_)) => Ok(Conn::new(Arc::clone(&shared.name), assoc, session)),
+        Ok(Ok(_)) => Ok(Conn::new(
+            Arc::clone(&shared.name),
+            assoc,
+            session,
+            shared.feedback.interval,
+        )),
         Ok(Err(Ok(reaction))) => {
             refuse_hello(&assoc, &reaction).await;
             Err(format!("the origin's HELLO was refused ({reaction:?})"))

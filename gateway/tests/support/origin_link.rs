@@ -49,6 +49,7 @@ pub(crate) fn entry(kind: BackendKind, address: SocketAddr) -> OriginEntry {
         reconnect_max: Duration::from_millis(400),
 
         response_timeout: Duration::from_secs(10),
+        feedback: Default::default(),
         transport: transport(),
     }
 }
@@ -199,11 +200,16 @@ impl ScriptedOrigin {
 
 impl Scripted {
     /// The next message from the gateway, checked by the origin's session.
+    /// FEEDBACK (the gateway's backlog reports, which come whenever response
+    /// bytes wait at the gateway) is checked and skipped.
     pub(crate) async fn recv(&mut self) -> Result<(u16, Message)> {
-        let m = self.assoc.recv().await?;
-        match self.session.handle_message(m.stream, &m.data) {
-            Ok(message) => Ok((m.stream, message)),
-            Err(reaction) => bail!("origin session refused a message: {reaction:?}"),
+        loop {
+            let m = self.assoc.recv().await?;
+            match self.session.handle_message(m.stream, &m.data) {
+                Ok(Message::Feedback(_)) => continue,
+                Ok(message) => return Ok((m.stream, message)),
+                Err(reaction) => bail!("origin session refused a message: {reaction:?}"),
+            }
         }
     }
 

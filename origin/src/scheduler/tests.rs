@@ -300,6 +300,35 @@ fn queue_aware_skips_streams_with_deep_queues() {
 }
 
 #[test]
+fn queue_aware_counts_bytes_sent_since_the_last_report() {
+    let config = SchedulerConfig {
+        policy: PolicyKind::QueueAware,
+        backlog_window: 1000,
+        ..SchedulerConfig::default()
+    };
+    let mut s = Scheduler::new(config);
+    s.handle_arrival(demand_job(1, Some(10_000)));
+    s.handle_ready(1, true);
+    // A gateway without FEEDBACK: nothing is counted.
+    s.handle_sent(1, 5000);
+    assert_eq!(s.poll_next(), Some(1));
+    // One that announced it: from 0, before any report.
+    s.handle_gateway_reports();
+    s.handle_sent(1, 1000);
+    assert_eq!(s.poll_next(), Some(1), "1000 is at the window");
+    s.handle_sent(1, 1);
+    assert_eq!(s.poll_next(), None, "not reported yet");
+    s.handle_gateway_backlog(1, 400);
+    s.handle_sent(1, 600);
+    assert_eq!(s.poll_next(), Some(1), "400 + 600 is at the window");
+    s.handle_sent(1, 1);
+    assert_eq!(s.poll_next(), None, "one byte beyond it");
+    // The next report replaces the estimate: the browser has read it all.
+    s.handle_gateway_backlog(1, 0);
+    assert_eq!(s.poll_next(), Some(1), "drained");
+}
+
+#[test]
 fn nothing_is_handed_out_while_the_transport_is_full() {
     for kind in [
         PolicyKind::Fcfs,

@@ -142,6 +142,21 @@ impl TestGateway {
         Ok(Some(id))
     }
 
+    /// PING on stream 0 and wait for its answer (nothing else may come first):
+    /// the origin has handled every control message sent before it.
+    pub(crate) async fn ping(&mut self, opaque: u64) -> Result<()> {
+        let ping = Message::Ping { ack: false, opaque };
+        self.assoc.send(0, ping.to_bytes()).await?;
+        let m = self.assoc.recv().await?;
+        match self.session.handle_message(m.stream, &m.data) {
+            Ok(Message::Ping {
+                ack: true,
+                opaque: echoed,
+            }) if echoed == opaque => Ok(()),
+            other => bail!("expected the PING answer, got {other:?}"),
+        }
+    }
+
     pub(crate) async fn until_finished(&mut self, count: usize) -> Result<()> {
         while self.finished.len() < count {
             self.receive_one().await?;

@@ -1,0 +1,340 @@
+//! Per-stream accounting at the gateway: how it runs (userspace, optionally
+//! cross-checked by the XDP program), the one start-up line that says so, and
+//! the per-stream figures on the admin endpoint's metrics.
+//!
+//! The backlog the gateway reports to origins (FEEDBACK) is always computed in
+//! userspace (`origin_link`'s backlog core: response bytes queued in the
+//! gateway plus the browser sockets' unacknowledged bytes), so it is correct
+//! with or without BPF. Where `[ebpf]` names the object and the WAN interface
+//! and the kernel lets us load it, `xdp_sctp` also counts the DATA bytes that
+//! arrive per stream; those figures are exported next to the userspace ones
+//! (`gateway_ebpf_stream_arrived_bytes`), as a cross-check: they include what
+//! still waits in the association's receive buffer, which userspace cannot see
+//! per stream. Nothing depends on them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use gateway_common::DIRECTION_INGRESS;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use serde::{Deserialize, Serialize};
+
+use crate::ebpf::{SctpAccounting, SctpAccountingConfig, XdpMode};
+use crate::origin_link::OriginLink;
+
+/// `[ebpf]`: the optional kernel-side cross-check of per-stream accounting.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EbpfConfig {
+    /// The `gateway-ebpf` object (`cargo xtask build-ebpf`); none: userspace only.
+    pub object: Option<PathBuf>,
+    /// The WAN interface the origins' packets arrive on (`xdp_sctp` attaches here).
+    pub interface: Option<String>,
+    /// How `xdp_sctp` attaches: auto, generic or driver.
+    pub xdp_mode: XdpModeChoice,
+}
+
+/// `ebpf.xdp_mode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum XdpModeChoice {
+    /// Native if the driver supports it, else generic.
+    #[default]
+    Auto,
+    /// Generic (skb) XDP.
+    Generic,
+    /// Native (driver) XDP.
+    Driver,
+}
+
+impl From<XdpModeChoice> for XdpMode {
+    fn from(choice: XdpModeChoice) -> Self {
+        match choice {
+            XdpModeChoice::Auto => XdpMode::Auto,
+            XdpModeChoice::Generic => XdpMode::Generic,
+            XdpModeChoice::Driver => XdpMode::Driver,
+        }
+    }
+}
+
+/// How per-stream accounting runs.
+#[derive(Debug)]
+pub struct Accounting {
+    /// The loaded and attached programs, if any.
+    ebpf: Option<Mutex<SctpAccounting>>,
+    /// The start-up line's explanation.
+    how: String,
+}
+
+impl Accounting {
+    /// Loads and attaches `xdp_sctp` if `config` asks for it and the kernel
+    /// allows it; otherwise userspace only. Never fails: the reason is in
+    /// [`describe`](Self::describe).
+    pub fn start(config: &EbpfConfig) -> Self {
+        let userspace = |why: String| Self {
+            ebpf: None,
+            how: format!("userspace only ({why})"),
+        };
+        let Some(object) = &config.object else {
+            return userspace("ebpf.object is not set".into());
+        };
+        let Some(interface) = &config.interface else {
+            return userspace("ebpf.interface is not set: no WAN interface for xdp_sctp".into());
+        };
+        let mut loaded = match SctpAccounting::load_file(object, SctpAccountingConfig::default()) {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                return userspace(format!(
+                    "loading {} failed: {}; BPF needs root or CAP_BPF with CAP_NET_ADMIN, \
+                     and a kernel with BTF",
+                    object.display(),
+                    chain(&e)
+                ));
+            }
+        };
+        let mode = XdpMode::from(config.xdp_mode);
+        if let Err(e) = loaded.attach_ingress(interface, mode) {
+            return userspace(format!(
+                "attaching xdp_sctp to {interface} failed: {}",
+                chain(&e)
+            ));
+        }
+        Self {
+            ebpf: Some(Mutex::new(loaded)),
+            how: format!("userspace, cross-checked by eBPF (xdp_sctp on {interface}, {mode} mode)"),
+        }
+    }
+
+    /// Userspace only, for `reason`.
+    pub fn userspace_only(reason: &str) -> Self {
+        Self {
+            ebpf: None,
+            how: format!("userspace only ({reason})"),
+        }
+    }
+
+    /// Whether the XDP program runs.
+    pub fn with_ebpf(&self) -> bool {
+        self.ebpf.is_some()
+    }
+
+    /// How it runs and why, for the start-up line.
+    pub fn describe(&self) -> &str {
+        &self.how
+    }
+
+    /// DATA and I-DATA bytes `xdp_sctp` saw arrive, per stream id, summed over
+    /// every association on the interface (`None` without eBPF or on a map
+    /// error).
+    pub fn arrived_per_stream(&self) -> Option<BTreeMap<u16, u64>> {
+        let ebpf = self.ebpf.as_ref()?;
+        let snapshot = ebpf
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .snapshot()
+            .ok()?;
+        let mut arrived = BTreeMap::new();
+        for (key, counters) in &snapshot.streams {
+            if key.direction == DIRECTION_INGRESS {
+                *arrived.entry(key.stream_id).or_insert(0) += counters.data_bytes;
+            }
+        }
+        Some(arrived)
+    }
+}
+
+/// An error with its sources, `: ` apart (the kernel's reason is in a source).
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The per-stream figures of every origin link (and the eBPF cross-check),
+/// read at each scrape.
+#[derive(Debug)]
+pub struct StreamCollector {
+    links: Vec<OriginLink>,
+    accounting: std::sync::Arc<Accounting>,
+}
+
+impl StreamCollector {
+    /// Figures of `links`, and of `accounting`'s programs if they run.
+    pub fn new(links: Vec<OriginLink>, accounting: std::sync::Arc<Accounting>) -> Self {
+        Self { links, accounting }
+    }
+}
+
+impl Collector for StreamCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let per_link: Vec<_> = self
+            .links
+            .iter()
+            .map(|link| (link.name().to_owned(), link.backlog()))
+            .collect();
+        type Pick = fn(&crate::origin_link::StreamFigures) -> u64;
+        let gauges: [(&str, &str, Pick); 4] = [
+            (
+                "gateway_stream_backlog_bytes",
+                "Per data stream: response bytes in the gateway plus the pinned browser sockets' unacknowledged bytes (what FEEDBACK reports)",
+                |f| f.backlog,
+            ),
+            (
+                "gateway_stream_queued_bytes",
+                "Per data stream: response bytes received and not yet taken from the response queues",
+                |f| f.queued,
+            ),
+            (
+                "gateway_stream_socket_bytes",
+                "Per data stream: bytes handed on toward the pinned browsers and not yet acknowledged by them",
+                |f| f.socket_queued,
+            ),
+            (
+                "gateway_stream_backlog_peak_bytes",
+                "Per data stream: the largest backlog seen on the current association",
+                |f| f.peak,
+            ),
+        ];
+        for (name, help, pick) in gauges {
+            let mut family =
+                encoder.encode_descriptor(name, help, None, ConstGauge::new(0i64).metric_type())?;
+            for (origin, (figures, _)) in &per_link {
+                for f in figures {
+                    let stream = f.stream.to_string();
+                    let value = i64::try_from(pick(f)).unwrap_or(i64::MAX);
+                    ConstGauge::new(value).encode(
+                        family
+                            .encode_family(&[("origin", origin.as_str()), ("stream", &stream)])?,
+                    )?;
+                }
+            }
+        }
+        let counters: [(&str, &str, Pick); 3] = [
+            (
+                "gateway_stream_received_bytes",
+                "Per data stream: response body bytes received from the association",
+                |f| f.received,
+            ),
+            (
+                "gateway_stream_delivered_bytes",
+                "Per data stream: response body bytes taken toward browsers",
+                |f| f.delivered,
+            ),
+            (
+                "gateway_stream_discarded_bytes",
+                "Per data stream: response body bytes dropped because their request ended first",
+                |f| f.discarded,
+            ),
+        ];
+        for (name, help, pick) in counters {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                ConstCounter::new(0u64).metric_type(),
+            )?;
+            for (origin, (figures, _)) in &per_link {
+                for f in figures {
+                    let stream = f.stream.to_string();
+                    ConstCounter::new(pick(f)).encode(
+                        family
+                            .encode_family(&[("origin", origin.as_str()), ("stream", &stream)])?,
+                    )?;
+                }
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "gateway_feedback_sent",
+            "FEEDBACK messages sent on the current association",
+            None,
+            ConstCounter::new(0u64).metric_type(),
+        )?;
+        for (origin, (_, sent)) in &per_link {
+            ConstCounter::new(*sent)
+                .encode(family.encode_family(&[("origin", origin.as_str())])?)?;
+        }
+        let ebpf = ConstGauge::new(i64::from(self.accounting.with_ebpf()));
+        ebpf.encode(encoder.encode_descriptor(
+            "gateway_stream_accounting_ebpf",
+            "1 when xdp_sctp cross-checks the per-stream accounting, 0 for userspace only",
+            None,
+            ebpf.metric_type(),
+        )?)?;
+        if let Some(arrived) = self.accounting.arrived_per_stream() {
+            let mut family = encoder.encode_descriptor(
+                "gateway_ebpf_stream_arrived_bytes",
+                "Per stream id: DATA bytes xdp_sctp saw arrive on the WAN interface (all associations)",
+                None,
+                ConstCounter::new(0u64).metric_type(),
+            )?;
+            for (stream, bytes) in arrived {
+                let stream = stream.to_string();
+                ConstCounter::new(bytes).encode(family.encode_family(&[("stream", &stream)])?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_an_object_or_interface_it_says_userspace_only_and_why() {
+        let none = Accounting::start(&EbpfConfig::default());
+        assert!(!none.with_ebpf());
+        assert_eq!(none.describe(), "userspace only (ebpf.object is not set)");
+        assert_eq!(none.arrived_per_stream(), None);
+
+        let no_interface = Accounting::start(&EbpfConfig {
+            object: Some("gateway-ebpf.o".into()),
+            ..EbpfConfig::default()
+        });
+        assert!(!no_interface.with_ebpf());
+        assert!(
+            no_interface
+                .describe()
+                .contains("ebpf.interface is not set"),
+            "{}",
+            no_interface.describe()
+        );
+    }
+
+    #[test]
+    fn an_unloadable_object_falls_back_to_userspace() {
+        let missing = Accounting::start(&EbpfConfig {
+            object: Some("/nonexistent/gateway-ebpf".into()),
+            interface: Some("lo".into()),
+            xdp_mode: XdpModeChoice::Generic,
+        });
+        assert!(!missing.with_ebpf());
+        let how = missing.describe();
+        assert!(
+            how.starts_with("userspace only (loading /nonexistent/gateway-ebpf failed"),
+            "{how}"
+        );
+    }
+
+    #[test]
+    fn ebpf_keys_parse_and_unknown_ones_are_named() {
+        let config = crate::config::GatewayConfig::from_toml(
+            "[ebpf]\nobject = \"x.o\"\ninterface = \"wan0\"\nxdp_mode = \"driver\"\n",
+        )
+        .expect("parses");
+        assert_eq!(config.ebpf.interface.as_deref(), Some("wan0"));
+        assert_eq!(config.ebpf.xdp_mode, XdpModeChoice::Driver);
+        let err = crate::config::GatewayConfig::from_toml("[ebpf]\ninterfaces = \"wan0\"\n")
+            .expect_err("unknown key");
+        assert!(err.to_string().contains("interfaces"), "{err}");
+    }
+}
