@@ -12,7 +12,6 @@ use gateway_transport::{AssociationConfig, BackendChoice};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-pub use crate::admin::AdminConfig;
 pub use crate::cache::config::CacheConfig;
 pub use crate::prefetch::PrefetchConfig;
 
@@ -198,6 +197,28 @@ impl Default for DirectConfig {
         }
     }
 }
+
+/// `[admin]`: the operator's endpoint (`crate::admin`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Serve the endpoint at all.
+    pub enabled: bool,
+    /// Where. Keep it on loopback unless the network in front is trusted.
+    pub listen: SocketAddr,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_ADMIN_PORT)),
+        }
+    }
+}
+
+/// The admin endpoint's default port, next to the listener's 3129.
+pub const DEFAULT_ADMIN_PORT: u16 = 3130;
 
 /// One `[[origin]]`: an SCTP origin and what it serves.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -18,6 +18,7 @@
 //! (or by `gateway cleanup` after a crash).
 
 pub mod admin;
+pub mod body;
 pub mod cache;
 pub mod config;
 pub mod daemon;

@@ -26,7 +26,7 @@ use super::coalesce::{FillGuard, Hold, Subscriber};
 use super::policy::{self, ResponseDecision, StoredResponse};
 use super::store::{CHUNK_BYTES, EntryMeta, EntryWriter, StoreError, full_key};
 use super::{Shared, body};
-use crate::front::Body;
+use crate::body::Body;
 
 /// Body bytes the writer gathers before one blocking write.
 const WRITE_BATCH: usize = 4 * CHUNK_BYTES;

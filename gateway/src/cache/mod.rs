@@ -43,7 +43,7 @@ use self::memory::{Hot, Memory};
 use self::policy::{EffectiveUri, LookupDecision, StoredAnswer};
 pub use self::store::Purge;
 use self::store::{EntryMeta, Store, StoreError, StoreLimits, StoreStats, full_key};
-use crate::front::Body;
+use crate::body::Body;
 
 /// A flight takes joiners while it holds at most this many body bytes (or
 /// the maximum object size, if smaller).

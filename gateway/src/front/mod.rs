@@ -27,7 +27,6 @@ use std::time::Instant;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -37,18 +36,13 @@ use tokio::sync::watch;
 mod prefetch;
 
 pub use self::prefetch::Prefetcher;
+use crate::body::{Body, BoxError};
 use crate::cache::{Cache, CacheRequest, Filled, Lookup};
 use crate::config::{GatewayConfig, HttpConfig};
 use crate::direct::{DirectError, DirectSettings, DirectUpstream};
 use crate::listener::Intercepted;
 use crate::origin_link::{OriginLink, OriginRequest, StreamPin};
 use crate::route::{Decision, HostCheck, HostError, HostVerifier, RouteTable, Target, parse_host};
-
-/// Response bodies of every kind, boxed: origin streams, direct streams, and the
-/// gateway's own short messages.
-pub type Body = UnsyncBoxBody<Bytes, BoxError>;
-/// The error type of [`Body`].
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The start of the gateway's `Via` pseudonym (RFC 9110, section 7.6.3); each
 /// running gateway appends an id of its own, so that two gateways in a row (a

@@ -29,7 +29,8 @@ use http_body_util::BodyExt;
 use tokio::sync::{Notify, mpsc, watch};
 use url::Url;
 
-use super::{Body, BoxError, Flow, Forwarded, Front, stopped};
+use super::{Flow, Forwarded, Front, stopped};
+use crate::body::{Body, BoxError};
 use crate::cache::{CacheRequest, Filled, Lookup};
 use crate::prefetch::queue::{ConnectionId, Scan};
 use crate::prefetch::{
