@@ -30,3 +30,4 @@ pub mod listener;
 pub mod origin_link;
 pub mod prefetch;
 pub mod route;
+pub mod sync;

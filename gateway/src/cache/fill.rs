@@ -27,6 +27,7 @@ use super::policy::{self, ResponseDecision, StoredResponse};
 use super::store::{CHUNK_BYTES, EntryMeta, EntryWriter, StoreError, full_key};
 use super::{Shared, body};
 use crate::body::Body;
+use crate::sync::lock;
 
 /// Body bytes the writer gathers before one blocking write.
 const WRITE_BATCH: usize = 4 * CHUNK_BYTES;
@@ -354,7 +355,7 @@ async fn produce(
         match upstream.frame().await {
             None => {
                 let held = guard.finish_held();
-                let mut slot = hold.lock().unwrap_or_else(|e| e.into_inner());
+                let mut slot = lock(&hold);
                 if !matches!(*slot, HoldSlot::WriterDone) {
                     *slot = HoldSlot::Held { _hold: held };
                 }
@@ -392,10 +393,7 @@ struct WriteJob {
 async fn write(shared: Arc<Shared>, reader: Subscriber<FlightHead>, job: WriteJob) {
     let hold = Arc::clone(&job.hold);
     write_entry(shared, reader, job).await;
-    let released = std::mem::replace(
-        &mut *hold.lock().unwrap_or_else(|e| e.into_inner()),
-        HoldSlot::WriterDone,
-    );
+    let released = std::mem::replace(&mut *lock(&hold), HoldSlot::WriterDone);
     drop(released);
 }
 

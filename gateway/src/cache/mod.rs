@@ -44,6 +44,7 @@ use self::policy::{EffectiveUri, LookupDecision, StoredAnswer};
 pub use self::store::Purge;
 use self::store::{EntryMeta, Store, StoreError, StoreLimits, StoreStats, full_key};
 use crate::body::Body;
+use crate::sync::lock;
 
 /// A flight takes joiners while it holds at most this many body bytes (or
 /// the maximum object size, if smaller).
@@ -709,8 +710,4 @@ fn only_if_cached() -> Response<Body> {
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -518,7 +518,7 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 impl Flow {
     /// This connection's stream on origin `index`, pinned on first use.
     fn pin(&self, index: usize, link: &OriginLink) -> Arc<StreamPin> {
-        let mut pins = self.pins.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pins = crate::sync::lock(&self.pins);
         Arc::clone(pins.entry(index).or_insert_with(|| Arc::new(link.pin())))
     }
 }

@@ -108,7 +108,7 @@ impl Prefetcher {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     /// Runs `f` on the queue, then wakes the driver for what it queued.
