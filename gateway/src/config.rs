@@ -5,7 +5,7 @@
 //! `config/gateway.toml` documents every key with its default.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use gateway_transport::{AssociationConfig, BackendChoice};
@@ -15,34 +15,8 @@ use serde::{Deserialize, Serialize};
 pub use crate::cache::config::CacheConfig;
 pub use crate::prefetch::PrefetchConfig;
 
-/// Why the configuration cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The file is not valid TOML for this structure (unknown keys included).
-    #[error("{path}: {source}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message, which names the key and line.
-        source: toml::de::Error,
-    },
-    /// A value is out of range.
-    #[error("invalid `{key}`: {reason}")]
-    Invalid {
-        /// Dotted key, as in the file.
-        key: String,
-        /// What is wrong.
-        reason: String,
-    },
-}
+/// Why the configuration cannot be used (shared with the other daemon).
+pub use daemon_config::ConfigError;
 
 /// Everything the gateway needs to run.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -286,19 +260,12 @@ fn default_response_timeout() -> Duration {
 impl GatewayConfig {
     /// Reads `path`; unknown keys and type mismatches are errors naming the key.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::from_toml(&text).map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
-        })
+        daemon_config::from_file(path)
     }
 
     /// Parses TOML text.
     pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
-        toml::from_str(text)
+        daemon_config::from_toml(text)
     }
 
     /// Rejects values that cannot work, naming the key.
