@@ -29,7 +29,7 @@ use anyhow::{Context as _, Result, bail};
 use testbed::topology::{HOST_IF, WAN, WAN_IF};
 use testbed::{LinkParams, NsProcess, Topology, WanEmulator, WanLink, WanParams, WanStats};
 
-use crate::bench::{build_example, report_header};
+use super::common::{build_example, build_wanem, report_header};
 use crate::cmd::{install_stop_handlers, stop_requested, workspace_root};
 use crate::plot::{self, BarGroup, Series};
 
@@ -169,7 +169,7 @@ pub(crate) fn run(only: &[String]) -> Result<()> {
     plot::check_font()?;
     install_stop_handlers()?;
     let started = Instant::now();
-    let wanem = crate::bench_wan::build_wanem()?;
+    let wanem = build_wanem()?;
     let example = build_example("gateway-transport", "papers_bench")?;
     for name in testbed::cleanup_stale(PREFIX)? {
         println!("==> removed namespace {name} left by a killed run");

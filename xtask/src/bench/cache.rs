@@ -320,7 +320,7 @@ fn report(
     memory: [(&str, u64, u64, Load); 2],
 ) -> Result<String> {
     let mut r =
-        crate::bench::report_header("Cache-hit benchmark: the gateway against nginx", "cache")?;
+        super::common::report_header("Cache-hit benchmark: the gateway against nginx", "cache")?;
     writeln!(
         r,
         "- path: wrk in the client namespace, one veth to the router namespace, where both servers run: \
