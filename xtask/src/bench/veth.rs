@@ -11,11 +11,13 @@
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use testbed::Nginx;
 
 use super::common::{build_example, build_example_with, report_header};
 use super::options::BenchOptions;
@@ -346,24 +348,12 @@ pub(super) fn scheduler(options: &BenchOptions) -> Result<()> {
 /// The file both servers serve in the static benchmark, under config/demo-site.
 const STATIC_PATH: &str = "/assets/tile-01.svg";
 
-/// nginx with one worker (the origin's runtime is single-threaded too), killed on
-/// drop.
-struct Nginx {
-    child: Child,
-    dir: PathBuf,
-}
+/// Where nginx listens in the static benchmark, in the server namespace.
+const NGINX_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 78, 0, 1)), 8080);
 
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn start_nginx(ns: &Namespaces, root: &std::path::Path, listen: &str) -> Result<Nginx> {
-    let dir = std::env::temp_dir().join(format!("gwb-nginx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+/// nginx with one worker (the origin's runtime is single-threaded too), in the
+/// server namespace, killed when the guard drops; its files stay in `dir`.
+fn start_nginx(ns: &Namespaces, root: &Path, listen: SocketAddr, dir: &Path) -> Result<Nginx> {
     let conf = format!(
         "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid;\n\
          error_log {d}/error.log;\n\
@@ -372,14 +362,8 @@ fn start_nginx(ns: &Namespaces, root: &std::path::Path, listen: &str) -> Result<
         d = dir.display(),
         root = root.display()
     );
-    std::fs::write(dir.join("nginx.conf"), conf)?;
-    let child = Command::new("ip")
-        .args(["netns", "exec", ns.server.name(), "nginx", "-c"])
-        .arg(dir.join("nginx.conf"))
-        .spawn()
-        .context("starting nginx (package nginx-light)")?;
-    std::thread::sleep(Duration::from_millis(500));
-    Ok(Nginx { child, dir })
+    Nginx::start_with_config(ns.server.name(), &[listen], &conf, dir)
+        .context("starting nginx (package nginx-light)")
 }
 
 pub(super) fn static_files() -> Result<()> {
@@ -419,7 +403,8 @@ pub(super) fn static_files() -> Result<()> {
         ));
     }
     println!("==> nginx: wrk, 64 connections, 10 s");
-    let nginx = start_nginx(&ns, &site, "10.78.0.1:8080")?;
+    let nginx_dir = tempfile_dir("gwb-nginx")?;
+    let nginx = start_nginx(&ns, &site, NGINX_LISTEN, &nginx_dir)?;
     let out = Command::new("ip")
         .args([
             "netns",
@@ -434,6 +419,7 @@ pub(super) fn static_files() -> Result<()> {
         .output()
         .context("running wrk (package wrk)")?;
     drop(nginx);
+    let _ = std::fs::remove_dir_all(&nginx_dir);
     let text = String::from_utf8_lossy(&out.stdout);
     let nginx_rate = text
         .lines()
