@@ -17,11 +17,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use testbed::Nginx;
+use testbed::{Nginx, VethPair};
 
 use super::common::{build_example, build_example_with, report_header};
 use super::options::BenchOptions;
-use crate::cmd::{run_command, workspace_root};
+use crate::cmd::workspace_root;
 
 /// Backends of the transport benchmark, in report order; `userspace-reno` is
 /// the userspace backend with RFC 9260's controller instead of the default
@@ -43,44 +43,19 @@ const CELLS: [(&str, usize, u16, u64); 3] = [
     ("small 64 B messages, 8 streams", 64, 8, 256),
 ];
 
-/// Two namespaces joined by a veth pair (`veth0` on both sides); both deleted on
-/// drop, also on error.
-struct Namespaces {
-    server: testbed::Netns,
-    client: testbed::Netns,
-}
-
 /// Prefix of the benchmark's namespace names: `gwb-<pid>-srv`, `gwb-<pid>-cli`.
 const NAMESPACE_PREFIX: &str = "gwb-";
 
-impl Namespaces {
-    fn create() -> Result<Self> {
-        // A killed run (its process id, in the names, no longer exists) runs no
-        // destructors.
-        for name in testbed::cleanup_stale(NAMESPACE_PREFIX)? {
-            println!("==> removed namespace {name} left by a killed run");
-        }
-        let tag = format!("{NAMESPACE_PREFIX}{}", std::process::id());
-        let ns = Namespaces {
-            server: testbed::Netns::create(&format!("{tag}-srv"))?,
-            client: testbed::Netns::create(&format!("{tag}-cli"))?,
-        };
-        testbed::veth(ns.server.name(), "veth0", ns.client.name(), "veth0")?;
-        for (name, addr) in [(&ns.server, "10.78.0.1/24"), (&ns.client, "10.78.0.2/24")] {
-            testbed::ip(&["-n", name.name(), "addr", "add", addr, "dev", "veth0"])?;
-        }
-        Ok(ns)
+/// The two namespaces of every cell (testbed's [`VethPair`]), after removing
+/// those a killed run left.
+fn namespaces() -> Result<VethPair> {
+    // A killed run (its process id, in the names, no longer exists) runs no
+    // destructors.
+    for name in testbed::cleanup_stale(NAMESPACE_PREFIX)? {
+        println!("==> removed namespace {name} left by a killed run");
     }
-
-    fn rate_limit(&self, rate: &str) -> Result<()> {
-        for name in [self.server.name(), self.client.name()] {
-            run_command(Command::new("tc").args([
-                "-n", name, "qdisc", "replace", "dev", "veth0", "root", "tbf", "rate", rate,
-                "burst", "64kb", "latency", "100ms",
-            ]))?;
-        }
-        Ok(())
-    }
+    let tag = format!("{NAMESPACE_PREFIX}{}", std::process::id());
+    Ok(VethPair::create(&tag, "10.78.0.1/24", "10.78.0.2/24")?)
 }
 
 /// One side's JSON line, read with the few fields we need.
@@ -124,7 +99,7 @@ fn spawn_side(ns: &str, binary: &PathBuf, args: &[String]) -> Result<Child> {
 }
 
 fn run_cell(
-    ns: &Namespaces,
+    ns: &VethPair,
     binary: &PathBuf,
     backend: &str,
     size: usize,
@@ -161,7 +136,7 @@ fn run_cell(
 /// Starts the server side, waits for its ready line, runs the client side to its
 /// end, and returns both sides' last JSON lines.
 fn run_pair(
-    ns: &Namespaces,
+    ns: &VethPair,
     binary: &PathBuf,
     server_args: &[String],
     client_args: &[String],
@@ -274,7 +249,7 @@ pub(super) fn scheduler(options: &BenchOptions) -> Result<()> {
         for load in loads {
             let mut first_mean = None;
             for policy in policies {
-                let ns = Namespaces::create()?;
+                let ns = namespaces()?;
                 if limited {
                     ns.rate_limit(SCHEDULER_RATE)?;
                 }
@@ -353,7 +328,7 @@ const NGINX_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 78
 
 /// nginx with one worker (the origin's runtime is single-threaded too), in the
 /// server namespace, killed when the guard drops; its files stay in `dir`.
-fn start_nginx(ns: &Namespaces, root: &Path, listen: SocketAddr, dir: &Path) -> Result<Nginx> {
+fn start_nginx(ns: &VethPair, root: &Path, listen: SocketAddr, dir: &Path) -> Result<Nginx> {
     let conf = format!(
         "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid;\n\
          error_log {d}/error.log;\n\
@@ -370,7 +345,7 @@ pub(super) fn static_files() -> Result<()> {
     let root = &workspace_root();
     let binary = build_example("origin", "sched_bench")?;
     let site = root.join("config/demo-site");
-    let ns = Namespaces::create()?;
+    let ns = namespaces()?;
     let mut rows = Vec::new();
     for backend in ["userspace", "framed-tcp"] {
         println!("==> origin over {backend}: 20,000 requests for {STATIC_PATH}, 64 outstanding");
@@ -488,7 +463,7 @@ pub(super) fn transport(options: &BenchOptions) -> Result<()> {
         vec![None]
     };
     for link in links {
-        let ns = Namespaces::create()?;
+        let ns = namespaces()?;
         if let Some(rate) = link {
             ns.rate_limit(rate)?;
         }
@@ -556,7 +531,7 @@ const CALLGRIND_CELLS: [(&str, usize, u64); 2] = [
 /// processes' instruction counts summed): a figure that does not move with
 /// the machine's load, unlike the rates above.
 fn callgrind_section(report: &mut String, binary: &Path) -> Result<()> {
-    let ns = Namespaces::create()?;
+    let ns = namespaces()?;
     let scratch = tempfile_dir("gwb-callgrind")?;
     writeln!(
         report,
@@ -643,7 +618,7 @@ fn callgrind_total(path: &std::path::Path) -> Result<u64> {
 
 /// As `run_pair`, with each side's whole command line given (a wrapper such
 /// as valgrind first).
-fn run_pair_wrapped(ns: &Namespaces, server: &[String], client: &[String]) -> Result<()> {
+fn run_pair_wrapped(ns: &VethPair, server: &[String], client: &[String]) -> Result<()> {
     let spawn = |netns: &str, argv: &[String]| {
         Command::new("ip")
             .args(["netns", "exec", netns])
