@@ -75,7 +75,7 @@ pub(super) struct FillTicket {
 
 impl FillTicket {
     pub(super) fn new(shared: &Arc<Shared>, primary: &str) -> Self {
-        let mut fills = super::lock(&shared.fills);
+        let mut fills = lock(&shared.fills);
         let slot = fills.entry(primary.to_owned()).or_insert((0, 0));
         slot.0 += 1;
         Self {
@@ -87,7 +87,7 @@ impl FillTicket {
 
     /// Whether the primary key was invalidated since the ticket was taken.
     fn invalidated(&self) -> bool {
-        super::lock(&self.shared.fills)
+        lock(&self.shared.fills)
             .get(&self.primary)
             .is_some_and(|&(_, epoch)| epoch != self.epoch)
     }
@@ -95,7 +95,7 @@ impl FillTicket {
 
 impl Drop for FillTicket {
     fn drop(&mut self) {
-        let mut fills = super::lock(&self.shared.fills);
+        let mut fills = lock(&self.shared.fills);
         if let Some(slot) = fills.get_mut(&self.primary) {
             slot.0 -= 1;
             if slot.0 == 0 {
