@@ -93,6 +93,22 @@ struct Flow {
     direct: tokio::sync::Mutex<DirectUpstream>,
 }
 
+/// What the front has established about one browser request before it goes
+/// anywhere: the connection it came on, the authority it names and where it
+/// goes. One value travels through the cache and the prefetch queue instead of
+/// its parts one by one.
+#[derive(Debug)]
+struct RequestContext<'a> {
+    flow: &'a Flow,
+    /// The Host's name (or the absolute-form target's authority's), the cache
+    /// key's and the prefetch queue's authority.
+    host: String,
+    /// Its port: the named one, else the original destination's.
+    port: u16,
+    /// Where the request goes, and whether its answer may be cached.
+    decision: Decision,
+}
+
 /// A request the gateway answers itself.
 #[derive(Debug)]
 struct Refusal {
@@ -286,22 +302,30 @@ impl Front {
             class: gateway_protocol::RequestClass::Demand,
             promote: None,
         };
+        let context = RequestContext {
+            flow,
+            host,
+            port,
+            decision,
+        };
         let (mut response, route, cache) = if decision.cacheable && self.cache.is_enabled() {
-            if forwarded.method == Method::GET && self.prefetcher.is_some() {
-                // The page and its subresources, for the prefetch queue.
-                let claimed = self.prefetch_demand(&decision, &host, port, &forwarded.path);
-                let (path, headers) = (forwarded.path.clone(), forwarded.headers.clone());
-                let (response, route, cache) = self
-                    .through_cache(flow, decision, forwarded, &host, port)
-                    .await?;
-                let response = self.prefetch_watch(
-                    flow, &decision, &headers, &host, port, &path, claimed, response,
-                );
-                (response, route, cache)
-            } else {
-                self.through_cache(flow, decision, forwarded, &host, port)
-                    .await?
-            }
+            // The page and its subresources, for the prefetch queue: what it
+            // claims before the request goes, and the request as it went.
+            let watched =
+                (forwarded.method == Method::GET && self.prefetcher.is_some()).then(|| {
+                    (
+                        self.prefetch_demand(&context, &forwarded.path),
+                        forwarded.clone(),
+                    )
+                });
+            let (response, route, cache) = self.through_cache(&context, forwarded).await?;
+            let response = match watched {
+                Some((claimed, request)) => {
+                    self.prefetch_watch(&context, &request, claimed, response)
+                }
+                None => response,
+            };
+            (response, route, cache)
         } else {
             let (response, route) = self.dispatch(flow, decision, forwarded).await?;
             (response, route, "-")
@@ -314,12 +338,15 @@ impl Front {
     /// on (then invalidating what an unsafe method changed).
     async fn through_cache(
         &self,
-        flow: &Flow,
-        decision: Decision,
+        context: &RequestContext<'_>,
         request: Forwarded,
-        host: &str,
-        port: u16,
     ) -> Result<(Response<Body>, &'static str, &'static str), Refusal> {
+        let RequestContext {
+            flow,
+            ref host,
+            port,
+            decision,
+        } = *context;
         let lookup = self
             .cache
             .lookup(&CacheRequest {
