@@ -41,6 +41,16 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// [`ConfigError::Invalid`] for the dotted `key`, with what is wrong.
+    pub fn invalid(key: impl Into<String>, reason: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
 /// Reads `path` and parses it as `T`; unknown keys and type mismatches are
 /// errors naming the key (with `#[serde(deny_unknown_fields)]` on `T`).
 pub fn from_file<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
@@ -85,6 +95,12 @@ mod tests {
         assert!(matches!(error, ConfigError::Parse { .. }), "{error}");
         assert!(error.to_string().contains("mystery"), "{error}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_invalid_value_names_its_key() {
+        let error = ConfigError::invalid("listen.port", "must be above 0");
+        assert_eq!(error.to_string(), "invalid `listen.port`: must be above 0");
     }
 
     #[test]

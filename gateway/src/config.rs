@@ -270,12 +270,7 @@ impl GatewayConfig {
 
     /// Rejects values that cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |key: &str, reason: &str| {
-            Err(ConfigError::Invalid {
-                key: key.to_owned(),
-                reason: reason.to_owned(),
-            })
-        };
+        let invalid = |key: &str, reason: &str| Err(ConfigError::invalid(key, reason));
         if self.listen.port == 0 {
             return invalid("listen.port", "must be a port number above 0");
         }

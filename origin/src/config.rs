@@ -104,12 +104,7 @@ impl OriginConfig {
 
     /// Rejects values that cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |key: &str, reason: &str| {
-            Err(ConfigError::Invalid {
-                key: key.to_owned(),
-                reason: reason.to_owned(),
-            })
-        };
+        let invalid = |key: &str, reason: &str| Err(ConfigError::invalid(key, reason));
         match (&self.files, &self.upstream) {
             (None, None) => {
                 return invalid(
