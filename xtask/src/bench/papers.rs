@@ -586,39 +586,17 @@ impl Bench<'_> {
             "- the application received {:.0} KiB in all\n",
             result.total_bytes as f64 / 1024.0
         )?;
-        writeln!(
-            report,
-            "| flow | stream | longest gap ms | median gap ms | bytes in stall window |"
-        )?;
-        writeln!(report, "|---|---|---|---|---|")?;
-        for flow in 0..flows {
-            let (gap, start) = result.longest_gap[flow];
-            writeln!(
-                report,
-                "| {flow}{} | {} | {:.0} | {:.0} | {} |",
-                if flow == result.stalled_flow {
-                    " (lost data)"
-                } else {
-                    ""
-                },
-                stream_of(case, flow),
-                gap * 1e3,
-                result.median_gap[flow] * 1e3,
-                result.bytes_in_window[flow]
-            )?;
-            writeln!(
-                summary_csv,
-                "{},{flow},{},{:.1},{start:.3},{:.1},{}",
-                case.tag,
-                stream_of(case, flow),
-                gap * 1e3,
-                result.median_gap[flow] * 1e3,
-                result.bytes_in_window[flow]
-            )?;
-        }
-        writeln!(report)?;
-        writeln!(report, "![{}](papers/hol-{}.png)\n", case.name, case.tag)?;
+        hol_table(report, summary_csv, case, &result)?;
 
+        self.hol_chart(case, &result)?;
+        Ok(hol_finding(case, &result, &stats))
+    }
+
+    /// The case's deliveries per 0.1 s: all of them as CSV, the stall window
+    /// with its margins as a chart.
+    fn hol_chart(&self, case: &HolCase, result: &HolResult) -> Result<()> {
+        let flows = result.bins.len();
+        let (w0, w1) = result.window;
         let mut bins_csv = String::from("t_s");
         for flow in 0..flows {
             write!(bins_csv, ",flow{flow}_bytes")?;
@@ -655,35 +633,85 @@ impl Bench<'_> {
             "KiB delivered per 0.1 s",
             &series,
         )?;
-        let others_in_window: u64 = (0..flows)
-            .filter(|&f| f != result.stalled_flow)
-            .map(|f| result.bytes_in_window[f])
-            .sum();
-        let others_longest = (0..flows)
-            .filter(|&f| f != result.stalled_flow)
-            .map(|f| result.longest_gap[f].0)
-            .fold(0.0f64, f64::max);
-        // What the other flows would have received in the window at
-        // their sending rate (one message per usual gap).
-        let expected: f64 = (0..flows)
-            .filter(|&f| f != result.stalled_flow)
-            .filter(|&f| result.median_gap[f].is_finite() && result.median_gap[f] > 0.0)
-            .map(|f| (w1 - w0) / result.median_gap[f] * HOL_MESSAGE as f64)
-            .sum();
-        let share = if expected > 0.0 {
-            others_in_window as f64 / expected
-        } else {
-            0.0
-        };
-        Ok(HolFinding {
-            name: case.name,
-            share,
-            gap_ms: (w1 - w0) * 1e3,
-            others_gap_ms: others_longest * 1e3,
-            others_bytes: others_in_window,
-            dropped: stats.b_to_a.dropped_loss,
-            queue: stats.b_to_a.dropped_queue + stats.a_to_b.dropped_queue,
-        })
+        Ok(())
+    }
+}
+
+/// The case's per-flow table, and its rows of the summary CSV.
+fn hol_table(
+    report: &mut String,
+    summary_csv: &mut String,
+    case: &HolCase,
+    result: &HolResult,
+) -> Result<()> {
+    let flows = result.bins.len();
+    writeln!(
+        report,
+        "| flow | stream | longest gap ms | median gap ms | bytes in stall window |"
+    )?;
+    writeln!(report, "|---|---|---|---|---|")?;
+    for flow in 0..flows {
+        let (gap, start) = result.longest_gap[flow];
+        writeln!(
+            report,
+            "| {flow}{} | {} | {:.0} | {:.0} | {} |",
+            if flow == result.stalled_flow {
+                " (lost data)"
+            } else {
+                ""
+            },
+            stream_of(case, flow),
+            gap * 1e3,
+            result.median_gap[flow] * 1e3,
+            result.bytes_in_window[flow]
+        )?;
+        writeln!(
+            summary_csv,
+            "{},{flow},{},{:.1},{start:.3},{:.1},{}",
+            case.tag,
+            stream_of(case, flow),
+            gap * 1e3,
+            result.median_gap[flow] * 1e3,
+            result.bytes_in_window[flow]
+        )?;
+    }
+    writeln!(report)?;
+    writeln!(report, "![{}](papers/hol-{}.png)\n", case.name, case.tag)?;
+    Ok(())
+}
+
+/// What the other flows got while the stalled one waited, for the summary.
+fn hol_finding(case: &HolCase, result: &HolResult, stats: &WanStats) -> HolFinding {
+    let flows = result.bins.len();
+    let (w0, w1) = result.window;
+    let others_in_window: u64 = (0..flows)
+        .filter(|&f| f != result.stalled_flow)
+        .map(|f| result.bytes_in_window[f])
+        .sum();
+    let others_longest = (0..flows)
+        .filter(|&f| f != result.stalled_flow)
+        .map(|f| result.longest_gap[f].0)
+        .fold(0.0f64, f64::max);
+    // What the other flows would have received in the window at
+    // their sending rate (one message per usual gap).
+    let expected: f64 = (0..flows)
+        .filter(|&f| f != result.stalled_flow)
+        .filter(|&f| result.median_gap[f].is_finite() && result.median_gap[f] > 0.0)
+        .map(|f| (w1 - w0) / result.median_gap[f] * HOL_MESSAGE as f64)
+        .sum();
+    let share = if expected > 0.0 {
+        others_in_window as f64 / expected
+    } else {
+        0.0
+    };
+    HolFinding {
+        name: case.name,
+        share,
+        gap_ms: (w1 - w0) * 1e3,
+        others_gap_ms: others_longest * 1e3,
+        others_bytes: others_in_window,
+        dropped: stats.b_to_a.dropped_loss,
+        queue: stats.b_to_a.dropped_queue + stats.a_to_b.dropped_queue,
     }
 }
 
