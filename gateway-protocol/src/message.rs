@@ -411,166 +411,21 @@ impl Message {
     /// Every error carries the reaction the receiver owes the peer; see
     /// [`DecodeError::reaction`].
     pub fn decode(input: &Bytes) -> Result<Message, DecodeError> {
-        if input.len() < HEADER_LEN {
-            return Err(DecodeError::ShortHeader { len: input.len() });
+        let (header, payload) = Header::read(input)?;
+        match header.kind {
+            MessageType::Hello
+            | MessageType::Feedback
+            | MessageType::GoAway
+            | MessageType::Ping => header.decode_control(payload),
+            MessageType::Request
+            | MessageType::RequestBody
+            | MessageType::Cancel
+            | MessageType::Priority => header.decode_request(payload),
+            MessageType::ResponseHead
+            | MessageType::ResponseBody
+            | MessageType::ResponseEnd
+            | MessageType::Reset => header.decode_response(payload),
         }
-        let mut buf = input.clone();
-        let code = buf.get_u8();
-        let flags = buf.get_u8();
-        let _reserved = buf.get_u16();
-        let id = buf.get_u32();
-        let Some(kind) = MessageType::from_code(code) else {
-            return Err(DecodeError::UnknownType { code, id });
-        };
-        let bad = |what: &'static str| DecodeError::BadPayload { kind, id, what };
-        let needs_id = !matches!(
-            kind,
-            MessageType::Hello | MessageType::Feedback | MessageType::GoAway | MessageType::Ping
-        );
-        if needs_id && id == 0 {
-            return Err(bad("request id 0"));
-        }
-        let exact = |buf: &Bytes, n: usize| {
-            if buf.len() == n {
-                Ok(())
-            } else {
-                Err(bad("payload length does not match the type's layout"))
-            }
-        };
-        let message = match kind {
-            MessageType::Hello => {
-                exact(&buf, 12)?;
-                Message::Hello(Hello {
-                    ack: flags & FLAG_ACK != 0,
-                    version: buf.get_u16(),
-                    data_streams: buf.get_u16(),
-                    max_chunk: buf.get_u32(),
-                    capabilities: Capabilities(buf.get_u32()),
-                })
-            }
-            MessageType::Feedback => {
-                if buf.len() < 2 {
-                    return Err(bad("missing entry count"));
-                }
-                let count = usize::from(buf.get_u16());
-                if count > MAX_FEEDBACK_ENTRIES {
-                    return Err(bad("more entries than MAX_FEEDBACK_ENTRIES"));
-                }
-                exact(&buf, count * 6)?;
-                let entries = (0..count)
-                    .map(|_| StreamBacklog {
-                        stream: buf.get_u16(),
-                        bytes: buf.get_u32(),
-                    })
-                    .collect();
-                Message::Feedback(entries)
-            }
-            MessageType::Cancel => {
-                exact(&buf, 0)?;
-                Message::Cancel { id }
-            }
-            MessageType::GoAway => {
-                if buf.len() < 6 {
-                    return Err(bad("GOAWAY shorter than 6 bytes"));
-                }
-                let last_request = buf.get_u32();
-                let code = ErrorCode::from_code(buf.get_u16());
-                let reason = reason(buf).map_err(bad)?;
-                Message::GoAway(GoAway {
-                    last_request,
-                    code,
-                    reason,
-                })
-            }
-            MessageType::Ping => {
-                exact(&buf, 8)?;
-                Message::Ping {
-                    ack: flags & FLAG_ACK != 0,
-                    opaque: buf.get_u64(),
-                }
-            }
-            MessageType::Request => {
-                if buf.len() < 4 {
-                    return Err(bad("REQUEST shorter than 4 bytes"));
-                }
-                let (urgency, class) = priority_fields(&mut buf).map_err(bad)?;
-                if buf.is_empty() {
-                    return Err(bad("empty request head"));
-                }
-                if buf.len() > MAX_HEAD {
-                    return Err(DecodeError::TooLarge {
-                        kind,
-                        id,
-                        len: buf.len(),
-                        limit: MAX_HEAD,
-                    });
-                }
-                Message::Request(Request {
-                    id,
-                    urgency,
-                    class,
-                    end: flags & FLAG_END != 0,
-                    head: buf,
-                })
-            }
-            MessageType::RequestBody | MessageType::ResponseBody => {
-                if buf.len() > MAX_CHUNK {
-                    return Err(DecodeError::TooLarge {
-                        kind,
-                        id,
-                        len: buf.len(),
-                        limit: MAX_CHUNK,
-                    });
-                }
-                if kind == MessageType::RequestBody {
-                    Message::RequestBody {
-                        id,
-                        end: flags & FLAG_END != 0,
-                        data: buf,
-                    }
-                } else {
-                    Message::ResponseBody { id, data: buf }
-                }
-            }
-            MessageType::Priority => {
-                exact(&buf, 4)?;
-                let (urgency, class) = priority_fields(&mut buf).map_err(bad)?;
-                Message::Priority { id, urgency, class }
-            }
-            MessageType::ResponseHead => {
-                if buf.is_empty() {
-                    return Err(bad("empty response head"));
-                }
-                if buf.len() > MAX_HEAD {
-                    return Err(DecodeError::TooLarge {
-                        kind,
-                        id,
-                        len: buf.len(),
-                        limit: MAX_HEAD,
-                    });
-                }
-                Message::ResponseHead { id, head: buf }
-            }
-            MessageType::ResponseEnd => {
-                exact(&buf, 8)?;
-                Message::ResponseEnd {
-                    id,
-                    body_len: buf.get_u64(),
-                }
-            }
-            MessageType::Reset => {
-                if buf.len() < 2 {
-                    return Err(bad("RESET shorter than 2 bytes"));
-                }
-                let code = ErrorCode::from_code(buf.get_u16());
-                Message::Reset {
-                    id,
-                    code,
-                    reason: reason(buf).map_err(bad)?,
-                }
-            }
-        };
-        Ok(message)
     }
 
     /// Checks the limits a sender must respect; used by `encode` in debug builds
@@ -607,6 +462,211 @@ impl Message {
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// The fixed header of a message being decoded, and the checks every payload
+/// layout shares. Control messages (HELLO, FEEDBACK, GOAWAY, PING) belong to
+/// the association; the others to one request, named by a non-zero id.
+#[derive(Debug, Clone, Copy)]
+struct Header {
+    kind: MessageType,
+    flags: u8,
+    id: u32,
+}
+
+impl Header {
+    /// Reads the header off `input`; returns it and the payload (sharing
+    /// `input`'s buffer).
+    fn read(input: &Bytes) -> Result<(Header, Bytes), DecodeError> {
+        if input.len() < HEADER_LEN {
+            return Err(DecodeError::ShortHeader { len: input.len() });
+        }
+        let mut buf = input.clone();
+        let code = buf.get_u8();
+        let flags = buf.get_u8();
+        let _reserved = buf.get_u16();
+        let id = buf.get_u32();
+        let Some(kind) = MessageType::from_code(code) else {
+            return Err(DecodeError::UnknownType { code, id });
+        };
+        let header = Header { kind, flags, id };
+        let needs_id = !matches!(
+            kind,
+            MessageType::Hello | MessageType::Feedback | MessageType::GoAway | MessageType::Ping
+        );
+        if needs_id && id == 0 {
+            return Err(header.bad("request id 0"));
+        }
+        Ok((header, buf))
+    }
+
+    fn bad(self, what: &'static str) -> DecodeError {
+        DecodeError::BadPayload {
+            kind: self.kind,
+            id: self.id,
+            what,
+        }
+    }
+
+    /// The payload must be exactly `n` bytes.
+    fn exact(self, buf: &Bytes, n: usize) -> Result<(), DecodeError> {
+        if buf.len() == n {
+            Ok(())
+        } else {
+            Err(self.bad("payload length does not match the type's layout"))
+        }
+    }
+
+    /// The payload must be at most `limit` bytes.
+    fn at_most(self, buf: &Bytes, limit: usize) -> Result<(), DecodeError> {
+        if buf.len() > limit {
+            return Err(DecodeError::TooLarge {
+                kind: self.kind,
+                id: self.id,
+                len: buf.len(),
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    fn flag(self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// HELLO, FEEDBACK, GOAWAY, PING.
+    fn decode_control(self, mut buf: Bytes) -> Result<Message, DecodeError> {
+        let bad = |what| self.bad(what);
+        Ok(match self.kind {
+            MessageType::Hello => {
+                self.exact(&buf, 12)?;
+                Message::Hello(Hello {
+                    ack: self.flag(FLAG_ACK),
+                    version: buf.get_u16(),
+                    data_streams: buf.get_u16(),
+                    max_chunk: buf.get_u32(),
+                    capabilities: Capabilities(buf.get_u32()),
+                })
+            }
+            MessageType::Feedback => {
+                if buf.len() < 2 {
+                    return Err(bad("missing entry count"));
+                }
+                let count = usize::from(buf.get_u16());
+                if count > MAX_FEEDBACK_ENTRIES {
+                    return Err(bad("more entries than MAX_FEEDBACK_ENTRIES"));
+                }
+                self.exact(&buf, count * 6)?;
+                let entries = (0..count)
+                    .map(|_| StreamBacklog {
+                        stream: buf.get_u16(),
+                        bytes: buf.get_u32(),
+                    })
+                    .collect();
+                Message::Feedback(entries)
+            }
+            MessageType::GoAway => {
+                if buf.len() < 6 {
+                    return Err(bad("GOAWAY shorter than 6 bytes"));
+                }
+                let last_request = buf.get_u32();
+                let code = ErrorCode::from_code(buf.get_u16());
+                let reason = reason(buf).map_err(bad)?;
+                Message::GoAway(GoAway {
+                    last_request,
+                    code,
+                    reason,
+                })
+            }
+            MessageType::Ping => {
+                self.exact(&buf, 8)?;
+                Message::Ping {
+                    ack: self.flag(FLAG_ACK),
+                    opaque: buf.get_u64(),
+                }
+            }
+            _ => unreachable!("decode dispatches only control types here"),
+        })
+    }
+
+    /// REQUEST, REQUEST_BODY, CANCEL, PRIORITY: the gateway's side of a request.
+    fn decode_request(self, mut buf: Bytes) -> Result<Message, DecodeError> {
+        let (bad, id) = (|what| self.bad(what), self.id);
+        Ok(match self.kind {
+            MessageType::Request => {
+                if buf.len() < 4 {
+                    return Err(bad("REQUEST shorter than 4 bytes"));
+                }
+                let (urgency, class) = priority_fields(&mut buf).map_err(bad)?;
+                if buf.is_empty() {
+                    return Err(bad("empty request head"));
+                }
+                self.at_most(&buf, MAX_HEAD)?;
+                Message::Request(Request {
+                    id,
+                    urgency,
+                    class,
+                    end: self.flag(FLAG_END),
+                    head: buf,
+                })
+            }
+            MessageType::RequestBody => {
+                self.at_most(&buf, MAX_CHUNK)?;
+                Message::RequestBody {
+                    id,
+                    end: self.flag(FLAG_END),
+                    data: buf,
+                }
+            }
+            MessageType::Cancel => {
+                self.exact(&buf, 0)?;
+                Message::Cancel { id }
+            }
+            MessageType::Priority => {
+                self.exact(&buf, 4)?;
+                let (urgency, class) = priority_fields(&mut buf).map_err(bad)?;
+                Message::Priority { id, urgency, class }
+            }
+            _ => unreachable!("decode dispatches only request types here"),
+        })
+    }
+
+    /// RESPONSE_HEAD, RESPONSE_BODY, RESPONSE_END, RESET: the origin's side.
+    fn decode_response(self, mut buf: Bytes) -> Result<Message, DecodeError> {
+        let (bad, id) = (|what| self.bad(what), self.id);
+        Ok(match self.kind {
+            MessageType::ResponseHead => {
+                if buf.is_empty() {
+                    return Err(bad("empty response head"));
+                }
+                self.at_most(&buf, MAX_HEAD)?;
+                Message::ResponseHead { id, head: buf }
+            }
+            MessageType::ResponseBody => {
+                self.at_most(&buf, MAX_CHUNK)?;
+                Message::ResponseBody { id, data: buf }
+            }
+            MessageType::ResponseEnd => {
+                self.exact(&buf, 8)?;
+                Message::ResponseEnd {
+                    id,
+                    body_len: buf.get_u64(),
+                }
+            }
+            MessageType::Reset => {
+                if buf.len() < 2 {
+                    return Err(bad("RESET shorter than 2 bytes"));
+                }
+                let code = ErrorCode::from_code(buf.get_u16());
+                Message::Reset {
+                    id,
+                    code,
+                    reason: reason(buf).map_err(bad)?,
+                }
+            }
+            _ => unreachable!("decode dispatches only response types here"),
+        })
     }
 }
 

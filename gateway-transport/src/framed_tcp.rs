@@ -88,14 +88,14 @@ struct Shared {
 
 impl Shared {
     fn end(&self, ending: Ending) {
-        let mut slot = self.ending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = crate::sync::lock(&self.ending);
         slot.get_or_insert(ending);
         drop(slot);
         self.drained.notify_waiters();
     }
 
     fn ending(&self) -> Option<Ending> {
-        *self.ending.lock().unwrap_or_else(|e| e.into_inner())
+        *crate::sync::lock(&self.ending)
     }
 }
 

@@ -33,6 +33,7 @@ pub mod kernel;
 pub mod quic;
 #[cfg(feature = "sctp-proto-baseline")]
 pub mod sctp_proto;
+mod sync;
 pub mod userspace;
 
 pub use config::{

@@ -34,28 +34,6 @@ use crate::cache::{Cache, CacheStats, Purge};
 use crate::front::{Prefetcher, stopped};
 use crate::prefetch::PrefetchStats;
 
-/// `[admin]`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct AdminConfig {
-    /// Serve the endpoint at all.
-    pub enabled: bool,
-    /// Where. Keep it on loopback unless the network in front is trusted.
-    pub listen: SocketAddr,
-}
-
-impl Default for AdminConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)),
-        }
-    }
-}
-
-/// The endpoint's default port, next to the listener's 3129.
-pub const DEFAULT_PORT: u16 = 3130;
-
 /// `POST /cache/purge`'s answer.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Purged {

@@ -5,7 +5,7 @@
 //! `config/gateway.toml` documents every key with its default.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use gateway_transport::{AssociationConfig, BackendChoice};
@@ -13,39 +13,12 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 pub use crate::accounting::EbpfConfig;
-pub use crate::admin::AdminConfig;
 pub use crate::cache::config::CacheConfig;
 pub use crate::origin_link::FeedbackConfig;
 pub use crate::prefetch::PrefetchConfig;
 
-/// Why the configuration cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The file is not valid TOML for this structure (unknown keys included).
-    #[error("{path}: {source}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message, which names the key and line.
-        source: toml::de::Error,
-    },
-    /// A value is out of range.
-    #[error("invalid `{key}`: {reason}")]
-    Invalid {
-        /// Dotted key, as in the file.
-        key: String,
-        /// What is wrong.
-        reason: String,
-    },
-}
+/// Why the configuration cannot be used (shared with the other daemon).
+pub use daemon_config::ConfigError;
 
 /// Everything the gateway needs to run.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -213,6 +186,28 @@ impl Default for DirectConfig {
     }
 }
 
+/// `[admin]`: the operator's endpoint (`crate::admin`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Serve the endpoint at all.
+    pub enabled: bool,
+    /// Where. Keep it on loopback unless the network in front is trusted.
+    pub listen: SocketAddr,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_ADMIN_PORT)),
+        }
+    }
+}
+
+/// The admin endpoint's default port, next to the listener's 3129.
+pub const DEFAULT_ADMIN_PORT: u16 = 3130;
+
 /// One `[[origin]]`: an SCTP origin and what it serves.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -282,29 +277,17 @@ fn default_response_timeout() -> Duration {
 impl GatewayConfig {
     /// Reads `path`; unknown keys and type mismatches are errors naming the key.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::from_toml(&text).map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
-        })
+        daemon_config::from_file(path)
     }
 
     /// Parses TOML text.
     pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
-        toml::from_str(text)
+        daemon_config::from_toml(text)
     }
 
     /// Rejects values that cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |key: &str, reason: &str| {
-            Err(ConfigError::Invalid {
-                key: key.to_owned(),
-                reason: reason.to_owned(),
-            })
-        };
+        let invalid = |key: &str, reason: &str| Err(ConfigError::invalid(key, reason));
         if self.listen.port == 0 {
             return invalid("listen.port", "must be a port number above 0");
         }

@@ -35,78 +35,11 @@ pub async fn run(config: GatewayConfig, stop: impl Future<Output = ()>) -> Resul
     for addr in listener.local_addrs() {
         tracing::info!("transparent listener on {addr}");
     }
-    let admin = if config.admin.enabled {
-        let socket = TcpListener::bind(config.admin.listen)
-            .await
-            .with_context(|| {
-                format!(
-                    "binding the admin endpoint {} (`admin.listen`; `admin.enabled = false` turns it off)",
-                    config.admin.listen
-                )
-            })?;
-        tracing::info!(
-            "admin endpoint on http://{}/ (metrics, cache stats, purge)",
-            config.admin.listen
-        );
-        Some(socket)
-    } else {
-        None
-    };
-    let cache = Cache::open(&config.cache).await.with_context(|| {
-        format!(
-            "opening the cache database {} (set `cache.enabled = false` to run without it)",
-            config.cache.path.display()
-        )
-    })?;
-    if cache.is_enabled() {
-        let stats = cache.stats();
-        tracing::info!(
-            "cache {}: {} entries, {} bytes of {} allowed",
-            config.cache.path.display(),
-            stats.entries,
-            stats.bytes,
-            config.cache.max_bytes,
-        );
-    } else {
-        tracing::info!("cache disabled");
-    }
-    let links: Vec<OriginLink> = config.origins.iter().map(OriginLink::spawn).collect();
-    let accounting = Arc::new(if config.origins.iter().any(|o| o.feedback.enabled) {
-        Accounting::start(&config.ebpf)
-    } else {
-        Accounting::userspace_only("no origin has feedback.enabled; nothing is reported")
-    });
-    tracing::info!("per-stream accounting: {}", accounting.describe());
-    for (entry, link) in config.origins.iter().zip(&links) {
-        tracing::info!(
-            "origin {}: {} for {:?} {:?}{}",
-            link.name(),
-            entry.address,
-            entry.destinations,
-            entry.hosts,
-            if entry.fail_open { ", fails open" } else { "" },
-        );
-    }
-    let interception = if config.intercept.manage {
-        let for_install = config.clone();
-        let installed = tokio::task::spawn_blocking(move || Interception::install(&for_install))
-            .await
-            .context("installing interception")??;
-        tracing::info!(
-            "intercepting TCP ports {:?} on {} into port {}",
-            config.intercept.ports,
-            if config.intercept.lan_interfaces.is_empty() {
-                "every interface but lo".to_owned()
-            } else {
-                config.intercept.lan_interfaces.join(", ")
-            },
-            config.listen.port,
-        );
-        Some(installed)
-    } else {
-        tracing::info!("intercept.manage = false: expecting the rules of config/nftables.nft");
-        None
-    };
+    let admin = bind_admin(&config).await?;
+    let cache = open_cache(&config).await?;
+    let links = start_links(&config);
+    let accounting = start_accounting(&config);
+    let interception = install_interception(&config).await?;
 
     let front = Arc::new(Front::new(&config, links.clone(), cache.clone()));
     let slots = Arc::new(Semaphore::new(config.http.max_connections));
@@ -138,11 +71,7 @@ pub async fn run(config: GatewayConfig, stop: impl Future<Output = ()>) -> Resul
 
     tracing::info!("stopping: removing interception, finishing requests in progress");
     if let Some(interception) = interception {
-        match tokio::task::spawn_blocking(move || interception.remove()).await {
-            Ok(Ok(())) => tracing::info!("interception removed"),
-            Ok(Err(e)) => tracing::error!("removing interception: {e}; run `gateway cleanup`"),
-            Err(e) => tracing::error!("removing interception: {e}; run `gateway cleanup`"),
-        }
+        remove_interception(interception).await;
     }
     let _ = stop_tx.send(true);
     while accepting.join_next().await.is_some() {}
@@ -150,6 +79,110 @@ pub async fn run(config: GatewayConfig, stop: impl Future<Output = ()>) -> Resul
         link.shutdown().await;
     }
     Ok(())
+}
+
+/// Binds the admin endpoint's socket, if `[admin]` enables it.
+async fn bind_admin(config: &GatewayConfig) -> Result<Option<TcpListener>> {
+    if !config.admin.enabled {
+        return Ok(None);
+    }
+    let socket = TcpListener::bind(config.admin.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "binding the admin endpoint {} (`admin.listen`; `admin.enabled = false` turns it off)",
+                config.admin.listen
+            )
+        })?;
+    tracing::info!(
+        "admin endpoint on http://{}/ (metrics, cache stats, purge)",
+        config.admin.listen
+    );
+    Ok(Some(socket))
+}
+
+/// Opens the cache database (or the disabled cache) and logs what it holds.
+async fn open_cache(config: &GatewayConfig) -> Result<Cache> {
+    let cache = Cache::open(&config.cache).await.with_context(|| {
+        format!(
+            "opening the cache database {} (set `cache.enabled = false` to run without it)",
+            config.cache.path.display()
+        )
+    })?;
+    if cache.is_enabled() {
+        let stats = cache.stats();
+        tracing::info!(
+            "cache {}: {} entries, {} bytes of {} allowed",
+            config.cache.path.display(),
+            stats.entries,
+            stats.bytes,
+            config.cache.max_bytes,
+        );
+    } else {
+        tracing::info!("cache disabled");
+    }
+    Ok(cache)
+}
+
+/// Starts one link per `[[origin]]`; each connects in the background.
+/// Per-stream accounting for FEEDBACK: userspace always, cross-checked by the
+/// eBPF programs where they load; says once which it is and why.
+fn start_accounting(config: &GatewayConfig) -> Arc<Accounting> {
+    let accounting = Arc::new(if config.origins.iter().any(|o| o.feedback.enabled) {
+        Accounting::start(&config.ebpf)
+    } else {
+        Accounting::userspace_only("no origin has feedback.enabled; nothing is reported")
+    });
+    tracing::info!("per-stream accounting: {}", accounting.describe());
+    accounting
+}
+
+fn start_links(config: &GatewayConfig) -> Vec<OriginLink> {
+    let links: Vec<OriginLink> = config.origins.iter().map(OriginLink::spawn).collect();
+    for (entry, link) in config.origins.iter().zip(&links) {
+        tracing::info!(
+            "origin {}: {} for {:?} {:?}{}",
+            link.name(),
+            entry.address,
+            entry.destinations,
+            entry.hosts,
+            if entry.fail_open { ", fails open" } else { "" },
+        );
+    }
+    links
+}
+
+/// Installs the nftables table and policy routes, if `intercept.manage` is set.
+async fn install_interception(config: &GatewayConfig) -> Result<Option<Interception>> {
+    if !config.intercept.manage {
+        tracing::info!("intercept.manage = false: expecting the rules of config/nftables.nft");
+        return Ok(None);
+    }
+    let for_install = config.clone();
+    let installed = tokio::task::spawn_blocking(move || Interception::install(&for_install))
+        .await
+        .context("installing interception")??;
+    tracing::info!(
+        "intercepting TCP ports {:?} on {} into port {}",
+        config.intercept.ports,
+        if config.intercept.lan_interfaces.is_empty() {
+            "every interface but lo".to_owned()
+        } else {
+            config.intercept.lan_interfaces.join(", ")
+        },
+        config.listen.port,
+    );
+    Ok(Some(installed))
+}
+
+/// Removes what [`install_interception`] installed; a failure is logged with
+/// the command that cleans up, since the gateway is stopping anyway.
+async fn remove_interception(interception: Interception) {
+    match tokio::task::spawn_blocking(move || interception.remove()).await {
+        Ok(Ok(())) => tracing::info!("interception removed"),
+        Ok(Err(e)) => tracing::error!("removing interception: {e}; run `gateway cleanup`"),
+        Err(e) => tracing::error!("removing interception: {e}; run `gateway cleanup`"),
+    }
 }
 
 /// Accepts intercepted flows on one socket; each connection holds a slot of

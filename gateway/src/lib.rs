@@ -1,17 +1,35 @@
 //! The gateway daemon's library half. `src/main.rs` is a thin CLI over it; tests
 //! and tools reach the parts directly.
 //!
-//! How a browser request travels (docs/gateway.md has the whole picture):
+//! Start reading at [`daemon::run`] (what starts, in which order, and how it
+//! stops), then follow one request through [`front`]. docs/gateway.md has the
+//! whole picture.
 //!
-//! 1. [`intercept`] installs the nftables table and policy routes that make TPROXY
-//!    deliver browser TCP to port 80 to the gateway.
+//! How a browser request travels:
+//!
+//! 1. [`intercept`] installs the nftables table and the policy routes
+//!    (`intercept::policy_routing`) that make TPROXY deliver browser TCP to port
+//!    80 to the gateway.
 //! 2. [`listener`] accepts it on `IP_TRANSPARENT` sockets; the accepted socket's
 //!    local address is the original destination.
 //! 3. [`front`] speaks HTTP/1.1 to the browser, enforces limits, checks Host
 //!    against the destination and asks [`route`] where the request goes.
-//! 4. Mapped requests travel over the origin's association ([`origin_link`]), on
+//! 4. [`cache`] answers a hit, or hands the front a fill that stores the
+//!    response while it streams; [`prefetch`] scans HTML on its way to the
+//!    browser and decides what to fetch before the browser asks (the front's
+//!    `prefetch` part carries it out through the cache).
+//! 5. Mapped requests travel over the origin's association ([`origin_link`]), on
 //!    the stream their browser flow is pinned to; the rest go over plain TCP to the
-//!    original destination ([`direct`]).
+//!    original destination ([`direct`]). Every response body is a [`body::Body`].
+//!
+//! Beside the path: [`config`] (every `[section]` of the file, validated in one
+//! place), [`admin`] (metrics, cache stats and purge on loopback), [`ebpf`]
+//! (per-stream SCTP counters from XDP/TC programs) and [`sync`] (the lock helper).
+//!
+//! Layering (docs/architecture.md): a module imports only modules to its right
+//! in `daemon` > `admin` > `front` > {`origin_link`, `intercept`, `route`,
+//! `listener`, `direct`} > `config` > `prefetch` > `cache` > {`body`, `sync`};
+//! [`ebpf`] stands apart.
 //!
 //! What it never does: start anything on its own. Every socket, rule and
 //! attachment is made by an explicit call and undone by dropping what it returned
@@ -19,6 +37,7 @@
 
 pub mod accounting;
 pub mod admin;
+pub mod body;
 pub mod cache;
 pub mod config;
 pub mod daemon;
@@ -30,3 +49,4 @@ pub mod listener;
 pub mod origin_link;
 pub mod prefetch;
 pub mod route;
+pub mod sync;

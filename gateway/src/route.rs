@@ -242,7 +242,7 @@ impl HostVerifier {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Vec<IpAddr>)>> {
         // A panic while holding this lock leaves a consistent map behind.
-        self.resolved.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.resolved)
     }
 }
 

@@ -19,6 +19,7 @@ use gateway::cache::Cache;
 use gateway::config::{CacheConfig, GatewayConfig};
 use gateway::front::Front;
 use gateway::listener::Intercepted;
+use gateway::sync::lock;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 use http_support::{Answer, exchange};
@@ -226,10 +227,6 @@ async fn request(
 
 async fn get(gw: SocketAddr, path: &str, host: SocketAddr) -> Result<Answer> {
     request(gw, "GET", path, host, "").await
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[tokio::test]

@@ -539,7 +539,7 @@ fn the_cache_answers_repeats_validates_html_and_outlives_the_origin() {
 /// gateway's scanner).
 fn one_browser_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static BROWSER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    BROWSER.lock().unwrap_or_else(|e| e.into_inner())
+    gateway::sync::lock(&BROWSER)
 }
 
 /// The admin endpoint's JSON at `path`, fetched inside the gateway's namespace.

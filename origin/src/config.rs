@@ -3,7 +3,7 @@
 //! offending key. Unknown keys are errors.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use gateway_transport::{AssociationConfig, BackendChoice};
@@ -13,34 +13,8 @@ use crate::files::FilesConfig;
 use crate::proxy::{ProxyConfig, ProxyConfigError};
 use crate::scheduler::SchedulerConfig;
 
-/// Why the configuration cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The file is not valid TOML for this structure (unknown keys included).
-    #[error("{path}: {source}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message, which names the key and line.
-        source: toml::de::Error,
-    },
-    /// A value is out of range.
-    #[error("invalid `{key}`: {reason}")]
-    Invalid {
-        /// Dotted key, as in the file.
-        key: String,
-        /// What is wrong.
-        reason: String,
-    },
-}
+/// Why the configuration cannot be used (shared with the other daemon).
+pub use daemon_config::ConfigError;
 
 /// Everything the origin needs to run.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -114,14 +88,7 @@ impl Default for LimitsConfig {
 impl OriginConfig {
     /// Reads `path`; unknown keys and type mismatches are errors naming the key.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let mut config = Self::from_toml(&text).map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
-        })?;
+        let mut config: Self = daemon_config::from_file(path)?;
         if let (Some(files), Some(dir)) = (&mut config.files, path.parent())
             && files.root.is_relative()
         {
@@ -132,17 +99,12 @@ impl OriginConfig {
 
     /// Parses TOML text.
     pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
-        toml::from_str(text)
+        daemon_config::from_toml(text)
     }
 
     /// Rejects values that cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |key: &str, reason: &str| {
-            Err(ConfigError::Invalid {
-                key: key.to_owned(),
-                reason: reason.to_owned(),
-            })
-        };
+        let invalid = |key: &str, reason: &str| Err(ConfigError::invalid(key, reason));
         match (&self.files, &self.upstream) {
             (None, None) => {
                 return invalid(

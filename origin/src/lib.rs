@@ -1,7 +1,30 @@
 //! The origin: an HTTP/1.1 server whose clients are gateways on SCTP associations,
 //! and the stream schedulers that decide which response chunk goes out next.
 //!
-//! Start with [`scheduler`]: the I/O-free core every response passes through.
+//! Start reading at [`server::drive`], the driver of one association, then
+//! [`scheduler`], the I/O-free core every response passes through.
+//!
+//! How a gateway's request travels (`src/main.rs` accepts associations and hands
+//! each to [`server::drive`]):
+//!
+//! 1. [`server`] feeds the association's messages to the protocol `Session`,
+//!    which validates each; a REQUEST starts a producer task through the
+//!    [`server::Handler`] the binary chose.
+//! 2. [`service`] is that handler: one of [`files`] (a document root, answered
+//!    the way nginx's static module does) or [`proxy`] (one TCP HTTP/1.1
+//!    upstream), per configuration. [`synthetic`] is the handler of tests and
+//!    benchmarks (bodies of requested sizes).
+//! 3. [`http`] parses the request head and renders the response head, both free
+//!    of I/O.
+//! 4. The producer's chunks wait in the driver; [`scheduler`] picks which
+//!    response sends its next chunk (FCFS, RR, SCF or priority), and the driver
+//!    sends it on the request's stream.
+//!
+//! Beside the path: [`config`] (the TOML file, overrides, one `validate()`).
+//!
+//! Layering (docs/architecture.md): a module imports only modules to its right
+//! in `config` > `service` > {`proxy`, `synthetic`, `files`} > {`server`,
+//! `http`} > `scheduler`.
 
 pub mod access;
 pub mod config;

@@ -9,11 +9,6 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod bench;
-mod bench_cache;
-mod bench_pages;
-mod bench_papers;
-mod bench_prefetch;
-mod bench_wan;
 mod cmd;
 mod corpus;
 mod ebpf;

@@ -5,6 +5,8 @@
 //!   host and an unmapped web server, IPv4 and IPv6, deleted on drop;
 //!   [`cleanup_stale`] removes what killed runs left. The addresses are constants
 //!   of [`topology`].
+//! - [`VethPair`]: two namespaces on one veth pair, for the benchmarks that
+//!   want nothing else on the path (`cargo xtask bench transport|scheduler|static`).
 //! - [`NsProcess`]: a program inside a namespace with its output in a log file,
 //!   killed on drop; bounded waits for ports, log lines and conditions.
 //! - [`Nginx`]: the plain-HTTP servers (the site's addresses, the web server),
@@ -56,7 +58,9 @@ pub use demo::{
     READY_TIMEOUT, tcp_listening,
 };
 pub use error::{Result, TestbedError};
-pub use netns::{Netns, cleanup_stale, display, exec_in, exists, in_netns, ip, run, sysctl, veth};
+pub use netns::{
+    Netns, VethPair, cleanup_stale, display, exec_in, exists, in_netns, ip, run, sysctl, veth,
+};
 pub use nginx::{AccessEntry, NGINX, Nginx, OPENSSL, TlsSite, WEB_PAGE, write_web_page};
 pub use process::{NsProcess, Signal, tcp_accepts, wait_for_tcp, wait_until};
 /// The JSON type [`Page::evaluate`] returns.

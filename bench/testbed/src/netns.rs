@@ -176,6 +176,46 @@ pub fn veth(a: &str, a_if: &str, b: &str, b_if: &str) -> Result<()> {
     Ok(())
 }
 
+/// Two namespaces joined by one veth pair (`veth0` on both sides), with an
+/// address each: the smallest path between a server and a client, for
+/// benchmarks that want nothing else on it. Both are deleted on drop, also on
+/// error.
+#[derive(Debug)]
+pub struct VethPair {
+    /// The server's side.
+    pub server: Netns,
+    /// The client's side.
+    pub client: Netns,
+}
+
+impl VethPair {
+    /// Creates `<tag>-srv` and `<tag>-cli`, joins them and gives `veth0` the
+    /// addresses (with prefix length, `10.78.0.1/24`) on each side.
+    pub fn create(tag: &str, server_addr: &str, client_addr: &str) -> Result<Self> {
+        let pair = VethPair {
+            server: Netns::create(&format!("{tag}-srv"))?,
+            client: Netns::create(&format!("{tag}-cli"))?,
+        };
+        veth(pair.server.name(), "veth0", pair.client.name(), "veth0")?;
+        for (ns, addr) in [(&pair.server, server_addr), (&pair.client, client_addr)] {
+            ip(&["-n", ns.name(), "addr", "add", addr, "dev", "veth0"])?;
+        }
+        Ok(pair)
+    }
+
+    /// Limits both directions to `rate` (tc's notation, `20mbit`) with a token
+    /// bucket: 64 kB burst, 100 ms of queue.
+    pub fn rate_limit(&self, rate: &str) -> Result<()> {
+        for name in [self.server.name(), self.client.name()] {
+            run(Command::new("tc").args([
+                "-n", name, "qdisc", "replace", "dev", "veth0", "root", "tbf", "rate", rate,
+                "burst", "64kb", "latency", "100ms",
+            ]))?;
+        }
+        Ok(())
+    }
+}
+
 /// Runs `task` on a new thread that has entered namespace `ns` and returns its
 /// result: sockets it opens live in `ns`. The thread is scoped, so `task` may
 /// borrow from the caller. A panic in `task` is resumed here.

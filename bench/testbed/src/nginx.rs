@@ -96,6 +96,20 @@ impl Nginx {
         Ok((nginx, site))
     }
 
+    /// Starts nginx in `ns` with the caller's own configuration `text` (written
+    /// to `dir/nginx.conf`; `dir` is created and is nginx's prefix), for a
+    /// benchmark whose figures depend on settings of its own. Returns once nginx
+    /// accepts TCP on the first address of `listen`.
+    pub fn start_with_config(
+        ns: &str,
+        listen: &[SocketAddr],
+        text: &str,
+        dir: &Path,
+    ) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+        Self::spawn(ns, listen, text, dir)
+    }
+
     fn spawn(ns: &str, listen: &[SocketAddr], text: &str, dir: &Path) -> Result<Self> {
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, text).map_err(io(format!("writing {}", conf.display())))?;

@@ -115,6 +115,43 @@ fn tls_nginx_serves_the_site_over_http2_to_curl_on_both_families() {
     assert_eq!(seen[1].server_addr, SITE_V6);
 }
 
+/// A benchmark's own configuration (the static benchmark's: no master, one
+/// worker, no access log) runs under the same guard as the testbed's.
+#[test]
+fn nginx_runs_a_configuration_of_the_callers() {
+    let topology = topology();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nginx_dir = dir.path().join("nginx");
+    let [listen, _] = site(8080);
+    let conf = format!(
+        "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid;\n\
+         error_log {d}/error.log;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{ access_log off; server {{ listen {listen}; root {root}; }} }}\n",
+        d = nginx_dir.display(),
+        root = demo_site().display()
+    );
+    let mut nginx = Nginx::start_with_config(topology.origin.name(), &[listen], &conf, &nginx_dir)
+        .expect("nginx with the caller's configuration");
+    let body = dir.path().join("body");
+    let target = format!("http://{listen}/");
+    let outcome = curl(topology.client.name(), &[&target], &body)
+        .unwrap_or_else(|e| panic!("curl {target}: {e}"));
+    assert_eq!(outcome, "200 1.1", "{target}");
+    let index = std::fs::read(demo_site().join("index.html")).expect("index.html");
+    assert_eq!(std::fs::read(&body).expect("body"), index);
+    assert!(
+        nginx.access_log().is_empty(),
+        "access_log off writes nothing"
+    );
+    let pid = nginx.process().pid();
+    drop(nginx);
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the guard ends nginx on drop"
+    );
+}
+
 #[test]
 fn chromium_loads_the_tls_site_over_h2_trusting_only_its_certificate() {
     let topology = topology();

@@ -161,3 +161,24 @@ fn chromium_loads_the_demo_site_by_routing() {
     println!("screenshot: {}", shot.display());
     assert!(site.access_log().len() >= 31);
 }
+
+#[test]
+fn a_veth_pair_is_up_with_its_addresses_takes_a_rate_limit_and_goes_on_drop() {
+    let tag = format!("{PREFIX}pair-{}", std::process::id());
+    let pair = testbed::VethPair::create(&tag, "10.79.0.1/24", "10.79.0.2/24").expect("pair");
+    let server = pair.server.name().to_owned();
+    let client = pair.client.name().to_owned();
+    for (ns, addr) in [(&server, "10.79.0.1/24"), (&client, "10.79.0.2/24")] {
+        let shown = ip(&["-n", ns, "addr", "show", "veth0"]).expect("addresses");
+        assert!(
+            shown.contains(addr) && shown.contains("state UP"),
+            "{shown}"
+        );
+    }
+    pair.rate_limit("20mbit")
+        .expect("token bucket on both sides");
+    let qdisc = ip(&["-n", &server, "link", "show", "veth0"]).expect("link");
+    assert!(qdisc.contains("qdisc tbf"), "{qdisc}");
+    drop(pair);
+    assert!(!testbed::exists(&server) && !testbed::exists(&client));
+}

@@ -28,6 +28,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::watch;
 
+use crate::sync::lock;
 use crate::{AssociationConfig, Message, StreamCounts, TransportError};
 
 mod sys;
@@ -418,7 +419,7 @@ impl Association {
             return;
         }
         self.end(Ended::Aborted);
-        let socket = self.socket.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let socket = lock(&self.socket).take();
         if let Some(socket) = socket
             && let Err(e) = socket.get_ref().set_linger(Some(Duration::ZERO))
         {
@@ -527,11 +528,7 @@ impl Association {
 
     /// The socket, unless the association was aborted here.
     fn socket(&self) -> Result<Arc<AsyncFd<Socket>>, TransportError> {
-        self.socket
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or(TransportError::Aborted)
+        lock(&self.socket).clone().ok_or(TransportError::Aborted)
     }
 
     /// Runs `op` unless and until [`abort`](Self::abort) is called.
@@ -549,7 +546,7 @@ impl Association {
 
     /// How the association ended, if it has.
     fn ended(&self) -> Option<Ended> {
-        *self.ended.lock().unwrap_or_else(|p| p.into_inner())
+        *lock(&self.ended)
     }
 
     /// `Err` if the association has ended.
@@ -562,7 +559,7 @@ impl Association {
 
     /// Records how the association ended (the first record wins) and returns it.
     fn end(&self, how: Ended) -> TransportError {
-        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ended = lock(&self.ended);
         let how = *ended.get_or_insert(how);
         ended_error(how, self.idle_timeout)
     }

@@ -32,8 +32,9 @@ use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 
 use super::wire::{self, ChunkSummary, InitStreams, PeerHeader};
-use super::{AssocShared, AssocState, Association, Ended, Settings, lock};
+use super::{AssocShared, AssocState, Association, Ended, Settings};
 use crate::StreamCounts;
+use crate::sync::lock;
 
 /// Established associations waiting for `accept`, per listener.
 const ACCEPT_BACKLOG: usize = 128;

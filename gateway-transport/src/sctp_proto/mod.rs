@@ -31,7 +31,7 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -41,6 +41,7 @@ use sctp_proto::{
 };
 use tokio::sync::Notify;
 
+use crate::sync::lock;
 use crate::{AssociationConfig, Message, StreamCounts, TransportError};
 
 /// Largest SCTP packet, i.e. UDP payload, we send, bytes: fits a 1500-byte
@@ -135,12 +136,6 @@ fn endpoint_config() -> Arc<EndpointConfig> {
     let mut config = EndpointConfig::new();
     config.max_payload_size(MAX_FRAGMENT);
     Arc::new(config)
-}
-
-/// Locks `m`, taking over the data of a holder that panicked: every critical
-/// section leaves the state consistent between `sctp-proto` calls.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Binds a non-blocking UDP socket with the configured buffer sizes.

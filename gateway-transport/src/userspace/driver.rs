@@ -59,7 +59,8 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 
-use super::{AssocShared, AssocState, Association, Ended, Settings, UdpStats, lock};
+use super::{AssocShared, AssocState, Association, Ended, Settings, UdpStats};
+use crate::sync::lock;
 
 /// Established associations waiting for `accept`, per listener.
 const ACCEPT_BACKLOG: usize = 128;

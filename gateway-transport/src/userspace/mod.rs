@@ -46,7 +46,7 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -54,6 +54,7 @@ use rand::Rng;
 use sctp::sched::SchedulerKind;
 use tokio::sync::Notify;
 
+use crate::sync::lock;
 use crate::{AssociationConfig, Message, StreamCounts, TransportError};
 
 /// Receive window above the largest message, bytes. The window must hold one
@@ -186,12 +187,6 @@ fn config_key(core_key: &'static str) -> &'static str {
         "ack.max_delay" => "ack_delay",
         other => other,
     }
-}
-
-/// Locks `m`, taking over the data of a holder that panicked: every critical
-/// section leaves the state consistent between core calls.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// 32 bytes from the operating system's generator: the core's only randomness

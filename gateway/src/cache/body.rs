@@ -7,10 +7,9 @@ use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use tokio::sync::mpsc;
 
 use super::coalesce::Subscriber;
-use super::fill::FlightHead;
 use super::policy::BodySlice;
 use super::store::{CHUNK_BYTES, Store, StoreError};
-use crate::front::{Body, BoxError};
+use crate::body::{Body, BoxError};
 
 /// Chunk rows read per blocking call when streaming an entry (about 1 MiB).
 const CHUNKS_PER_READ: u32 = 16;
@@ -165,8 +164,9 @@ fn channel_body(rx: mpsc::Receiver<Result<Bytes, BoxError>>) -> Body {
 }
 
 /// The body of a coalesced fetch, read from byte 0 as it arrives. A failed
-/// fetch ends it with an error.
-pub(super) fn subscriber(subscriber: Subscriber<FlightHead>) -> Body {
+/// fetch ends it with an error. Generic over the flight's head so that this
+/// leaf does not depend on the fill that defines it.
+pub(super) fn subscriber<H: Send + Sync + 'static>(subscriber: Subscriber<H>) -> Body {
     let stream = futures_util::stream::unfold(subscriber, |mut sub| async move {
         match sub.next_chunk().await? {
             Ok(chunk) => Some((Ok(Frame::data(chunk)), sub)),

@@ -21,6 +21,8 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::sync::{Notify, watch};
 
+use crate::sync::lock;
+
 /// How many chunks a closed flight's producer may run ahead of its slowest
 /// reader.
 pub const READ_AHEAD_CHUNKS: usize = 64;
@@ -376,10 +378,6 @@ impl<H> Drop for Subscriber<H> {
         }
         self.flight.progress.notify_waiters();
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

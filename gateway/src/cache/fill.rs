@@ -26,7 +26,8 @@ use super::coalesce::{FillGuard, Hold, Subscriber};
 use super::policy::{self, ResponseDecision, StoredResponse};
 use super::store::{CHUNK_BYTES, EntryMeta, EntryWriter, StoreError, full_key};
 use super::{Shared, body};
-use crate::front::Body;
+use crate::body::Body;
+use crate::sync::lock;
 
 /// Body bytes the writer gathers before one blocking write.
 const WRITE_BATCH: usize = 4 * CHUNK_BYTES;
@@ -74,7 +75,7 @@ pub(super) struct FillTicket {
 
 impl FillTicket {
     pub(super) fn new(shared: &Arc<Shared>, primary: &str) -> Self {
-        let mut fills = super::lock(&shared.fills);
+        let mut fills = lock(&shared.fills);
         let slot = fills.entry(primary.to_owned()).or_insert((0, 0));
         slot.0 += 1;
         Self {
@@ -86,7 +87,7 @@ impl FillTicket {
 
     /// Whether the primary key was invalidated since the ticket was taken.
     fn invalidated(&self) -> bool {
-        super::lock(&self.shared.fills)
+        lock(&self.shared.fills)
             .get(&self.primary)
             .is_some_and(|&(_, epoch)| epoch != self.epoch)
     }
@@ -94,7 +95,7 @@ impl FillTicket {
 
 impl Drop for FillTicket {
     fn drop(&mut self) {
-        let mut fills = super::lock(&self.shared.fills);
+        let mut fills = lock(&self.shared.fills);
         if let Some(slot) = fills.get_mut(&self.primary) {
             slot.0 -= 1;
             if slot.0 == 0 {
@@ -387,7 +388,7 @@ async fn produce(
         match upstream.frame().await {
             None => {
                 let held = guard.finish_held();
-                let mut slot = hold.lock().unwrap_or_else(|e| e.into_inner());
+                let mut slot = lock(&hold);
                 if !matches!(*slot, HoldSlot::WriterDone) {
                     *slot = HoldSlot::Held { _hold: held };
                 }
@@ -425,10 +426,7 @@ struct WriteJob {
 async fn write(shared: Arc<Shared>, reader: Subscriber<FlightHead>, job: WriteJob) {
     let hold = Arc::clone(&job.hold);
     write_entry(shared, reader, job).await;
-    let released = std::mem::replace(
-        &mut *hold.lock().unwrap_or_else(|e| e.into_inner()),
-        HoldSlot::WriterDone,
-    );
+    let released = std::mem::replace(&mut *lock(&hold), HoldSlot::WriterDone);
     drop(released);
 }
 

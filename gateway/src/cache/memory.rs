@@ -19,6 +19,7 @@ use http::HeaderMap;
 
 use super::policy;
 use super::store::{EntryMeta, Purge, full_key};
+use crate::sync::lock;
 
 /// Largest body kept in memory.
 pub(super) const MAX_OBJECT_BYTES: u64 = 256 * 1024;
@@ -68,7 +69,7 @@ impl Memory {
     /// The entry for `primary` that matches `request`'s Vary values, marked as
     /// used, with its full key.
     pub(super) fn get(&self, primary: &str, request: &HeaderMap) -> Option<(Vec<u8>, Arc<Hot>)> {
-        let mut inner = super::lock(&self.inner);
+        let mut inner = lock(&self.inner);
         let (names, _) = inner.vary.get(primary)?;
         let key = full_key(primary, &policy::secondary_key(names, request));
         let slot = inner.entries.get_mut(&key)?;
@@ -83,7 +84,7 @@ impl Memory {
             return;
         }
         let size = charge(&key, &hot);
-        let mut inner = super::lock(&self.inner);
+        let mut inner = lock(&self.inner);
         remove_key(&mut inner, &key);
         // A different Vary for the primary replaces its other variants.
         if inner
@@ -134,18 +135,18 @@ impl Memory {
     }
 
     pub(super) fn remove(&self, key: &[u8]) {
-        remove_key(&mut super::lock(&self.inner), key);
+        remove_key(&mut lock(&self.inner), key);
     }
 
     pub(super) fn remove_primaries(&self, primaries: &[String]) {
-        let mut inner = super::lock(&self.inner);
+        let mut inner = lock(&self.inner);
         for primary in primaries {
             remove_primary(&mut inner, primary);
         }
     }
 
     pub(super) fn purge(&self, what: &Purge) {
-        let mut inner = super::lock(&self.inner);
+        let mut inner = lock(&self.inner);
         let primaries: Vec<String> = inner
             .vary
             .keys()
@@ -159,7 +160,7 @@ impl Memory {
 
     /// Entries and bytes held.
     pub(super) fn size(&self) -> (u64, u64) {
-        let inner = super::lock(&self.inner);
+        let inner = lock(&self.inner);
         (inner.entries.len() as u64, inner.bytes)
     }
 }

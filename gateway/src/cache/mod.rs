@@ -35,7 +35,7 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use self::coalesce::{Coalescer, Join};
+use self::coalesce::{Coalescer, FillGuard, Join, Subscriber};
 use self::config::CacheConfig;
 use self::fill::FillTicket;
 pub use self::fill::{Fill, Filled, FlightHead};
@@ -43,7 +43,8 @@ use self::memory::{Hot, Memory};
 use self::policy::{EffectiveUri, LookupDecision, StoredAnswer};
 pub use self::store::Purge;
 use self::store::{EntryMeta, Store, StoreError, StoreLimits, StoreStats, full_key};
-use crate::front::Body;
+use crate::body::Body;
+use crate::sync::lock;
 
 /// A flight takes joiners while it holds at most this many body bytes (or
 /// the maximum object size, if smaller).
@@ -248,18 +249,7 @@ impl Cache {
                 }
             };
             match found.decision {
-                LookupDecision::Fresh { .. } => {
-                    let (Some(entry), Some((answer, inline))) = (found.entry, found.answer) else {
-                        return Lookup::Pass;
-                    };
-                    shared.counters.inc(&shared.counters.hits);
-                    if answer.body == policy::BodySlice::Whole
-                        && let Some(parts) = &inline
-                    {
-                        shared.promote(&primary, &found.vary, &found.key, &entry, parts, changes);
-                    }
-                    return Lookup::Hit(shared.answer(found.key, &entry, answer, inline), "hit");
-                }
+                LookupDecision::Fresh { .. } => return shared.fresh_hit(&primary, found, changes),
                 LookupDecision::GatewayTimeout => {
                     return Lookup::Hit(only_if_cached(), "only-if-cached");
                 }
@@ -269,11 +259,7 @@ impl Cache {
                 }
                 LookupDecision::Fetch | LookupDecision::Validate { .. } => {}
             }
-            let conditional = match found.decision {
-                LookupDecision::Validate { conditional } => conditional,
-                _ => HeaderMap::new(),
-            };
-            let mut subscriber = match shared.flights.join(&found.key) {
+            match shared.flights.join(&found.key) {
                 Join::Leader(guard) => {
                     if attempt < 2
                         && shared.commits.load(Ordering::SeqCst) != commits
@@ -283,54 +269,12 @@ impl Cache {
                         drop(guard);
                         continue;
                     }
-                    let validation = found.entry.is_some() && !conditional.is_empty();
-                    shared.counters.inc(if validation {
-                        &shared.counters.validations
-                    } else {
-                        &shared.counters.misses
-                    });
-                    return Lookup::Fill(Box::new(Fill {
-                        shared: Arc::clone(shared),
-                        guard,
-                        ticket: FillTicket::new(shared, &primary),
-                        primary,
-                        key: found.key,
-                        method: request.method.clone(),
-                        request: request.headers.clone(),
-                        stored: found.entry.filter(|_| validation),
-                        conditional,
-                        request_time: SystemTime::now(),
-                        keep: None,
-                    }));
+                    return shared.lead(guard, primary, found, request);
                 }
-                Join::Follower(subscriber) => subscriber,
-            };
-            let Ok(head) = subscriber.head().await else {
-                // The leader's fetch failed before its head: fetch alone.
-                shared.counters.inc(&shared.counters.passes);
-                return Lookup::Pass;
-            };
-            match &*head {
-                FlightHead::Refreshed => continue,
-                FlightHead::Uncacheable => {
-                    shared.counters.inc(&shared.counters.passes);
-                    return Lookup::Pass;
-                }
-                FlightHead::Stream {
-                    status,
-                    headers,
-                    vary,
-                    leader_secondary,
-                } => {
-                    if policy::secondary_key(vary, request.headers) != *leader_secondary {
-                        shared.counters.inc(&shared.counters.passes);
-                        return Lookup::Pass;
+                Join::Follower(subscriber) => {
+                    if let Some(lookup) = shared.follow(subscriber, request).await {
+                        return lookup;
                     }
-                    shared.counters.inc(&shared.counters.coalesced);
-                    return Lookup::Hit(
-                        follower_answer(request, *status, headers, subscriber),
-                        "coalesced",
-                    );
                 }
             }
         }
@@ -601,6 +545,93 @@ impl Shared {
         ))
     }
 
+    /// A fresh entry found in the store: answered from it, and copied into
+    /// memory when it is small and whole.
+    fn fresh_hit(&self, primary: &str, found: Found, changes: u64) -> Lookup {
+        let (Some(entry), Some((answer, inline))) = (found.entry, found.answer) else {
+            return Lookup::Pass;
+        };
+        self.counters.inc(&self.counters.hits);
+        if answer.body == policy::BodySlice::Whole
+            && let Some(parts) = &inline
+        {
+            self.promote(primary, &found.vary, &found.key, &entry, parts, changes);
+        }
+        Lookup::Hit(self.answer(found.key, &entry, answer, inline), "hit")
+    }
+
+    /// This request leads the flight for its key: it fetches (or validates the
+    /// stored entry) through a fill that others may join.
+    fn lead(
+        self: &Arc<Self>,
+        guard: FillGuard<FlightHead>,
+        primary: String,
+        found: Found,
+        request: &CacheRequest<'_>,
+    ) -> Lookup {
+        let conditional = match found.decision {
+            LookupDecision::Validate { conditional } => conditional,
+            _ => HeaderMap::new(),
+        };
+        let validation = found.entry.is_some() && !conditional.is_empty();
+        self.counters.inc(if validation {
+            &self.counters.validations
+        } else {
+            &self.counters.misses
+        });
+        Lookup::Fill(Box::new(Fill {
+            shared: Arc::clone(self),
+            guard,
+            ticket: FillTicket::new(self, &primary),
+            primary,
+            key: found.key,
+            method: request.method.clone(),
+            request: request.headers.clone(),
+            stored: found.entry.filter(|_| validation),
+            conditional,
+            request_time: SystemTime::now(),
+            keep: None,
+        }))
+    }
+
+    /// This request joined a flight in progress: it is answered from the
+    /// leader's stream once the head is known, or passed. `None`: the leader
+    /// refreshed the stored entry instead, so look again.
+    async fn follow(
+        &self,
+        mut subscriber: Subscriber<FlightHead>,
+        request: &CacheRequest<'_>,
+    ) -> Option<Lookup> {
+        let Ok(head) = subscriber.head().await else {
+            // The leader's fetch failed before its head: fetch alone.
+            self.counters.inc(&self.counters.passes);
+            return Some(Lookup::Pass);
+        };
+        match &*head {
+            FlightHead::Refreshed => None,
+            FlightHead::Uncacheable => {
+                self.counters.inc(&self.counters.passes);
+                Some(Lookup::Pass)
+            }
+            FlightHead::Stream {
+                status,
+                headers,
+                vary,
+                leader_secondary,
+            } => {
+                if policy::secondary_key(vary, request.headers) != *leader_secondary {
+                    self.counters.inc(&self.counters.passes);
+                    return Some(Lookup::Pass);
+                }
+                self.counters.inc(&self.counters.coalesced);
+                Some(Lookup::Hit(
+                    follower_answer(request, *status, headers, subscriber),
+                    "coalesced",
+                ))
+            }
+        }
+    }
+
     /// Copies an entry read from the store into memory, unless the cache
     /// changed since `changes` was read (the entry may be invalidated).
     fn promote(
@@ -709,8 +740,4 @@ fn only_if_cached() -> Response<Body> {
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

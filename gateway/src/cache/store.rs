@@ -37,6 +37,7 @@ use redb::{
 };
 
 use super::policy::StoredResponse;
+use crate::sync::lock;
 
 /// Body bytes per chunk row: a little under 64 KiB, so that a chunk row (data,
 /// CRC, key, leaf header) fits a 64 KiB redb page instead of spilling into a
@@ -935,10 +936,6 @@ fn builder() -> Builder {
         .set_cache_size(REDB_CACHE_BYTES)
         .set_concurrency_mode(ConcurrencyMode::ExclusiveWriter);
     builder
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Writes one entry's body, chunk by chunk. Nothing is visible until

@@ -27,7 +27,6 @@ use std::time::Instant;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -37,18 +36,13 @@ use tokio::sync::watch;
 mod prefetch;
 
 pub use self::prefetch::Prefetcher;
+use crate::body::{Body, BoxError};
 use crate::cache::{Cache, CacheRequest, Filled, Lookup};
 use crate::config::{DEFAULT_MAX_HEADER_FIELDS, GatewayConfig, HttpConfig};
 use crate::direct::{DirectError, DirectSettings, DirectUpstream};
 use crate::listener::Intercepted;
 use crate::origin_link::{BrowserSocket, CountedStream, OriginLink, OriginRequest, StreamPin};
 use crate::route::{Decision, HostCheck, HostError, HostVerifier, RouteTable, Target, parse_host};
-
-/// Response bodies of every kind, boxed: origin streams, direct streams, and the
-/// gateway's own short messages.
-pub type Body = UnsyncBoxBody<Bytes, BoxError>;
-/// The error type of [`Body`].
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The start of the gateway's `Via` pseudonym (RFC 9110, section 7.6.3); each
 /// running gateway appends an id of its own, so that two gateways in a row (a
@@ -100,6 +94,22 @@ struct Flow {
     /// The browser socket, whose send queue counts toward the backlog of the
     /// streams this connection is pinned to (FEEDBACK).
     socket: Option<Arc<BrowserSocket>>,
+}
+
+/// What the front has established about one browser request before it goes
+/// anywhere: the connection it came on, the authority it names and where it
+/// goes. One value travels through the cache and the prefetch queue instead of
+/// its parts one by one.
+#[derive(Debug)]
+struct RequestContext<'a> {
+    flow: &'a Flow,
+    /// The Host's name (or the absolute-form target's authority's), the cache
+    /// key's and the prefetch queue's authority.
+    host: String,
+    /// Its port: the named one, else the original destination's.
+    port: u16,
+    /// Where the request goes, and whether its answer may be cached.
+    decision: Decision,
 }
 
 /// A request the gateway answers itself.
@@ -309,22 +319,30 @@ impl Front {
             class: gateway_protocol::RequestClass::Demand,
             promote: None,
         };
+        let context = RequestContext {
+            flow,
+            host,
+            port,
+            decision,
+        };
         let (mut response, route, cache) = if decision.cacheable && self.cache.is_enabled() {
-            if forwarded.method == Method::GET && self.prefetcher.is_some() {
-                // The page and its subresources, for the prefetch queue.
-                let claimed = self.prefetch_demand(&decision, &host, port, &forwarded.path);
-                let (path, headers) = (forwarded.path.clone(), forwarded.headers.clone());
-                let (response, route, cache) = self
-                    .through_cache(flow, decision, forwarded, &host, port)
-                    .await?;
-                let response = self.prefetch_watch(
-                    flow, &decision, &headers, &host, port, &path, claimed, response,
-                );
-                (response, route, cache)
-            } else {
-                self.through_cache(flow, decision, forwarded, &host, port)
-                    .await?
-            }
+            // The page and its subresources, for the prefetch queue: what it
+            // claims before the request goes, and the request as it went.
+            let watched =
+                (forwarded.method == Method::GET && self.prefetcher.is_some()).then(|| {
+                    (
+                        self.prefetch_demand(&context, &forwarded.path),
+                        forwarded.clone(),
+                    )
+                });
+            let (response, route, cache) = self.through_cache(&context, forwarded).await?;
+            let response = match watched {
+                Some((claimed, request)) => {
+                    self.prefetch_watch(&context, &request, claimed, response)
+                }
+                None => response,
+            };
+            (response, route, cache)
         } else {
             let (response, route) = self.dispatch(flow, decision, forwarded).await?;
             (response, route, "-")
@@ -337,12 +355,15 @@ impl Front {
     /// on (then invalidating what an unsafe method changed).
     async fn through_cache(
         &self,
-        flow: &Flow,
-        decision: Decision,
+        context: &RequestContext<'_>,
         request: Forwarded,
-        host: &str,
-        port: u16,
     ) -> Result<(Response<Body>, &'static str, &'static str), Refusal> {
+        let RequestContext {
+            flow,
+            ref host,
+            port,
+            decision,
+        } = *context;
         let lookup = self
             .cache
             .lookup(&CacheRequest {
@@ -541,7 +562,7 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 impl Flow {
     /// This connection's stream on origin `index`, pinned on first use.
     fn pin(&self, index: usize, link: &OriginLink) -> Arc<StreamPin> {
-        let mut pins = self.pins.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pins = crate::sync::lock(&self.pins);
         Arc::clone(pins.entry(index).or_insert_with(|| {
             let pin = link.pin();
             if let Some(socket) = &self.socket {

@@ -29,7 +29,8 @@ use http_body_util::BodyExt;
 use tokio::sync::{Notify, mpsc, watch};
 use url::Url;
 
-use super::{Body, BoxError, Flow, Forwarded, Front, stopped};
+use super::{Flow, Forwarded, Front, RequestContext, stopped};
+use crate::body::{Body, BoxError};
 use crate::cache::{CacheRequest, Filled, Lookup};
 use crate::prefetch::queue::{ConnectionId, Scan};
 use crate::prefetch::{
@@ -107,7 +108,7 @@ impl Prefetcher {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     /// Runs `f` on the queue, then wakes the driver for what it queued.
@@ -136,16 +137,14 @@ impl Front {
     /// or frame needs: its id and how to scan it.
     pub(super) fn prefetch_demand(
         &self,
-        decision: &Decision,
-        host: &str,
-        port: u16,
+        context: &RequestContext<'_>,
         path: &str,
     ) -> Option<(FetchId, Scan)> {
         let prefetcher = self.prefetcher.as_ref()?;
-        if !prefetcher.enabled_for(decision) {
+        if !prefetcher.enabled_for(&context.decision) {
             return None;
         }
-        let url = document_url(host, port, path)?;
+        let url = document_url(&context.host, context.port, path)?;
         match prefetcher.with(|s| s.queue.on_demand(Instant::now(), &url)) {
             Demand::Claimed {
                 fetch,
@@ -160,21 +159,19 @@ impl Front {
     /// The browser's response to a cacheable GET: an HTML page opens a page
     /// whose body is scanned as it passes; a claimed stylesheet or frame is
     /// scanned for the page that wanted it. Everything else passes untouched.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "the request's parts as the front holds them; a struct would be built for this call only"
-    )]
     pub(super) fn prefetch_watch(
         &self,
-        flow: &Flow,
-        decision: &Decision,
-        request: &HeaderMap,
-        host: &str,
-        port: u16,
-        path: &str,
+        context: &RequestContext<'_>,
+        request: &Forwarded,
         claimed: Option<(FetchId, Scan)>,
         response: Response<Body>,
     ) -> Response<Body> {
+        let RequestContext {
+            flow,
+            ref host,
+            port,
+            ref decision,
+        } = *context;
         let Some(prefetcher) = self.prefetcher.as_ref() else {
             return response;
         };
@@ -185,7 +182,7 @@ impl Front {
             return response;
         }
         let content_type = content_type(response.headers());
-        let Some(document) = document_url(host, port, path) else {
+        let Some(document) = document_url(host, port, &request.path) else {
             return response;
         };
         if let Some((fetch, scan)) = claimed {
@@ -208,7 +205,7 @@ impl Front {
             return response;
         }
         let context = Arc::new(PageContext {
-            headers: request.clone(),
+            headers: request.headers.clone(),
             document: document.clone(),
             decision: *decision,
             flow: Arc::new(Flow::new(flow.client, flow.dst, self.direct, 0)),

@@ -3,7 +3,7 @@
 //! IPv6. docs/interception.md explains every rule.
 //!
 //! - [`Interception::install`] replaces leftovers of an earlier run, then installs
-//!   the policy routing (`route`) and the table (`ruleset`, applied by `nft`).
+//!   the policy routing (`policy_routing`) and the table (`ruleset`, applied by `nft`).
 //!   The returned guard removes both on [`Interception::remove`] or on drop.
 //! - [`cleanup`] removes leftovers after a crash (`gateway cleanup`).
 //! - [`ruleset_text`] renders the same table in nft syntax: `config/nftables.nft`,
@@ -14,13 +14,13 @@
 //! Everything acts on the calling thread's network namespace.
 
 mod nft;
-mod route;
+mod policy_routing;
 mod ruleset;
 
 use std::fmt;
 
 use crate::config::GatewayConfig;
-use route::{PolicyRouting, RoutingRemoved};
+use policy_routing::{PolicyRouting, RoutingRemoved};
 use ruleset::Ruleset;
 
 /// Why interception could not be installed or removed.

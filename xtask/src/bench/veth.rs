@@ -1,106 +1,27 @@
-//! `cargo xtask bench transport`: every association backend against plain TCP on
-//! the same veth path between two namespaces, in one run, reported as ratios.
-//! (`bench scheduler` and `bench static` live here too; `bench wan` in
-//! `bench_wan.rs`.)
+//! The benchmarks between two namespaces joined by one veth pair, reported as
+//! ratios: `bench transport` (every association backend against plain TCP,
+//! measured by `gateway-transport/examples/transport_bench.rs`), `bench
+//! scheduler` (the origin's schedulers on the wire) and `bench static` (the
+//! origin against nginx on the same file; both measured by
+//! `origin/examples/sched_bench.rs`).
 //!
-//! The measuring program is `gateway-transport/examples/transport_bench.rs`; this
-//! module builds it, creates the namespaces (removed on drop, also on error), runs
-//! each cell, and writes a markdown report to bench/results/.
+//! Each builds its measuring program, creates the namespaces (removed on drop,
+//! also on error), runs each cell, and writes a markdown report to
+//! bench/results/.
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use testbed::{Nginx, VethPair};
 
-use crate::cmd::{run_command, workspace_root};
-
-/// Options for `cargo xtask bench`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct BenchOptions {
-    /// Which benchmark.
-    #[arg(value_enum)]
-    pub which: Which,
-    /// Bytes per bulk cell.
-    #[arg(long, default_value_t = 1 << 30)]
-    pub bytes: u64,
-    /// Also run every cell over a 100 Mbit/s token-bucket link (transport).
-    #[arg(long)]
-    pub rate_limited: bool,
-    /// Also count instructions per payload byte of every backend with
-    /// callgrind (transport; needs valgrind).
-    #[arg(long)]
-    pub callgrind: bool,
-    /// Run only the sections whose workload is named here (scheduler: zipf,
-    /// prefetch, thesis; wan: rtt, loss, rate; papers: hol, model, objects);
-    /// all by default.
-    #[arg(long)]
-    pub only: Vec<String>,
-    /// Round-trip time of the emulated WAN, in ms (prefetch).
-    #[arg(long, default_value_t = 80)]
-    pub rtt_ms: u64,
-    /// Recorded loads per page, alternative and link (pages).
-    #[arg(long, default_value_t = 3)]
-    pub loads: usize,
-    /// Round-trip times of the links, in ms (pages).
-    #[arg(long, value_delimiter = ',', default_values_t = [20, 80, 200])]
-    pub rtt: Vec<u64>,
-    /// Random loss per direction of the links, in percent (pages).
-    #[arg(long, value_delimiter = ',', default_values_t = [0.0, 1.0, 3.0])]
-    pub loss: Vec<f64>,
-    /// Bottleneck rates of the links, in Mbit/s (pages).
-    #[arg(long, value_delimiter = ',', default_values_t = [10, 100])]
-    pub rate: Vec<u64>,
-    /// Which alternatives, by the issue's letters a-g (pages).
-    #[arg(long, value_delimiter = ',', value_enum, default_values_t = crate::bench_pages::Alternative::ALL)]
-    pub alternatives: Vec<crate::bench_pages::Alternative>,
-    /// Which pages: the generated p25, p50, p75 and the demo site's `demo` (pages).
-    #[arg(long, value_delimiter = ',', default_values_t = ["p50".to_owned()])]
-    pub pages: Vec<String>,
-    /// Load nothing: redraw the report and charts from the last run's
-    /// bench/results/{name}/loads.csv (pages).
-    #[arg(long)]
-    pub from_csv: bool,
-    /// The report's name: bench/results/{name}.md and {name}/ (pages).
-    #[arg(long, default_value = "pages")]
-    pub name: String,
-    /// TCP congestion control of every TCP sender on the origin host, e.g.
-    /// reno (pages; the kernel's default otherwise).
-    #[arg(long)]
-    pub origin_tcp_cc: Option<String>,
-}
-
-/// The benchmarks this command knows.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub(crate) enum Which {
-    /// Bulk throughput and small-message rate of each backend against plain TCP.
-    Transport,
-    /// The origin's schedulers on the wire: SCF vs RR vs FCFS on Zipf sizes,
-    /// demand during a bulk prefetch (FCFS vs priority), the thesis's 6,000 requests.
-    Scheduler,
-    /// Static-file request rate: the origin against nginx on the same files.
-    Static,
-    /// A cache hit served by the gateway against nginx (wrk), and the
-    /// gateway's memory at 1,000 connections.
-    Cache,
-    /// The WAN emulator against its tolerances: round-trip time, loss, rate.
-    Wan,
-    /// Page load in Chromium with the prefetch queue off and on, over an
-    /// emulated WAN (--rtt-ms).
-    Prefetch,
-    /// Page loads in Chromium through every alternative (nginx HTTP/1.1 and
-    /// HTTP/2, Squid, the gateway over framed TCP and SCTP, prefetch, warm
-    /// cache) over the same emulated links (--rtt, --loss, --rate, --loads,
-    /// --alternatives, --pages).
-    Pages,
-    /// The papers' experiments on our transport over the WAN emulator:
-    /// head-of-line blocking after one drop (hol), cold-start object latency
-    /// against the analytical model (model), time per object against object
-    /// count (objects).
-    Papers,
-}
+use super::common::{build_example, build_example_with, report_header};
+use super::options::BenchOptions;
+use crate::cmd::workspace_root;
 
 /// Backends of the transport benchmark, in report order; `userspace-reno` is
 /// the userspace backend with RFC 9260's controller instead of the default
@@ -122,44 +43,19 @@ const CELLS: [(&str, usize, u16, u64); 3] = [
     ("small 64 B messages, 8 streams", 64, 8, 256),
 ];
 
-/// Two namespaces joined by a veth pair (`veth0` on both sides); both deleted on
-/// drop, also on error.
-struct Namespaces {
-    server: testbed::Netns,
-    client: testbed::Netns,
-}
-
 /// Prefix of the benchmark's namespace names: `gwb-<pid>-srv`, `gwb-<pid>-cli`.
 const NAMESPACE_PREFIX: &str = "gwb-";
 
-impl Namespaces {
-    fn create() -> Result<Self> {
-        // A killed run (its process id, in the names, no longer exists) runs no
-        // destructors.
-        for name in testbed::cleanup_stale(NAMESPACE_PREFIX)? {
-            println!("==> removed namespace {name} left by a killed run");
-        }
-        let tag = format!("{NAMESPACE_PREFIX}{}", std::process::id());
-        let ns = Namespaces {
-            server: testbed::Netns::create(&format!("{tag}-srv"))?,
-            client: testbed::Netns::create(&format!("{tag}-cli"))?,
-        };
-        testbed::veth(ns.server.name(), "veth0", ns.client.name(), "veth0")?;
-        for (name, addr) in [(&ns.server, "10.78.0.1/24"), (&ns.client, "10.78.0.2/24")] {
-            testbed::ip(&["-n", name.name(), "addr", "add", addr, "dev", "veth0"])?;
-        }
-        Ok(ns)
+/// The two namespaces of every cell (testbed's [`VethPair`]), after removing
+/// those a killed run left.
+fn namespaces() -> Result<VethPair> {
+    // A killed run (its process id, in the names, no longer exists) runs no
+    // destructors.
+    for name in testbed::cleanup_stale(NAMESPACE_PREFIX)? {
+        println!("==> removed namespace {name} left by a killed run");
     }
-
-    fn rate_limit(&self, rate: &str) -> Result<()> {
-        for name in [self.server.name(), self.client.name()] {
-            run_command(Command::new("tc").args([
-                "-n", name, "qdisc", "replace", "dev", "veth0", "root", "tbf", "rate", rate,
-                "burst", "64kb", "latency", "100ms",
-            ]))?;
-        }
-        Ok(())
-    }
+    let tag = format!("{NAMESPACE_PREFIX}{}", std::process::id());
+    Ok(VethPair::create(&tag, "10.78.0.1/24", "10.78.0.2/24")?)
 }
 
 /// One side's JSON line, read with the few fields we need.
@@ -203,7 +99,7 @@ fn spawn_side(ns: &str, binary: &PathBuf, args: &[String]) -> Result<Child> {
 }
 
 fn run_cell(
-    ns: &Namespaces,
+    ns: &VethPair,
     binary: &PathBuf,
     backend: &str,
     size: usize,
@@ -237,35 +133,10 @@ fn run_cell(
     Ok((measured, client_cpu))
 }
 
-pub(crate) fn run(options: &BenchOptions) -> Result<()> {
-    match options.which {
-        Which::Transport => transport(options),
-        Which::Scheduler => scheduler(options),
-        Which::Static => static_files(),
-        Which::Cache => crate::bench_cache::run(),
-        Which::Wan => crate::bench_wan::run(&options.only),
-        Which::Pages if options.from_csv => crate::bench_pages::rerender(&options.name),
-        Which::Pages => crate::bench_pages::run(&crate::bench_pages::PagesBench {
-            loads: options.loads,
-            rtts_ms: options.rtt.clone(),
-            losses: options.loss.clone(),
-            rates_mbit: options.rate.clone(),
-            alternatives: options.alternatives.clone(),
-            pages: options.pages.clone(),
-            name: options.name.clone(),
-            origin_tcp_cc: options.origin_tcp_cc.clone(),
-        }),
-        Which::Papers => crate::bench_papers::run(&options.only),
-        Which::Prefetch => crate::bench_prefetch::run(crate::bench_prefetch::PrefetchBench {
-            rtt_ms: options.rtt_ms,
-        }),
-    }
-}
-
 /// Starts the server side, waits for its ready line, runs the client side to its
 /// end, and returns both sides' last JSON lines.
 fn run_pair(
-    ns: &Namespaces,
+    ns: &VethPair,
     binary: &PathBuf,
     server_args: &[String],
     client_args: &[String],
@@ -313,7 +184,7 @@ struct Section {
 /// Link rate of the scheduling benchmarks.
 const SCHEDULER_RATE: &str = "20mbit";
 
-fn scheduler(options: &BenchOptions) -> Result<()> {
+pub(super) fn scheduler(options: &BenchOptions) -> Result<()> {
     let root = &workspace_root();
     let binary = build_example("origin", "sched_bench")?;
     let only: String = options
@@ -378,7 +249,7 @@ fn scheduler(options: &BenchOptions) -> Result<()> {
         for load in loads {
             let mut first_mean = None;
             for policy in policies {
-                let ns = Namespaces::create()?;
+                let ns = namespaces()?;
                 if limited {
                     ns.rate_limit(SCHEDULER_RATE)?;
                 }
@@ -452,24 +323,12 @@ fn scheduler(options: &BenchOptions) -> Result<()> {
 /// The file both servers serve in the static benchmark, under config/demo-site.
 const STATIC_PATH: &str = "/assets/tile-01.svg";
 
-/// nginx with one worker (the origin's runtime is single-threaded too), killed on
-/// drop.
-struct Nginx {
-    child: Child,
-    dir: PathBuf,
-}
+/// Where nginx listens in the static benchmark, in the server namespace.
+const NGINX_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 78, 0, 1)), 8080);
 
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn start_nginx(ns: &Namespaces, root: &std::path::Path, listen: &str) -> Result<Nginx> {
-    let dir = std::env::temp_dir().join(format!("gwb-nginx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+/// nginx with one worker (the origin's runtime is single-threaded too), in the
+/// server namespace, killed when the guard drops; its files stay in `dir`.
+fn start_nginx(ns: &VethPair, root: &Path, listen: SocketAddr, dir: &Path) -> Result<Nginx> {
     let conf = format!(
         "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid;\n\
          error_log {d}/error.log;\n\
@@ -478,21 +337,15 @@ fn start_nginx(ns: &Namespaces, root: &std::path::Path, listen: &str) -> Result<
         d = dir.display(),
         root = root.display()
     );
-    std::fs::write(dir.join("nginx.conf"), conf)?;
-    let child = Command::new("ip")
-        .args(["netns", "exec", ns.server.name(), "nginx", "-c"])
-        .arg(dir.join("nginx.conf"))
-        .spawn()
-        .context("starting nginx (package nginx-light)")?;
-    std::thread::sleep(Duration::from_millis(500));
-    Ok(Nginx { child, dir })
+    Nginx::start_with_config(ns.server.name(), &[listen], &conf, dir)
+        .context("starting nginx (package nginx-light)")
 }
 
-fn static_files() -> Result<()> {
+pub(super) fn static_files() -> Result<()> {
     let root = &workspace_root();
     let binary = build_example("origin", "sched_bench")?;
     let site = root.join("config/demo-site");
-    let ns = Namespaces::create()?;
+    let ns = namespaces()?;
     let mut rows = Vec::new();
     for backend in ["userspace", "framed-tcp"] {
         println!("==> origin over {backend}: 20,000 requests for {STATIC_PATH}, 64 outstanding");
@@ -525,7 +378,8 @@ fn static_files() -> Result<()> {
         ));
     }
     println!("==> nginx: wrk, 64 connections, 10 s");
-    let nginx = start_nginx(&ns, &site, "10.78.0.1:8080")?;
+    let nginx_dir = tempfile_dir("gwb-nginx")?;
+    let nginx = start_nginx(&ns, &site, NGINX_LISTEN, &nginx_dir)?;
     let out = Command::new("ip")
         .args([
             "netns",
@@ -540,6 +394,7 @@ fn static_files() -> Result<()> {
         .output()
         .context("running wrk (package wrk)")?;
     drop(nginx);
+    let _ = std::fs::remove_dir_all(&nginx_dir);
     let text = String::from_utf8_lossy(&out.stdout);
     let nginx_rate = text
         .lines()
@@ -573,7 +428,7 @@ fn static_files() -> Result<()> {
     Ok(())
 }
 
-fn transport(options: &BenchOptions) -> Result<()> {
+pub(super) fn transport(options: &BenchOptions) -> Result<()> {
     let root = &workspace_root();
     let binary = build_example_with(
         "gateway-transport",
@@ -608,7 +463,7 @@ fn transport(options: &BenchOptions) -> Result<()> {
         vec![None]
     };
     for link in links {
-        let ns = Namespaces::create()?;
+        let ns = namespaces()?;
         if let Some(rate) = link {
             ns.rate_limit(rate)?;
         }
@@ -676,7 +531,7 @@ const CALLGRIND_CELLS: [(&str, usize, u64); 2] = [
 /// processes' instruction counts summed): a figure that does not move with
 /// the machine's load, unlike the rates above.
 fn callgrind_section(report: &mut String, binary: &Path) -> Result<()> {
-    let ns = Namespaces::create()?;
+    let ns = namespaces()?;
     let scratch = tempfile_dir("gwb-callgrind")?;
     writeln!(
         report,
@@ -763,7 +618,7 @@ fn callgrind_total(path: &std::path::Path) -> Result<u64> {
 
 /// As `run_pair`, with each side's whole command line given (a wrapper such
 /// as valgrind first).
-fn run_pair_wrapped(ns: &Namespaces, server: &[String], client: &[String]) -> Result<()> {
+fn run_pair_wrapped(ns: &VethPair, server: &[String], client: &[String]) -> Result<()> {
     let spawn = |netns: &str, argv: &[String]| {
         Command::new("ip")
             .args(["netns", "exec", netns])
@@ -792,69 +647,4 @@ fn run_pair_wrapped(ns: &Namespaces, server: &[String], client: &[String]) -> Re
         bail!("server failed ({status})");
     }
     Ok(())
-}
-
-/// Builds `example` of `package` in release mode; returns the executable's path.
-pub(crate) fn build_example(package: &str, example: &str) -> Result<PathBuf> {
-    build_example_with(package, example, &[])
-}
-
-/// Builds `example` of `package` in release mode with `features` of that
-/// package; returns the executable's path.
-pub(crate) fn build_example_with(
-    package: &str,
-    example: &str,
-    features: &[&str],
-) -> Result<PathBuf> {
-    println!("==> building {example} (release)");
-    let root = workspace_root();
-    let mut command = Command::new("cargo");
-    command
-        .current_dir(&root)
-        .args(["build", "--release", "-p", package, "--example", example]);
-    if !features.is_empty() {
-        command.args(["--features", &features.join(",")]);
-    }
-    run_command(&mut command)?;
-    Ok(root.join("target/release/examples").join(example))
-}
-
-/// A report's title and the lines every report starts with: how to reproduce it,
-/// when, and on what.
-pub(crate) fn report_header(title: &str, subcommand: &str) -> Result<String> {
-    let mut report = String::new();
-    writeln!(report, "# {title}\n")?;
-    writeln!(report, "- command: `cargo xtask bench {subcommand}`")?;
-    writeln!(
-        report,
-        "- date: {}",
-        command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
-    )?;
-    writeln!(report, "- machine: {}", machine_description())?;
-    Ok(report)
-}
-
-fn command_output(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default()
-}
-
-fn machine_description() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    format!(
-        "{} cores ({cpu}), Linux {}",
-        command_output("nproc", &[]),
-        command_output("uname", &["-r"])
-    )
 }

@@ -13,8 +13,7 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
@@ -22,8 +21,8 @@ use testbed::probe::{self, TcpSink, UdpEcho, UdpSink};
 use testbed::topology::WAN;
 use testbed::{LinkParams, Loss, Topology, WanEmulator, WanLink, WanParams, WanStats};
 
-use crate::bench::report_header;
-use crate::cmd::{install_stop_handlers, run_command, stop_requested, workspace_root};
+use super::common::{build_wanem, report_header};
+use crate::cmd::{install_stop_handlers, stop_requested, workspace_root};
 
 /// Namespace prefix of this benchmark.
 const PREFIX: &str = "gwwan-";
@@ -244,19 +243,6 @@ fn interruption_point() -> Result<()> {
         bail!("interrupted; the namespaces are being removed");
     }
     Ok(())
-}
-
-pub(crate) fn build_wanem() -> Result<PathBuf> {
-    println!("==> building wanem (release)");
-    run_command(Command::new("cargo").current_dir(workspace_root()).args([
-        "build",
-        "--release",
-        "-p",
-        "wanem",
-        "--bin",
-        "wanem",
-    ]))?;
-    Ok(testbed::target_dir().join("release/wanem"))
 }
 
 /// The topology and what each check needs to start the emulator.

@@ -134,7 +134,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 fn report(loads: &[Load], rtt_ms: u64) -> Result<String> {
-    let mut r = crate::bench::report_header(
+    let mut r = super::common::report_header(
         "Prefetch benchmark: page load with the prefetch queue off and on",
         "prefetch",
     )?;

@@ -29,7 +29,7 @@ use anyhow::{Context as _, Result, bail};
 use testbed::topology::{HOST_IF, WAN, WAN_IF};
 use testbed::{LinkParams, NsProcess, Topology, WanEmulator, WanLink, WanParams, WanStats};
 
-use crate::bench::{build_example, report_header};
+use super::common::{build_example, build_wanem, report_header};
 use crate::cmd::{install_stop_handlers, stop_requested, workspace_root};
 use crate::plot::{self, BarGroup, Series};
 
@@ -169,7 +169,7 @@ pub(crate) fn run(only: &[String]) -> Result<()> {
     plot::check_font()?;
     install_stop_handlers()?;
     let started = Instant::now();
-    let wanem = crate::bench_wan::build_wanem()?;
+    let wanem = build_wanem()?;
     let example = build_example("gateway-transport", "papers_bench")?;
     for name in testbed::cleanup_stale(PREFIX)? {
         println!("==> removed namespace {name} left by a killed run");
@@ -454,198 +454,29 @@ fn analyse_hol(deliveries: &[Delivery], flows: usize) -> Result<HolResult> {
     })
 }
 
+/// What one head-of-line case showed, for the summary table.
+struct HolFinding {
+    name: &'static str,
+    /// What the other flows received inside the stall window, against their
+    /// usual rate.
+    share: f64,
+    gap_ms: f64,
+    others_gap_ms: f64,
+    others_bytes: u64,
+    dropped: u64,
+    queue: u64,
+}
+
 impl Bench<'_> {
     fn hol(&self, report: &mut String) -> Result<()> {
-        let flows = usize::from(HOL_FLOWS);
-        let link = LinkParams {
-            delay: HOL_DELAY,
-            rate_bits_per_second: Some(HOL_RATE),
-            queue_frames: Some(HOL_QUEUE),
-            ..LinkParams::default()
-        };
-        let params = WanParams {
-            b_to_a: LinkParams {
-                drop_nth: Some((HOL_DROP_NTH, HOL_DROP_MIN_BYTES)),
-                ..link
-            },
-            ..WanParams::symmetric(link)
-        };
-        writeln!(report, "\n## 1. Head-of-line blocking after one drop\n")?;
-        writeln!(
-            report,
-            "The experiment of the multistream paper's Fig. 9/10 on our transport. {HOL_FLOWS} flows from server to client over one association; each flow sends a {HOL_MESSAGE}-byte message every {:.1} ms ({} kbit/s of payload each, {:.2} Mbit/s in all, paced rather than unlimited so that the 10-frame queue never overflows and the one deliberate drop is the only loss). Link: {:.1} Mbit/s and {} ms one way in each direction (RTT {} ms), drop-tail queue of {HOL_QUEUE} frames; wanem drops the {HOL_DROP_NTH}th server→client frame of at least {HOL_DROP_MIN_BYTES} bytes (about 8 s in) and nothing else. A flow skips a message while its stream holds more than 8 KiB per flow unacknowledged (a live source), so the start-up leaves no backlog behind; the server's socket send buffer is 48 KiB, so that over TCP the backlog stays where that rule sees it. The client records every message its application receives; the first payload byte names the flow. The flows send for {HOL_SECONDS} s.\n",
-            HOL_MESSAGE as f64 * 8.0 / HOL_FLOW_RATE as f64 * 1e3,
-            HOL_FLOW_RATE / 1000,
-            f64::from(HOL_FLOWS) * HOL_FLOW_RATE as f64 / 1e6,
-            HOL_RATE as f64 / 1e6,
-            HOL_DELAY.as_millis(),
-            2 * HOL_DELAY.as_millis(),
-        )?;
-        writeln!(
-            report,
-            "Longest gap: the longest time between two deliveries of that flow from {HOL_SKIP_START} s to {HOL_SKIP_END} s before the end (the drop is the only event that can cause one). Stall window: the longest gap of the flow that stalled longest (the flow whose data was lost). Bytes in window: what the flow's application got strictly inside that window. Median gap: the flow's usual spacing of deliveries.\n"
-        )?;
+        let params = hol_params();
+        hol_intro(report)?;
         let mut summary_csv = String::from(
             "case,flow,stream,longest_gap_ms,longest_gap_start_s,median_gap_ms,bytes_in_stall_window\n",
         );
         let mut findings = Vec::new();
         for case in &HOL_CASES {
-            interruption_point()?;
-            println!("==> hol: {}", case.name);
-            let mut args: Vec<String> = [
-                "--mode",
-                "hol",
-                "--backend",
-                case.backend,
-                "--flows",
-                &HOL_FLOWS.to_string(),
-                "--message",
-                &HOL_MESSAGE.to_string(),
-                "--flow-bits-per-second",
-                &HOL_FLOW_RATE.to_string(),
-                "--seconds",
-                &HOL_SECONDS.to_string(),
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            if case.one_stream {
-                args.push("--one-stream".into());
-            }
-            let name = format!("hol-{}", case.tag);
-            let timeout = Duration::from_secs_f64(HOL_SECONDS + 40.0);
-            let (log, stats) =
-                self.with_link(&name, &params, || self.pair(&name, &args, &args, timeout))?;
-            let result = analyse_hol(&deliveries(&log), flows)?;
-            let (w0, w1) = result.window;
-            println!(
-                "    flow {} stalled {:.0} ms from {w0:.2} s; wanem dropped {} (loss) and {} (queue) server→client frames",
-                result.stalled_flow,
-                (w1 - w0) * 1e3,
-                stats.b_to_a.dropped_loss,
-                stats.b_to_a.dropped_queue
-            );
-            writeln!(report, "### {}\n", case.name)?;
-            writeln!(
-                report,
-                "- stall window: {:.3} s to {:.3} s ({:.0} ms), flow {} (stream {})",
-                w0,
-                w1,
-                (w1 - w0) * 1e3,
-                result.stalled_flow,
-                stream_of(case, result.stalled_flow)
-            )?;
-            writeln!(
-                report,
-                "- wanem, server→client: {} frames, {} dropped on purpose, {} dropped by the full queue; client→server: {} dropped by the queue",
-                stats.b_to_a.received,
-                stats.b_to_a.dropped_loss,
-                stats.b_to_a.dropped_queue,
-                stats.a_to_b.dropped_queue
-            )?;
-            writeln!(
-                report,
-                "- the application received {:.0} KiB in all\n",
-                result.total_bytes as f64 / 1024.0
-            )?;
-            writeln!(
-                report,
-                "| flow | stream | longest gap ms | median gap ms | bytes in stall window |"
-            )?;
-            writeln!(report, "|---|---|---|---|---|")?;
-            for flow in 0..flows {
-                let (gap, start) = result.longest_gap[flow];
-                writeln!(
-                    report,
-                    "| {flow}{} | {} | {:.0} | {:.0} | {} |",
-                    if flow == result.stalled_flow {
-                        " (lost data)"
-                    } else {
-                        ""
-                    },
-                    stream_of(case, flow),
-                    gap * 1e3,
-                    result.median_gap[flow] * 1e3,
-                    result.bytes_in_window[flow]
-                )?;
-                writeln!(
-                    summary_csv,
-                    "{},{flow},{},{:.1},{start:.3},{:.1},{}",
-                    case.tag,
-                    stream_of(case, flow),
-                    gap * 1e3,
-                    result.median_gap[flow] * 1e3,
-                    result.bytes_in_window[flow]
-                )?;
-            }
-            writeln!(report)?;
-            writeln!(report, "![{}](papers/hol-{}.png)\n", case.name, case.tag)?;
-
-            let mut bins_csv = String::from("t_s");
-            for flow in 0..flows {
-                write!(bins_csv, ",flow{flow}_bytes")?;
-            }
-            bins_csv.push('\n');
-            let bin_count = result.bins.first().map_or(0, Vec::len);
-            for bin in 0..bin_count {
-                write!(bins_csv, "{:.1}", bin as f64 * BIN)?;
-                for flow in &result.bins {
-                    write!(bins_csv, ",{}", flow[bin])?;
-                }
-                bins_csv.push('\n');
-            }
-            self.write(&format!("hol-{}.csv", case.tag), &bins_csv)?;
-            let (from, to) = (w0 - HOL_PLOT_MARGIN, w1 + HOL_PLOT_MARGIN);
-            let series: Vec<Series> = result
-                .bins
-                .iter()
-                .enumerate()
-                .map(|(flow, bins)| Series {
-                    name: format!("flow {flow} (stream {})", stream_of(case, flow)),
-                    points: bins
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &b)| (i as f64 * BIN, b as f64 / 1024.0))
-                        .filter(|&(t, _)| t >= from && t <= to)
-                        .collect(),
-                })
-                .collect();
-            plot::lines(
-                &self.png(&format!("hol-{}.png", case.tag)),
-                &format!("{}: one packet dropped", case.name),
-                "time since the association was up (s)",
-                "KiB delivered per 0.1 s",
-                &series,
-            )?;
-            let others_in_window: u64 = (0..flows)
-                .filter(|&f| f != result.stalled_flow)
-                .map(|f| result.bytes_in_window[f])
-                .sum();
-            let others_longest = (0..flows)
-                .filter(|&f| f != result.stalled_flow)
-                .map(|f| result.longest_gap[f].0)
-                .fold(0.0f64, f64::max);
-            // What the other flows would have received in the window at
-            // their sending rate (one message per usual gap).
-            let expected: f64 = (0..flows)
-                .filter(|&f| f != result.stalled_flow)
-                .filter(|&f| result.median_gap[f].is_finite() && result.median_gap[f] > 0.0)
-                .map(|f| (w1 - w0) / result.median_gap[f] * HOL_MESSAGE as f64)
-                .sum();
-            let share = if expected > 0.0 {
-                others_in_window as f64 / expected
-            } else {
-                0.0
-            };
-            findings.push((
-                case.name,
-                share,
-                (w1 - w0) * 1e3,
-                others_longest * 1e3,
-                others_in_window,
-                stats.b_to_a.dropped_loss,
-                stats.b_to_a.dropped_queue + stats.a_to_b.dropped_queue,
-            ));
+            findings.push(self.hol_case(case, &params, report, &mut summary_csv)?);
         }
         self.write("hol-summary.csv", &summary_csv)?;
         writeln!(report, "### Summary\n")?;
@@ -654,7 +485,16 @@ impl Bench<'_> {
             "| case | stalled flow's gap ms | other flows' bytes in the stall window | share of their usual rate | other flows blocked too | other flows' longest gap ms | frames dropped on purpose | frames dropped by queues |"
         )?;
         writeln!(report, "|---|---|---|---|---|---|---|---|")?;
-        for (name, share, gap, others_gap, others_bytes, dropped, queue) in &findings {
+        for HolFinding {
+            name,
+            share,
+            gap_ms: gap,
+            others_gap_ms: others_gap,
+            others_bytes,
+            dropped,
+            queue,
+        } in &findings
+        {
             writeln!(
                 report,
                 "| {name} | {gap:.0} | {others_bytes} | {:.0}% | {} | {others_gap:.0} | {dropped} | {queue} |",
@@ -677,6 +517,240 @@ impl Bench<'_> {
         )?;
         Ok(())
     }
+
+    /// Runs one case over the lossy link, writes its section, table rows,
+    /// CSV and chart, and returns what the summary needs.
+    fn hol_case(
+        &self,
+        case: &HolCase,
+        params: &WanParams,
+        report: &mut String,
+        summary_csv: &mut String,
+    ) -> Result<HolFinding> {
+        let flows = usize::from(HOL_FLOWS);
+        interruption_point()?;
+        println!("==> hol: {}", case.name);
+        let mut args: Vec<String> = [
+            "--mode",
+            "hol",
+            "--backend",
+            case.backend,
+            "--flows",
+            &HOL_FLOWS.to_string(),
+            "--message",
+            &HOL_MESSAGE.to_string(),
+            "--flow-bits-per-second",
+            &HOL_FLOW_RATE.to_string(),
+            "--seconds",
+            &HOL_SECONDS.to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if case.one_stream {
+            args.push("--one-stream".into());
+        }
+        let name = format!("hol-{}", case.tag);
+        let timeout = Duration::from_secs_f64(HOL_SECONDS + 40.0);
+        let (log, stats) =
+            self.with_link(&name, params, || self.pair(&name, &args, &args, timeout))?;
+        let result = analyse_hol(&deliveries(&log), flows)?;
+        let (w0, w1) = result.window;
+        println!(
+            "    flow {} stalled {:.0} ms from {w0:.2} s; wanem dropped {} (loss) and {} (queue) server→client frames",
+            result.stalled_flow,
+            (w1 - w0) * 1e3,
+            stats.b_to_a.dropped_loss,
+            stats.b_to_a.dropped_queue
+        );
+        writeln!(report, "### {}\n", case.name)?;
+        writeln!(
+            report,
+            "- stall window: {:.3} s to {:.3} s ({:.0} ms), flow {} (stream {})",
+            w0,
+            w1,
+            (w1 - w0) * 1e3,
+            result.stalled_flow,
+            stream_of(case, result.stalled_flow)
+        )?;
+        writeln!(
+            report,
+            "- wanem, server→client: {} frames, {} dropped on purpose, {} dropped by the full queue; client→server: {} dropped by the queue",
+            stats.b_to_a.received,
+            stats.b_to_a.dropped_loss,
+            stats.b_to_a.dropped_queue,
+            stats.a_to_b.dropped_queue
+        )?;
+        writeln!(
+            report,
+            "- the application received {:.0} KiB in all\n",
+            result.total_bytes as f64 / 1024.0
+        )?;
+        hol_table(report, summary_csv, case, &result)?;
+
+        self.hol_chart(case, &result)?;
+        Ok(hol_finding(case, &result, &stats))
+    }
+
+    /// The case's deliveries per 0.1 s: all of them as CSV, the stall window
+    /// with its margins as a chart.
+    fn hol_chart(&self, case: &HolCase, result: &HolResult) -> Result<()> {
+        let flows = result.bins.len();
+        let (w0, w1) = result.window;
+        let mut bins_csv = String::from("t_s");
+        for flow in 0..flows {
+            write!(bins_csv, ",flow{flow}_bytes")?;
+        }
+        bins_csv.push('\n');
+        let bin_count = result.bins.first().map_or(0, Vec::len);
+        for bin in 0..bin_count {
+            write!(bins_csv, "{:.1}", bin as f64 * BIN)?;
+            for flow in &result.bins {
+                write!(bins_csv, ",{}", flow[bin])?;
+            }
+            bins_csv.push('\n');
+        }
+        self.write(&format!("hol-{}.csv", case.tag), &bins_csv)?;
+        let (from, to) = (w0 - HOL_PLOT_MARGIN, w1 + HOL_PLOT_MARGIN);
+        let series: Vec<Series> = result
+            .bins
+            .iter()
+            .enumerate()
+            .map(|(flow, bins)| Series {
+                name: format!("flow {flow} (stream {})", stream_of(case, flow)),
+                points: bins
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &b)| (i as f64 * BIN, b as f64 / 1024.0))
+                    .filter(|&(t, _)| t >= from && t <= to)
+                    .collect(),
+            })
+            .collect();
+        plot::lines(
+            &self.png(&format!("hol-{}.png", case.tag)),
+            &format!("{}: one packet dropped", case.name),
+            "time since the association was up (s)",
+            "KiB delivered per 0.1 s",
+            &series,
+        )?;
+        Ok(())
+    }
+}
+
+/// The case's per-flow table, and its rows of the summary CSV.
+fn hol_table(
+    report: &mut String,
+    summary_csv: &mut String,
+    case: &HolCase,
+    result: &HolResult,
+) -> Result<()> {
+    let flows = result.bins.len();
+    writeln!(
+        report,
+        "| flow | stream | longest gap ms | median gap ms | bytes in stall window |"
+    )?;
+    writeln!(report, "|---|---|---|---|---|")?;
+    for flow in 0..flows {
+        let (gap, start) = result.longest_gap[flow];
+        writeln!(
+            report,
+            "| {flow}{} | {} | {:.0} | {:.0} | {} |",
+            if flow == result.stalled_flow {
+                " (lost data)"
+            } else {
+                ""
+            },
+            stream_of(case, flow),
+            gap * 1e3,
+            result.median_gap[flow] * 1e3,
+            result.bytes_in_window[flow]
+        )?;
+        writeln!(
+            summary_csv,
+            "{},{flow},{},{:.1},{start:.3},{:.1},{}",
+            case.tag,
+            stream_of(case, flow),
+            gap * 1e3,
+            result.median_gap[flow] * 1e3,
+            result.bytes_in_window[flow]
+        )?;
+    }
+    writeln!(report)?;
+    writeln!(report, "![{}](papers/hol-{}.png)\n", case.name, case.tag)?;
+    Ok(())
+}
+
+/// What the other flows got while the stalled one waited, for the summary.
+fn hol_finding(case: &HolCase, result: &HolResult, stats: &WanStats) -> HolFinding {
+    let flows = result.bins.len();
+    let (w0, w1) = result.window;
+    let others_in_window: u64 = (0..flows)
+        .filter(|&f| f != result.stalled_flow)
+        .map(|f| result.bytes_in_window[f])
+        .sum();
+    let others_longest = (0..flows)
+        .filter(|&f| f != result.stalled_flow)
+        .map(|f| result.longest_gap[f].0)
+        .fold(0.0f64, f64::max);
+    // What the other flows would have received in the window at
+    // their sending rate (one message per usual gap).
+    let expected: f64 = (0..flows)
+        .filter(|&f| f != result.stalled_flow)
+        .filter(|&f| result.median_gap[f].is_finite() && result.median_gap[f] > 0.0)
+        .map(|f| (w1 - w0) / result.median_gap[f] * HOL_MESSAGE as f64)
+        .sum();
+    let share = if expected > 0.0 {
+        others_in_window as f64 / expected
+    } else {
+        0.0
+    };
+    HolFinding {
+        name: case.name,
+        share,
+        gap_ms: (w1 - w0) * 1e3,
+        others_gap_ms: others_longest * 1e3,
+        others_bytes: others_in_window,
+        dropped: stats.b_to_a.dropped_loss,
+        queue: stats.b_to_a.dropped_queue + stats.a_to_b.dropped_queue,
+    }
+}
+
+/// The head-of-line link: paced, a short drop-tail queue, and exactly one
+/// server→client frame dropped on purpose.
+fn hol_params() -> WanParams {
+    let link = LinkParams {
+        delay: HOL_DELAY,
+        rate_bits_per_second: Some(HOL_RATE),
+        queue_frames: Some(HOL_QUEUE),
+        ..LinkParams::default()
+    };
+    WanParams {
+        b_to_a: LinkParams {
+            drop_nth: Some((HOL_DROP_NTH, HOL_DROP_MIN_BYTES)),
+            ..link
+        },
+        ..WanParams::symmetric(link)
+    }
+}
+
+/// The section's heading and how to read its tables.
+fn hol_intro(report: &mut String) -> Result<()> {
+    writeln!(report, "\n## 1. Head-of-line blocking after one drop\n")?;
+    writeln!(
+        report,
+        "The experiment of the multistream paper's Fig. 9/10 on our transport. {HOL_FLOWS} flows from server to client over one association; each flow sends a {HOL_MESSAGE}-byte message every {:.1} ms ({} kbit/s of payload each, {:.2} Mbit/s in all, paced rather than unlimited so that the 10-frame queue never overflows and the one deliberate drop is the only loss). Link: {:.1} Mbit/s and {} ms one way in each direction (RTT {} ms), drop-tail queue of {HOL_QUEUE} frames; wanem drops the {HOL_DROP_NTH}th server→client frame of at least {HOL_DROP_MIN_BYTES} bytes (about 8 s in) and nothing else. A flow skips a message while its stream holds more than 8 KiB per flow unacknowledged (a live source), so the start-up leaves no backlog behind; the server's socket send buffer is 48 KiB, so that over TCP the backlog stays where that rule sees it. The client records every message its application receives; the first payload byte names the flow. The flows send for {HOL_SECONDS} s.\n",
+        HOL_MESSAGE as f64 * 8.0 / HOL_FLOW_RATE as f64 * 1e3,
+        HOL_FLOW_RATE / 1000,
+        f64::from(HOL_FLOWS) * HOL_FLOW_RATE as f64 / 1e6,
+        HOL_RATE as f64 / 1e6,
+        HOL_DELAY.as_millis(),
+        2 * HOL_DELAY.as_millis(),
+    )?;
+    writeln!(
+        report,
+        "Longest gap: the longest time between two deliveries of that flow from {HOL_SKIP_START} s to {HOL_SKIP_END} s before the end (the drop is the only event that can cause one). Stall window: the longest gap of the flow that stalled longest (the flow whose data was lost). Bytes in window: what the flow's application got strictly inside that window. Median gap: the flow's usual spacing of deliveries.\n"
+    )?;
+    Ok(())
 }
 
 fn stream_of(case: &HolCase, flow: usize) -> usize {

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use testbed::topology::{LAN, SITE_V4};
-use testbed::{Binaries, Demo, DemoOptions, NsProcess, exec_in};
+use testbed::{Binaries, Demo, DemoOptions, Nginx, exec_in};
 
 use crate::cmd::workspace_root;
 
@@ -106,7 +106,7 @@ pub(crate) fn run() -> Result<()> {
     let gateway_idle = rss_kib(&[gateway_pid]);
     let (gateway_peak, gateway_load) =
         peak_rss_under_load(&client_ns, &gateway_url, move || vec![gateway_pid])?;
-    let nginx_pid = nginx.pid();
+    let nginx_pid = nginx.process().pid();
     let nginx_pids = move || with_children(nginx_pid);
     let nginx_idle = rss_kib(&nginx_pids());
     let (nginx_peak, nginx_load) = peak_rss_under_load(&client_ns, &nginx_url, nginx_pids)?;
@@ -124,7 +124,7 @@ pub(crate) fn run() -> Result<()> {
     std::fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
     println!("{report}");
     println!("==> report written to bench/results/cache.md");
-    let _ = nginx.stop(Duration::from_secs(5));
+    let _ = nginx.process().stop(Duration::from_secs(5));
     if let Some(gateway) = demo.gateway.as_mut() {
         let _ = gateway.stop(Duration::from_secs(10));
     }
@@ -133,8 +133,7 @@ pub(crate) fn run() -> Result<()> {
 
 /// nginx as configured for production on this machine: a master, one worker
 /// per core, access log on, in the foreground.
-fn start_nginx(ns: &str, listen: SocketAddr, root: &Path, dir: &Path) -> Result<NsProcess> {
-    std::fs::create_dir_all(dir)?;
+fn start_nginx(ns: &str, listen: SocketAddr, root: &Path, dir: &Path) -> Result<Nginx> {
     let d = dir.display();
     let conf = format!(
         "daemon off;\nworker_processes auto;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
@@ -147,13 +146,7 @@ fn start_nginx(ns: &str, listen: SocketAddr, root: &Path, dir: &Path) -> Result<
          \x20 server {{ listen {listen}; root {root}; }}\n}}\n",
         root = root.display()
     );
-    let conf_path = dir.join("nginx.conf");
-    std::fs::write(&conf_path, conf)?;
-    let mut command = Command::new(testbed::NGINX);
-    command.arg("-p").arg(dir).arg("-c").arg(&conf_path);
-    let mut process = NsProcess::spawn(ns, "nginx", &command, &dir.join("nginx.out"))?;
-    process.wait_for_tcp(ns, listen, Duration::from_secs(10))?;
-    Ok(process)
+    Ok(Nginx::start_with_config(ns, &[listen], &conf, dir)?)
 }
 
 fn curl(ns: &str, url: &str) -> Result<()> {
@@ -320,7 +313,7 @@ fn report(
     memory: [(&str, u64, u64, Load); 2],
 ) -> Result<String> {
     let mut r =
-        crate::bench::report_header("Cache-hit benchmark: the gateway against nginx", "cache")?;
+        super::common::report_header("Cache-hit benchmark: the gateway against nginx", "cache")?;
     writeln!(
         r,
         "- path: wrk in the client namespace, one veth to the router namespace, where both servers run: \

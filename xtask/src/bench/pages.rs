@@ -1015,7 +1015,7 @@ fn report(
     charts: &[(String, String)],
     notes: &[String],
 ) -> Result<String> {
-    let mut r = crate::bench::report_header(
+    let mut r = super::common::report_header(
         "Page loads: the gateway against the alternatives over emulated links",
         command,
     )?;

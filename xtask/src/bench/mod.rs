@@ -1,0 +1,53 @@
+//! `cargo xtask bench WHICH`: the benchmarks, one module each, over a leaf of
+//! shared helpers. Every report lands in bench/results/ (bench/README.md).
+//!
+//! - [`options`]: the command line ([`BenchOptions`], which benchmark).
+//! - `veth`: `transport`, `scheduler` and `static`, between two namespaces
+//!   joined by one veth pair.
+//! - `cache`, `wan`, `prefetch`, `pages`, `papers`: the benchmarks in the
+//!   testbed's demo topology (with the WAN emulator where a link matters).
+//! - `common`: release builds of the measuring programs and the report
+//!   header. Start reading at [`run`], then the module of the benchmark.
+//!
+//! Layering: `mod.rs` > each benchmark > `common`; a benchmark never imports
+//! another one.
+
+use anyhow::Result;
+
+mod cache;
+mod common;
+mod options;
+mod pages;
+mod papers;
+mod prefetch;
+mod veth;
+mod wan;
+
+pub(crate) use self::options::BenchOptions;
+use self::options::Which;
+
+/// Runs the benchmark `options` name.
+pub(crate) fn run(options: &BenchOptions) -> Result<()> {
+    match options.which {
+        Which::Transport => veth::transport(options),
+        Which::Scheduler => veth::scheduler(options),
+        Which::Static => veth::static_files(),
+        Which::Cache => cache::run(),
+        Which::Wan => wan::run(&options.only),
+        Which::Pages if options.from_csv => pages::rerender(&options.name),
+        Which::Pages => pages::run(&pages::PagesBench {
+            loads: options.loads,
+            rtts_ms: options.rtt.clone(),
+            losses: options.loss.clone(),
+            rates_mbit: options.rate.clone(),
+            alternatives: options.alternatives.clone(),
+            pages: options.pages.clone(),
+            name: options.name.clone(),
+            origin_tcp_cc: options.origin_tcp_cc.clone(),
+        }),
+        Which::Papers => papers::run(&options.only),
+        Which::Prefetch => prefetch::run(prefetch::PrefetchBench {
+            rtt_ms: options.rtt_ms,
+        }),
+    }
+}

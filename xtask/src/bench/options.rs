@@ -1,0 +1,86 @@
+//! `cargo xtask bench`'s command line: which benchmark, and the knobs of each.
+
+/// Options for `cargo xtask bench`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct BenchOptions {
+    /// Which benchmark.
+    #[arg(value_enum)]
+    pub which: Which,
+    /// Bytes per bulk cell.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub bytes: u64,
+    /// Also run every cell over a 100 Mbit/s token-bucket link (transport).
+    #[arg(long)]
+    pub rate_limited: bool,
+    /// Also count instructions per payload byte of every backend with
+    /// callgrind (transport; needs valgrind).
+    #[arg(long)]
+    pub callgrind: bool,
+    /// Run only the sections whose workload is named here (scheduler: zipf,
+    /// prefetch, thesis; wan: rtt, loss, rate; papers: hol, model, objects);
+    /// all by default.
+    #[arg(long)]
+    pub only: Vec<String>,
+    /// Round-trip time of the emulated WAN, in ms (prefetch).
+    #[arg(long, default_value_t = 80)]
+    pub rtt_ms: u64,
+    /// Recorded loads per page, alternative and link (pages).
+    #[arg(long, default_value_t = 3)]
+    pub loads: usize,
+    /// Round-trip times of the links, in ms (pages).
+    #[arg(long, value_delimiter = ',', default_values_t = [20, 80, 200])]
+    pub rtt: Vec<u64>,
+    /// Random loss per direction of the links, in percent (pages).
+    #[arg(long, value_delimiter = ',', default_values_t = [0.0, 1.0, 3.0])]
+    pub loss: Vec<f64>,
+    /// Bottleneck rates of the links, in Mbit/s (pages).
+    #[arg(long, value_delimiter = ',', default_values_t = [10, 100])]
+    pub rate: Vec<u64>,
+    /// Which alternatives, by the letters a-g (pages).
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = super::pages::Alternative::ALL)]
+    pub alternatives: Vec<super::pages::Alternative>,
+    /// Which pages: the generated p25, p50, p75 and the demo site's `demo` (pages).
+    #[arg(long, value_delimiter = ',', default_values_t = ["p50".to_owned()])]
+    pub pages: Vec<String>,
+    /// Load nothing: redraw the report and charts from the last run's
+    /// bench/results/{name}/loads.csv (pages).
+    #[arg(long)]
+    pub from_csv: bool,
+    /// The report's name: bench/results/{name}.md and {name}/ (pages).
+    #[arg(long, default_value = "pages")]
+    pub name: String,
+    /// TCP congestion control of every TCP sender on the origin host, e.g.
+    /// reno (pages; the kernel's default otherwise).
+    #[arg(long)]
+    pub origin_tcp_cc: Option<String>,
+}
+
+/// The benchmarks this command knows.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum Which {
+    /// Bulk throughput and small-message rate of each backend against plain TCP.
+    Transport,
+    /// The origin's schedulers on the wire: SCF vs RR vs FCFS on Zipf sizes,
+    /// demand during a bulk prefetch (FCFS vs priority), the thesis's 6,000 requests.
+    Scheduler,
+    /// Static-file request rate: the origin against nginx on the same files.
+    Static,
+    /// A cache hit served by the gateway against nginx (wrk), and the
+    /// gateway's memory at 1,000 connections.
+    Cache,
+    /// The WAN emulator against its tolerances: round-trip time, loss, rate.
+    Wan,
+    /// Page load in Chromium with the prefetch queue off and on, over an
+    /// emulated WAN (--rtt-ms).
+    Prefetch,
+    /// Page loads in Chromium through every alternative (nginx HTTP/1.1 and
+    /// HTTP/2, Squid, the gateway over framed TCP and SCTP, prefetch, warm
+    /// cache) over the same emulated links (--rtt, --loss, --rate, --loads,
+    /// --alternatives, --pages).
+    Pages,
+    /// The papers' experiments on our transport over the WAN emulator:
+    /// head-of-line blocking after one drop (hol), cold-start object latency
+    /// against the analytical model (model), time per object against object
+    /// count (objects).
+    Papers,
+}
