@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::accounting::EbpfConfig;
 pub use crate::cache::config::CacheConfig;
-pub use crate::origin_link::FeedbackConfig;
 pub use crate::prefetch::PrefetchConfig;
 
 /// Why the configuration cannot be used (shared with the other daemon).
@@ -208,6 +207,31 @@ impl Default for AdminConfig {
 /// The admin endpoint's default port, next to the listener's 3129.
 pub const DEFAULT_ADMIN_PORT: u16 = 3130;
 
+/// Shortest FEEDBACK interval accepted in the configuration.
+pub const MIN_FEEDBACK_INTERVAL: Duration = Duration::from_millis(1);
+/// Longest FEEDBACK interval accepted: beyond it the origin's view of a slow
+/// browser is too old to protect anyone.
+pub const MAX_FEEDBACK_INTERVAL: Duration = Duration::from_secs(1);
+/// `[origin.feedback]`: per-stream backlog reports to the origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FeedbackConfig {
+    /// Announce FEEDBACK in HELLO and send it (to an origin that announced it).
+    pub enabled: bool,
+    /// Shortest time between two FEEDBACK messages, while any backlog changes.
+    #[serde(with = "gateway_transport::duration_ms")]
+    pub interval: Duration,
+}
+
+impl Default for FeedbackConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            interval: Duration::from_millis(20),
+        }
+    }
+}
+
 /// One `[[origin]]`: an SCTP origin and what it serves.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -384,10 +408,7 @@ impl GatewayConfig {
                 return invalid(&key("response_timeout"), "must be above zero");
             }
             let interval = origin.feedback.interval;
-            if !(crate::origin_link::MIN_FEEDBACK_INTERVAL
-                ..=crate::origin_link::MAX_FEEDBACK_INTERVAL)
-                .contains(&interval)
-            {
+            if !(MIN_FEEDBACK_INTERVAL..=MAX_FEEDBACK_INTERVAL).contains(&interval) {
                 return invalid(&key("feedback.interval"), "must be 1 to 1000 ms");
             }
             if origin.reconnect_min.is_zero() || origin.reconnect_max < origin.reconnect_min {

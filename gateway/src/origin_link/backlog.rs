@@ -44,35 +44,10 @@ use std::time::{Duration, Instant};
 use gateway_protocol::{MAX_FEEDBACK_ENTRIES, RequestId, StreamBacklog};
 use serde::{Deserialize, Serialize};
 
-/// Shortest FEEDBACK interval accepted in the configuration.
-pub const MIN_FEEDBACK_INTERVAL: Duration = Duration::from_millis(1);
-/// Longest FEEDBACK interval accepted: beyond it the origin's view of a slow
-/// browser is too old to protect anyone.
-pub const MAX_FEEDBACK_INTERVAL: Duration = Duration::from_secs(1);
 /// Growth of one stream's backlog since its last report, in bytes, that is
 /// reported at once instead of at the next tick: two 64 KiB chunks, so at most
 /// one FEEDBACK per 128 KiB received on top of the ticks.
 pub const FEEDBACK_GROWTH_STEP: u64 = 128 * 1024;
-
-/// `[origin.feedback]`: per-stream backlog reports to the origin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct FeedbackConfig {
-    /// Announce FEEDBACK in HELLO and send it (to an origin that announced it).
-    pub enabled: bool,
-    /// Shortest time between two FEEDBACK messages, while any backlog changes.
-    #[serde(with = "gateway_transport::duration_ms")]
-    pub interval: Duration,
-}
-
-impl Default for FeedbackConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            interval: Duration::from_millis(20),
-        }
-    }
-}
 
 /// One data stream's figures, for metrics and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -58,14 +58,11 @@ use gateway_transport::{AssociationConfig, BackendKind};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-use crate::config::OriginEntry;
+use crate::config::{FeedbackConfig, OriginEntry};
 use backoff::PinTable;
 use conn::{CLOSE_LIMIT, Conn};
 
-pub use backlog::{
-    Backlog, FEEDBACK_GROWTH_STEP, FeedbackConfig, MAX_FEEDBACK_INTERVAL, MIN_FEEDBACK_INTERVAL,
-    StreamFigures,
-};
+pub use backlog::{Backlog, FEEDBACK_GROWTH_STEP, StreamFigures};
 pub use body::ResponseBody;
 pub use error::LinkError;
 pub use head::MAX_RESPONSE_HEADERS;
