@@ -1,6 +1,6 @@
 //! Error codes on the wire, decode errors, and the reaction each one calls for.
 
-use crate::message::{MessageType, RequestId};
+use crate::kind::{MessageType, RequestId};
 
 /// The 16-bit code carried by RESET and GOAWAY.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

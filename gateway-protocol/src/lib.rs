@@ -9,6 +9,7 @@
 //! Start with [`Message`] (the layout) and [`Session::handle_message`] (the checks).
 
 pub mod error;
+pub mod kind;
 pub mod message;
 pub mod session;
 
