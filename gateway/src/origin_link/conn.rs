@@ -17,12 +17,13 @@ use gateway_protocol::{
 use gateway_transport::{Association, BackendKind, TransportError};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
+use super::OriginRequest;
 use super::backlog::Backlog;
-use super::backoff::stream_for;
 use super::error::LinkError;
 use super::head::parse_response_head;
 use super::outq::BrowserSocket;
-use super::{OriginRequest, lock};
+use super::pin::stream_for;
+use crate::sync::lock;
 
 /// Messages queued toward one response's reader (head, body chunks, end). With
 /// chunks of at most 64 KiB that is at most 1 MiB per response; when the queue

@@ -17,9 +17,10 @@ use gateway_protocol::{CONTROL_STREAM, Message};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::backoff::stream_for;
+use super::Shared;
 use super::conn::{CLOSE_LIMIT, Conn, ConnStatus, describe};
-use super::{Shared, lock};
+use super::pin::stream_for;
+use crate::sync::lock;
 
 /// Runs until the association has ended or a FEEDBACK cannot be sent.
 pub(crate) async fn drive(shared: Arc<Shared>, conn: Arc<Conn>) {

@@ -45,11 +45,12 @@ mod error;
 mod feedback;
 mod head;
 mod outq;
+mod pin;
 mod supervisor;
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -59,8 +60,9 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{FeedbackConfig, OriginEntry};
-use backoff::PinTable;
+use crate::sync::lock;
 use conn::{CLOSE_LIMIT, Conn};
+use pin::PinTable;
 
 pub use backlog::{Backlog, FEEDBACK_GROWTH_STEP, StreamFigures};
 pub use body::ResponseBody;
@@ -406,10 +408,4 @@ impl OriginLink {
         shared.state.send_replace(LinkState::ShutDown);
         tracing::info!("origin {}: shut down", shared.name);
     }
-}
-
-/// Locks a mutex whose data stays consistent even if a holder panicked (every
-/// critical section here is a handful of map operations).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

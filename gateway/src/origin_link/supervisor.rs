@@ -15,7 +15,8 @@ use tokio::time::Instant;
 use super::backoff::Backoff;
 use super::conn::{CLOSE_LIMIT, Conn, ConnStatus, describe};
 use super::feedback;
-use super::{LinkState, Shared, lock};
+use super::{LinkState, Shared};
+use crate::sync::lock;
 
 /// An association that lived at least this long was healthy: the next
 /// reconnection starts again from `reconnect_min`. One that dies sooner keeps
