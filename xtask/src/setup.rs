@@ -79,6 +79,14 @@ pub(crate) const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "squid",
         "the benchmark's transparent caching proxy (TPROXY) the gateway is compared with",
     ),
+    (
+        "util-linux",
+        "setpriv: the eBPF test that starts the gateway without CAP_BPF",
+    ),
+    (
+        "valgrind",
+        "callgrind: instructions per byte in `bench transport --callgrind`",
+    ),
     ("wrk", "HTTP load generator for the benchmarks"),
     ("hyperfine", "command timing for the benchmarks"),
     (
