@@ -12,17 +12,19 @@
 //! Everything they create (two namespaces, which own the veth pair and so the XDP
 //! attachment) is removed by [`NetnsPairGuard`] on drop, also when a test panics.
 
+#[path = "support/ebpf.rs"]
+mod support;
+
 use std::{
-    error::Error,
     net::{Ipv4Addr, SocketAddrV4, UdpSocket},
-    path::PathBuf,
     sync::atomic::{AtomicU32, Ordering},
     thread,
     time::{Duration, Instant},
 };
 
-use gateway::ebpf::{OBJECT_PATH_ENV, XdpCounter, XdpMode};
+use gateway::ebpf::{XdpCounter, XdpMode};
 use gateway_common::PacketCounters;
+use support::{chain, object_path, require_root};
 
 /// Datagrams sent while the program is attached.
 const DATAGRAMS: u64 = 200;
@@ -104,35 +106,6 @@ fn counts_and_detaches(mode: XdpMode) {
     assert_eq!(
         detached, attached,
         "{mode}: frames were counted after detaching"
-    );
-}
-
-/// The object's path from `GATEWAY_EBPF_OBJECT`; fails the test if it is unset or
-/// names no file.
-fn object_path() -> PathBuf {
-    let Some(path) = std::env::var_os(OBJECT_PATH_ENV) else {
-        panic!(
-            "{OBJECT_PATH_ENV} is not set. Run `cargo xtask build-ebpf --load-test`, or \
-             `cargo xtask build-ebpf`, set {OBJECT_PATH_ENV} to the path it prints and \
-             run this test with --ignored."
-        );
-    };
-    let path = PathBuf::from(path);
-    assert!(
-        path.is_file(),
-        "{OBJECT_PATH_ENV}={} is not a file; run `cargo xtask build-ebpf`",
-        path.display()
-    );
-    path
-}
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "this test needs root: it creates network namespaces, loads BPF programs and \
-         attaches XDP (CAP_SYS_ADMIN, CAP_BPF, CAP_NET_ADMIN)"
     );
 }
 
@@ -243,16 +216,4 @@ fn ip(args: &[&str]) {
     if let Err(e) = testbed::ip(args) {
         panic!("{e}");
     }
-}
-
-/// An error with all its sources, one `: ` apart.
-fn chain(error: &dyn Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

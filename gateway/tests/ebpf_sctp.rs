@@ -14,11 +14,14 @@
 //! with `--ignored` and `GATEWAY_EBPF_OBJECT` set. Run by hand without that
 //! variable or without root, they FAIL saying so; they never pass vacuously.
 
-use std::{collections::BTreeMap, error::Error, path::PathBuf};
+#[path = "support/ebpf.rs"]
+mod support;
 
-use gateway::ebpf::{
-    OBJECT_PATH_ENV, SctpAccounting, SctpAccountingConfig, SctpHook, SctpSnapshot, test_run,
-};
+use std::collections::BTreeMap;
+
+use support::{chain, object_path, require_root};
+
+use gateway::ebpf::{SctpAccounting, SctpAccountingConfig, SctpHook, SctpSnapshot, test_run};
 use gateway_common::{
     AssocCounters, AssocKey, DIRECTION_EGRESS, DIRECTION_INGRESS, StreamCounters, StreamKey,
     WalkerStats,
@@ -42,8 +45,6 @@ const IPPROTO_HOPOPTS: u8 = 0;
 const IPPROTO_ROUTING: u8 = 43;
 const IPPROTO_FRAGMENT: u8 = 44;
 const IPPROTO_DSTOPTS: u8 = 60;
-
-const IGNORE: &str = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`";
 
 // ---------------------------------------------------------------- the tests
 
@@ -1047,45 +1048,6 @@ fn fragment_header(offset: u16, more: bool) -> Vec<u8> {
 }
 
 // ------------------------------------------------------------ environment
-
-/// The object's path from `GATEWAY_EBPF_OBJECT`; fails the test if it is unset or
-/// names no file.
-fn object_path() -> PathBuf {
-    let Some(path) = std::env::var_os(OBJECT_PATH_ENV) else {
-        panic!(
-            "{OBJECT_PATH_ENV} is not set ({IGNORE}). Or run `cargo xtask build-ebpf`, set \
-             {OBJECT_PATH_ENV} to the path it prints and run this test with --ignored."
-        );
-    };
-    let path = PathBuf::from(path);
-    assert!(
-        path.is_file(),
-        "{OBJECT_PATH_ENV}={} is not a file; run `cargo xtask build-ebpf`",
-        path.display()
-    );
-    path
-}
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "this test needs root: it loads BPF programs (CAP_BPF, CAP_SYS_ADMIN)"
-    );
-}
-
-/// An error with all its sources, one `: ` apart.
-fn chain(error: &dyn Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
 
 /// Attaches both programs to a veth end in a fresh namespace (deleted on drop,
 /// also on panic, taking the veth pair and any attachment with it), checks the
