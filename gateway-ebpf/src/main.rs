@@ -74,7 +74,9 @@ trait Packet {
     /// `start` and `end`, so no pointer may be kept across it.
     fn pull(&self, len: usize);
     /// Payload bytes per segment of a GSO super-packet (`skb->gso_size`), 0 if
-    /// the packet is not one. Always 0 at XDP, which sees wire frames.
+    /// the packet is not one. Always 0 at XDP, whose context does not say: on a
+    /// NIC it sees wire frames, but over loopback and a veth a sender's GSO
+    /// super-packet arrives whole (docs/ebpf.md, "What we learned").
     fn gso_size(&self) -> usize;
 }
 
