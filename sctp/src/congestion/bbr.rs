@@ -107,6 +107,42 @@ struct SendRecord {
     first_sent: Instant,
 }
 
+/// A max filter over the last [`BW_WINDOW_ROUNDS`] rounds: the best value of
+/// each round, newest last (the bandwidth and the extra acked both use one).
+#[derive(Debug, Clone, Default)]
+struct RoundMax<T> {
+    samples: VecDeque<(u64, T)>,
+}
+
+impl<T: Copy + PartialOrd> RoundMax<T> {
+    /// Takes `value` as a sample of `round`, and forgets rounds out of the window.
+    fn update(&mut self, round: u64, value: T) {
+        match self.samples.back_mut() {
+            Some((r, best)) if *r == round => {
+                if value > *best {
+                    *best = value;
+                }
+            }
+            _ => self.samples.push_back((round, value)),
+        }
+        while self
+            .samples
+            .front()
+            .is_some_and(|(r, _)| r + BW_WINDOW_ROUNDS <= round)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    /// The largest value in the window.
+    fn max(&self) -> Option<T> {
+        self.samples
+            .iter()
+            .map(|(_, v)| *v)
+            .reduce(|a, b| if b > a { b } else { a })
+    }
+}
+
 /// The BBR-family controller.
 #[derive(Debug, Clone)]
 pub struct Bbr {
@@ -128,8 +164,8 @@ pub struct Bbr {
     /// the previous round's end is acknowledged.
     round: u64,
     next_round_delivered: u64,
-    /// (round, best rate in that round), bytes per second, newest last.
-    bw_samples: VecDeque<(u64, f64)>,
+    /// The best delivery rate of each recent round, bytes per second.
+    bw_samples: RoundMax<f64>,
     min_rtt: Option<Duration>,
     min_rtt_stamp: Instant,
     full_bw: f64,
@@ -142,8 +178,8 @@ pub struct Bbr {
     /// was acked in it.
     extra_acked_start: Instant,
     extra_acked_delivered: u64,
-    /// (round, largest extra acked in that round), bytes, newest last.
-    extra_acked_samples: VecDeque<(u64, u64)>,
+    /// The largest extra acked of each recent round, bytes.
+    extra_acked_samples: RoundMax<u64>,
 }
 
 impl Bbr {
@@ -165,7 +201,7 @@ impl Bbr {
             records: VecDeque::new(),
             round: 0,
             next_round_delivered: 0,
-            bw_samples: VecDeque::new(),
+            bw_samples: RoundMax::default(),
             min_rtt: None,
             min_rtt_stamp: now,
             full_bw: 0.0,
@@ -175,26 +211,19 @@ impl Bbr {
             flight: 0,
             extra_acked_start: now,
             extra_acked_delivered: 0,
-            extra_acked_samples: VecDeque::new(),
+            extra_acked_samples: RoundMax::default(),
         }
     }
 
     /// The bottleneck bandwidth estimate, bytes per second.
     pub fn bandwidth(&self) -> f64 {
-        self.bw_samples
-            .iter()
-            .map(|(_, bw)| *bw)
-            .fold(0.0, f64::max)
+        self.bw_samples.max().unwrap_or(0.0)
     }
 
     /// The largest excess of acked bytes over what the bandwidth estimate
     /// explains, over the last [`BW_WINDOW_ROUNDS`] rounds.
     pub fn extra_acked(&self) -> u64 {
-        self.extra_acked_samples
-            .iter()
-            .map(|(_, extra)| *extra)
-            .max()
-            .unwrap_or(0)
+        self.extra_acked_samples.max().unwrap_or(0)
     }
 
     /// The extra acked the window makes room for: none in Startup (whose
@@ -228,19 +257,11 @@ impl Bbr {
             expected = 0;
         }
         self.extra_acked_delivered += newly_acked;
-        let extra =
-            (self.extra_acked_delivered - expected.min(self.extra_acked_delivered)).min(self.cwnd);
-        match self.extra_acked_samples.back_mut() {
-            Some((round, best)) if *round == self.round => *best = (*best).max(extra),
-            _ => self.extra_acked_samples.push_back((self.round, extra)),
-        }
-        while self
-            .extra_acked_samples
-            .front()
-            .is_some_and(|(round, _)| round + BW_WINDOW_ROUNDS <= self.round)
-        {
-            self.extra_acked_samples.pop_front();
-        }
+        let extra = self
+            .extra_acked_delivered
+            .saturating_sub(expected)
+            .min(self.cwnd);
+        self.extra_acked_samples.update(self.round, extra);
     }
 
     /// The minimum RTT, once measured.
@@ -303,17 +324,7 @@ impl Bbr {
         }
         let rate =
             (self.delivered_timely - record.delivered_timely) as f64 / interval.as_secs_f64();
-        match self.bw_samples.back_mut() {
-            Some((round, best)) if *round == self.round => *best = best.max(rate),
-            _ => self.bw_samples.push_back((self.round, rate)),
-        }
-        while self
-            .bw_samples
-            .front()
-            .is_some_and(|(round, _)| round + BW_WINDOW_ROUNDS <= self.round)
-        {
-            self.bw_samples.pop_front();
-        }
+        self.bw_samples.update(self.round, rate);
     }
 
     fn on_round_end(&mut self) {
