@@ -197,16 +197,7 @@ impl Fill {
                     let age = policy::current_age(&fresh, now);
                     let answer =
                         policy::answer_from_stored(&self.method, &self.request, &fresh, age);
-                    let body = body::stored(
-                        shared.store.clone(),
-                        self.key,
-                        id,
-                        answer.body,
-                        fresh.body_len,
-                    );
-                    let mut response = Response::new(body);
-                    *response.status_mut() = answer.status;
-                    *response.headers_mut() = answer.headers;
+                    let mut response = shared.answer(self.key, entry, answer, None);
                     // The 304 answered this browser's request: what it set for
                     // this browser alone reaches it, and only it.
                     for (name, value) in &parts.headers {
@@ -237,17 +228,7 @@ impl Fill {
                         &entry.response,
                         age,
                     );
-                    let body = body::stored(
-                        shared.store.clone(),
-                        self.key,
-                        entry.id,
-                        answer.body,
-                        entry.response.body_len,
-                    );
-                    let mut response = Response::new(body);
-                    *response.status_mut() = answer.status;
-                    *response.headers_mut() = answer.headers;
-                    Filled::Answer(response)
+                    Filled::Answer(shared.answer(self.key, entry, answer, None))
                 }
                 None => Filled::Answer(Response::from_parts(parts, upstream)),
             },
