@@ -54,8 +54,11 @@ pub struct GatewayConfigOverrides {
     pub cache_enabled: Option<bool>,
     /// `prefetch.enabled_for_origins`.
     pub prefetch_enabled: Option<bool>,
-    /// The first `[[origin]]`'s `backend` (auto, kernel, userspace, framed-tcp).
+    /// The first `[[origin]]`'s `backend` (auto, kernel, userspace, framed-tcp, quic).
     pub backend: Option<String>,
+    /// The first `[[origin]]`'s `transport.quic_server_cert_sha256`: the pin a
+    /// QUIC origin logs at start.
+    pub quic_server_cert_sha256: Option<String>,
 }
 
 /// A gateway configuration generated from the shipped file, and the keys the
@@ -145,7 +148,9 @@ impl GatewayConfig {
             ("idle_timeout", overrides.idle_timeout_ms),
             ("connect_timeout", overrides.connect_timeout_ms),
         ];
-        if transport_keys.iter().any(|(_, v)| v.is_some()) {
+        if transport_keys.iter().any(|(_, v)| v.is_some())
+            || overrides.quic_server_cert_sha256.is_some()
+        {
             let transport = origin
                 .entry("transport")
                 .or_insert_with(|| toml::Table::new().into())
@@ -155,6 +160,9 @@ impl GatewayConfig {
                 if let Some(ms) = value {
                     transport.insert(key.into(), (ms as i64).into());
                 }
+            }
+            if let Some(pin) = &overrides.quic_server_cert_sha256 {
+                transport.insert("quic_server_cert_sha256".into(), pin.clone().into());
             }
         }
         let int = |section: &str, key: &str| -> Result<i64> {
