@@ -64,6 +64,7 @@ type Handler = Arc<dyn Fn(&Seen) -> Reply + Send + Sync>;
 struct Upstream {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
+    accept: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Upstream {
@@ -73,7 +74,7 @@ impl Upstream {
         let addr = listener.local_addr()?;
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&seen);
-        tokio::spawn(async move {
+        let accept = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let (handler, log) = (Arc::clone(&handler), Arc::clone(&log));
                 tokio::spawn(async move {
@@ -87,7 +88,21 @@ impl Upstream {
                 });
             }
         });
-        Ok(Self { addr, seen })
+        Ok(Self {
+            addr,
+            seen,
+            accept: Mutex::new(Some(accept)),
+        })
+    }
+
+    /// Closes the listening socket: new connections are refused from now on.
+    async fn stop(&self) {
+        let accept = lock(&self.accept).take();
+        if let Some(accept) = accept {
+            accept.abort();
+            // Resolves once the task, and with it the listener, is gone.
+            let _ = accept.await;
+        }
     }
 
     /// Requests for `path` so far.
@@ -516,6 +531,114 @@ async fn stale_if_error_answers_from_the_entry_when_the_origin_fails() -> Result
     }
     assert_eq!(up.count("/s"), 3, "each stale request was validated");
     assert_eq!(cache.stats().entries, 1);
+    Ok(())
+}
+
+/// RFC 5861, section 4, extended to an origin that cannot be reached at all
+/// (issue 14): the stale entry its `stale-if-error` allows answers instead of
+/// the gateway's 502, with validators or without (an entry the client would
+/// have refetched); the entry stays. Past must-revalidate, the 502 stands.
+#[tokio::test]
+async fn stale_if_error_answers_when_the_destination_is_unreachable() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let up = Upstream::start(|seen| match seen.path.as_str() {
+        "/v" => Reply::ok(
+            "validated body",
+            &[
+                ("cache-control", "max-age=0, stale-if-error=600"),
+                ("etag", "\"v1\""),
+            ],
+        ),
+        "/n" => Reply::ok(
+            "plain body",
+            &[("cache-control", "max-age=600, stale-if-error=600")],
+        ),
+        _ => Reply::ok(
+            "strict body",
+            &[
+                (
+                    "cache-control",
+                    "max-age=0, must-revalidate, stale-if-error=600",
+                ),
+                ("etag", "\"m1\""),
+            ],
+        ),
+    })
+    .await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let (gw, cache) = (f.addr, &f.cache);
+    for path in ["/v", "/n", "/m"] {
+        get(gw, path, up.addr).await?;
+    }
+    wait_for(|| cache.stats().stored == 3).await?;
+    up.stop().await;
+
+    let answer = get(gw, "/v", up.addr).await?;
+    assert_eq!(
+        (answer.status, answer.text().as_str()),
+        (200, "validated body")
+    );
+    // Fresh, but the client asks for max-age=0: refetched, not validated.
+    let answer = request(gw, "GET", "/n", up.addr, "cache-control: max-age=0\r\n").await?;
+    assert_eq!((answer.status, answer.text().as_str()), (200, "plain body"));
+    let answer = get(gw, "/m", up.addr).await?;
+    assert_eq!(answer.status, 502, "{}", answer.text());
+    assert_eq!(cache.stats().entries, 3, "every entry stays");
+    Ok(())
+}
+
+/// RFC 5861, section 3: within `stale-while-revalidate`, a stale entry is
+/// answered at once while its validation runs behind; the next request gets
+/// what the validation stored. The validation's answer is held half-sent
+/// until the stale answer has arrived, so a foreground validation (as before)
+/// would not finish in time.
+#[tokio::test]
+async fn stale_while_revalidate_answers_at_once_and_validates_behind() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let release = Arc::new(Notify::new());
+    let held = Arc::clone(&release);
+    let up = Upstream::start(move |seen| {
+        let fields: &[(&'static str, &str)] = &[
+            ("cache-control", "max-age=0, stale-while-revalidate=600"),
+            (
+                "etag",
+                if seen.headers.contains_key("if-none-match") {
+                    "\"v2\""
+                } else {
+                    "\"v1\""
+                },
+            ),
+        ];
+        if seen.headers.contains_key("if-none-match") {
+            Reply {
+                pause: Some(Arc::clone(&held)),
+                ..Reply::ok("second version", fields)
+            }
+        } else {
+            Reply::ok("first version", fields)
+        }
+    })
+    .await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let (gw, cache) = (f.addr, &f.cache);
+    get(gw, "/s", up.addr).await?;
+    wait_for(|| cache.stats().stored == 1).await?;
+
+    let stale = get(gw, "/s", up.addr).await?;
+    assert_eq!(
+        (stale.status, stale.text().as_str()),
+        (200, "first version")
+    );
+    wait_for(|| up.count("/s") == 2).await?;
+    assert_eq!(
+        up.last("/s")
+            .and_then(|s| s.headers.get("if-none-match").cloned()),
+        Some("\"v1\"".to_owned())
+    );
+    release.notify_one();
+    wait_for(|| cache.stats().stored == 2).await?;
+    let next = get(gw, "/s", up.addr).await?;
+    assert_eq!(next.text(), "second version");
     Ok(())
 }
 
