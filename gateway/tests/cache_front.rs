@@ -22,7 +22,7 @@ use gateway::listener::Intercepted;
 use gateway::sync::lock;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
-use http_support::{Answer, exchange};
+use http_support::{Answer, EXCHANGE_TIMEOUT, exchange};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -64,6 +64,7 @@ type Handler = Arc<dyn Fn(&Seen) -> Reply + Send + Sync>;
 struct Upstream {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
+    accept: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Upstream {
@@ -73,7 +74,7 @@ impl Upstream {
         let addr = listener.local_addr()?;
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&seen);
-        tokio::spawn(async move {
+        let accept = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let (handler, log) = (Arc::clone(&handler), Arc::clone(&log));
                 tokio::spawn(async move {
@@ -87,7 +88,21 @@ impl Upstream {
                 });
             }
         });
-        Ok(Self { addr, seen })
+        Ok(Self {
+            addr,
+            seen,
+            accept: Mutex::new(Some(accept)),
+        })
+    }
+
+    /// Closes the listening socket: new connections are refused from now on.
+    async fn stop(&self) {
+        let accept = lock(&self.accept).take();
+        if let Some(accept) = accept {
+            accept.abort();
+            // Resolves once the task, and with it the listener, is gone.
+            let _ = accept.await;
+        }
     }
 
     /// Requests for `path` so far.
@@ -516,6 +531,262 @@ async fn stale_if_error_answers_from_the_entry_when_the_origin_fails() -> Result
     }
     assert_eq!(up.count("/s"), 3, "each stale request was validated");
     assert_eq!(cache.stats().entries, 1);
+    Ok(())
+}
+
+/// RFC 5861, section 4, extended to an origin that cannot be reached at all
+/// (issue 14): the stale entry its `stale-if-error` allows answers instead of
+/// the gateway's 502, with validators or without (an entry the client would
+/// have refetched); the entry stays. Past must-revalidate, the 502 stands.
+#[tokio::test]
+async fn stale_if_error_answers_when_the_destination_is_unreachable() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let up = Upstream::start(|seen| match seen.path.as_str() {
+        "/v" => Reply::ok(
+            "validated body",
+            &[
+                ("cache-control", "max-age=0, stale-if-error=600"),
+                ("etag", "\"v1\""),
+            ],
+        ),
+        "/n" => Reply::ok(
+            "plain body",
+            &[("cache-control", "max-age=600, stale-if-error=600")],
+        ),
+        _ => Reply::ok(
+            "strict body",
+            &[
+                (
+                    "cache-control",
+                    "max-age=0, must-revalidate, stale-if-error=600",
+                ),
+                ("etag", "\"m1\""),
+            ],
+        ),
+    })
+    .await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let (gw, cache) = (f.addr, &f.cache);
+    for path in ["/v", "/n", "/m"] {
+        get(gw, path, up.addr).await?;
+    }
+    wait_for(|| cache.stats().stored == 3).await?;
+    up.stop().await;
+
+    let answer = get(gw, "/v", up.addr).await?;
+    assert_eq!(
+        (answer.status, answer.text().as_str()),
+        (200, "validated body")
+    );
+    // Fresh, but the client asks for max-age=0: refetched, not validated.
+    let answer = request(gw, "GET", "/n", up.addr, "cache-control: max-age=0\r\n").await?;
+    assert_eq!((answer.status, answer.text().as_str()), (200, "plain body"));
+    let answer = get(gw, "/m", up.addr).await?;
+    assert_eq!(answer.status, 502, "{}", answer.text());
+    assert_eq!(cache.stats().entries, 3, "every entry stays");
+    Ok(())
+}
+
+/// RFC 5861, section 3: within `stale-while-revalidate`, a stale entry is
+/// answered at once while its validation runs behind; the next request gets
+/// what the validation stored. The validation's answer is held half-sent
+/// until the stale answer has arrived, so a foreground validation (as before)
+/// would not finish in time.
+#[tokio::test]
+async fn stale_while_revalidate_answers_at_once_and_validates_behind() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let release = Arc::new(Notify::new());
+    let held = Arc::clone(&release);
+    let up = Upstream::start(move |seen| {
+        let fields: &[(&'static str, &str)] = &[
+            ("cache-control", "max-age=0, stale-while-revalidate=600"),
+            (
+                "etag",
+                if seen.headers.contains_key("if-none-match") {
+                    "\"v2\""
+                } else {
+                    "\"v1\""
+                },
+            ),
+        ];
+        if seen.headers.contains_key("if-none-match") {
+            Reply {
+                pause: Some(Arc::clone(&held)),
+                ..Reply::ok("second version", fields)
+            }
+        } else {
+            Reply::ok("first version", fields)
+        }
+    })
+    .await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let (gw, cache) = (f.addr, &f.cache);
+    get(gw, "/s", up.addr).await?;
+    wait_for(|| cache.stats().stored == 1).await?;
+
+    let stale = get(gw, "/s", up.addr).await?;
+    assert_eq!(
+        (stale.status, stale.text().as_str()),
+        (200, "first version")
+    );
+    wait_for(|| up.count("/s") == 2).await?;
+    assert_eq!(
+        up.last("/s")
+            .and_then(|s| s.headers.get("if-none-match").cloned()),
+        Some("\"v1\"".to_owned())
+    );
+    release.notify_one();
+    wait_for(|| cache.stats().stored == 2).await?;
+    let next = get(gw, "/s", up.addr).await?;
+    assert_eq!(next.text(), "second version");
+    Ok(())
+}
+
+/// Issue 14, faults: a browser that goes away mid-response leaves neither a
+/// corrupt nor a partial entry, and holds nothing up: the fill it led goes on
+/// for the store, commits the whole body once the upstream sends the rest,
+/// and the next browser gets it byte for byte from the cache.
+#[tokio::test]
+async fn a_browser_leaving_mid_response_leaves_a_whole_entry() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let release = Arc::new(Notify::new());
+    let held = Arc::clone(&release);
+    let expected: Vec<u8> = (0..512 * 1024).map(|i| (i % 251) as u8).collect();
+    let body = expected.clone();
+    let up = Upstream::start(move |_| Reply {
+        status: 200,
+        headers: vec![("cache-control", "max-age=600".to_owned())],
+        body: body.clone(),
+        pause: Some(Arc::clone(&held)),
+    })
+    .await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let (gw, cache) = (f.addr, &f.cache);
+
+    let mut browser = TcpStream::connect(gw).await?;
+    let raw = format!("GET /big HTTP/1.1\r\nhost: {}\r\n\r\n", up.addr);
+    browser.write_all(raw.as_bytes()).await?;
+    let mut received = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    tokio::time::timeout(EXCHANGE_TIMEOUT, async {
+        // The head and a good part of the first half, then leave.
+        while received.len() < 64 * 1024 {
+            let n = browser.read(&mut buf).await?;
+            anyhow::ensure!(n > 0, "closed before the first half");
+            received.extend_from_slice(&buf[..n]);
+        }
+        Ok(())
+    })
+    .await
+    .context("the first half never came")??;
+    drop(browser);
+    assert_eq!(cache.stats().stored, 0, "nothing stored before the end");
+
+    release.notify_one();
+    wait_for(|| cache.stats().stored == 1).await?;
+    let answer = get(gw, "/big", up.addr).await?;
+    assert_eq!(answer.status, 200);
+    assert!(
+        answer.body == expected,
+        "the stored body is the upstream's, whole"
+    );
+    assert_eq!(up.count("/big"), 1, "answered from the cache");
+    assert_eq!(cache.stats().entries, 1);
+    Ok(())
+}
+
+/// A tmpfs of `size` mounted on a fresh directory, unmounted on drop (also
+/// when the test fails).
+struct TmpfsGuard {
+    dir: tempfile::TempDir,
+}
+
+impl TmpfsGuard {
+    fn mount(size: &str) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()?;
+        anyhow::ensure!(status.success(), "mount tmpfs (needs root): {status}");
+        Ok(Self { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for TmpfsGuard {
+    fn drop(&mut self) {
+        // Lazy: a file the test still holds open must not keep it mounted.
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Issue 14, faults: the cache's disk fills up for real (a 6 MiB tmpfs under
+/// a 64 MiB budget). Every answer keeps coming whole, from upstream once
+/// writes are off; the log says so once; the database reopens with only whole
+/// entries, each read back byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_tmpfs_turns_caching_off_and_answers_keep_flowing() -> Result<()> {
+    let disk = TmpfsGuard::mount("6m")?;
+    let payload =
+        |i: usize| -> Vec<u8> { (0..900 * 1024).map(|j| ((i * 7 + j) % 253) as u8).collect() };
+    let up = Upstream::start(move |seen| {
+        let i: usize = seen.path.trim_start_matches("/o").parse().unwrap_or(0);
+        Reply {
+            status: 200,
+            headers: vec![("cache-control", "max-age=600".to_owned())],
+            body: payload(i),
+            pause: None,
+        }
+    })
+    .await?;
+    let path = disk.path().join("c.redb");
+    let f = front(up.addr, &path).await?;
+    let (gw, cache) = (f.addr, f.cache.clone());
+    let mut i = 0;
+    while !cache.stats().disabled {
+        anyhow::ensure!(i < 40, "the disk never filled: {:?}", cache.stats());
+        let answer = get(gw, &format!("/o{i}"), up.addr).await?;
+        assert_eq!(answer.status, 200);
+        assert!(answer.body == payload(i), "/o{i} whole");
+        // Each fill's write finishes after its answer: wait for it to end one
+        // way or the other before the next, so the disk fills in order.
+        let stored = i as u64 + 1;
+        wait_for(|| cache.stats().stored >= stored || cache.stats().disabled).await?;
+        i += 1;
+    }
+    // Caching is off: more answers, whole, each from upstream.
+    for j in i..i + 3 {
+        let answer = get(gw, &format!("/o{j}"), up.addr).await?;
+        assert_eq!(answer.status, 200);
+        assert!(answer.body == payload(j), "/o{j} whole");
+        assert_eq!(up.count(&format!("/o{j}")), 1);
+    }
+    let kept = cache.stats().entries;
+    assert!(kept >= 1, "something was stored before the disk filled");
+    drop(f);
+    drop(cache);
+
+    // Reopened (as after a restart, the disk still full): whatever is listed
+    // is whole.
+    let f = reopen(up.addr, &path).await?;
+    let mut hits = 0;
+    for j in 0..i {
+        let before = up.count(&format!("/o{j}"));
+        let answer = get(f.addr, &format!("/o{j}"), up.addr).await?;
+        assert_eq!(answer.status, 200);
+        assert!(answer.body == payload(j), "/o{j} whole after the reopen");
+        if up.count(&format!("/o{j}")) == before {
+            hits += 1;
+        }
+    }
+    assert_eq!(hits, kept, "every entry kept answers from the cache");
     Ok(())
 }
 

@@ -366,6 +366,100 @@ async fn limits_answer_with_the_right_status() -> Result<()> {
     Ok(())
 }
 
+/// Issue 14: a chunk size of `ffffffffffffffff` is a 413 at once (it held the
+/// connection for the body time-out, then 408), and the next client is served.
+/// The body time-out is longer than the exchange's deadline, so the old
+/// answer fails this test.
+#[tokio::test]
+async fn a_chunk_size_past_the_body_limit_is_413_at_once() -> Result<()> {
+    let up = upstream().await?;
+    let mut config = GatewayConfig::default();
+    config.http.body_timeout = EXCHANGE_TIMEOUT * 3;
+    config.http.max_body_bytes = 10;
+    let gw = front(config, up.addr).await?;
+    let host = up.addr.to_string();
+    let status = |answers: Vec<Answer>| answers.first().map(|a| a.status);
+
+    let huge = format!(
+        "POST / HTTP/1.1\r\nhost: {host}\r\ntransfer-encoding: chunked\r\n\r\nffffffffffffffff\r\n"
+    );
+    assert_eq!(status(exchange(gw, huge.as_bytes()).await?), Some(413));
+    // Behind a first request on the same connection, and in two chunks that
+    // pass the limit only together.
+    let second = format!(
+        "GET /a HTTP/1.1\r\nhost: {host}\r\n\r\n\
+         POST / HTTP/1.1\r\nhost: {host}\r\ntransfer-encoding: chunked\r\n\r\n\
+         5\r\nabcde\r\n6\r\n"
+    );
+    let answers = exchange(gw, second.as_bytes()).await?;
+    let statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
+    assert_eq!(statuses, [200, 413]);
+    assert_eq!(up.requests.load(Ordering::SeqCst), 1, "only GET /a went on");
+
+    let ok = format!(
+        "POST /echo HTTP/1.1\r\nhost: {host}\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    );
+    let answers = exchange(gw, ok.as_bytes()).await?;
+    assert_eq!(answers.first().map(|a| a.status), Some(200));
+    assert!(
+        answers[0].text().ends_with("body=abc"),
+        "{}",
+        answers[0].text()
+    );
+    Ok(())
+}
+
+/// RFC 9112, section 2.3 (issue 14): `HTTP/1.2` is served as 1.1 (it got
+/// 400), `HTTP/2.0` and `HTTP/3.0` on a request line get 505 (they got 400),
+/// versions that are not `HTTP/D.D` stay 400; the next client is served.
+#[tokio::test]
+async fn request_line_versions_follow_rfc_9112() -> Result<()> {
+    let up = upstream().await?;
+    let gw = front(GatewayConfig::default(), up.addr).await?;
+    let host = up.addr.to_string();
+    let request = |version: &str| {
+        format!("GET /v HTTP/{version}\r\nhost: {host}\r\nconnection: close\r\n\r\n")
+    };
+    let status = |answers: Vec<Answer>| answers.first().map(|a| a.status);
+
+    let answers = exchange(gw, request("1.2").as_bytes()).await?;
+    assert_eq!(answers.first().map(|a| a.status), Some(200));
+    assert!(
+        answers[0].text().starts_with("GET /v "),
+        "{}",
+        answers[0].text()
+    );
+    assert_eq!(up.requests.load(Ordering::SeqCst), 1);
+
+    for version in ["2.0", "3.0", "0.9"] {
+        let answers = exchange(gw, request(version).as_bytes()).await?;
+        assert_eq!(
+            answers.first().map(|a| a.status),
+            Some(505),
+            "HTTP/{version}"
+        );
+        assert_eq!(answers[0].header("connection"), Some("close"));
+    }
+    for version in ["1.10", "2", "x.y"] {
+        assert_eq!(
+            status(exchange(gw, request(version).as_bytes()).await?),
+            Some(400),
+            "HTTP/{version}"
+        );
+    }
+    assert_eq!(
+        up.requests.load(Ordering::SeqCst),
+        1,
+        "none of those went on"
+    );
+
+    assert_eq!(
+        status(exchange(gw, request("1.1").as_bytes()).await?),
+        Some(200)
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_slow_client_is_disconnected() -> Result<()> {
     let up = upstream().await?;

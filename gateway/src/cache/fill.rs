@@ -122,6 +122,9 @@ pub struct Fill {
     pub(super) request: HeaderMap,
     /// The entry being validated.
     pub(super) stored: Option<EntryMeta>,
+    /// The entry under the key when it is refetched rather than validated
+    /// (it has no validators): what `stale-if-error` may still answer with.
+    pub(super) fallback: Option<EntryMeta>,
     /// `If-None-Match` / `If-Modified-Since` for the validation.
     pub(super) conditional: HeaderMap,
     pub(super) request_time: SystemTime,
@@ -161,6 +164,12 @@ impl Fill {
     pub async fn respond(self, response: Response<Body>) -> Filled {
         let now = SystemTime::now();
         let (parts, upstream) = response.into_parts();
+        if self.stored.is_none()
+            && let Some(entry) = self.fallback.clone()
+            && policy::stale_if_error_allows(&self.request, &entry.response, parts.status, now)
+        {
+            return Filled::Answer(self.serve_stale(entry, parts.status, now));
+        }
         let decision = policy::decide_response(
             &self.method,
             &self.request,
@@ -209,27 +218,8 @@ impl Fill {
                 }
                 None => Filled::Refetch,
             },
-            ResponseDecision::ServeStale => match self.stored {
-                Some(ref entry) => {
-                    tracing::debug!(
-                        uri = self.primary,
-                        status = parts.status.as_u16(),
-                        "cache: the origin failed; stale-if-error serves the stored response"
-                    );
-                    shared.counters.inc(&shared.counters.hits);
-                    // Followers look again and validate on their own: the
-                    // entry is unchanged, and may be usable for them too.
-                    self.guard.set_head(FlightHead::Refreshed);
-                    self.guard.finish();
-                    let age = policy::current_age(&entry.response, now);
-                    let answer = policy::answer_from_stored(
-                        &self.method,
-                        &self.request,
-                        &entry.response,
-                        age,
-                    );
-                    Filled::Answer(shared.answer(self.key, entry, answer, None))
-                }
+            ResponseDecision::ServeStale => match self.stored.clone() {
+                Some(entry) => Filled::Answer(self.serve_stale(entry, parts.status, now)),
                 None => Filled::Answer(Response::from_parts(parts, upstream)),
             },
             ResponseDecision::Pass { reason, discard } => {
@@ -263,6 +253,38 @@ impl Fill {
                 self.stream(parts, upstream, stored, declared)
             }
         }
+    }
+
+    /// The request could not be forwarded at all: the gateway's own answer
+    /// would be `status` (502 for an origin or destination that cannot be
+    /// reached, 504 for one that does not answer). Returns the stored entry's
+    /// answer where its or the request's `stale-if-error` allows (RFC 5861,
+    /// section 4), as for an origin's own 5xx; otherwise `None`, and the fill
+    /// is dropped (followers fetch on their own).
+    pub fn failed(self, status: StatusCode) -> Option<Response<Body>> {
+        let now = SystemTime::now();
+        let entry = self.stored.clone().or_else(|| self.fallback.clone())?;
+        policy::stale_if_error_allows(&self.request, &entry.response, status, now)
+            .then(|| self.serve_stale(entry, status, now))
+    }
+
+    /// Answers from `entry` as it is in place of the origin's `status`; the
+    /// entry is kept.
+    fn serve_stale(self, entry: EntryMeta, status: StatusCode, now: SystemTime) -> Response<Body> {
+        tracing::debug!(
+            uri = self.primary,
+            status = status.as_u16(),
+            "cache: the origin failed; stale-if-error serves the stored response"
+        );
+        let shared = Arc::clone(&self.shared);
+        shared.counters.inc(&shared.counters.hits);
+        // Followers look again and validate on their own: the entry is
+        // unchanged, and may be usable for them too.
+        self.guard.set_head(FlightHead::Refreshed);
+        self.guard.finish();
+        let age = policy::current_age(&entry.response, now);
+        let answer = policy::answer_from_stored(&self.method, &self.request, &entry.response, age);
+        shared.answer(self.key, &entry, answer, None)
     }
 
     /// The storable case: the flight carries the body to the browser, the

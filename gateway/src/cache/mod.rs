@@ -157,6 +157,10 @@ pub enum Lookup {
     Hit(Response<Body>, &'static str),
     /// Forward through the fill (see [`Fill`]).
     Fill(Box<Fill>),
+    /// Answer with this stale response at once (`Via` still to add), and
+    /// forward the fill in the background, draining what it answers: it
+    /// validates the entry (RFC 5861, `stale-while-revalidate`).
+    StaleWhileRevalidate(Response<Body>, Box<Fill>),
     /// Forward untouched; then call [`Cache::after_pass`].
     Pass,
 }
@@ -257,6 +261,10 @@ impl Cache {
                     shared.counters.inc(&shared.counters.passes);
                     return Lookup::Pass;
                 }
+                LookupDecision::StaleWhileRevalidate { .. } => {
+                    let join = shared.flights.join(&found.key);
+                    return shared.stale_while_revalidate(join, primary, found, request);
+                }
                 LookupDecision::Fetch | LookupDecision::Validate { .. } => {}
             }
             match shared.flights.join(&found.key) {
@@ -269,7 +277,7 @@ impl Cache {
                         drop(guard);
                         continue;
                     }
-                    return shared.lead(guard, primary, found, request);
+                    return Lookup::Fill(shared.lead(guard, primary, found, request));
                 }
                 Join::Follower(subscriber) => {
                     if let Some(lookup) = shared.follow(subscriber, request).await {
@@ -430,7 +438,11 @@ impl Shared {
                 SystemTime::now(),
             );
             let answer = match (&decision, &entry) {
-                (LookupDecision::Fresh { age }, Some(entry)) => {
+                (
+                    LookupDecision::Fresh { age }
+                    | LookupDecision::StaleWhileRevalidate { age, .. },
+                    Some(entry),
+                ) => {
                     let answer =
                         policy::answer_from_stored(&method, &headers, &entry.response, *age);
                     let inline = match body::chunk_span(answer.body, entry.response.body_len) {
@@ -560,6 +572,31 @@ impl Shared {
         Lookup::Hit(self.answer(found.key, &entry, answer, inline), "hit")
     }
 
+    /// A stale entry within its `stale-while-revalidate` window: answered at
+    /// once; validated in the background by this request if it leads the
+    /// flight for its key, else by the fetch already in flight.
+    fn stale_while_revalidate(
+        self: &Arc<Self>,
+        join: Join<FlightHead>,
+        primary: String,
+        mut found: Found,
+        request: &CacheRequest<'_>,
+    ) -> Lookup {
+        let (Some(entry), Some((answer, inline))) = (found.entry.clone(), found.answer.take())
+        else {
+            return Lookup::Pass;
+        };
+        self.counters.inc(&self.counters.hits);
+        let response = self.answer(found.key.clone(), &entry, answer, inline);
+        match join {
+            Join::Leader(guard) => {
+                let fill = self.lead(guard, primary, found, request);
+                Lookup::StaleWhileRevalidate(response, fill)
+            }
+            Join::Follower(_) => Lookup::Hit(response, "stale"),
+        }
+    }
+
     /// This request leads the flight for its key: it fetches (or validates the
     /// stored entry) through a fill that others may join.
     fn lead(
@@ -568,9 +605,10 @@ impl Shared {
         primary: String,
         found: Found,
         request: &CacheRequest<'_>,
-    ) -> Lookup {
+    ) -> Box<Fill> {
         let conditional = match found.decision {
-            LookupDecision::Validate { conditional } => conditional,
+            LookupDecision::Validate { conditional }
+            | LookupDecision::StaleWhileRevalidate { conditional, .. } => conditional,
             _ => HeaderMap::new(),
         };
         let validation = found.entry.is_some() && !conditional.is_empty();
@@ -579,7 +617,12 @@ impl Shared {
         } else {
             &self.counters.misses
         });
-        Lookup::Fill(Box::new(Fill {
+        let (stored, fallback) = if validation {
+            (found.entry, None)
+        } else {
+            (None, found.entry)
+        };
+        Box::new(Fill {
             shared: Arc::clone(self),
             guard,
             ticket: FillTicket::new(self, &primary),
@@ -587,11 +630,12 @@ impl Shared {
             key: found.key,
             method: request.method.clone(),
             request: request.headers.clone(),
-            stored: found.entry.filter(|_| validation),
+            stored,
+            fallback,
             conditional,
             request_time: SystemTime::now(),
             keep: None,
-        }))
+        })
     }
 
     /// This request joined a flight in progress: it is answered from the

@@ -4,7 +4,10 @@
 //! order, 431 for oversized heads, the header time-out against slow clients); this
 //! module adds what a transparent gateway must decide per request:
 //!
-//! 1. limits hyper does not know: the request target (414) and body (413, 408);
+//! 1. limits hyper does not know: the request target (414) and body (413, 408;
+//!    413 at once for a chunk size past the limit), and the HTTP version (a
+//!    higher 1.x minor is served as 1.1, another major gets 505), both seen
+//!    ahead of hyper by [`framing`];
 //! 2. the Host check against the original destination ([`crate::route`]);
 //! 3. the cache ([`crate::cache`]) for requests whose Host was verified: a hit
 //!    is answered here; a miss is forwarded through a fill that stores the
@@ -21,6 +24,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -33,8 +37,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
+mod framing;
 mod prefetch;
 
+use self::framing::{Finding, FramedStream, Noted, RequestFraming};
 pub use self::prefetch::Prefetcher;
 use crate::body::{Body, BoxError};
 use crate::cache::{Cache, CacheRequest, Filled, Lookup};
@@ -94,6 +100,10 @@ struct Flow {
     /// The browser socket, whose send queue counts toward the backlog of the
     /// streams this connection is pinned to (FEEDBACK).
     socket: Option<Arc<BrowserSocket>>,
+    /// Requests handed to the front so far: the next one's number, from 0.
+    requests: AtomicU64,
+    /// What the framing watch found ahead of hyper ([`framing`]).
+    findings: watch::Receiver<Option<Noted>>,
 }
 
 /// What the front has established about one browser request before it goes
@@ -122,7 +132,13 @@ struct Refusal {
 }
 
 impl Flow {
-    fn new(client: SocketAddr, dst: SocketAddr, direct: DirectSettings, id: u64) -> Self {
+    fn new(
+        client: SocketAddr,
+        dst: SocketAddr,
+        direct: DirectSettings,
+        id: u64,
+        findings: watch::Receiver<Option<Noted>>,
+    ) -> Self {
         Self {
             id,
             client,
@@ -130,6 +146,33 @@ impl Flow {
             pins: Mutex::new(HashMap::new()),
             direct: tokio::sync::Mutex::new(DirectUpstream::new(dst, direct)),
             socket: None,
+            requests: AtomicU64::new(0),
+            findings,
+        }
+    }
+
+    /// What the framing watch found about request `request`, if anything.
+    fn finding(&self, request: u64) -> Option<Finding> {
+        self.findings
+            .borrow()
+            .filter(|noted| noted.request == request)
+            .map(|noted| noted.finding)
+    }
+
+    /// Resolves when the framing watch finds request `request`'s body too
+    /// large; never otherwise.
+    async fn body_too_large(&self, request: u64) {
+        let mut findings = self.findings.clone();
+        let found = findings
+            .wait_for(|noted| {
+                noted.is_some_and(|n| {
+                    n.request == request && matches!(n.finding, Finding::BodyTooLarge { .. })
+                })
+            })
+            .await
+            .is_ok();
+        if !found {
+            std::future::pending::<()>().await;
         }
     }
 }
@@ -204,9 +247,16 @@ impl Front {
             original_dst,
         } = flow;
         let id = self.prefetcher.as_ref().map_or(0, |p| p.connection_id());
-        let mut state = Flow::new(client, original_dst, self.direct, id);
-        state.socket = BrowserSocket::of(&stream).ok().map(Arc::new);
-        let stream = CountedStream::new(stream, state.socket.clone());
+        let socket = BrowserSocket::of(&stream).ok().map(Arc::new);
+        let framing = RequestFraming::new(
+            self.http.max_header_bytes,
+            self.http.max_header_fields,
+            self.http.max_body_bytes,
+        );
+        let (stream, findings) =
+            FramedStream::new(CountedStream::new(stream, socket.clone()), framing);
+        let mut state = Flow::new(client, original_dst, self.direct, id, findings);
+        state.socket = socket;
         let state = Arc::new(state);
         let front = Arc::clone(&self);
         let service = service_fn(move |request| {
@@ -241,7 +291,7 @@ impl Front {
         }
     }
 
-    async fn handle(&self, flow: &Flow, request: Request<Incoming>) -> Response<Body> {
+    async fn handle(self: &Arc<Self>, flow: &Flow, request: Request<Incoming>) -> Response<Body> {
         let started = Instant::now();
         let method = request.method().clone();
         let target = request.uri().clone();
@@ -267,11 +317,19 @@ impl Front {
     /// allowed). Returns the response, the route taken and the cache's part,
     /// for the access log.
     async fn forward(
-        &self,
+        self: &Arc<Self>,
         flow: &Flow,
         request: Request<Incoming>,
     ) -> Result<(Response<Body>, &'static str, &'static str), Refusal> {
+        let number = flow.requests.fetch_add(1, Ordering::Relaxed);
         let (parts, body) = request.into_parts();
+        if let Some(Finding::UnsupportedVersion { major }) = flow.finding(number) {
+            // RFC 9112, section 2.3 and RFC 9110, section 15.6.6.
+            return Err(Refusal::closing(
+                StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+                format!("HTTP/{major} is not served here; HTTP/1.1 is"),
+            ));
+        }
         if target_len(&parts.uri) > self.http.max_uri_bytes {
             return Err(Refusal::closing(
                 StatusCode::URI_TOO_LONG,
@@ -298,7 +356,7 @@ impl Front {
         if check == HostCheck::Mismatch {
             tracing::debug!(client = %flow.client, dst = %flow.dst, host, "Host does not match the destination: direct, uncached");
         }
-        let body = self.read_body(&parts.headers, body).await?;
+        let body = self.read_body(flow, number, &parts.headers, body).await?;
         let mut headers = end_to_end(parts.headers);
         if !body.is_empty() {
             // Read whole, a chunked body included: its length is what travels
@@ -354,7 +412,7 @@ impl Front {
     /// Serves a cacheable request: from the cache, through a fill, or passed
     /// on (then invalidating what an unsafe method changed).
     async fn through_cache(
-        &self,
+        self: &Arc<Self>,
         context: &RequestContext<'_>,
         request: Forwarded,
     ) -> Result<(Response<Body>, &'static str, &'static str), Refusal> {
@@ -385,7 +443,16 @@ impl Front {
                 let original = request.clone();
                 let mut prepared = request;
                 fill.prepare(&mut prepared.headers);
-                let (response, route) = self.dispatch(flow, decision, prepared).await?;
+                let (response, route) = match self.dispatch(flow, decision, prepared).await {
+                    Ok(answer) => answer,
+                    // Unreachable or silent: a stale entry may stand in.
+                    Err(refusal) => {
+                        return match fill.failed(refusal.status) {
+                            Some(stale) => Ok((stale, "unreachable", "stale-if-error")),
+                            None => Err(refusal),
+                        };
+                    }
+                };
                 match fill.respond(response).await {
                     Filled::Answer(response) => Ok((response, route, label)),
                     Filled::Refetch => {
@@ -393,6 +460,26 @@ impl Front {
                         Ok((response, route, "pass"))
                     }
                 }
+            }
+            Lookup::StaleWhileRevalidate(response, fill) => {
+                let mut prepared = request;
+                fill.prepare(&mut prepared.headers);
+                // Its own connection upstream, so that the browser's next
+                // request on this one does not wait behind the validation.
+                let background = Flow::new(
+                    flow.client,
+                    flow.dst,
+                    self.direct,
+                    0,
+                    watch::channel(None).1,
+                );
+                let front = Arc::clone(self);
+                tokio::spawn(async move {
+                    front
+                        .revalidate_in_background(background, decision, prepared, *fill)
+                        .await;
+                });
+                Ok((response, "cache", "stale-while-revalidate"))
             }
             Lookup::Pass => {
                 let (method, path) = (request.method.clone(), request.path.clone());
@@ -408,6 +495,33 @@ impl Front {
                     .after_pass(&key, response.status(), response.headers())
                     .await;
                 Ok((response, route, "pass"))
+            }
+        }
+    }
+
+    /// Validates a stale entry answered under `stale-while-revalidate`: the
+    /// fill stores or freshens what comes back; the answer itself is read to
+    /// its end (so that a streamed body reaches the store) and dropped.
+    async fn revalidate_in_background(
+        &self,
+        flow: Flow,
+        decision: Decision,
+        request: Forwarded,
+        fill: crate::cache::Fill,
+    ) {
+        let response = match self.dispatch(&flow, decision, request).await {
+            Ok((response, _)) => fill.respond(response).await,
+            Err(refusal) => {
+                tracing::debug!(dst = %flow.dst, status = refusal.status.as_u16(), "cache: a background validation failed");
+                return;
+            }
+        };
+        if let Filled::Answer(response) = response {
+            let mut body = response.into_body();
+            while let Some(frame) = body.frame().await {
+                if frame.is_err() {
+                    break;
+                }
             }
         }
     }
@@ -515,8 +629,15 @@ impl Front {
         Ok(Response::from_parts(parts, body))
     }
 
-    /// Reads the whole request body, bounded in size (413) and time (408).
-    async fn read_body(&self, headers: &HeaderMap, body: Incoming) -> Result<Bytes, Refusal> {
+    /// Reads request `number`'s whole body, bounded in size (413, also as soon
+    /// as a chunk-size line declares too much) and time (408).
+    async fn read_body(
+        &self,
+        flow: &Flow,
+        number: u64,
+        headers: &HeaderMap,
+        body: Incoming,
+    ) -> Result<Bytes, Refusal> {
         let max = self.http.max_body_bytes;
         let declared = headers
             .get(header::CONTENT_LENGTH)
@@ -534,7 +655,17 @@ impl Front {
         }
         let limit = usize::try_from(max).unwrap_or(usize::MAX);
         let collect = Limited::new(body, limit).collect();
-        match tokio::time::timeout(self.http.body_timeout, collect).await {
+        let declared_too_large = flow.body_too_large(number);
+        let collected = tokio::select! {
+            collected = tokio::time::timeout(self.http.body_timeout, collect) => collected,
+            () = declared_too_large => {
+                return Err(Refusal::closing(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request body too large (declared by its chunk sizes)",
+                ));
+            }
+        };
+        match collected {
             Ok(Ok(collected)) => Ok(collected.to_bytes()),
             Ok(Err(e)) if e.is::<LengthLimitError>() => Err(Refusal::closing(
                 StatusCode::PAYLOAD_TOO_LARGE,

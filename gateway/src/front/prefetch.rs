@@ -208,7 +208,14 @@ impl Front {
             headers: request.headers.clone(),
             document: document.clone(),
             decision: *decision,
-            flow: Arc::new(Flow::new(flow.client, flow.dst, self.direct, 0)),
+            // Prefetches read no browser bytes: nothing to find.
+            flow: Arc::new(Flow::new(
+                flow.client,
+                flow.dst,
+                self.direct,
+                0,
+                tokio::sync::watch::channel(None).1,
+            )),
         });
         let page = prefetcher.with(|s| {
             let page = s
@@ -392,7 +399,9 @@ impl Front {
                 response
             }
             Lookup::Pass => return Outcome::Failed("the cache passes it"),
-            Lookup::Fill(mut fill) => {
+            // A prefetch is the background already: it validates in the
+            // open and takes what the validation gives.
+            Lookup::Fill(mut fill) | Lookup::StaleWhileRevalidate(_, mut fill) => {
                 fill.prepare(&mut request.headers);
                 fill.only_if(|status, headers| keep_prefetched(status, headers).is_ok());
                 let response = match self.dispatch(&page.flow, page.decision, request).await {

@@ -139,8 +139,12 @@ pub struct CacheControl {
     pub min_fresh: Option<u64>,
     /// `stale-if-error` (RFC 5861, section 4; request or response): how many
     /// seconds past its freshness a stored response may stand in for an
-    /// origin's 500, 502, 503 or 504.
+    /// origin's 500, 502, 503 or 504, or an origin that cannot be reached.
     pub stale_if_error: Option<u64>,
+    /// `stale-while-revalidate` (RFC 5861, section 3; response): how many
+    /// seconds past its freshness a stored response may be answered at once
+    /// while it is validated in the background.
+    pub stale_while_revalidate: Option<u64>,
 }
 
 impl CacheControl {
@@ -174,6 +178,9 @@ impl CacheControl {
                     "min-fresh" if cc.min_fresh.is_none() => cc.min_fresh = seconds(),
                     "stale-if-error" if cc.stale_if_error.is_none() => {
                         cc.stale_if_error = seconds();
+                    }
+                    "stale-while-revalidate" if cc.stale_while_revalidate.is_none() => {
+                        cc.stale_while_revalidate = seconds();
                     }
                     _ => {}
                 }
@@ -381,6 +388,16 @@ pub enum LookupDecision {
         /// `If-None-Match` and/or `If-Modified-Since`.
         conditional: HeaderMap,
     },
+    /// Answer from the stale stored response at once, as for `Fresh`, and
+    /// validate it in the background as for `Validate` (RFC 5861, section 3:
+    /// `stale-while-revalidate`). `conditional` may be empty (no validators):
+    /// the background request is then a plain fetch.
+    StaleWhileRevalidate {
+        /// The current age, sent as `Age`.
+        age: Duration,
+        /// `If-None-Match` and/or `If-Modified-Since`.
+        conditional: HeaderMap,
+    },
     /// Fetch the response (without the client's conditionals and Range) and
     /// store it if allowed.
     Fetch,
@@ -452,11 +469,40 @@ pub fn decide_lookup(
         return LookupDecision::Pass;
     }
     let conditional = conditional_headers(stored);
+    if stale_while_revalidate_allows(&req_cc, &res_cc, age, lifetime) {
+        return LookupDecision::StaleWhileRevalidate { age, conditional };
+    }
     if conditional.is_empty() {
         LookupDecision::Fetch
     } else {
         LookupDecision::Validate { conditional }
     }
+}
+
+/// Whether a stale response with these directives may be answered at once
+/// while it is validated in the background (RFC 5861, section 3): within its
+/// `stale-while-revalidate` window, never past `must-revalidate`,
+/// `proxy-revalidate` or `s-maxage` (RFC 9111, sections 5.2.2.2, 5.2.2.8,
+/// 5.2.2.10), nor for a client that asked for `no-cache`, a younger `max-age`
+/// or `min-fresh` (a stale response satisfies neither).
+fn stale_while_revalidate_allows(
+    req_cc: &CacheControl,
+    res_cc: &CacheControl,
+    age: Duration,
+    lifetime: Duration,
+) -> bool {
+    let Some(window) = res_cc.stale_while_revalidate else {
+        return false;
+    };
+    age >= lifetime
+        && (age - lifetime).as_secs() <= window
+        && !(res_cc.no_cache
+            || res_cc.must_revalidate
+            || res_cc.proxy_revalidate
+            || res_cc.s_maxage.is_some())
+        && !req_cc.no_cache
+        && req_cc.min_fresh.is_none()
+        && req_cc.max_age.is_none_or(|max| age.as_secs() <= max)
 }
 
 /// The validators for a conditional request about `stored` (section 4.3.1).
@@ -561,7 +607,7 @@ pub fn decide_response(
 /// (the client knows what it can use); `must-revalidate`, `proxy-revalidate`
 /// and `s-maxage` forbid it (RFC 9111, sections 5.2.2.2, 5.2.2.8, 5.2.2.10:
 /// a shared cache must not serve such a response stale, error or not).
-fn stale_if_error_allows(
+pub fn stale_if_error_allows(
     request: &HeaderMap,
     stored: &StoredResponse,
     status: StatusCode,

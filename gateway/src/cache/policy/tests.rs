@@ -41,6 +41,9 @@ enum Kind {
     Pass,
     /// Answered by the cache without a stored response (504).
     Synthetic,
+    /// Answered from the stale stored response at once; the validation (the
+    /// step's origin response, if given) runs behind it (RFC 5861, 3).
+    Stale,
 }
 
 #[derive(Debug, Clone)]
@@ -248,6 +251,26 @@ impl Sim {
                     sent: None,
                 };
             }
+            LookupDecision::StaleWhileRevalidate { age, .. } => {
+                let (stored, body) = stored.expect("stale implies stored");
+                let (status, headers, body) = answer(&stored, &body, age);
+                // The validation behind the answer: the same request, which
+                // must not be answered stale again.
+                let sent = step.origin.is_some().then(|| {
+                    let mut behind = step.clone();
+                    behind
+                        .request
+                        .push(("cache-control".to_owned(), "no-cache".to_owned()));
+                    self.run(&behind).sent
+                });
+                return Outcome {
+                    kind: Kind::Stale,
+                    status,
+                    headers,
+                    body,
+                    sent: sent.flatten(),
+                };
+            }
             LookupDecision::GatewayTimeout => {
                 return Outcome {
                     kind: Kind::Synthetic,
@@ -424,7 +447,7 @@ fn check(case: &Case) -> Result<(), String> {
     Ok(())
 }
 
-use Kind::{Hit, Miss, Pass, Revalidate, Synthetic};
+use Kind::{Hit, Miss, Pass, Revalidate, Stale, Synthetic};
 
 const MAX60: &[(&str, &str)] = &[("cache-control", "max-age=60")];
 const MAX60_ETAG: &[(&str, &str)] = &[("cache-control", "max-age=60"), ("etag", "\"v1\"")];
@@ -632,6 +655,96 @@ fn storage_cases() -> Vec<Case> {
                     .origin(200, MAX60, "posted")
                     .expect(Pass),
                 get(1, "/a").origin(200, MAX60, "y").expect(Miss),
+            ],
+        ),
+        case(
+            "RFC 5861 3",
+            "stale-while-revalidate: answered stale at once, validated behind; the 200 replaces it",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("cache-control", "max-age=10, stale-while-revalidate=60"),
+                        ("etag", "\"v1\""),
+                    ],
+                    "v1",
+                ),
+                get(30, "/a")
+                    .origin(
+                        200,
+                        &[
+                            ("cache-control", "max-age=10, stale-while-revalidate=60"),
+                            ("etag", "\"v2\""),
+                        ],
+                        "v2",
+                    )
+                    .expect(Stale)
+                    .status(200)
+                    .has("age", "30")
+                    .sent("if-none-match", "\"v1\"")
+                    .body("v1"),
+                get(31, "/a").expect(Hit).body("v2"),
+                // Within the window without validators: a plain fetch behind.
+                get(40, "/n").origin(
+                    200,
+                    &[("cache-control", "max-age=10, stale-while-revalidate=60")],
+                    "n1",
+                ),
+                get(60, "/n")
+                    .origin(200, &[("cache-control", "max-age=10")], "n2")
+                    .expect(Stale)
+                    .not_sent("if-none-match")
+                    .body("n1"),
+                get(61, "/n").expect(Hit).body("n2"),
+            ],
+        ),
+        case(
+            "RFC 5861 3",
+            "stale-while-revalidate: validated first past its window, past must-revalidate, for no-cache or min-fresh",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("cache-control", "max-age=10, stale-while-revalidate=60"),
+                        ("etag", "\"a\""),
+                    ],
+                    "a",
+                ),
+                get(100, "/a")
+                    .origin(200, &[("etag", "\"a2\"")], "a2")
+                    .expect(Revalidate)
+                    .body("a2"),
+                get(0, "/b").origin(
+                    200,
+                    &[
+                        (
+                            "cache-control",
+                            "max-age=10, must-revalidate, stale-while-revalidate=60",
+                        ),
+                        ("etag", "\"b\""),
+                    ],
+                    "b",
+                ),
+                get(20, "/b")
+                    .origin(304, &[("etag", "\"b\"")], "")
+                    .expect(Revalidate)
+                    .body("b"),
+                get(0, "/c").origin(
+                    200,
+                    &[
+                        ("cache-control", "max-age=10, stale-while-revalidate=60"),
+                        ("etag", "\"c\""),
+                    ],
+                    "c",
+                ),
+                get(20, "/c")
+                    .h("cache-control", "no-cache")
+                    .origin(304, &[("etag", "\"c\"")], "")
+                    .expect(Revalidate),
+                get(40, "/c")
+                    .h("cache-control", "min-fresh=1")
+                    .origin(304, &[("etag", "\"c\"")], "")
+                    .expect(Revalidate),
             ],
         ),
         case(
