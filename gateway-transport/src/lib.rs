@@ -149,6 +149,16 @@ impl Association {
         }
     }
 
+    /// Our userspace stack's transmission state and loss-recovery counts
+    /// (retransmissions, tail-loss probes, RTOs): what a slow transfer was
+    /// made of. `None` for the other backends, whose stacks do not say.
+    pub fn sctp_stats(&self) -> Option<sctp::Stats> {
+        match &*self.inner {
+            Inner::Userspace(a) => Some(a.sctp_stats()),
+            _ => None,
+        }
+    }
+
     /// Queues `data` as one message on `stream`. Waits while the stream's send
     /// queue holds more than [`AssociationConfig::max_buffered_per_stream`] bytes.
     pub async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {

@@ -834,7 +834,8 @@ fn generated_configs_validate() {
         cache_path: Some("/tmp/elsewhere/c.redb".into()),
         cache_enabled: Some(false),
         prefetch_enabled: Some(false),
-        backend: None,
+        backend: Some("quic".into()),
+        quic_server_cert_sha256: Some("ab".repeat(32)),
     };
     let generated = GatewayConfig::from_shipped(&workspace(), &overrides).expect("generate");
     let config = DaemonConfig::from_toml(&generated.text).expect("parses");
@@ -851,6 +852,7 @@ fn generated_configs_validate() {
     assert_eq!(origin.reconnect_max, Duration::from_millis(100));
     assert_eq!(origin.reconnect_min, Duration::from_millis(100));
     assert_eq!(origin.transport.idle_timeout, Duration::from_secs(3));
+    assert!(origin.transport.quic_server_cert_sha256.is_some());
     assert_eq!(generated.table, config.intercept.table);
     assert_eq!(generated.tproxy_mark, config.intercept.tproxy_mark);
 }

@@ -250,10 +250,14 @@ async fn accept_loop(
         lock(&live).insert(key, assoc.clone());
         let handler = Arc::new(AccessLog::new(Arc::clone(&service), peer));
         let (config, live) = (config.clone(), Arc::clone(&live));
+        let transport = assoc.clone();
         associations.spawn(async move {
             match drive(assoc, handler, config).await {
                 Ok(stats) => tracing::info!(%peer, ?stats, "association closed"),
                 Err(e) => tracing::warn!(%peer, "association ended: {e}"),
+            }
+            if let Some(sctp) = transport.sctp_stats() {
+                tracing::info!(%peer, srtt = ?sctp.srtt, "transport: {}", sctp.counters);
             }
             lock(&live).remove(&key);
             drop(permit);

@@ -47,7 +47,7 @@ use crate::cookie::{CookieKey, CookieState};
 use crate::pacer::Pacer;
 use crate::recv::{Receiver, Verdict};
 use crate::rtt::RttEstimator;
-use crate::send::{SendError, Sender, StreamStats};
+use crate::send::{Counters, SendError, Sender, StreamStats};
 use crate::wire::{self, COMMON_HEADER_LEN};
 
 /// Bytes of HEARTBEAT information we send: the send time (µs since the
@@ -181,6 +181,8 @@ pub struct Stats {
     pub mtu: usize,
     /// The congestion controller's name.
     pub controller: &'static str,
+    /// Counts since the association began.
+    pub counters: Counters,
 }
 
 /// What the endpoint hands an association: the packet, and the verified
@@ -312,6 +314,9 @@ pub struct Association {
     pto: Option<Instant>,
     /// A tail-loss probe was sent and no SACK has come since.
     tlp_in_flight: bool,
+    /// Packets handed out by `poll_transmit`, and accepted by `handle`.
+    packets_sent: u64,
+    packets_received: u64,
     /// The last DATA packet asked for an immediate SACK (RFC 7053).
     last_immediate: bool,
     /// Spaces DATA packets over the round trip.
@@ -378,6 +383,8 @@ impl Association {
             t3: None,
             pto: None,
             tlp_in_flight: false,
+            packets_sent: 0,
+            packets_received: 0,
             last_immediate: false,
             pacer,
             pace_at: None,
@@ -624,6 +631,14 @@ impl Association {
             rto: self.rtt.rto(),
             mtu: self.pmtu.current,
             controller: self.cc.name(),
+            counters: Counters {
+                packets_sent: self.packets_sent,
+                packets_received: self.packets_received,
+                ..self
+                    .sender
+                    .as_ref()
+                    .map_or_else(Counters::default, Sender::counters)
+            },
         }
     }
 
@@ -983,6 +998,7 @@ impl Association {
             return;
         }
         self.last_heard = now;
+        self.packets_received += 1;
         // `heartbeat_interval` counts from the last packet heard (its doc): a
         // peer that talks needs no HEARTBEAT, and an idle limit shorter than
         // interval + RTO must not fire between two answered heartbeats.
@@ -1467,6 +1483,12 @@ impl Association {
     /// (retransmissions before new data) as the windows and the pacer allow;
     /// a path MTU probe goes only when nothing else waits.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        let transmit = self.next_transmit(now);
+        self.packets_sent += u64::from(transmit.is_some());
+        transmit
+    }
+
+    fn next_transmit(&mut self, now: Instant) -> Option<Transmit> {
         if let Some(contents) = self.packets.pop_front() {
             return Some(Transmit {
                 destination: self.remote,

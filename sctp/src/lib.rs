@@ -48,7 +48,9 @@ mod send;
 pub mod seq;
 pub mod wire;
 
-pub use association::{Association, AssociationError, Event, Incoming, Message, State, Transmit};
+pub use association::{
+    Association, AssociationError, Event, Incoming, Message, State, Stats, Transmit,
+};
 pub use config::{Config, ConfigError, DEFAULT_MTU, MIN_MTU};
 pub use endpoint::{AssocHandle, DatagramEvent, Endpoint, EndpointStats};
-pub use send::{SendError, StreamStats};
+pub use send::{Counters, SendError, StreamStats};

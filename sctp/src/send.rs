@@ -70,6 +70,27 @@ pub struct StreamStats {
     pub acked: u64,
 }
 
+/// Loss recovery's counts since the association began, for operators and
+/// benchmarks: what a stall or a slow transfer was made of. The packet counts
+/// are the association's; the rest are the sender's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// SCTP packets handed to the network.
+    pub packets_sent: u64,
+    /// SCTP packets received with the right verification tag.
+    pub packets_received: u64,
+    /// DATA chunks sent again, whatever marked them.
+    pub retransmitted_chunks: u64,
+    /// Chunks declared lost from SACKs (gap reports, RACK's time rule).
+    pub lost_by_sack: u64,
+    /// Chunks declared lost when RACK's reordering timer fired.
+    pub lost_by_reorder_timer: u64,
+    /// Tail-loss probes (RFC 8985 7): the probe timer fired with data to send.
+    pub tail_probes: u64,
+    /// Retransmission time-outs (T3-rtx expiries with data outstanding).
+    pub rto_expirations: u64,
+}
+
 /// What a SACK did, for the association's timers and events.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct SackOutcome {
@@ -78,6 +99,32 @@ pub(crate) struct SackOutcome {
     /// Chunks are marked for fast retransmission and one packet of them may
     /// go out ignoring the congestion window (RFC 9260 7.2.4 rule 3).
     pub(crate) fast_retransmit: bool,
+}
+
+impl std::fmt::Display for Counters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} packets sent, {} received; {} chunks retransmitted; lost: {} by SACK, \
+             {} by the reorder timer; {} tail-loss probes; {} RTOs",
+            self.packets_sent,
+            self.packets_received,
+            self.retransmitted_chunks,
+            self.lost_by_sack,
+            self.lost_by_reorder_timer,
+            self.tail_probes,
+            self.rto_expirations
+        )
+    }
+}
+
+/// What one pass of RACK's time rule marked lost.
+#[derive(Debug, Clone, Copy, Default)]
+struct Detected {
+    bytes: u64,
+    chunks: u64,
+    /// The newest lost chunk's send time.
+    newest: Option<Instant>,
 }
 
 /// A SACK the sender cannot accept: the association aborts.
@@ -164,6 +211,8 @@ pub(crate) struct Sender {
     rack: Option<(Instant, Duration)>,
     /// Time-based loss detection is on.
     rack_enabled: bool,
+    /// Loss recovery's counts (the packet counts stay zero here).
+    counters: Counters,
     /// When a chunk sent before the RACK time becomes lost if still missing.
     reorder_deadline: Option<Instant>,
     /// A tail-loss probe may send one packet of new data ignoring the window.
@@ -205,6 +254,7 @@ impl Sender {
             fast_rtx_pending: false,
             rack: None,
             rack_enabled: true,
+            counters: Counters::default(),
             reorder_deadline: None,
             probe_new: false,
             unsent_total: 0,
@@ -308,6 +358,11 @@ impl Sender {
         self.peer_rwnd > 0 || self.flight == 0
     }
 
+    /// Loss recovery's counts so far.
+    pub(crate) fn counters(&self) -> Counters {
+        self.counters
+    }
+
     /// Whether marked chunks may be retransmitted now.
     pub(crate) fn may_retransmit(&self, cwnd: u64) -> bool {
         self.marked > 0 && (self.fast_rtx_pending || self.flight < cwnd)
@@ -339,6 +394,7 @@ impl Sender {
         sent.marked = false;
         sent.misses = 0;
         sent.transmissions += 1;
+        self.counters.retransmitted_chunks += 1;
         sent.sent_at = now;
         self.marked -= 1;
         self.flight += sent.size;
@@ -603,9 +659,10 @@ impl Sender {
         }
         self.probe_new = false;
         if self.rack_enabled && (self.gap_acked > 0 || retransmission_delivered) {
-            let (bytes, newest) = self.rack_detect(now, rtt);
-            lost_bytes += bytes;
-            lost_newest = newest.max(lost_newest);
+            let detected = self.rack_detect(now, rtt);
+            self.counters.lost_by_sack += detected.chunks;
+            lost_bytes += detected.bytes;
+            lost_newest = detected.newest.max(lost_newest);
         }
         // With RACK on, time replaces the count of miss indications (RFC 8985
         // 6.2): a fixed three-report threshold reads any reordering deeper
@@ -622,6 +679,7 @@ impl Sender {
                 if sent.misses >= FAST_RETRANSMIT_MISSES {
                     sent.marked = true;
                     self.marked += 1;
+                    self.counters.lost_by_sack += 1;
                     self.flight -= sent.size;
                     lost_bytes += sent.size;
                     lost_newest = Some(lost_newest.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
@@ -673,15 +731,14 @@ impl Sender {
     /// sequence numbers): a chunk sent before the newest delivered one is
     /// lost once it has been missing for that chunk's RTT plus the
     /// reordering window; the earliest chunk not yet due sets the reorder
-    /// deadline. Returns the bytes marked lost and the newest lost send time.
-    fn rack_detect(&mut self, now: Instant, rtt: &RttEstimator) -> (u64, Option<Instant>) {
+    /// deadline.
+    fn rack_detect(&mut self, now: Instant, rtt: &RttEstimator) -> Detected {
         self.reorder_deadline = None;
+        let mut detected = Detected::default();
         let Some((rack_sent, rack_rtt)) = self.rack else {
-            return (0, None);
+            return detected;
         };
         let wait = rack_rtt + Self::reo_wnd(rtt);
-        let mut lost = 0;
-        let mut newest = None;
         for sent in self.outstanding.iter_mut() {
             if sent.gap_acked || sent.marked || sent.sent_at >= rack_sent {
                 continue;
@@ -691,13 +748,14 @@ impl Sender {
                 sent.marked = true;
                 self.marked += 1;
                 self.flight -= sent.size;
-                lost += sent.size;
-                newest = newest.max(Some(sent.sent_at));
+                detected.bytes += sent.size;
+                detected.chunks += 1;
+                detected.newest = detected.newest.max(Some(sent.sent_at));
             } else {
                 self.reorder_deadline = Some(self.reorder_deadline.map_or(due, |d| d.min(due)));
             }
         }
-        (lost, newest)
+        detected
     }
 
     /// When RACK's reorder timer fires, if it runs.
@@ -713,7 +771,12 @@ impl Sender {
         rtt: &RttEstimator,
         cc: &mut dyn Controller,
     ) -> bool {
-        let (lost, newest) = self.rack_detect(now, rtt);
+        let Detected {
+            bytes: lost,
+            newest,
+            chunks,
+        } = self.rack_detect(now, rtt);
+        self.counters.lost_by_reorder_timer += chunks;
         let Some(sent) = newest else {
             return false;
         };
@@ -738,6 +801,7 @@ impl Sender {
     pub(crate) fn tail_probe(&mut self) -> bool {
         if self.unsent_total > 0 {
             self.probe_new = true;
+            self.counters.tail_probes += 1;
             return true;
         }
         let Some(last) = self
@@ -752,12 +816,14 @@ impl Sender {
         self.marked += 1;
         self.flight -= last.size;
         self.fast_rtx_pending = true;
+        self.counters.tail_probes += 1;
         true
     }
 
     /// The T3-rtx timer expired (RFC 9260 6.3.3): every outstanding chunk
     /// not gap-acked is marked for retransmission.
     pub(crate) fn on_t3_expiry(&mut self, now: Instant, cc: &mut dyn Controller) {
+        self.counters.rto_expirations += 1;
         let mut newest: Option<Instant> = None;
         let mut lost = 0;
         for sent in self.outstanding.iter_mut() {

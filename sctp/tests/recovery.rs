@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use bytes::Bytes;
-use sctp::{Config, Event};
+use sctp::{Config, Counters, Event};
 use support::{CLIENT, Link, SERVER, Sim};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -43,8 +43,9 @@ fn established(config: Config, link: Link) -> Sim {
 }
 
 /// The time from sending `count` one-packet messages, the last `lost` of
-/// whose first transmissions are dropped, until all arrive.
-fn tail_recovery(tlp: bool, count: usize, lost: usize) -> Duration {
+/// whose first transmissions are dropped, until all arrive; and the sender's
+/// counts of what it took.
+fn tail_recovery(tlp: bool, count: usize, lost: usize) -> (Duration, Counters) {
     let link = Link {
         delay: Duration::from_millis(40),
         ..Link::default()
@@ -69,13 +70,22 @@ fn tail_recovery(tlp: bool, count: usize, lost: usize) -> Duration {
         sim.run_until(30 * SECOND, |s| s.sides[SERVER].received.len()
             == before + count)
     );
-    sim.now - start
+    (sim.now - start, sim.sides[CLIENT].assoc().stats().counters)
 }
 
 #[test]
 fn a_lost_tail_is_found_by_the_probe_not_the_rto() {
-    let with = tail_recovery(true, 4, 1);
-    let without = tail_recovery(false, 4, 1);
+    let (with, probed) = tail_recovery(true, 4, 1);
+    let (without, timed_out) = tail_recovery(false, 4, 1);
+    // The counters say which mechanism recovered the tail.
+    assert_eq!(probed.rto_expirations, 0, "{probed:?}");
+    assert!(probed.tail_probes >= 1, "{probed:?}");
+    assert_eq!(timed_out.tail_probes, 0, "{timed_out:?}");
+    assert!(timed_out.rto_expirations >= 1, "{timed_out:?}");
+    for counters in [probed, timed_out] {
+        assert!(counters.retransmitted_chunks >= 1, "{counters:?}");
+        assert!(counters.packets_sent > 0 && counters.packets_received > 0);
+    }
     // Without a probe: the RTO, at least RFC 9260's 1 s minimum.
     assert!(without >= SECOND, "without TLP: {without:?}");
     // With: 2 SRTT (160 ms) + a delayed-SACK allowance (200 ms), then a round trip.

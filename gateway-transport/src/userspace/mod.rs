@@ -419,6 +419,12 @@ impl Association {
         self.shared.peer_addr
     }
 
+    /// The protocol core's transmission state and counts (see
+    /// [`crate::Association::sctp_stats`]).
+    pub(crate) fn sctp_stats(&self) -> sctp::Stats {
+        lock(&self.shared.state).proto.stats()
+    }
+
     /// Batched I/O counters of the UDP socket this association uses (shared
     /// with every association of a listener).
     #[doc(hidden)]

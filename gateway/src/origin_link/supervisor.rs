@@ -67,8 +67,12 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
                         Ok(status) => status.reason().to_owned(),
                         Err(_) => "the association's receive task ended".to_owned(),
                     },
-                    () = stopped(&mut shutdown) => return,
+                    () = stopped(&mut shutdown) => {
+                        log_transport(&shared.name, &conn);
+                        return;
+                    }
                 };
+                log_transport(&shared.name, &conn);
                 {
                     let mut current = lock(&shared.current);
                     if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &conn)) {
@@ -105,6 +109,19 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
         if !wait_before_retry(&shared, &mut shutdown, attempted_at, delay).await {
             return;
         }
+    }
+}
+
+/// What our SCTP stack says about an association that ends: how much of it
+/// was loss recovery (the other backends do not say).
+fn log_transport(origin: &str, conn: &Conn) {
+    if let Some(sctp) = conn.association().sctp_stats() {
+        tracing::info!(
+            srtt = ?sctp.srtt,
+            controller = sctp.controller,
+            "origin {origin}: transport: {}",
+            sctp.counters
+        );
     }
 }
 
