@@ -89,6 +89,9 @@ pub struct Counters {
     pub tail_probes: u64,
     /// Retransmission time-outs (T3-rtx expiries with data outstanding).
     pub rto_expirations: u64,
+    /// Fast recoveries undone: every chunk they retransmitted came back
+    /// reported as a duplicate TSN.
+    pub spurious_recoveries: u64,
 }
 
 /// What a SACK did, for the association's timers and events.
@@ -106,16 +109,36 @@ impl std::fmt::Display for Counters {
         write!(
             f,
             "{} packets sent, {} received; {} chunks retransmitted; lost: {} by SACK, \
-             {} by the reorder timer; {} tail-loss probes; {} RTOs",
+             {} by the reorder timer; {} tail-loss probes; {} RTOs; {} recoveries undone",
             self.packets_sent,
             self.packets_received,
             self.retransmitted_chunks,
             self.lost_by_sack,
             self.lost_by_reorder_timer,
             self.tail_probes,
-            self.rto_expirations
+            self.rto_expirations,
+            self.spurious_recoveries
         )
     }
+}
+
+/// The most retransmitted TSNs one recovery episode remembers for its undo;
+/// an episode that retransmits more is not undone.
+const MAX_UNDO_TSNS: usize = 64;
+
+/// A fast recovery that may prove spurious. SCTP's duplicate-TSN reports
+/// (RFC 9260 3.3.4) play the part of TCP's DSACK in RFC 8985's undo: once
+/// every chunk the episode retransmitted has been reported back as a
+/// duplicate, the originals had all arrived and the congestion response is
+/// undone.
+#[derive(Debug, Default)]
+struct UndoEpisode {
+    /// Retransmitted TSNs not yet reported as duplicates.
+    pending: Vec<u32>,
+    /// A duplicate report matched one of them.
+    reported: bool,
+    /// More than [`MAX_UNDO_TSNS`] retransmissions: not undoable.
+    overflowed: bool,
 }
 
 /// What one pass of RACK's time rule marked lost.
@@ -213,6 +236,8 @@ pub(crate) struct Sender {
     rack_enabled: bool,
     /// Loss recovery's counts (the packet counts stay zero here).
     counters: Counters,
+    /// The fast recovery under way or last ended, until undone or replaced.
+    undo: Option<UndoEpisode>,
     /// When a chunk sent before the RACK time becomes lost if still missing.
     reorder_deadline: Option<Instant>,
     /// A tail-loss probe may send one packet of new data ignoring the window.
@@ -255,6 +280,7 @@ impl Sender {
             rack: None,
             rack_enabled: true,
             counters: Counters::default(),
+            undo: None,
             reorder_deadline: None,
             probe_new: false,
             unsent_total: 0,
@@ -395,6 +421,13 @@ impl Sender {
         sent.misses = 0;
         sent.transmissions += 1;
         self.counters.retransmitted_chunks += 1;
+        if let Some(undo) = self.undo.as_mut() {
+            if undo.pending.len() < MAX_UNDO_TSNS {
+                undo.pending.push(sent.chunk.tsn);
+            } else {
+                undo.overflowed = true;
+            }
+        }
         sent.sent_at = now;
         self.marked -= 1;
         self.flight += sent.size;
@@ -518,6 +551,11 @@ impl Sender {
             return Err(AckedUnsent {
                 acked: sack.cum_tsn_ack,
             });
+        }
+        if self.spurious_by(&sack.dups) {
+            cc.on_spurious_congestion(now);
+            self.counters.spurious_recoveries += 1;
+            self.recovery = None;
         }
         let flight_before = self.flight;
         let mut newly_acked: u64 = 0;
@@ -710,6 +748,7 @@ impl Sender {
             cc.on_lost(now, lost_bytes);
             if self.recovery.is_none() {
                 self.recovery = Some(highest_sent);
+                self.undo = Some(UndoEpisode::default());
                 cc.on_congestion_event(now, sent, false, lost_bytes);
             }
             self.fast_rtx_pending = true;
@@ -718,6 +757,26 @@ impl Sender {
         // RFC 9260 6.2.1 D iv: the peer's window less what is still in flight.
         self.peer_rwnd = u64::from(sack.a_rwnd).saturating_sub(self.flight);
         Ok(outcome)
+    }
+
+    /// Takes a SACK's duplicate-TSN reports against the recovery episode;
+    /// true once every chunk it retransmitted has been reported (and none
+    /// waits to go again): the recovery was spurious and is over.
+    fn spurious_by(&mut self, dups: &[u32]) -> bool {
+        let Some(undo) = self.undo.as_mut() else {
+            return false;
+        };
+        for dup in dups {
+            if let Some(i) = undo.pending.iter().position(|t| t == dup) {
+                undo.pending.swap_remove(i);
+                undo.reported = true;
+            }
+        }
+        if undo.reported && undo.pending.is_empty() && !undo.overflowed && self.marked == 0 {
+            self.undo = None;
+            return true;
+        }
+        false
     }
 
     /// RACK's reordering window: a quarter of the minimum RTT (RFC 8985
@@ -783,6 +842,7 @@ impl Sender {
         cc.on_lost(now, lost);
         if self.recovery.is_none() {
             self.recovery = Some(self.next_tsn.wrapping_sub(1));
+            self.undo = Some(UndoEpisode::default());
             cc.on_congestion_event(now, sent, false, lost);
         }
         self.fast_rtx_pending = true;
@@ -837,6 +897,8 @@ impl Sender {
             newest = Some(newest.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
         }
         self.recovery = None;
+        // A time-out is not undone (its cause cannot be told from here).
+        self.undo = None;
         self.fast_rtx_pending = false;
         self.reorder_deadline = None;
         self.probe_new = false;

@@ -5,9 +5,11 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use sctp::congestion::{ControllerFactory, CubicConfig, RenoConfig};
 use sctp::{Config, Counters, Event};
 use support::{CLIENT, Link, SERVER, Sim};
 
@@ -208,5 +210,68 @@ fn pacing_spreads_a_window_over_the_round_trip() {
         } else {
             assert!(burst > 10, "unpaced, the window goes at once: {burst}");
         }
+    }
+}
+
+/// Sends 20 one-packet messages of which one's first transmission is held
+/// back (`lost == false`) or dropped (`lost == true`), with the controller
+/// `congestion`; returns the sender's counts and its ssthresh after all
+/// arrived.
+fn reordered_or_lost(congestion: Arc<dyn ControllerFactory>, lost: bool) -> (Counters, u64) {
+    let link = Link {
+        delay: Duration::from_millis(40),
+        ..Link::default()
+    };
+    let config = Config {
+        congestion,
+        ..config(false, true)
+    };
+    let mut sim = established(config, link);
+    let before = sim.sides[SERVER].received.len();
+    let first = sim.data_sent(CLIENT).into_iter().max().expect("data") + 1;
+    if lost {
+        sim.drop_tsns = vec![first + 2];
+    } else {
+        // Far past RACK's reordering window (a quarter of the 80 ms RTT):
+        // the chunk is taken for lost and sent again, then the original
+        // arrives and the peer reports the retransmission as a duplicate.
+        sim.hold_tsns = vec![(first + 2, Duration::from_millis(150))];
+    }
+    for i in 0..20u8 {
+        sim.sides[CLIENT]
+            .assoc()
+            .send(1, Bytes::from(vec![i; 1000]), 0, false)
+            .expect("send");
+    }
+    assert!(
+        sim.run_until(30 * SECOND, |s| s.sides[SERVER].received.len()
+            == before + 20)
+    );
+    // The duplicate report rides on the SACK after the late original.
+    sim.run_for(SECOND);
+    let stats = sim.sides[CLIENT].assoc().stats();
+    (stats.counters, stats.ssthresh)
+}
+
+#[test]
+fn a_recovery_proved_spurious_by_duplicate_reports_is_undone() {
+    let controllers: [Arc<dyn ControllerFactory>; 2] = [
+        Arc::new(RenoConfig::default()),
+        Arc::new(CubicConfig::default()),
+    ];
+    for congestion in controllers {
+        let name = format!("{congestion:?}");
+        let (reordered, kept) = reordered_or_lost(Arc::clone(&congestion), false);
+        let (dropped, cut) = reordered_or_lost(congestion, true);
+        assert!(
+            reordered.lost_by_sack + reordered.lost_by_reorder_timer >= 1,
+            "{name}: {reordered:?}"
+        );
+        assert_eq!(reordered.spurious_recoveries, 1, "{name}: {reordered:?}");
+        assert_eq!(dropped.spurious_recoveries, 0, "{name}: {dropped:?}");
+        assert!(
+            kept > cut,
+            "{name}: ssthresh after an undone recovery {kept}, after a real loss {cut}"
+        );
     }
 }

@@ -82,6 +82,22 @@ pub struct Cubic {
     recovery_start: Option<Instant>,
     idle_since: Instant,
     started: bool,
+    /// The state before the last fast-recovery reduction, restored if it
+    /// proves spurious (RFC 9438 4.9).
+    undo: Option<Saved>,
+}
+
+/// What a reduction changes, saved for its undo (RFC 9438 4.9's list).
+#[derive(Debug, Clone, Copy)]
+struct Saved {
+    cwnd: u64,
+    ssthresh: u64,
+    w_max: f64,
+    w_est: f64,
+    cwnd_prior: f64,
+    k: f64,
+    epoch: Option<Instant>,
+    recovery_start: Option<Instant>,
 }
 
 impl Cubic {
@@ -103,6 +119,7 @@ impl Cubic {
             k: 0.0,
             epoch: None,
             recovery_start: None,
+            undo: None,
             idle_since: now,
             started: false,
         }
@@ -225,6 +242,7 @@ impl Controller for Cubic {
     ) {
         if persistent {
             // RFC 9438 4.8 with RFC 9260 7.2.3: threshold by β, window to one MTU.
+            self.undo = None;
             self.reduce(now);
             self.cwnd = LOSS_WINDOW_MTUS * self.mtu;
             return;
@@ -232,8 +250,34 @@ impl Controller for Cubic {
         if self.in_recovery(sent) {
             return;
         }
+        self.undo = Some(Saved {
+            cwnd: self.cwnd,
+            ssthresh: self.ssthresh,
+            w_max: self.w_max,
+            w_est: self.w_est,
+            cwnd_prior: self.cwnd_prior,
+            k: self.k,
+            epoch: self.epoch,
+            recovery_start: self.recovery_start,
+        });
         self.reduce(now);
         self.cwnd = self.ssthresh;
+    }
+
+    fn on_spurious_congestion(&mut self, _now: Instant) {
+        let Some(saved) = self.undo.take() else {
+            return;
+        };
+        // RFC 9438 4.9: back to the state before the reduction; what was
+        // gained since is kept.
+        self.cwnd = self.cwnd.max(saved.cwnd);
+        self.ssthresh = self.ssthresh.max(saved.ssthresh);
+        self.w_max = saved.w_max;
+        self.w_est = saved.w_est;
+        self.cwnd_prior = saved.cwnd_prior;
+        self.k = saved.k;
+        self.epoch = saved.epoch;
+        self.recovery_start = saved.recovery_start;
     }
 
     fn on_idle(&mut self, now: Instant, rto: Duration) {

@@ -120,6 +120,15 @@ pub trait Controller: Send + fmt::Debug {
         let _ = (now, bytes);
     }
 
+    /// The last congestion event (not a time-out) proved spurious: every
+    /// chunk retransmitted in its recovery came back reported as a duplicate
+    /// TSN, so the originals had arrived. A controller that cut its window
+    /// for it restores what it had (RFC 9438 4.9); one that does not read a
+    /// single loss as congestion need not act.
+    fn on_spurious_congestion(&mut self, now: Instant) {
+        let _ = now;
+    }
+
     /// Nothing was sent for an RTO or more while data could have been (RFC
     /// 9260 7.2.1 last paragraph): the window decays.
     fn on_idle(&mut self, now: Instant, rto: Duration) {

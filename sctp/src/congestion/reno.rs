@@ -46,6 +46,9 @@ pub struct Reno {
     /// Some DATA has been sent (the initial window is then in use and an MTU
     /// change no longer recomputes it).
     started: bool,
+    /// cwnd, ssthresh and the recovery start before the last fast-recovery
+    /// reduction, restored if it proves spurious.
+    undo: Option<(u64, u64, Option<Instant>)>,
 }
 
 impl Reno {
@@ -66,6 +69,7 @@ impl Reno {
             ssthresh: u64::MAX,
             partial_bytes_acked: 0,
             recovery_start: None,
+            undo: None,
             idle_since: now,
             started: false,
         }
@@ -149,6 +153,7 @@ impl Controller for Reno {
             // 7.2.3, T3-rtx: back to one MTU. It also opens a recovery
             // period, so a fast retransmit of data sent before it cannot cut
             // the already collapsed window a second time.
+            self.undo = None;
             self.ssthresh = self.reduced_threshold();
             self.cwnd = LOSS_WINDOW_MTUS * self.mtu;
         } else {
@@ -156,6 +161,7 @@ impl Controller for Reno {
             if self.in_recovery(sent) {
                 return;
             }
+            self.undo = Some((self.cwnd, self.ssthresh, self.recovery_start));
             // 7.2.3, as written: cwnd = ssthresh = max(cwnd/2, 4*MTU). Below
             // four MTUs (after a time-out) this raises the window.
             self.ssthresh = self.reduced_threshold();
@@ -163,6 +169,16 @@ impl Controller for Reno {
         }
         self.partial_bytes_acked = 0;
         self.recovery_start = Some(now);
+    }
+
+    fn on_spurious_congestion(&mut self, _now: Instant) {
+        if let Some((cwnd, ssthresh, recovery_start)) = self.undo.take() {
+            // What was gained since the cut is kept.
+            self.cwnd = self.cwnd.max(cwnd);
+            self.ssthresh = self.ssthresh.max(ssthresh);
+            self.recovery_start = recovery_start;
+            self.partial_bytes_acked = 0;
+        }
     }
 
     fn on_idle(&mut self, now: Instant, rto: Duration) {

@@ -118,6 +118,9 @@ pub(crate) struct Sim {
     /// Datagrams carrying DATA with one of these TSNs are dropped, once per
     /// entry (the first transmission, if listed once).
     pub(crate) drop_tsns: Vec<u32>,
+    /// Datagrams carrying DATA with one of these TSNs arrive this much later
+    /// than the link would deliver them, once per entry: reordering.
+    pub(crate) hold_tsns: Vec<(u32, Duration)>,
 }
 
 /// Turns the loop may take without the clock moving before the run counts
@@ -150,6 +153,7 @@ impl Sim {
             sent_at: [Vec::new(), Vec::new()],
             dropped: 0,
             drop_tsns: Vec::new(),
+            hold_tsns: Vec::new(),
         }
     }
 
@@ -179,6 +183,18 @@ impl Sim {
                 self.drop_tsns.remove(i);
                 self.dropped += 1;
                 return;
+            }
+        }
+        let mut held = Duration::ZERO;
+        if !self.hold_tsns.is_empty()
+            && let Ok(packet) = sctp::chunk::Packet::decode(data.clone())
+        {
+            let hit = packet.chunks.iter().find_map(|c| match c {
+                sctp::chunk::Chunk::Data(d) => self.hold_tsns.iter().position(|(t, _)| *t == d.tsn),
+                _ => None,
+            });
+            if let Some(i) = hit {
+                held = self.hold_tsns.remove(i).1;
             }
         }
         let link = self.link.clone();
@@ -221,7 +237,7 @@ impl Sim {
             } else {
                 Duration::from_nanos(self.rng.random_range(0..link.jitter.as_nanos() as u64))
             };
-            let at = depart + link.delay + jitter;
+            let at = depart + link.delay + jitter + held;
             self.seq += 1;
             self.flights.insert(
                 self.seq,
