@@ -35,9 +35,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Hard cap on one run, whatever the byte or message count.
 const MAX_RUN: Duration = Duration::from_secs(60);
 
-/// How long the server waits for the association's shutdown once it has
-/// printed what it measured: on a lossy link the client may be gone before
-/// the last shutdown chunk crosses, and nothing measured depends on it.
+/// How long either side waits for the association's shutdown once the
+/// transfer is complete (the server has printed what it measured, the client
+/// has its "done"): on a lossy link the peer may have exited before the last
+/// shutdown packet crossed, and nothing measured depends on it.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// The width of one bin of a timed run's received-payload series.
@@ -255,13 +256,19 @@ async fn server(args: &Args) -> Result<()> {
         series.as_ref().map(Series::fields).unwrap_or_default()
     );
     if let Some(assoc) = assoc {
-        match tokio::time::timeout(CLOSE_GRACE, assoc.close()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("server: closing the association: {e}"),
-            Err(_) => eprintln!("server: the association's shutdown took over {CLOSE_GRACE:?}"),
-        }
+        close_after_transfer("server", &assoc).await;
     }
     Ok(())
+}
+
+/// Closes `assoc` once the transfer is complete, waiting at most
+/// [`CLOSE_GRACE`]; a failure is reported on stderr, not as the run's.
+async fn close_after_transfer(side: &str, assoc: &gateway_transport::Association) {
+    match tokio::time::timeout(CLOSE_GRACE, assoc.close()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("{side}: closing the association: {e}"),
+        Err(_) => eprintln!("{side}: the association's shutdown took over {CLOSE_GRACE:?}"),
+    }
 }
 
 async fn client(args: &Args) -> Result<()> {
@@ -336,7 +343,7 @@ async fn client(args: &Args) -> Result<()> {
             if done.stream != 0 {
                 bail!("unexpected message on stream {}", done.stream);
             }
-            assoc.close().await?;
+            close_after_transfer("client", &assoc).await;
         }
     }
     println!(
