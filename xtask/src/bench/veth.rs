@@ -470,6 +470,9 @@ pub(super) fn static_files() -> Result<()> {
 }
 
 pub(super) fn transport(options: &BenchOptions) -> Result<()> {
+    if options.seconds.is_some() {
+        bail!("--seconds times the cells of transport --wan; the veth cells move --bytes");
+    }
     let root = &workspace_root();
     let binary = build_example_with(
         "gateway-transport",
