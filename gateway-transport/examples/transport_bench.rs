@@ -7,6 +7,17 @@
 //! socket with no framing at all. Each side prints one JSON line with what it
 //! measured and the CPU time its process used.
 //!
+//! `--seconds S` (both sides) makes a run timed: the client sends for `S`
+//! seconds whatever `--bytes` says, and the server's line adds the payload it
+//! received per [`BIN`] (`bins`, from `first_unix_ms`, its first payload's
+//! wall-clock time), so that `cargo xtask bench transport --wan` can take the
+//! goodput of flows that ran side by side over one common window.
+//!
+//! `--tcp-congestion NAME` (the `tcp` backend): the kernel's congestion
+//! controller for the socket, set before it connects (a namespace's default
+//! can only name the host's allowed ones; a socket of a privileged process can
+//! name any loaded one). The client's line says which one the socket ran.
+//!
 //! `--backend quic`: the server's ready line carries its certificate's SHA-256
 //! (`quic_cert_sha256`), which the client takes as `--quic-cert-sha256`.
 //!
@@ -24,6 +35,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Hard cap on one run, whatever the byte or message count.
 const MAX_RUN: Duration = Duration::from_secs(60);
 
+/// How long either side waits for the association's shutdown once the
+/// transfer is complete (the server has printed what it measured, the client
+/// has its "done"): on a lossy link the peer may have exited before the last
+/// shutdown packet crossed, and nothing measured depends on it.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// The width of one bin of a timed run's received-payload series.
+const BIN: Duration = Duration::from_millis(100);
+
 struct Args {
     server: bool,
     backend: String,
@@ -31,6 +51,9 @@ struct Args {
     size: usize,
     streams: u16,
     bytes: u64,
+    /// A timed run: send for this long (see the module docs).
+    seconds: Option<f64>,
+    tcp_congestion: Option<String>,
     quic_cert_sha256: Option<String>,
 }
 
@@ -42,6 +65,8 @@ fn parse_args() -> Result<Args> {
         size: 16 * 1024,
         streams: 8,
         bytes: 1 << 30,
+        seconds: None,
+        tcp_congestion: None,
         quic_cert_sha256: None,
     };
     let mut it = std::env::args().skip(1);
@@ -55,6 +80,14 @@ fn parse_args() -> Result<Args> {
             "--size" => args.size = value()?.parse()?,
             "--streams" => args.streams = value()?.parse()?,
             "--bytes" => args.bytes = value()?.parse()?,
+            "--seconds" => {
+                let seconds: f64 = value()?.parse()?;
+                if !(seconds > 0.0 && seconds <= MAX_RUN.as_secs_f64()) {
+                    bail!("--seconds {seconds}: from above 0 to {}", MAX_RUN.as_secs());
+                }
+                args.seconds = Some(seconds);
+            }
+            "--tcp-congestion" => args.tcp_congestion = Some(value()?),
             "--quic-cert-sha256" => args.quic_cert_sha256 = Some(value()?),
             other => bail!("unknown flag {other}"),
         }
@@ -78,8 +111,9 @@ fn kind(backend: &str) -> Result<Option<BackendKind>> {
         "tcp" => None,
         "framed-tcp" => Some(BackendKind::FramedTcp),
         // `userspace-reno`: the userspace backend with RFC 9260's controller
-        // instead of the default BBR (the part-1 configuration, a baseline row).
-        "userspace" | "userspace-reno" => Some(BackendKind::Userspace),
+        // instead of the default BBR (the part-1 configuration, a baseline row);
+        // `userspace-cubic`: with RFC 9438's.
+        "userspace" | "userspace-reno" | "userspace-cubic" => Some(BackendKind::Userspace),
         "kernel" => Some(BackendKind::Kernel),
         "quic" => Some(BackendKind::Quic),
         #[cfg(feature = "sctp-proto-baseline")]
@@ -93,21 +127,70 @@ fn config(backend: &str, streams: u16) -> AssociationConfig {
     AssociationConfig {
         streams: streams + 1,
         max_inbound_streams: streams + 1,
-        congestion: if backend == "userspace-reno" {
-            "reno".to_owned()
-        } else {
-            defaults.congestion.clone()
+        congestion: match backend {
+            "userspace-reno" => "reno".to_owned(),
+            "userspace-cubic" => "cubic".to_owned(),
+            _ => defaults.congestion.clone(),
         },
         ..defaults
     }
 }
 
+/// A timed run's received payload per [`BIN`], from its first payload on.
+#[derive(Default)]
+struct Series {
+    /// The first payload's arrival, and its wall-clock time in ms since the
+    /// Unix epoch (comparable across processes on one host).
+    first: Option<(Instant, u128)>,
+    bins: Vec<u64>,
+}
+
+impl Series {
+    /// Most bins kept: the time cap of a run, and some.
+    const MAX_BINS: usize = 2 * (MAX_RUN.as_millis() / BIN.as_millis()) as usize;
+
+    fn record(&mut self, now: Instant, bytes: u64) {
+        let (first, _) = *self.first.get_or_insert_with(|| {
+            let unix_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis());
+            (now, unix_ms)
+        });
+        let index =
+            usize::try_from((now - first).as_millis() / BIN.as_millis()).unwrap_or(usize::MAX);
+        if index >= Self::MAX_BINS {
+            return;
+        }
+        if self.bins.len() <= index {
+            self.bins.resize(index + 1, 0);
+        }
+        self.bins[index] += bytes;
+    }
+
+    /// The JSON fields, each after a comma.
+    fn fields(&self) -> String {
+        let bins: Vec<String> = self.bins.iter().map(u64::to_string).collect();
+        format!(
+            ",\"first_unix_ms\":{},\"bin_ms\":{},\"bins\":[{}]",
+            self.first.map_or(0, |(_, ms)| ms),
+            BIN.as_millis(),
+            bins.join(",")
+        )
+    }
+}
+
 async fn server(args: &Args) -> Result<()> {
-    let (bytes, messages, seconds) = match kind(&args.backend)? {
+    let mut series = args.seconds.map(|_| Series::default());
+    let (bytes, messages, seconds, assoc) = match kind(&args.backend)? {
         None => {
             let listener = tokio::net::TcpListener::bind(args.addr).await?;
             println!("{{\"ready\":true}}");
             let (mut socket, _) = listener.accept().await?;
+            if let Some(name) = &args.tcp_congestion {
+                socket2::SockRef::from(&socket)
+                    .set_tcp_congestion(name.as_bytes())
+                    .with_context(|| format!("TCP congestion control {name}"))?;
+            }
             let mut buf = vec![0u8; 256 * 1024];
             let mut total = 0u64;
             let mut first = None;
@@ -116,11 +199,15 @@ async fn server(args: &Args) -> Result<()> {
                 if n == 0 {
                     break;
                 }
-                first.get_or_insert_with(Instant::now);
+                let now = Instant::now();
+                first.get_or_insert(now);
+                if let Some(series) = &mut series {
+                    series.record(now, n as u64);
+                }
                 total += n as u64;
             }
             let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
-            (total, total / args.size.max(1) as u64, secs)
+            (total, total / args.size.max(1) as u64, secs, None)
         }
         Some(kind) => {
             let listener =
@@ -145,6 +232,9 @@ async fn server(args: &Args) -> Result<()> {
                 let now = Instant::now();
                 first.get_or_insert(now);
                 last = Some(now);
+                if let Some(series) = &mut series {
+                    series.record(now, m.data.len() as u64);
+                }
                 total += m.data.len() as u64;
                 messages += 1;
             }
@@ -153,32 +243,65 @@ async fn server(args: &Args) -> Result<()> {
                 _ => 0.0,
             };
             assoc.send(0, Bytes::from_static(b"done")).await?;
-            assoc.close().await?;
-            (total, messages, secs)
+            (total, messages, secs, Some(assoc))
         }
     };
     println!(
-        "{{\"side\":\"server\",\"backend\":\"{}\",\"size\":{},\"bytes\":{bytes},\"messages\":{messages},\"seconds\":{seconds:.6},\"mbit_per_s\":{:.1},\"messages_per_s\":{:.0},\"cpu_seconds\":{:.4}}}",
+        "{{\"side\":\"server\",\"backend\":\"{}\",\"size\":{},\"bytes\":{bytes},\"messages\":{messages},\"seconds\":{seconds:.6},\"mbit_per_s\":{:.1},\"messages_per_s\":{:.0},\"cpu_seconds\":{:.4}{}}}",
         args.backend,
         args.size,
         bytes as f64 * 8.0 / seconds.max(1e-9) / 1e6,
         messages as f64 / seconds.max(1e-9),
-        cpu_seconds()
+        cpu_seconds(),
+        series.as_ref().map(Series::fields).unwrap_or_default()
     );
+    if let Some(assoc) = assoc {
+        close_after_transfer("server", &assoc).await;
+    }
     Ok(())
+}
+
+/// Closes `assoc` once the transfer is complete, waiting at most
+/// [`CLOSE_GRACE`]; a failure is reported on stderr, not as the run's.
+async fn close_after_transfer(side: &str, assoc: &gateway_transport::Association) {
+    match tokio::time::timeout(CLOSE_GRACE, assoc.close()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("{side}: closing the association: {e}"),
+        Err(_) => eprintln!("{side}: the association's shutdown took over {CLOSE_GRACE:?}"),
+    }
 }
 
 async fn client(args: &Args) -> Result<()> {
     let payload = Bytes::from(vec![0x5au8; args.size]);
-    let count = args.bytes / args.size as u64;
     let started = Instant::now();
+    let mut tcp_congestion = String::new();
+    // A timed run sends until its time is up, an untimed one its bytes (and
+    // each stops at the cap).
+    let (count, send_for) = match args.seconds {
+        Some(seconds) => (u64::MAX, Duration::from_secs_f64(seconds)),
+        None => (args.bytes / args.size.max(1) as u64, MAX_RUN),
+    };
     match kind(&args.backend)? {
         None => {
-            let mut socket = tokio::net::TcpStream::connect(args.addr).await?;
+            let socket = if args.addr.is_ipv4() {
+                tokio::net::TcpSocket::new_v4()?
+            } else {
+                tokio::net::TcpSocket::new_v6()?
+            };
+            if let Some(name) = &args.tcp_congestion {
+                socket2::SockRef::from(&socket)
+                    .set_tcp_congestion(name.as_bytes())
+                    .with_context(|| format!("TCP congestion control {name}"))?;
+            }
+            let mut socket = socket.connect(args.addr).await?;
             socket.set_nodelay(true)?;
+            let name = socket2::SockRef::from(&socket).tcp_congestion()?;
+            tcp_congestion = String::from_utf8_lossy(&name)
+                .trim_end_matches('\0')
+                .to_owned();
             for _ in 0..count {
                 socket.write_all(&payload).await?;
-                if started.elapsed() > MAX_RUN {
+                if started.elapsed() > send_for {
                     break;
                 }
             }
@@ -202,7 +325,7 @@ async fn client(args: &Args) -> Result<()> {
                     for _ in 0..share {
                         assoc.send(stream, payload.clone()).await?;
                         sent += 1;
-                        if started.elapsed() > MAX_RUN {
+                        if started.elapsed() > send_for {
                             break;
                         }
                     }
@@ -220,11 +343,11 @@ async fn client(args: &Args) -> Result<()> {
             if done.stream != 0 {
                 bail!("unexpected message on stream {}", done.stream);
             }
-            assoc.close().await?;
+            close_after_transfer("client", &assoc).await;
         }
     }
     println!(
-        "{{\"side\":\"client\",\"backend\":\"{}\",\"seconds\":{:.6},\"cpu_seconds\":{:.4}}}",
+        "{{\"side\":\"client\",\"backend\":\"{}\",\"tcp_congestion\":\"{tcp_congestion}\",\"seconds\":{:.6},\"cpu_seconds\":{:.4}}}",
         args.backend,
         started.elapsed().as_secs_f64(),
         cpu_seconds()

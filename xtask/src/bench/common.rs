@@ -31,7 +31,7 @@ pub(super) fn build_example_with(
         command.args(["--features", &features.join(",")]);
     }
     run_command(&mut command)?;
-    Ok(root.join("target/release/examples").join(example))
+    Ok(testbed::target_dir().join("release/examples").join(example))
 }
 
 /// A report's title and the lines every report starts with: how to reproduce it,
@@ -47,6 +47,14 @@ pub(super) fn report_header(title: &str, subcommand: &str) -> Result<String> {
     )?;
     writeln!(report, "- machine: {}", machine_description())?;
     Ok(report)
+}
+
+/// The load average over 1, 5 and 15 minutes, as /proc/loadavg gives it: what
+/// else ran while a benchmark measured.
+pub(super) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 fn command_output(program: &str, args: &[&str]) -> String {

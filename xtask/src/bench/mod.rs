@@ -3,23 +3,29 @@
 //!
 //! - [`options`]: the command line ([`BenchOptions`], which benchmark).
 //! - `veth`: `transport`, `scheduler` and `static`, between two namespaces
-//!   joined by one veth pair.
+//!   joined by one veth pair (`scheduler --wan`: over the WAN emulator).
+//! - `transport_wan`: `transport --wan`, one association over the WAN
+//!   emulator, alone and beside a CUBIC TCP connection.
 //! - `cache`, `wan`, `prefetch`, `pages`, `papers`: the benchmarks in the
 //!   testbed's demo topology (with the WAN emulator where a link matters).
 //! - `common`: release builds of the measuring programs and the report
-//!   header. Start reading at [`run`], then the module of the benchmark.
+//!   header; `link`: the path between a benchmark's two processes (a veth
+//!   pair or the emulated WAN) and running them across it. Start reading at
+//!   [`run`], then the module of the benchmark.
 //!
-//! Layering: `mod.rs` > each benchmark > `common`; a benchmark never imports
-//! another one.
+//! Layering: `mod.rs` > each benchmark > `link` > `common`; a benchmark never
+//! imports another one.
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
 mod cache;
 mod common;
+mod link;
 mod options;
 mod pages;
 mod papers;
 mod prefetch;
+mod transport_wan;
 mod veth;
 mod wan;
 
@@ -28,8 +34,16 @@ use self::options::Which;
 
 /// Runs the benchmark `options` name.
 pub(crate) fn run(options: &BenchOptions) -> Result<()> {
+    if !matches!(options.which, Which::Transport | Which::Scheduler)
+        && (options.wan.is_some() || options.seconds.is_some())
+    {
+        bail!("--wan and --seconds are for the transport and scheduler benchmarks");
+    }
     match options.which {
-        Which::Transport => veth::transport(options),
+        Which::Transport => match options.wan {
+            Some(cell) => transport_wan::run(options, cell),
+            None => veth::transport(options),
+        },
         Which::Scheduler => veth::scheduler(options),
         Which::Static => veth::static_files(),
         Which::Cache => cache::run(),

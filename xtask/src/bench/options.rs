@@ -16,6 +16,17 @@ pub(crate) struct BenchOptions {
     /// callgrind (transport; needs valgrind).
     #[arg(long)]
     pub callgrind: bool,
+    /// Run over the WAN emulator instead of a veth: RTT_MS,LOSS_PERCENT,RATE_MBIT,
+    /// e.g. 80,1,100 (transport: timed bulk cells alone and beside a CUBIC TCP
+    /// flow, report transport-wan.md; scheduler: the rate-limited sections,
+    /// report scheduler-wan.md).
+    #[arg(long, value_name = "RTT_MS,LOSS_PERCENT,RATE_MBIT")]
+    pub wan: Option<super::link::WanCell>,
+    /// Seconds each timed cell runs (transport --wan: 20; scheduler: its
+    /// sections' own, 40 for zipf and 6 for prefetch). Shorter runs are for
+    /// checking the set-up, not for figures.
+    #[arg(long)]
+    pub seconds: Option<f64>,
     /// Run only the sections whose workload is named here (scheduler: zipf,
     /// prefetch, thesis; wan: rtt, loss, rate; papers: hol, model, objects);
     /// all by default.

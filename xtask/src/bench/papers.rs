@@ -26,10 +26,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use testbed::topology::{HOST_IF, WAN, WAN_IF};
+use testbed::topology::WAN;
 use testbed::{LinkParams, NsProcess, Topology, WanEmulator, WanLink, WanParams, WanStats};
 
 use super::common::{build_example, build_wanem, report_header};
+use super::link::pin_neighbours;
 use crate::cmd::{install_stop_handlers, stop_requested, workspace_root};
 use crate::plot::{self, BarGroup, Series};
 
@@ -242,42 +243,6 @@ pub(crate) fn run(only: &[String]) -> Result<()> {
 fn interruption_point() -> Result<()> {
     if stop_requested() {
         bail!("interrupted; the namespaces are being removed");
-    }
-    Ok(())
-}
-
-/// Permanent neighbour entries on both ends of the emulated link: neighbour
-/// resolution through a 120 ms emulator would add a round trip to the first
-/// packet of a run (and to any run after the entry went stale), which the
-/// cold-start timings must not contain.
-fn pin_neighbours(topology: &Topology) -> Result<()> {
-    let mac = |ns: &str, dev: &str| -> Result<String> {
-        let mut cat = Command::new("cat");
-        cat.arg(format!("/sys/class/net/{dev}/address"));
-        Ok(testbed::run(&mut testbed::exec_in(ns, &cat))?
-            .trim()
-            .to_owned())
-    };
-    let (gateway, origin) = (topology.gateway.name(), topology.origin.name());
-    let origin_mac = mac(origin, HOST_IF)?;
-    let gateway_mac = mac(gateway, WAN_IF)?;
-    for (ns, addr, lladdr, dev) in [
-        (gateway, WAN.host_v4, &origin_mac, WAN_IF),
-        (origin, WAN.gateway_v4, &gateway_mac, HOST_IF),
-    ] {
-        testbed::ip(&[
-            "-n",
-            ns,
-            "neigh",
-            "replace",
-            &addr.to_string(),
-            "lladdr",
-            lladdr,
-            "dev",
-            dev,
-            "nud",
-            "permanent",
-        ])?;
     }
     Ok(())
 }

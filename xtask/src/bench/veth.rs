@@ -3,7 +3,8 @@
 //! measured by `gateway-transport/examples/transport_bench.rs`), `bench
 //! scheduler` (the origin's schedulers on the wire) and `bench static` (the
 //! origin against nginx on the same file; both measured by
-//! `origin/examples/sched_bench.rs`).
+//! `origin/examples/sched_bench.rs`). `bench scheduler --wan` runs the
+//! rate-limited sections over the WAN emulator instead (`link::WanPath`).
 //!
 //! Each builds its measuring program, creates the namespaces (removed on drop,
 //! also on error), runs each cell, and writes a markdown report to
@@ -13,13 +14,14 @@ use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use testbed::{Nginx, VethPair};
 
 use super::common::{build_example, build_example_with, report_header};
+use super::link::{Sides, WanPath, field, run_pair, with_pin};
 use super::options::BenchOptions;
 use crate::cmd::workspace_root;
 
@@ -58,6 +60,17 @@ fn namespaces() -> Result<VethPair> {
     Ok(VethPair::create(&tag, "10.78.0.1/24", "10.78.0.2/24")?)
 }
 
+/// The server's address on the veth pair.
+const SERVER_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 78, 0, 1));
+
+/// Who runs where on the veth pair `ns`.
+fn sides(ns: &VethPair) -> Sides {
+    Sides::veth(ns, SERVER_IP)
+}
+
+/// Prefix of the namespace names of `bench scheduler --wan`.
+const WAN_PREFIX: &str = "gwbw-";
+
 /// One side's JSON line, read with the few fields we need.
 #[derive(Debug, Default, Clone, Copy)]
 struct Measured {
@@ -67,40 +80,9 @@ struct Measured {
     cpu_seconds: f64,
 }
 
-fn field(line: &str, name: &str) -> Option<f64> {
-    let start = line.find(&format!("\"{name}\":"))? + name.len() + 3;
-    let rest = &line[start..];
-    let end = rest.find([',', '}']).unwrap_or(rest.len());
-    rest[..end].trim().parse().ok()
-}
-
-/// `client_args` plus the QUIC server's certificate pin, when its ready line
-/// (`{"ready":true,"quic_cert_sha256":"..."}`) carries one.
-fn with_pin(ready: &str, client_args: &[String]) -> Vec<String> {
-    let mut args = client_args.to_vec();
-    let key = "\"quic_cert_sha256\":\"";
-    if let Some(start) = ready.find(key).map(|i| i + key.len())
-        && let Some(len) = ready[start..].find('"')
-    {
-        args.push("--quic-cert-sha256".into());
-        args.push(ready[start..start + len].to_owned());
-    }
-    args
-}
-
-fn spawn_side(ns: &str, binary: &PathBuf, args: &[String]) -> Result<Child> {
-    Command::new("ip")
-        .args(["netns", "exec", ns])
-        .arg(binary)
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {} in {ns}", binary.display()))
-}
-
 fn run_cell(
     ns: &VethPair,
-    binary: &PathBuf,
+    binary: &Path,
     backend: &str,
     size: usize,
     streams: u16,
@@ -121,8 +103,9 @@ fn run_cell(
             bytes.to_string(),
         ]
     };
-    let (line, client_line) = run_pair(ns, binary, &common("--server"), &common("--client"))
-        .with_context(|| format!("{backend} with {size}-byte messages"))?;
+    let (line, client_line) =
+        run_pair(&sides(ns), binary, &common("--server"), &common("--client"))
+            .with_context(|| format!("{backend} with {size}-byte messages"))?;
     let measured = Measured {
         mbit_per_s: field(&line, "mbit_per_s").unwrap_or(0.0),
         messages_per_s: field(&line, "messages_per_s").unwrap_or(0.0),
@@ -133,43 +116,6 @@ fn run_cell(
     Ok((measured, client_cpu))
 }
 
-/// Starts the server side, waits for its ready line, runs the client side to its
-/// end, and returns both sides' last JSON lines.
-fn run_pair(
-    ns: &VethPair,
-    binary: &PathBuf,
-    server_args: &[String],
-    client_args: &[String],
-) -> Result<(String, String)> {
-    let mut server = spawn_side(ns.server.name(), binary, server_args)?;
-    let mut server_out = BufReader::new(server.stdout.take().context("server stdout")?);
-    let mut ready = String::new();
-    server_out.read_line(&mut ready)?;
-    if !ready.contains("ready") {
-        let _ = server.kill();
-        bail!("server did not start");
-    }
-    let client = spawn_side(ns.client.name(), binary, &with_pin(&ready, client_args))?;
-    let client_out = client.wait_with_output()?;
-    if !client_out.status.success() {
-        let _ = server.kill();
-        let _ = server.wait();
-        bail!("client failed ({})", client_out.status);
-    }
-    let mut line = String::new();
-    server_out.read_line(&mut line)?;
-    let status = server.wait()?;
-    if !status.success() {
-        bail!("server failed ({status})");
-    }
-    let client_line = String::from_utf8_lossy(&client_out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .to_owned();
-    Ok((line, client_line))
-}
-
 /// One table of the scheduling report.
 struct Section {
     title: &'static str,
@@ -177,30 +123,61 @@ struct Section {
     loads: &'static [f64],
     policies: &'static [&'static str],
     seconds: f64,
-    /// Whether the link is rate-limited to [`SCHEDULER_RATE`].
+    /// Whether the link is rate-limited to [`SCHEDULER_RATE`] (the sections
+    /// `--wan` runs over the emulated link).
     limited: bool,
 }
 
-/// Link rate of the scheduling benchmarks.
+/// Link rate of the scheduling benchmarks on the veth (TBF), and the rate the
+/// load generator's loads are shares of.
 const SCHEDULER_RATE: &str = "20mbit";
+const SCHEDULER_RATE_MBIT: u64 = 20;
+
+/// The origin's port in the scheduling benchmarks.
+const SCHEDULER_PORT: u16 = 9899;
 
 pub(super) fn scheduler(options: &BenchOptions) -> Result<()> {
     let root = &workspace_root();
+    if options.wan.is_some() && options.only.iter().any(|w| w == "thesis") {
+        bail!(
+            "--only thesis with --wan: the thesis's experiment runs on an unlimited veth; run it without --wan"
+        );
+    }
     let binary = build_example("origin", "sched_bench")?;
-    let only: String = options
-        .only
-        .iter()
-        .map(|w| format!(" --only {w}"))
-        .collect();
-    let mut report = report_header("Scheduling benchmark", &format!("scheduler{only}"))?;
-    writeln!(
-        report,
-        "- path: origin and load generator in two namespaces joined by one veth, with TBF {SCHEDULER_RATE} on both ends unless a section says \"unlimited veth\"; userspace SCTP, 64 data streams, 16 KiB chunks"
-    )?;
+    let mut flags: String = options
+        .wan
+        .map_or(String::new(), |cell| format!(" --wan {}", cell.arg()));
+    for w in &options.only {
+        write!(flags, " --only {w}")?;
+    }
+    if let Some(seconds) = options.seconds {
+        write!(flags, " --seconds {seconds}")?;
+    }
+    let mut report = report_header("Scheduling benchmark", &format!("scheduler{flags}"))?;
+    match options.wan {
+        None => writeln!(
+            report,
+            "- path: origin and load generator in two namespaces joined by one veth, with TBF {SCHEDULER_RATE} on both ends unless a section says \"unlimited veth\"; userspace SCTP, 64 data streams, 16 KiB chunks"
+        )?,
+        Some(cell) => writeln!(
+            report,
+            "- path: the origin in the testbed's origin namespace, the load generator in its gateway namespace, wanem between them ({cell}; neighbour entries pinned, offloads off), started afresh for each row; userspace SCTP with its default settings, 64 data streams, 16 KiB chunks; loads are shares of {} Mbit/s",
+            cell.rate_mbit
+        )?,
+    }
     writeln!(
         report,
         "- response time: REQUEST sent to RESPONSE_END received, at the load generator\n"
     )?;
+    // Over the emulated link, one topology serves every row.
+    let wan_path = options
+        .wan
+        .map(|cell| WanPath::create(WAN_PREFIX, cell, "scheduler"))
+        .transpose()?;
+    let rate_mbit = options
+        .wan
+        .map_or(SCHEDULER_RATE_MBIT, |cell| cell.rate_mbit);
+    let mut notes = Vec::new();
 
     let sections = [
         Section {
@@ -237,28 +214,53 @@ pub(super) fn scheduler(options: &BenchOptions) -> Result<()> {
         limited,
     } in sections
     {
-        if !options.only.is_empty() && !options.only.iter().any(|w| w == workload) {
+        let chosen = if options.only.is_empty() {
+            // Over the emulated link, the rate-limited sections only.
+            limited || wan_path.is_none()
+        } else {
+            options.only.iter().any(|w| w == workload)
+        };
+        if !chosen {
             continue;
         }
+        let seconds = if limited {
+            options.seconds.unwrap_or(seconds)
+        } else {
+            seconds
+        };
         writeln!(report, "## {title}\n")?;
         writeln!(
             report,
             "| load | policy | completed | mean s | p95 s | small (<=64 KiB) mean s | demand mean s | demand p95 s | Mbit/s | mean / first policy |"
         )?;
         writeln!(report, "|---|---|---|---|---|---|---|---|---|---|")?;
+        let mut ratios = Vec::new();
         for load in loads {
             let mut first_mean = None;
+            let mut means = Vec::new();
             for policy in policies {
-                let ns = namespaces()?;
-                if limited {
-                    ns.rate_limit(SCHEDULER_RATE)?;
-                }
                 println!("==> {workload} load {load}: {policy}");
+                // A fresh link per row: a fresh veth pair, or wanem restarted
+                // (an empty queue, its own counters).
+                let (sides, _veth, wanem) = match &wan_path {
+                    None => {
+                        let ns = namespaces()?;
+                        if limited {
+                            ns.rate_limit(SCHEDULER_RATE)?;
+                        }
+                        (sides(&ns), Some(ns), None)
+                    }
+                    Some(path) => (
+                        path.sides(),
+                        None,
+                        Some(path.forward(&format!("{workload}-{load}-{policy}"))?),
+                    ),
+                };
                 let common = |role: &str| -> Vec<String> {
                     [
                         role,
                         "--addr",
-                        "10.78.0.1:9899",
+                        &sides.addr(SCHEDULER_PORT),
                         "--policy",
                         policy,
                         "--workload",
@@ -270,13 +272,27 @@ pub(super) fn scheduler(options: &BenchOptions) -> Result<()> {
                         "--load".into(),
                         load.to_string(),
                         "--rate-mbit".into(),
-                        "20".into(),
+                        rate_mbit.to_string(),
                         "--seconds".into(),
                         seconds.to_string(),
                     ])
                     .collect()
                 };
-                match run_pair(&ns, &binary, &common("--server"), &common("--client")) {
+                let result = run_pair(&sides, &binary, &common("--server"), &common("--client"));
+                if let Some(wanem) = wanem {
+                    match wanem.stop() {
+                        Ok(stats) if stats.a_to_b.faults() + stats.b_to_a.faults() > 0 => notes
+                            .push(format!(
+                                "{workload} load {load} {policy}: wanem counted {} frames lost other than by the loss model or the queue (faults)",
+                                stats.a_to_b.faults() + stats.b_to_a.faults()
+                            )),
+                        Ok(_) => {}
+                        Err(e) => notes.push(format!(
+                            "{workload} load {load} {policy}: wanem did not stop cleanly: {e}"
+                        )),
+                    }
+                }
+                match result {
                     Ok((_, c)) => {
                         let get = |k| field(&c, k).unwrap_or(f64::NAN);
                         let mean = if workload == "prefetch" {
@@ -285,6 +301,7 @@ pub(super) fn scheduler(options: &BenchOptions) -> Result<()> {
                             get("mean_s")
                         };
                         let base = *first_mean.get_or_insert(mean);
+                        means.push((*policy, mean));
                         println!("    {c}");
                         writeln!(
                             report,
@@ -305,15 +322,39 @@ pub(super) fn scheduler(options: &BenchOptions) -> Result<()> {
                     }
                 }
             }
+            let mean_of = |policy| means.iter().find(|(p, _)| *p == policy).map(|m| m.1);
+            if let (Some(scf), Some(rr)) = (mean_of("scf"), mean_of("rr")) {
+                ratios.push(format!("{:.2} at load {load}", scf / rr));
+            }
+        }
+        writeln!(report)?;
+        if !ratios.is_empty() {
+            writeln!(
+                report,
+                "SCF's mean response time / RR's: {}.\n",
+                ratios.join(", ")
+            )?;
+        }
+    }
+    drop(wan_path);
+    if !notes.is_empty() {
+        writeln!(report, "## Notes\n")?;
+        for note in &notes {
+            writeln!(report, "- {note}")?;
         }
         writeln!(report)?;
     }
     let dir = root.join("bench/results");
     std::fs::create_dir_all(&dir)?;
-    let name = if options.only.is_empty() {
-        "scheduler.md".to_owned()
+    let base = if options.wan.is_some() {
+        "scheduler-wan"
     } else {
-        format!("scheduler-{}.md", options.only.join("-"))
+        "scheduler"
+    };
+    let name = if options.only.is_empty() {
+        format!("{base}.md")
+    } else {
+        format!("{base}-{}.md", options.only.join("-"))
     };
     std::fs::write(dir.join(&name), &report)?;
     println!("\n{report}\nxtask: report written to bench/results/{name}");
@@ -369,7 +410,7 @@ pub(super) fn static_files() -> Result<()> {
             ])
             .collect()
         };
-        let (_, client) = run_pair(&ns, &binary, &args("--server"), &args("--client"))?;
+        let (_, client) = run_pair(&sides(&ns), &binary, &args("--server"), &args("--client"))?;
         let rate = field(&client, "requests_per_s").unwrap_or(f64::NAN);
         println!("    {rate:.0} requests/s");
         rows.push((
@@ -429,6 +470,9 @@ pub(super) fn static_files() -> Result<()> {
 }
 
 pub(super) fn transport(options: &BenchOptions) -> Result<()> {
+    if options.seconds.is_some() {
+        bail!("--seconds times the cells of transport --wan; the veth cells move --bytes");
+    }
     let root = &workspace_root();
     let binary = build_example_with(
         "gateway-transport",
