@@ -180,10 +180,16 @@ fn try_xdp_count(ctx: &XdpContext) -> Result<u32, ProgramError> {
 ///
 /// The offset cap gives the verifier a bound on every variable offset, and the
 /// comparison against `end` is exactly the shape it needs to prove the later read
-/// safe, so every packet read goes through here. `T` is a byte array: alignment 1,
+/// safe, so every packet read goes through here (docs/ebpf.md, "What we
+/// learned", says why the cap is hidden from the optimiser). `T` is a byte array: alignment 1,
 /// any bit pattern valid.
 #[inline(always)]
 fn ptr_at<P: Packet, T>(pkt: &P, offset: usize) -> Result<*const T, ProgramError> {
+    // Opaque to LLVM, so the cap below stays in the object even where the
+    // optimiser can prove it: older verifiers (Linux 6.1) lose the bounds of a
+    // register combined with OR, XOR or a shift by a non-constant register, and
+    // LLVM rebuilds offsets that way; the compare is what re-bounds them there.
+    let offset = core::hint::black_box(offset);
     if offset > sctp::MAX_OFFSET {
         return Err(ProgramError::OutOfBounds);
     }
