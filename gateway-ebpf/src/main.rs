@@ -119,6 +119,15 @@ impl Packet for TcContext {
     }
     #[inline(always)]
     fn pull(&self, len: usize) {
+        // Never a GSO skb: kernel SCTP's GSO packets keep each segment's
+        // chunks in a frag_list skb (GSO_BY_FRAGS), and pulling them into the
+        // head breaks what software segmentation expects after the qdisc:
+        // Debian's 6.1 crashed in skb_segment (NULL dereference) under the
+        // origin's VM test (docs/ebpf.md). Such a packet is walked as far as
+        // its linear part goes and counted as malformed.
+        if self.gso_size() != 0 {
+            return;
+        }
         let linear = self.data_end().saturating_sub(self.data());
         if linear < len {
             let len = if len > sctp::MAX_OFFSET {
