@@ -119,6 +119,15 @@ impl Packet for TcContext {
     }
     #[inline(always)]
     fn pull(&self, len: usize) {
+        // Never a GSO skb: kernel SCTP's GSO packets keep each segment's
+        // chunks in a frag_list skb (GSO_BY_FRAGS), and pulling them into the
+        // head breaks what software segmentation expects after the qdisc:
+        // Debian's 6.1 crashed in skb_segment (NULL dereference) under the
+        // origin's VM test (docs/ebpf.md). Such a packet is walked as far as
+        // its linear part goes and counted as malformed.
+        if self.gso_size() != 0 {
+            return;
+        }
         let linear = self.data_end().saturating_sub(self.data());
         if linear < len {
             let len = if len > sctp::MAX_OFFSET {
@@ -180,10 +189,16 @@ fn try_xdp_count(ctx: &XdpContext) -> Result<u32, ProgramError> {
 ///
 /// The offset cap gives the verifier a bound on every variable offset, and the
 /// comparison against `end` is exactly the shape it needs to prove the later read
-/// safe, so every packet read goes through here. `T` is a byte array: alignment 1,
+/// safe, so every packet read goes through here (docs/ebpf.md, "What we
+/// learned", says why the cap is hidden from the optimiser). `T` is a byte array: alignment 1,
 /// any bit pattern valid.
 #[inline(always)]
 fn ptr_at<P: Packet, T>(pkt: &P, offset: usize) -> Result<*const T, ProgramError> {
+    // Opaque to LLVM, so the cap below stays in the object even where the
+    // optimiser can prove it: older verifiers (Linux 6.1) lose the bounds of a
+    // register combined with OR, XOR or a shift by a non-constant register, and
+    // LLVM rebuilds offsets that way; the compare is what re-bounds them there.
+    let offset = core::hint::black_box(offset);
     if offset > sctp::MAX_OFFSET {
         return Err(ProgramError::OutOfBounds);
     }

@@ -24,7 +24,8 @@
 //!
 //! Beside the path: [`config`] (every `[section]` of the file, validated in one
 //! place), [`admin`] (metrics, cache stats and purge on loopback), [`ebpf`]
-//! (per-stream SCTP counters from XDP/TC programs) and [`sync`] (the lock helper).
+//! (per-stream SCTP counters from XDP/TC programs: the `ebpf-loader` crate,
+//! which the origin shares) and [`sync`] (the lock helper).
 //!
 //! Layering (docs/architecture.md): a module imports only modules to its right
 //! in `daemon` > `admin` > `front` > {`origin_link`, `intercept`, `route`,
@@ -42,7 +43,9 @@ pub mod cache;
 pub mod config;
 pub mod daemon;
 pub mod direct;
-pub mod ebpf;
+/// The eBPF loader, shared with the origin (`ebpf-loader`); kept under its
+/// former path, which the gateway's code and tests use.
+pub use ebpf_loader as ebpf;
 pub mod front;
 pub mod intercept;
 pub mod listener;

@@ -122,6 +122,7 @@ async fn server(args: &Args) -> Result<()> {
         max_open_requests: 100_000,
         max_request_body: 0,
         stream_queue_limit: transport_config().max_buffered_per_stream as u64,
+        egress: None,
     };
     let stats = match &args.root {
         Some(root) => {

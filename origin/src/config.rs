@@ -9,6 +9,7 @@ use std::time::Duration;
 use gateway_transport::{AssociationConfig, BackendChoice};
 use serde::{Deserialize, Serialize};
 
+use crate::ebpf::EbpfConfig;
 use crate::files::FilesConfig;
 use crate::proxy::{ProxyConfig, ProxyConfigError};
 use crate::scheduler::SchedulerConfig;
@@ -32,6 +33,8 @@ pub struct OriginConfig {
     pub files: Option<FilesConfig>,
     /// Reverse-proxy mode: the upstream to forward to (instead of `[files]`).
     pub upstream: Option<ProxyConfig>,
+    /// Kernel SCTP: `tc_sctp` for the per-stream depth of the send queue.
+    pub ebpf: EbpfConfig,
 }
 
 /// `[listen]`.

@@ -20,14 +20,18 @@
 //!    response sends its next chunk (FCFS, RR, SCF or priority), and the driver
 //!    sends it on the request's stream.
 //!
-//! Beside the path: [`config`] (the TOML file, overrides, one `validate()`).
+//! Beside the path: [`config`] (the TOML file, overrides, one `validate()`);
+//! [`ebpf`] and [`egress`], the per-stream depth of kernel SCTP's send queue
+//! measured by `tc_sctp` (loaded only with the kernel backend).
 //!
 //! Layering (docs/architecture.md): a module imports only modules to its right
 //! in `config` > `service` > {`proxy`, `synthetic`, `files`} > {`server`,
-//! `http`} > `scheduler`.
+//! `http`} > {`scheduler`, `ebpf` > `egress`}.
 
 pub mod access;
 pub mod config;
+pub mod ebpf;
+pub mod egress;
 pub mod files;
 pub mod http;
 pub mod proxy;

@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use gateway_transport::{Association, BackendChoice, Listener};
+use gateway_transport::{Association, BackendChoice, BackendKind, Listener};
 use origin::access::AccessLog;
 use origin::config::OriginConfig;
+use origin::ebpf::{EbpfConfig, EgressCounters};
 use origin::files::{FilesConfig, StaticFiles};
 use origin::proxy::Proxy;
 use origin::scheduler::PolicyKind;
@@ -184,12 +185,14 @@ async fn main() -> Result<()> {
         bail!("could not listen on any of {:?}", config.listen.addresses);
     }
 
+    let egress = egress_counters(backend, &config.ebpf);
     let driver_config = DriverConfig {
         scheduler: config.scheduler.clone(),
         chunk_size: config.limits.chunk_size,
         max_open_requests: config.limits.max_open_requests,
         max_request_body: config.limits.max_request_body,
         stream_queue_limit: config.transport.max_buffered_per_stream as u64,
+        egress,
     };
     let slots = Arc::new(Semaphore::new(config.limits.max_associations));
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -211,6 +214,35 @@ async fn main() -> Result<()> {
     })
     .await;
     Ok(())
+}
+
+/// `tc_sctp` for kernel SCTP, if configured and the kernel allows it; says
+/// once how the scheduler learns each stream's transport depth, and why.
+fn egress_counters(backend: BackendKind, config: &EbpfConfig) -> Option<Arc<EgressCounters>> {
+    if backend != BackendKind::Kernel {
+        tracing::info!(
+            "per-stream transport depth: from the {backend} transport itself \
+             (tc_sctp is for kernel SCTP only)"
+        );
+        return None;
+    }
+    match EgressCounters::start(config) {
+        Ok(counters) => {
+            tracing::info!(
+                "per-stream transport depth: eBPF (tc_sctp on the egress of {}): bytes \
+                 written per stream minus DATA bytes seen leaving",
+                counters.interface()
+            );
+            Some(Arc::new(counters))
+        }
+        Err(why) => {
+            tracing::info!(
+                "per-stream transport depth: unknown for kernel SCTP ({why}); the \
+                 kernel's send buffer is the only limit per stream"
+            );
+            None
+        }
+    }
 }
 
 async fn accept_loop(

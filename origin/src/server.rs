@@ -33,6 +33,8 @@ use gateway_transport::{Association, TransportError};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::AbortHandle;
 
+use crate::ebpf::EgressCounters;
+use crate::egress::{EgressDepth, Learned};
 use crate::scheduler::{JobSpec, Scheduler, SchedulerConfig};
 
 /// Chunks a producer may have queued ahead of the sender, per request.
@@ -44,6 +46,14 @@ const TRANSPORT_POLL: Duration = Duration::from_millis(1);
 /// A transport queue that stays full without draining this long is logged: the
 /// association is alive but not moving data.
 const STALL_WARNING: Duration = Duration::from_secs(2);
+/// Kernel SCTP with `tc_sctp`: how often the per-stream counters are read
+/// (one map lookup per stream with bytes queued). Between reads the depth
+/// only grows with what is written, so a stale figure holds back, never
+/// lets through.
+const EGRESS_READ_INTERVAL: Duration = Duration::from_millis(1);
+/// How often the whole map is walked while this association's tag is not
+/// known yet.
+const EGRESS_LEARN_INTERVAL: Duration = Duration::from_millis(20);
 
 /// A request as the handler sees it.
 #[derive(Debug, Clone)]
@@ -114,6 +124,10 @@ pub struct DriverConfig {
     /// The transport's per-stream send queue limit: a stream at or above it is
     /// skipped, so that `send` never blocks the driver.
     pub stream_queue_limit: u64,
+    /// Kernel SCTP: `tc_sctp`'s counters, from which the depth of each
+    /// stream's send queue is derived (`crate::egress`); none, or another
+    /// backend: the transport's own `buffered()`, if it has one.
+    pub egress: Option<Arc<EgressCounters>>,
 }
 
 /// Counters for one association, reported when it ends.
@@ -196,6 +210,7 @@ pub async fn drive<H: Handler>(
     let reader = tokio::spawn(read_loop(assoc.clone(), events_tx.clone()));
     let mut scheduler = Scheduler::new(config.scheduler.clone());
     scheduler.set_stream_limit(config.stream_queue_limit);
+    let egress = EgressInput::start(&assoc, config.egress.as_ref());
     let mut driver = Driver {
         assoc,
         handler,
@@ -207,8 +222,12 @@ pub async fn drive<H: Handler>(
         events_tx,
         stats: AssociationStats::default(),
         stall: None,
+        egress,
     };
     let result = driver.run(events_rx).await;
+    if let Some(egress) = &driver.egress {
+        egress.counters.forget(driver.assoc.peer_addr());
+    }
     reader.abort();
     for job in driver.jobs.values() {
         if let Some(producer) = &job.producer {
@@ -243,6 +262,136 @@ struct Driver<H: Handler> {
     stats: AssociationStats,
     /// Since when, and at what depth, the transport has been full.
     stall: Option<(tokio::time::Instant, u64)>,
+    /// Kernel SCTP with `tc_sctp`: the per-stream send-queue depth.
+    egress: Option<EgressInput>,
+}
+
+/// One association's use of `tc_sctp`'s counters: the depth core and when the
+/// map was last read.
+struct EgressInput {
+    counters: Arc<EgressCounters>,
+    depth: EgressDepth,
+    peer: std::net::SocketAddr,
+    last_read: Option<tokio::time::Instant>,
+    /// `chunk_limit + malformed` of the egress walker when the association
+    /// started: a packet walked in part later may be ours, undercounted (an
+    /// SCTP GSO packet, whose chunks lie beyond what `tc_sctp` reads).
+    cut_at_start: u64,
+    /// Why the figures stopped being used, once that happened.
+    given_up: bool,
+}
+
+impl EgressInput {
+    /// For a kernel association when `tc_sctp` is loaded; `None` otherwise.
+    fn start(assoc: &Association, counters: Option<&Arc<EgressCounters>>) -> Option<Self> {
+        let counters = counters?;
+        let kernel = assoc.kernel()?;
+        let peer = assoc.peer_addr();
+        let local = match kernel.local_addr() {
+            Ok(local) => local,
+            Err(e) => {
+                tracing::warn!(%peer, "no per-stream depth: the local address is unknown: {e}");
+                return None;
+            }
+        };
+        let cut_at_start = match counters.egress_stats() {
+            Ok(stats) => stats.chunk_limit + stats.malformed,
+            Err(e) => {
+                tracing::warn!(%peer, "no per-stream depth: reading tc_sctp's stats failed: {e}");
+                return None;
+            }
+        };
+        Some(Self {
+            counters: Arc::clone(counters),
+            depth: EgressDepth::new(local.port(), peer.port(), ebpf_loader::monotonic_ns()),
+            peer,
+            last_read: None,
+            cut_at_start,
+            given_up: false,
+        })
+    }
+
+    fn handle_written(&mut self, stream: u16, bytes: usize) {
+        self.depth.handle_written(stream, bytes as u64);
+    }
+
+    /// Reads the map if due and returns (total, per stream); `None` while the
+    /// association's keys are unknown or after giving up.
+    fn refresh(&mut self) -> Option<(u64, Vec<(u16, u64)>)> {
+        if self.given_up {
+            return None;
+        }
+        let now = tokio::time::Instant::now();
+        let interval = match self.depth.learned() {
+            Learned::Unknown => EGRESS_LEARN_INTERVAL,
+            Learned::Tag(_) => EGRESS_READ_INTERVAL,
+            Learned::Ambiguous(_) => return None,
+        };
+        if self
+            .last_read
+            .is_none_or(|at| now.duration_since(at) >= interval)
+        {
+            self.last_read = Some(now);
+            if let Err(why) = self.read() {
+                tracing::warn!(
+                    peer = %self.peer,
+                    "per-stream depth from tc_sctp given up for this association: {why}"
+                );
+                self.given_up = true;
+                self.counters.forget(self.peer);
+                return None;
+            }
+        }
+        let figures = self.depth.per_stream()?;
+        self.counters.publish(self.peer, &figures.1);
+        Some(figures)
+    }
+
+    fn read(&mut self) -> Result<(), String> {
+        let error = |e: ebpf_loader::EbpfError| format!("reading the map failed: {e}");
+        match self.depth.learned() {
+            Learned::Unknown => {
+                let streams = self.counters.streams().map_err(error)?;
+                self.depth
+                    .handle_candidates(streams.iter().map(|(key, counters)| (key, counters)));
+                match self.depth.learned() {
+                    Learned::Tag(tag) => tracing::debug!(
+                        peer = %self.peer,
+                        "tc_sctp: this association's packets carry tag {tag:#010x}"
+                    ),
+                    Learned::Ambiguous(tags) => {
+                        return Err(format!(
+                            "several associations use its ports (tags {tags:x?}); the maps                              cannot tell them apart"
+                        ));
+                    }
+                    Learned::Unknown => {}
+                }
+            }
+            Learned::Tag(_) => {
+                let streams: Vec<u16> = self.depth.streams_to_read().collect();
+                for stream in streams {
+                    let Some(key) = self.depth.key(stream) else {
+                        continue;
+                    };
+                    let counters = self.counters.stream(&key).map_err(error)?;
+                    self.depth
+                        .handle_left(stream, counters.map(|c| c.data_bytes));
+                }
+            }
+            Learned::Ambiguous(_) => {}
+        }
+        let stats = self.counters.egress_stats().map_err(error)?;
+        let cut = stats.chunk_limit + stats.malformed;
+        if cut > self.cut_at_start {
+            return Err(format!(
+                "tc_sctp walked {} packet(s) only in part since the association started \
+                 (SCTP GSO on {}? docs/ebpf.md): the bytes that left would be undercounted",
+                cut - self.cut_at_start,
+                self.counters.interface()
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl<H: Handler> Driver<H> {
@@ -322,6 +471,10 @@ impl<H: Handler> Driver<H> {
     }
 
     fn refresh_transport_depth(&mut self) -> u64 {
+        if let Some((total, per_stream)) = self.egress.as_mut().and_then(EgressInput::refresh) {
+            self.scheduler.handle_transport_queued(total, &per_stream);
+            return total;
+        }
         let mut total = 0;
         let mut per_stream = Vec::new();
         for job in self.jobs.values() {
@@ -390,7 +543,7 @@ impl<H: Handler> Driver<H> {
                     code,
                     reason: "protocol error".into(),
                 });
-                let _ = self.assoc.send(0, goaway.to_bytes()).await;
+                let _ = self.send_control(goaway.to_bytes()).await;
                 let _ = self.assoc.close().await;
                 return Ok(Some(Err(DriverError::Protocol(code))));
             }
@@ -400,11 +553,11 @@ impl<H: Handler> Driver<H> {
                 if hello.capabilities.contains(Capabilities::FEEDBACK) {
                     self.scheduler.handle_gateway_reports();
                 }
-                self.assoc.send(0, self.session.hello().to_bytes()).await?;
+                self.send_control(self.session.hello().to_bytes()).await?;
             }
             Message::Ping { ack: false, opaque } => {
                 let pong = Message::Ping { ack: true, opaque };
-                self.assoc.send(0, pong.to_bytes()).await?;
+                self.send_control(pong.to_bytes()).await?;
             }
             Message::Ping { ack: true, .. } | Message::GoAway(_) => {}
             Message::Feedback(entries) => {
@@ -550,8 +703,28 @@ impl<H: Handler> Driver<H> {
             code,
             reason: reason.to_owned(),
         };
-        self.assoc.send(stream, reset.to_bytes()).await?;
+        let bytes = reset.to_bytes();
+        let len = bytes.len();
+        self.assoc.send(stream, bytes).await?;
+        self.note_written(stream, len);
         Ok(())
+    }
+
+    /// Sends a control message on stream 0.
+    async fn send_control(&mut self, bytes: Bytes) -> Result<(), TransportError> {
+        let len = bytes.len();
+        self.assoc.send(0, bytes).await?;
+        self.note_written(0, len);
+        Ok(())
+    }
+
+    /// `len` bytes of one message were handed to the transport on `stream`:
+    /// with kernel SCTP and `tc_sctp`, they wait in the send queue until the
+    /// egress counters see them leave.
+    fn note_written(&mut self, stream: u16, len: usize) {
+        if let Some(egress) = &mut self.egress {
+            egress.handle_written(stream, len);
+        }
     }
 
     /// `Association::send`, warning when it blocks for long: the scheduler keeps
@@ -620,7 +793,10 @@ impl<H: Handler> Driver<H> {
         }
         let is_reset = matches!(message, Message::Reset { .. });
         let job_body_sent = job.body_sent;
-        self.send_watched(stream, message.to_bytes()).await?;
+        let bytes = message.to_bytes();
+        let len = bytes.len();
+        self.send_watched(stream, bytes).await?;
+        self.note_written(stream, len);
         self.scheduler.handle_sent(id, sent);
         if finished {
             tracing::debug!(

@@ -26,6 +26,9 @@
 //! It never changes the host's network or modules, and never leaves a VM behind:
 //! vng runs in its own process group, killed as a whole at the time-out.
 //!
+//! `GATEWAY_EBPF_OBJECT`, when set on the host, is exported in the guest too
+//! (origin:kernel_depth loads `tc_sctp` there).
+//!
 //! Any integration-test target can be run (`--test NAME`, repeatable, and
 //! `--package`), so that other kernel-dependent tests can join this runner.
 
@@ -125,9 +128,18 @@ pub(crate) fn run(options: &VmOptions) -> Result<()> {
     let _ = fs::remove_file(&status_file);
     fs::write(&log_file, "").with_context(|| format!("create {}", log_file.display()))?;
     let script = shared.join("run.sh");
+    // Tests that load the eBPF object inside the guest (origin:kernel_depth)
+    // find it where the host's `cargo xtask build-ebpf` left it.
+    let ebpf_object = std::env::var_os(crate::ebpf::OBJECT_PATH_ENV).map(PathBuf::from);
     fs::write(
         &script,
-        guest_script(options, &binaries, &status_file, &log_file),
+        guest_script(
+            options,
+            &binaries,
+            &status_file,
+            &log_file,
+            ebpf_object.as_deref(),
+        ),
     )
     .with_context(|| format!("write {}", script.display()))?;
 
@@ -244,7 +256,17 @@ fn guest_script(
     binaries: &[PathBuf],
     status_file: &Path,
     log_file: &Path,
+    ebpf_object: Option<&Path>,
 ) -> String {
+    let ebpf = ebpf_object
+        .map(|path| {
+            format!(
+                "export {}={}\n",
+                crate::ebpf::OBJECT_PATH_ENV,
+                quote(&path.to_string_lossy())
+            )
+        })
+        .unwrap_or_default();
     let filter = options.filter.as_deref().map(quote);
     let mut clean = String::new();
     let mut lossy = String::new();
@@ -281,7 +303,7 @@ fn guest_script(
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # Panics show where; anyhow errors stay short.
 export RUST_BACKTRACE=1 RUST_LIB_BACKTRACE=0
-status={status}
+{ebpf}status={status}
 log={log}
 fail() {{ echo "vm-test set-up: $*" >>"$log"; echo {setup_failed} > "$status"; exit {setup_failed}; }}
 echo "guest kernel $(uname -r), $(nproc) CPUs, up $(cut -d' ' -f1 /proc/uptime) s" >>"$log"
@@ -444,6 +466,7 @@ mod tests {
             &[PathBuf::from("/t/interop_udp-1")],
             Path::new("/s/status"),
             Path::new("/s/log"),
+            None,
         );
         let at = |needle: &str| {
             script

@@ -224,6 +224,16 @@ impl Association {
         self.peer
     }
 
+    /// This end's primary address and SCTP port (`getsockname`). With the
+    /// peer's port it names the association in the eBPF programs' maps.
+    pub fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+        self.socket()?
+            .get_ref()
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| TransportError::Protocol("local address is not IP".into()))
+    }
+
     pub(crate) async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
         if data.len() > self.send_limit {
             return Err(TransportError::MessageTooLarge {

@@ -3,8 +3,8 @@
 //! returns its verdict, the packet as the program left it, and the mean run time.
 //! For tests on crafted packets and for per-packet cost figures.
 //!
-//! aya 0.13 does not expose this command, so this is the one FFI file of the
-//! module: a `#[repr(C)]` copy of the `test` member of the kernel's `union
+//! aya 0.13 does not expose this command, so this is an FFI file of the
+//! crate: a `#[repr(C)]` copy of the `test` member of the kernel's `union
 //! bpf_attr` and one `bpf(2)` call.
 //!
 //! What it never does: attach anything or touch an interface. The program's maps

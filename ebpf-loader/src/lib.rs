@@ -1,16 +1,20 @@
-//! Loads the gateway's eBPF object (built from `gateway-ebpf` by `cargo xtask
-//! build-ebpf`), attaches its programs to interfaces and reads their maps into
-//! plain Rust values:
+//! The userspace half of `gateway-ebpf`: loads the object (built by `cargo
+//! xtask build-ebpf`), attaches its programs to interfaces and reads their maps
+//! into plain Rust values. Both daemons use it: the gateway counts what arrives
+//! (`xdp_sctp` on its WAN side), the origin with kernel SCTP what leaves
+//! (`tc_sctp` on its uplink, docs/ebpf.md).
 //!
 //! - [`SctpAccounting`]: the SCTP chunk walker, `xdp_sctp` on ingress and
 //!   `tc_sctp` on egress, with per-stream and per-association counters
-//!   ([`SctpSnapshot`]; docs/ebpf.md describes the maps);
-//! - [`XdpCounter`]: the frame counter `xdp_count` (the load test's probe).
+//!   ([`SctpSnapshot`] for all of them, [`SctpAccounting::stream_counters`] for
+//!   one key; docs/ebpf.md describes the maps);
+//! - [`XdpCounter`]: the frame counter `xdp_count` (the load test's probe);
+//! - [`monotonic_ns`]: the clock the programs' timestamps are on.
 //!
 //! What it never does: build the object, raise rlimits, pin anything in bpffs, or
 //! change an interface other than the ones it attaches to. Everything it attaches
 //! is detached when its owner is dropped (aya owns the links: XDP and TCX links
-//! are file descriptors), so a crashed gateway leaves no program behind once its
+//! are file descriptors), so a crashed daemon leaves no program behind once its
 //! file descriptors close. On kernels before 6.6 (no TCX) the TC program is
 //! attached through a `clsact` qdisc, which it adds if missing and leaves in place
 //! (empty, it does nothing).
@@ -45,7 +49,10 @@ use gateway_common::{
     StreamCounters, StreamKey, WalkerStats,
 };
 
+pub mod clock;
 pub mod test_run;
+
+pub use clock::monotonic_ns;
 
 /// Name of the XDP program that accounts SCTP chunks arriving on an interface.
 pub const XDP_SCTP_PROGRAM: &str = "xdp_sctp";
@@ -541,6 +548,29 @@ impl SctpAccounting {
             snapshot.assocs.insert(key, sum);
         }
 
+        (snapshot.ingress, snapshot.egress) = self.walker_stats()?;
+        Ok(snapshot)
+    }
+
+    /// The counters of one stream key, summed over CPUs; `None` if the
+    /// programs have not seen it (or the LRU map evicted it). One map lookup,
+    /// where [`snapshot`](Self::snapshot) walks every key.
+    pub fn stream_counters(&self, key: &StreamKey) -> Result<Option<StreamCounters>, EbpfError> {
+        let streams = self.per_cpu_hash::<StreamKey, StreamCounters>(SCTP_STREAMS_MAP)?;
+        match streams.get(key, 0) {
+            Ok(per_cpu) => Ok(Some(
+                per_cpu
+                    .iter()
+                    .fold(StreamCounters::default(), |sum, cpu| sum.merge(*cpu)),
+            )),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(source) => Err(map_error(SCTP_STREAMS_MAP, source)),
+        }
+    }
+
+    /// What the walker saw at each hook, summed over CPUs (the `ingress` and
+    /// `egress` of a [`SctpSnapshot`], without walking the hash maps).
+    pub fn walker_stats(&self) -> Result<(WalkerStats, WalkerStats), EbpfError> {
         let map = self.ebpf.map(SCTP_STATS_MAP).ok_or(EbpfError::MissingMap {
             name: SCTP_STATS_MAP,
         })?;
@@ -554,9 +584,7 @@ impl SctpAccounting {
                 .iter()
                 .fold(WalkerStats::default(), |sum, cpu| sum.add(*cpu)))
         };
-        snapshot.ingress = sum(STATS_INGRESS)?;
-        snapshot.egress = sum(STATS_EGRESS)?;
-        Ok(snapshot)
+        Ok((sum(STATS_INGRESS)?, sum(STATS_EGRESS)?))
     }
 
     fn per_cpu_hash<K: aya::Pod, V: aya::Pod>(
