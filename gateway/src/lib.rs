@@ -42,6 +42,7 @@ pub mod cache;
 pub mod config;
 pub mod daemon;
 pub mod direct;
+pub mod doctor;
 pub mod ebpf;
 pub mod front;
 pub mod intercept;
