@@ -449,7 +449,19 @@ fn cache(report: &mut Report, config: &GatewayConfig) {
     };
     // The directory is created at start if missing: then its nearest existing
     // ancestor is what must be writable.
-    let existing = dir.ancestors().find(|d| d.is_dir()).unwrap_or(dir);
+    let existing = dir.ancestors().find(|d| d.exists()).unwrap_or(dir);
+    if !existing.is_dir() {
+        report.push(Check::fail(
+            item,
+            format!(
+                "{} is in the way of {}: it is not a directory",
+                existing.display(),
+                dir.display()
+            ),
+            "move cache.path, or move that file away",
+        ));
+        return;
+    }
     if let Err(e) = try_write(existing) {
         report.push(Check::fail(
             item,

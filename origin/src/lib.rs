@@ -28,6 +28,7 @@
 
 pub mod access;
 pub mod config;
+pub mod doctor;
 pub mod files;
 pub mod http;
 pub mod proxy;
