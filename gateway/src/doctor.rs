@@ -475,7 +475,7 @@ fn cache(report: &mut Report, config: &GatewayConfig) {
         return;
     }
     let free = match nix::sys::statvfs::statvfs(existing) {
-        Ok(s) => u64::from(s.blocks_available()).saturating_mul(u64::from(s.fragment_size())),
+        Ok(s) => s.blocks_available().saturating_mul(s.fragment_size()),
         Err(e) => {
             report.push(Check::warn(
                 item,
