@@ -1,12 +1,16 @@
 //! What the gateway's and the origin's configuration files share: the error
 //! type every daemon reports ([`ConfigError`]) and the loader that reads a TOML
-//! file into a daemon's serde structs ([`from_file`]).
+//! file into a daemon's serde structs ([`from_file`]); and the report format of
+//! both daemons' `doctor` ([`doctor::Report`]), which checks the host a
+//! configuration will run on.
 //!
 //! Each daemon keeps its own structs, defaults and `validate()`; this crate
 //! knows none of them. Start reading at [`from_file`].
 //!
 //! What it never does: decide a default, validate a value, or look for a file
 //! on its own: the caller names the path.
+
+pub mod doctor;
 
 use std::path::{Path, PathBuf};
 

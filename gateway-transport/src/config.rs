@@ -143,9 +143,6 @@ pub enum UdpOffload {
     Off,
 }
 
-/// Where a kernel with SCTP says which UDP port it encapsulates on (0: none).
-const SCTP_UDP_PORT_SYSCTL: &str = "/proc/sys/net/sctp/udp_port";
-
 impl UdpOffload {
     /// Whether to batch on this host, now.
     pub fn enabled(self) -> bool {
@@ -160,7 +157,7 @@ impl UdpOffload {
 /// Whether this network namespace's kernel SCTP listens for UDP-encapsulated
 /// packets. No sctp module, or port 0: no.
 fn kernel_sctp_encapsulates() -> bool {
-    std::fs::read_to_string(SCTP_UDP_PORT_SYSCTL).is_ok_and(|port| !matches!(port.trim(), "" | "0"))
+    crate::doctor::kernel_sctp_udp_port().is_some()
 }
 
 impl Serialize for UdpOffload {

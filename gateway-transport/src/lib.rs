@@ -27,6 +27,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 mod config;
+pub mod doctor;
 mod error;
 pub mod framed_tcp;
 pub mod kernel;

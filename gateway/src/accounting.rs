@@ -148,7 +148,7 @@ impl Accounting {
 }
 
 /// An error with its sources, `: ` apart (the kernel's reason is in a source).
-fn chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

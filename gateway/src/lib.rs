@@ -43,6 +43,7 @@ pub mod cache;
 pub mod config;
 pub mod daemon;
 pub mod direct;
+pub mod doctor;
 /// The eBPF loader, shared with the origin (`ebpf-loader`); kept under its
 /// former path, which the gateway's code and tests use.
 pub use ebpf_loader as ebpf;

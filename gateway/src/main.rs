@@ -6,6 +6,7 @@
 //! `gateway --config FILE` runs until SIGINT or SIGTERM and removes its rules on
 //! the way out; `gateway cleanup` removes the rules a crashed run left behind;
 //! `gateway rules` prints the nftables rule set for people who manage their own;
+//! `gateway doctor` checks the host for everything the configuration needs;
 //! `gateway cache stats|purge|list` inspect and trim the cache.
 
 use std::net::SocketAddr;
@@ -37,6 +38,11 @@ enum Command {
     Cleanup,
     /// Print the nftables rule set this configuration installs.
     Rules,
+    /// Check this host for everything the configuration needs (forwarding,
+    /// nftables TPROXY, policy routing, interfaces, origins, cache, eBPF) and
+    /// print one verdict per item with its fix. Exits 1 when something
+    /// required is missing. Changes nothing it does not take back.
+    Doctor,
     /// Inspect or trim the cache.
     Cache {
         #[command(subcommand)]
@@ -129,6 +135,11 @@ fn main() -> Result<()> {
         Command::Rules => {
             print!("{}", gateway::intercept::ruleset_text(&config));
             Ok(())
+        }
+        Command::Doctor => {
+            let report = gateway::doctor::run(&config);
+            println!("{report}");
+            std::process::exit(report.exit_code());
         }
         Command::Cache { action } => cache_command(&config, action),
     }

@@ -30,6 +30,7 @@
 
 pub mod access;
 pub mod config;
+pub mod doctor;
 pub mod ebpf;
 pub mod egress;
 pub mod files;

@@ -2,7 +2,8 @@
 //! userspace), ordering response chunks with a stream scheduler.
 //!
 //! Configuration: config/origin.toml (or `--config`), then command-line
-//! overrides, then validation. See `origin --help`.
+//! overrides, then validation. See `origin --help`. `origin doctor` checks the
+//! host for what the configuration needs.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -11,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use gateway_transport::{Association, BackendChoice, BackendKind, Listener};
 use origin::access::AccessLog;
 use origin::config::OriginConfig;
@@ -31,34 +32,47 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 #[command(about = "SCTP origin server with stream schedulers")]
 struct Cli {
     /// Configuration file (TOML). Without it, the built-in defaults apply.
-    #[arg(long, short)]
+    #[arg(long, short, global = true)]
     config: Option<PathBuf>,
     /// Address to listen on (repeatable; replaces `listen.addresses`).
-    #[arg(long = "listen")]
+    #[arg(long = "listen", global = true)]
     listen: Vec<SocketAddr>,
     /// Transport: auto, kernel, userspace, framed-tcp or quic.
-    #[arg(long)]
+    #[arg(long, global = true)]
     transport: Option<BackendChoice>,
     /// Streams to offer, counting stream 0.
-    #[arg(long)]
+    #[arg(long, global = true)]
     streams: Option<u16>,
     /// Scheduler: fcfs, rr, scf, priority, wfq or queue-aware.
-    #[arg(long)]
+    #[arg(long, global = true)]
     scheduler: Option<PolicyKind>,
     /// Document root (replaces `files.root`).
-    #[arg(long)]
+    #[arg(long, global = true)]
     root: Option<PathBuf>,
     /// Reverse-proxy mode: forward to this TCP HTTP/1.1 upstream (host:port)
     /// instead of serving files.
-    #[arg(long, conflicts_with = "root")]
+    #[arg(long, conflicts_with = "root", global = true)]
     upstream: Option<String>,
     /// Body bytes per chunk.
-    #[arg(long)]
+    #[arg(long, global = true)]
     chunk_size: Option<usize>,
     /// Write the access log (target `origin::access`) to this file, appending,
     /// instead of with the rest of the log on stderr.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     access_log: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve (the default).
+    Run,
+    /// Check this host for everything the configuration needs (the transport,
+    /// the listening addresses, the document root or upstream, the access log)
+    /// and print one verdict per item with its fix. Exits 1 when something
+    /// required is missing.
+    Doctor,
 }
 
 fn load_config(cli: &Cli) -> Result<OriginConfig> {
@@ -140,6 +154,12 @@ fn init_log(access_log: Option<&Path>) -> Result<()> {
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
+    if matches!(cli.command, Some(Command::Doctor)) {
+        let config = load_config(&cli)?;
+        let report = origin::doctor::run(&config, cli.access_log.as_deref()).await;
+        println!("{report}");
+        std::process::exit(report.exit_code());
+    }
     init_log(cli.access_log.as_deref())?;
     let config = load_config(&cli)?;
     let (service, source) = match (&config.files, &config.upstream) {

@@ -1,6 +1,6 @@
 //! `cargo xtask`: set up the machine, build the eBPF programs, run the tests, the
-//! kernel-SCTP VM tests, the demo topology and the benchmarks, and write the
-//! generated page corpus.
+//! kernel-SCTP VM tests, the demo topology and the benchmarks, write the
+//! generated page corpus, and install the daemons as system services.
 //!
 //! Every subcommand prints what it is doing before long steps, and every step that
 //! installs something first checks whether it is already there.
@@ -12,6 +12,7 @@ mod bench;
 mod cmd;
 mod corpus;
 mod ebpf;
+mod install;
 mod plot;
 mod run;
 mod setup;
@@ -45,6 +46,13 @@ enum Command {
     Corpus(corpus::CorpusOptions),
     /// Run only the kernel-SCTP tests inside a virtme-ng VM with Debian's kernel.
     VmTest(vm::VmOptions),
+    /// Install the release binaries, configuration, state directories and the
+    /// systemd units of the gateway and the origin (under --prefix, `/` by
+    /// default); enables and starts nothing.
+    Install(install::InstallOptions),
+    /// Remove what `install` put in place (stopping and disabling the units
+    /// first when the prefix is `/`).
+    Uninstall(install::UninstallOptions),
 }
 
 fn main() -> Result<()> {
@@ -56,5 +64,7 @@ fn main() -> Result<()> {
         Command::Bench(options) => bench::run(&options),
         Command::Run(options) => run::run(&options),
         Command::Corpus(options) => corpus::run(&options),
+        Command::Install(options) => install::install(&options),
+        Command::Uninstall(options) => install::uninstall(&options),
     }
 }

@@ -80,6 +80,10 @@ pub(crate) const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "the benchmark's transparent caching proxy (TPROXY) the gateway is compared with",
     ),
     (
+        "systemd",
+        "systemd-analyze: `cargo xtask install` and its test verify the units it writes",
+    ),
+    (
         "util-linux",
         "setpriv: the eBPF test that starts the gateway without CAP_BPF",
     ),

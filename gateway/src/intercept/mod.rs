@@ -8,6 +8,8 @@
 //! - [`cleanup`] removes leftovers after a crash (`gateway cleanup`).
 //! - [`ruleset_text`] renders the same table in nft syntax: `config/nftables.nft`,
 //!   for people who manage their firewall themselves (`intercept.manage = false`).
+//! - [`probe_nftables`] and [`probe_policy_routing`] try what `install` needs
+//!   without intercepting anything (`gateway doctor`).
 //!
 //! What it never does: touch tables, rules or routes that are not its own. It
 //! finds its own by the configured table name, mark, routing table and priority.
@@ -20,6 +22,7 @@ mod ruleset;
 use std::fmt;
 
 use crate::config::GatewayConfig;
+pub use nft::Feature as NftFeature;
 use policy_routing::{PolicyRouting, RoutingRemoved};
 use ruleset::Ruleset;
 
@@ -194,6 +197,71 @@ pub fn cleanup(config: &GatewayConfig) -> Result<CleanupReport, InterceptError> 
         rules: routing.rules,
         routes: routing.routes,
     })
+}
+
+/// What [`probe_nftables`] found.
+#[derive(Debug)]
+pub struct NftProbe {
+    /// Whether the gateway's table (`intercept.table`) exists now: a gateway
+    /// runs, or a crashed one left it.
+    pub table_present: bool,
+    /// Each expression the rules need beyond plain nftables, and whether the
+    /// kernel took it.
+    pub features: Vec<(NftFeature, Result<(), InterceptError>)>,
+}
+
+/// Tries, in a scratch table of its own that it deletes again, each nftables
+/// expression the rules need (tproxy, socket, fib), so that the kernel loads
+/// and validates them. The rules are guarded by a mark no packet carries, so
+/// nothing is intercepted meanwhile. The outer error is for nft itself
+/// (missing, or no permission to list tables).
+pub fn probe_nftables(config: &GatewayConfig) -> Result<NftProbe, InterceptError> {
+    let table_present = nft::table_exists(&config.intercept.table)?;
+    let guard_mark = !config.intercept.tproxy_mark;
+    let features = NftFeature::ALL
+        .into_iter()
+        .map(|feature| (feature, nft::probe_in_kernel(feature, guard_mark)))
+        .collect();
+    Ok(NftProbe {
+        table_present,
+        features,
+    })
+}
+
+/// What [`probe_policy_routing`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoutingProbe {
+    /// Rules or routes of ours are in place (a running gateway's, or a crashed
+    /// one's); left alone.
+    Present {
+        /// Policy rules of ours (IPv4 and IPv6).
+        rules: usize,
+        /// Local default routes in our table.
+        routes: usize,
+    },
+    /// None were there; adding and removing them again worked.
+    Usable,
+}
+
+/// Whether the policy routing can be installed: when none of ours exists,
+/// adds it and takes it away again (harmless: only packets with the tproxy
+/// mark use it, and without the table none carry it); when some exists, says
+/// so and leaves it.
+pub fn probe_policy_routing(config: &GatewayConfig) -> Result<RoutingProbe, InterceptError> {
+    let routing = PolicyRouting::new(&config.intercept);
+    let present = routing.present()?;
+    if present != RoutingRemoved::default() {
+        return Ok(RoutingProbe::Present {
+            rules: present.rules,
+            routes: present.routes,
+        });
+    }
+    let installed = routing.install();
+    // Taken back whether or not the install went all the way.
+    let removed = routing.remove();
+    installed?;
+    removed?;
+    Ok(RoutingProbe::Usable)
 }
 
 /// The table as an nft script: what `config/nftables.nft` holds for the default

@@ -28,6 +28,11 @@ pub(crate) fn check_text(text: &str, action: &'static str) -> Result<(), Interce
     run(&["-c", "-f", "-"], Some(text), action).map(drop)
 }
 
+/// Applies nft-syntax `text` (`nft -f -`).
+fn apply_text(text: &str, action: &'static str) -> Result<(), InterceptError> {
+    run(&["-f", "-"], Some(text), action).map(drop)
+}
+
 /// Whether table `inet <name>` exists.
 pub(crate) fn table_exists(name: &str) -> Result<bool, InterceptError> {
     let out = run(&["-j", "list", "tables", "inet"], None, "listing tables")?;
@@ -97,8 +102,8 @@ fn classify(action: &'static str, message: String) -> InterceptError {
     // built without them) surfaces as ENOENT on the rule that uses it. nft does not
     // say which; probing each alone does.
     if message.contains("No such file or directory") && action != "deleting the table" {
-        for feature in [Feature::Tproxy, Feature::Socket, Feature::Fib] {
-            if check_text(feature.probe(), "probing kernel support").is_err() {
+        for feature in Feature::ALL {
+            if check_text(&feature.probe("gateway_probe", 1), "probing kernel support").is_err() {
                 return InterceptError::KernelUnsupported {
                     feature: feature.name(),
                 };
@@ -109,15 +114,22 @@ fn classify(action: &'static str, message: String) -> InterceptError {
 }
 
 /// Kernel parts the rules need beyond plain nftables.
-#[derive(Debug, Clone, Copy)]
-enum Feature {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// `tproxy`: hands a flow to a transparent socket (nft_tproxy).
     Tproxy,
+    /// `socket transparent`: later packets of a handed flow (nft_socket).
     Socket,
+    /// `fib daddr type local`: connections to this host itself (nft_fib_inet).
     Fib,
 }
 
 impl Feature {
-    fn name(self) -> &'static str {
+    /// Every part, in the order the rules use them.
+    pub const ALL: [Feature; 3] = [Feature::Tproxy, Feature::Socket, Feature::Fib];
+
+    /// The expression and the kernel option that provides it.
+    pub fn name(self) -> &'static str {
         match self {
             Feature::Tproxy => "tproxy (CONFIG_NFT_TPROXY)",
             Feature::Socket => "socket (CONFIG_NFT_SOCKET)",
@@ -125,25 +137,59 @@ impl Feature {
         }
     }
 
-    /// A throw-away table using only this expression; checked, never applied.
-    fn probe(self) -> &'static str {
-        match self {
-            Feature::Tproxy => {
-                "table inet gateway_probe { chain c { type filter hook prerouting priority mangle; meta l4proto tcp tproxy ip to :1 } }"
-            }
-            Feature::Socket => {
-                "table inet gateway_probe { chain c { type filter hook prerouting priority mangle; socket transparent 1 accept } }"
-            }
-            Feature::Fib => {
-                "table inet gateway_probe { chain c { type filter hook prerouting priority mangle; fib daddr type local accept } }"
-            }
-        }
+    /// A throw-away table `table` using only this expression, in a rule that
+    /// only packets carrying `guard_mark` reach. One statement per line:
+    /// nft 1.0's parser wants a newline or `;` before each closing brace.
+    fn probe(self, table: &str, guard_mark: u32) -> String {
+        let expression = match self {
+            Feature::Tproxy => "meta l4proto tcp tproxy ip to :1",
+            Feature::Socket => "socket transparent 1 accept",
+            Feature::Fib => "fib daddr type local accept",
+        };
+        format!(
+            "table inet {table} {{\n\
+             \tchain c {{\n\
+             \t\ttype filter hook prerouting priority mangle; policy accept;\n\
+             \t\tmeta mark {guard_mark:#x} {expression}\n\
+             \t}}\n\
+             }}\n"
+        )
     }
+}
+
+/// The name of the scratch table [`probe_in_kernel`] creates: per process, so
+/// that two doctors at once do not delete each other's.
+fn scratch_table() -> String {
+    format!("gateway_doctor_{}", std::process::id())
+}
+
+/// Loads `feature` into the kernel in a scratch table, then deletes the table.
+///
+/// Stronger than `nft -c`: the kernel loads the expression's module and
+/// validates the rule at its hook. The rule is guarded by a mark nothing
+/// carries (the tproxy mark's complement), so no packet is steered while it
+/// exists, even on a router in use.
+pub(crate) fn probe_in_kernel(feature: Feature, guard_mark: u32) -> Result<(), InterceptError> {
+    let table = scratch_table();
+    let applied = apply_text(&feature.probe(&table, guard_mark), "probing kernel support");
+    // Removed whether or not the rule went in (the table may have).
+    let removed = delete_table(&table);
+    applied?;
+    removed.map(drop)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probes_are_one_statement_per_line_behind_the_guard_mark() {
+        assert_eq!(
+            Feature::Socket.probe("t", 0x10),
+            "table inet t {\n\tchain c {\n\t\ttype filter hook prerouting priority mangle; \
+             policy accept;\n\t\tmeta mark 0x10 socket transparent 1 accept\n\t}\n}\n"
+        );
+    }
 
     #[test]
     fn permission_failures_name_the_capability() {

@@ -106,56 +106,82 @@ impl PolicyRouting {
     /// no error.
     pub(crate) fn remove(self) -> Result<RoutingRemoved, InterceptError> {
         with_netlink(move |handle| async move {
+            let (rules, routes) = self.ours(&handle).await?;
             let mut removed = RoutingRemoved::default();
-            for version in [IpVersion::V4, IpVersion::V6] {
-                let rules: Vec<RuleMessage> = handle
-                    .rule()
-                    .get(version.clone())
-                    .execute()
-                    .try_collect()
-                    .await
-                    .map_err(|e| netlink_error("listing policy rules", e))?;
-                for rule in rules.into_iter().filter(|r| self.is_our_rule(r)) {
-                    if ignore_absent(handle.rule().del(rule).execute().await)
-                        .map_err(|e| netlink_error("deleting a policy rule", e))?
-                    {
-                        removed.rules += 1;
-                    }
+            for rule in rules {
+                if ignore_absent(handle.rule().del(rule).execute().await)
+                    .map_err(|e| netlink_error("deleting a policy rule", e))?
+                {
+                    removed.rules += 1;
                 }
             }
-            // Under strict checking the kernel filters a dump by the header's
-            // table, protocol and type; the builder's defaults (static, unicast)
-            // would hide our local routes.
-            let queries = [
-                RouteMessageBuilder::<Ipv4Addr>::new()
-                    .table_id(self.table)
-                    .protocol(RouteProtocol::Unspec)
-                    .kind(RouteType::Unspec)
-                    .build(),
-                RouteMessageBuilder::<Ipv6Addr>::new()
-                    .table_id(self.table)
-                    .protocol(RouteProtocol::Unspec)
-                    .kind(RouteType::Unspec)
-                    .build(),
-            ];
-            for query in queries {
-                let routes: Vec<RouteMessage> = handle
-                    .route()
-                    .get(query)
-                    .execute()
-                    .try_collect()
-                    .await
-                    .map_err(|e| netlink_error("listing routes", e))?;
-                for route in routes.into_iter().filter(|r| self.is_our_route(r)) {
-                    if ignore_absent(handle.route().del(route).execute().await)
-                        .map_err(|e| netlink_error("deleting a route", e))?
-                    {
-                        removed.routes += 1;
-                    }
+            for route in routes {
+                if ignore_absent(handle.route().del(route).execute().await)
+                    .map_err(|e| netlink_error("deleting a route", e))?
+                {
+                    removed.routes += 1;
                 }
             }
             Ok(removed)
         })
+    }
+
+    /// How many rules and routes of ours exist now, in both families.
+    pub(crate) fn present(self) -> Result<RoutingRemoved, InterceptError> {
+        with_netlink(move |handle| async move {
+            let (rules, routes) = self.ours(&handle).await?;
+            Ok(RoutingRemoved {
+                rules: rules.len(),
+                routes: routes.len(),
+            })
+        })
+    }
+
+    /// Dumps the rules and our routing table of both families and keeps what
+    /// is ours.
+    async fn ours(
+        self,
+        handle: &Handle,
+    ) -> Result<(Vec<RuleMessage>, Vec<RouteMessage>), InterceptError> {
+        let mut ours = (Vec::new(), Vec::new());
+        for version in [IpVersion::V4, IpVersion::V6] {
+            let rules: Vec<RuleMessage> = handle
+                .rule()
+                .get(version)
+                .execute()
+                .try_collect()
+                .await
+                .map_err(|e| netlink_error("listing policy rules", e))?;
+            ours.0
+                .extend(rules.into_iter().filter(|r| self.is_our_rule(r)));
+        }
+        // Under strict checking the kernel filters a dump by the header's
+        // table, protocol and type; the builder's defaults (static, unicast)
+        // would hide our local routes.
+        let queries = [
+            RouteMessageBuilder::<Ipv4Addr>::new()
+                .table_id(self.table)
+                .protocol(RouteProtocol::Unspec)
+                .kind(RouteType::Unspec)
+                .build(),
+            RouteMessageBuilder::<Ipv6Addr>::new()
+                .table_id(self.table)
+                .protocol(RouteProtocol::Unspec)
+                .kind(RouteType::Unspec)
+                .build(),
+        ];
+        for query in queries {
+            let routes: Vec<RouteMessage> = handle
+                .route()
+                .get(query)
+                .execute()
+                .try_collect()
+                .await
+                .map_err(|e| netlink_error("listing routes", e))?;
+            ours.1
+                .extend(routes.into_iter().filter(|r| self.is_our_route(r)));
+        }
+        Ok(ours)
     }
 
     fn is_our_rule(&self, rule: &RuleMessage) -> bool {
