@@ -1639,6 +1639,11 @@ impl Association {
             Chunk::Data(chunk).encode(buf);
             chunks += 1;
         }
+        if !sender.has_unsent() && !sender.has_marked() && sender.flight() < self.cc.window() {
+            // Run dry with room in the window: the rate samples of what
+            // is in flight measure the application, not the path.
+            self.cc.on_app_limited(sender.flight());
+        }
         if let Some(at) = last_data_at {
             // RFC 7053: when nothing follows this packet for now (the burst
             // is over or the window is full), ask for the SACK at once;

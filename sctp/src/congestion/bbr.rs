@@ -32,10 +32,20 @@
 //! path whose RTT is shorter than the ack batching, such as a veth or a LAN,
 //! is held to two tiny BDPs and runs window-limited far below its rate.
 //!
+//! Application-limited samples (the draft's `C.app_limited`): when the sender
+//! runs dry with room in the window, everything sent until that flight is
+//! delivered is marked. A marked sample enters the bandwidth filter only if
+//! it raises the estimate, and a round whose sample is marked does not count
+//! toward Startup's "bandwidth flat for 3 rounds". Without this a web page's
+//! traffic (a small HTML, a pause while the browser parses it, a few small
+//! objects) made Startup end at the rate of the first few kilobytes, and
+//! later small objects pushed the big rounds out of the filter's window;
+//! ProbeBw's one 1.25x probe per eight round trips then took seconds to
+//! find the path again (the slow first page load of bench/results
+//! pages-own-stack.md).
+//!
 //! Simplifications against the draft, each a place to refine with measurements:
-//! no packet conservation after a loss, no long-term (policer) mode, no
-//! application-limited marking of samples (an app-limited sample can only
-//! lower the estimate, and the max filter ignores it).
+//! no packet conservation after a loss, no long-term (policer) mode.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -105,6 +115,8 @@ struct SendRecord {
     /// The send time of the most recently delivered packet when this one
     /// was sent: the send side of the rate interval.
     first_sent: Instant,
+    /// Sent while the application, not the window, limited the sending.
+    app_limited: bool,
 }
 
 /// A max filter over the last [`BW_WINDOW_ROUNDS`] rounds: the best value of
@@ -180,6 +192,9 @@ pub struct Bbr {
     extra_acked_delivered: u64,
     /// The largest extra acked of each recent round, bytes.
     extra_acked_samples: RoundMax<u64>,
+    /// Non-zero while the sending is application-limited: the `delivered`
+    /// count past which it no longer is (the draft's `C.app_limited`).
+    app_limited_until: u64,
 }
 
 impl Bbr {
@@ -212,6 +227,7 @@ impl Bbr {
             extra_acked_start: now,
             extra_acked_delivered: 0,
             extra_acked_samples: RoundMax::default(),
+            app_limited_until: 0,
         }
     }
 
@@ -311,7 +327,7 @@ impl Bbr {
         if record.delivered >= self.next_round_delivered {
             self.round += 1;
             self.next_round_delivered = self.delivered;
-            self.on_round_end();
+            self.on_round_end(record.app_limited);
         }
         // The longer of the ack and the send intervals, as the draft's
         // delivery-rate estimation does: acks compressed on the way back must
@@ -324,10 +340,16 @@ impl Bbr {
         }
         let rate =
             (self.delivered_timely - record.delivered_timely) as f64 / interval.as_secs_f64();
-        self.bw_samples.update(self.round, rate);
+        // An application-limited sample says the path carries at least this
+        // much, never that it carries less.
+        if !record.app_limited || rate >= self.bandwidth() {
+            self.bw_samples.update(self.round, rate);
+        }
     }
 
-    fn on_round_end(&mut self) {
+    /// A round ended; `app_limited` if its sample was sent while the
+    /// application limited the sending.
+    fn on_round_end(&mut self, app_limited: bool) {
         let lost = self.round_lost as f64;
         let sent = lost + self.round_delivered as f64;
         self.round_lost = 0;
@@ -337,6 +359,11 @@ impl Bbr {
         }
         if sent > 0.0 && lost / sent > STARTUP_LOSS_LIMIT {
             self.mode = Mode::Drain;
+            return;
+        }
+        if app_limited {
+            // A flat rate here is the application's: the pipe may be far
+            // from full.
             return;
         }
         let bw = self.bandwidth();
@@ -400,12 +427,20 @@ impl Controller for Bbr {
             delivered_timely: self.delivered_timely,
             delivered_time: self.delivered_time,
             first_sent: self.delivered_sent,
+            app_limited: self.app_limited_until != 0,
         });
+    }
+
+    fn on_app_limited(&mut self, flight: u64) {
+        self.app_limited_until = (self.delivered + flight).max(1);
     }
 
     fn on_ack(&mut self, now: Instant, acked: &Acked) {
         self.flight = acked.flight_before.saturating_sub(acked.bytes);
         self.delivered += acked.bytes;
+        if self.app_limited_until != 0 && self.delivered > self.app_limited_until {
+            self.app_limited_until = 0;
+        }
         self.delivered_timely += acked.bytes - acked.late_bytes.min(acked.bytes);
         self.round_delivered += acked.bytes;
         self.delivered_time = now;
@@ -568,6 +603,62 @@ mod tests {
             cc.window()
         );
         assert_eq!(cc.min_rtt(), Some(rtt));
+    }
+
+    /// `rounds` round trips in which the application sends only two packets
+    /// (telling the controller so when `say_so`), each delivered a round
+    /// trip later.
+    fn trickle(cc: &mut Bbr, start: Instant, rtt: Duration, rounds: u32, say_so: bool) -> Instant {
+        let mut now = start;
+        for _ in 0..rounds {
+            let sent = now;
+            for _ in 0..2 {
+                cc.on_sent(sent, MTU as u64);
+            }
+            if say_so {
+                cc.on_app_limited(2 * MTU as u64);
+            }
+            now += rtt;
+            cc.on_ack(
+                now,
+                &Acked {
+                    bytes: 2 * MTU as u64,
+                    sent,
+                    flight_before: 2 * MTU as u64,
+                    cum_advanced: true,
+                    smoothed_rtt: Some(rtt),
+                    rtt_sample: Some(rtt),
+                    late_bytes: 0,
+                },
+            );
+        }
+        now
+    }
+
+    #[test]
+    fn application_limited_rounds_neither_end_startup_nor_lower_the_estimate() {
+        let start = Instant::now();
+        let rtt = Duration::from_millis(80);
+        // A page's first objects: a few packets a round, then nothing.
+        let mut told = Bbr::new(&BbrConfig::default(), start, MTU);
+        let mut untold = Bbr::new(&BbrConfig::default(), start, MTU);
+        trickle(&mut told, start, rtt, 10, true);
+        trickle(&mut untold, start, rtt, 10, false);
+        assert_eq!(told.mode, Mode::Startup, "app-limited rounds ended Startup");
+        assert!(
+            !matches!(untold.mode, Mode::Startup),
+            "unmarked flat rounds end Startup: {:?}",
+            untold.mode
+        );
+
+        // Once the path's rate is known, small app-limited rounds (more
+        // than the filter's window of them) do not push it out.
+        let rate = 1_250_000.0;
+        let mut cc = Bbr::new(&BbrConfig::default(), start, MTU);
+        let now = drive(&mut cc, start, rate, rtt, 40, 0.0);
+        trickle(&mut cc, now, rtt, 3 * BW_WINDOW_ROUNDS as u32, true);
+        let bw = cc.bandwidth();
+        assert!(bw >= 0.8 * rate, "estimate fell to {bw}");
     }
 
     #[test]

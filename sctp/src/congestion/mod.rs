@@ -129,6 +129,14 @@ pub trait Controller: Send + fmt::Debug {
         let _ = now;
     }
 
+    /// The sender has nothing more to send although the window has room,
+    /// with `flight` bytes in flight: what goes out until that flight is
+    /// delivered says how fast the application is, not the path (the BBR
+    /// draft's `C.app_limited`). Called whenever the sender runs dry.
+    fn on_app_limited(&mut self, flight: u64) {
+        let _ = flight;
+    }
+
     /// Nothing was sent for an RTO or more while data could have been (RFC
     /// 9260 7.2.1 last paragraph): the window decays.
     fn on_idle(&mut self, now: Instant, rto: Duration) {
