@@ -83,6 +83,12 @@ const MAX_AGGREGATION_TIME: Duration = Duration::from_millis(100);
 /// sent (after BBRv2): random loss of a few percent does not, the overflow
 /// of a queue by Startup's 2.89 BDPs does.
 const STARTUP_LOSS_LIMIT: f64 = 0.10;
+/// ...and lost at least this many MTUs (after Linux's BBRv2, which wants
+/// eight loss events): in a round of a few packets one random loss is over
+/// the share limit, and leaving Startup on it left the bandwidth estimate at
+/// the first few kilobytes' rate, which ProbeBw's one 1.25x probe per eight
+/// round trips took seconds to correct at 200 ms.
+const STARTUP_LOSS_MIN_MTUS: u64 = 8;
 
 /// The configuration of [`Bbr`], and its factory.
 #[derive(Debug, Clone, Default)]
@@ -350,14 +356,16 @@ impl Bbr {
     /// A round ended; `app_limited` if its sample was sent while the
     /// application limited the sending.
     fn on_round_end(&mut self, app_limited: bool) {
-        let lost = self.round_lost as f64;
-        let sent = lost + self.round_delivered as f64;
-        self.round_lost = 0;
-        self.round_delivered = 0;
+        let lost_bytes = std::mem::take(&mut self.round_lost);
+        let lost = lost_bytes as f64;
+        let sent = lost + std::mem::take(&mut self.round_delivered) as f64;
         if self.mode != Mode::Startup {
             return;
         }
-        if sent > 0.0 && lost / sent > STARTUP_LOSS_LIMIT {
+        if sent > 0.0
+            && lost / sent > STARTUP_LOSS_LIMIT
+            && lost_bytes >= STARTUP_LOSS_MIN_MTUS * self.mtu
+        {
             self.mode = Mode::Drain;
             return;
         }
@@ -659,6 +667,40 @@ mod tests {
         trickle(&mut cc, now, rtt, 3 * BW_WINDOW_ROUNDS as u32, true);
         let bw = cc.bandwidth();
         assert!(bw >= 0.8 * rate, "estimate fell to {bw}");
+    }
+
+    #[test]
+    fn one_loss_in_a_small_round_does_not_end_startup() {
+        let start = Instant::now();
+        let rtt = Duration::from_millis(200);
+        let mut cc = Bbr::new(&BbrConfig::default(), start, MTU);
+        let mut now = start;
+        // Rounds of four packets, one of them lost: 25 % of a round, but
+        // one random loss, not a queue that overflowed.
+        for _ in 0..6 {
+            let sent = now;
+            for _ in 0..4 {
+                cc.on_sent(sent, MTU as u64);
+            }
+            // A page's first objects: the application, not the window,
+            // limits these rounds.
+            cc.on_app_limited(4 * MTU as u64);
+            now += rtt;
+            cc.on_lost(now, MTU as u64);
+            cc.on_ack(
+                now,
+                &Acked {
+                    bytes: 3 * MTU as u64,
+                    sent,
+                    flight_before: 4 * MTU as u64,
+                    cum_advanced: true,
+                    smoothed_rtt: Some(rtt),
+                    rtt_sample: Some(rtt),
+                    late_bytes: 0,
+                },
+            );
+        }
+        assert_eq!(cc.mode, Mode::Startup);
     }
 
     #[test]
