@@ -81,8 +81,8 @@ pub(crate) fn run(options: &TestOptions) -> Result<()> {
     if options.skip_vm {
         println!("xtask: kernel-SCTP VM tests SKIPPED (--skip-vm)");
     } else {
-        step("kernel-SCTP tests in a VM");
-        vm::run(&vm::VmOptions::default())?;
+        step("kernel-SCTP tests in a VM (with the origin's eBPF depth test)");
+        vm::run(&vm::VmOptions::with_ebpf(&object))?;
     }
 
     if options.skip_fuzz {

@@ -87,6 +87,21 @@ pub(crate) struct VmOptions {
     /// Give up (and kill the VM) after this many seconds.
     #[arg(long, default_value_t = 900)]
     timeout: u64,
+    /// The eBPF object the guest's tests load; `None`: `GATEWAY_EBPF_OBJECT`
+    /// of the host's environment, if set.
+    #[arg(skip)]
+    pub(crate) ebpf_object: Option<PathBuf>,
+}
+
+impl VmOptions {
+    /// The defaults plus the tests that load the eBPF object `object` in the
+    /// guest: what `cargo xtask test` runs.
+    pub(crate) fn with_ebpf(object: &Path) -> Self {
+        let mut options = Self::default();
+        options.tests.push("origin:kernel_depth".into());
+        options.ebpf_object = Some(object.to_owned());
+        options
+    }
 }
 
 impl Default for VmOptions {
@@ -130,7 +145,10 @@ pub(crate) fn run(options: &VmOptions) -> Result<()> {
     let script = shared.join("run.sh");
     // Tests that load the eBPF object inside the guest (origin:kernel_depth)
     // find it where the host's `cargo xtask build-ebpf` left it.
-    let ebpf_object = std::env::var_os(crate::ebpf::OBJECT_PATH_ENV).map(PathBuf::from);
+    let ebpf_object = options
+        .ebpf_object
+        .clone()
+        .or_else(|| std::env::var_os(crate::ebpf::OBJECT_PATH_ENV).map(PathBuf::from));
     fs::write(
         &script,
         guest_script(
