@@ -613,26 +613,44 @@ mod tests {
         assert_eq!(cc.min_rtt(), Some(rtt));
     }
 
-    /// `rounds` round trips in which the application sends only two packets
-    /// (telling the controller so when `say_so`), each delivered a round
-    /// trip later.
-    fn trickle(cc: &mut Bbr, start: Instant, rtt: Duration, rounds: u32, say_so: bool) -> Instant {
+    /// A round of a small application's traffic: `packets` sent at once
+    /// (telling the controller it runs dry when `say_so`), of which `lost`
+    /// are reported lost and the rest acknowledged a round trip later.
+    #[derive(Clone, Copy)]
+    struct SmallRound {
+        packets: u64,
+        lost: u64,
+        say_so: bool,
+    }
+
+    /// `rounds` rounds of `round`, from `start`; returns the time after them.
+    fn trickle(
+        cc: &mut Bbr,
+        start: Instant,
+        rtt: Duration,
+        rounds: u32,
+        round: SmallRound,
+    ) -> Instant {
+        let mtu = MTU as u64;
         let mut now = start;
         for _ in 0..rounds {
             let sent = now;
-            for _ in 0..2 {
-                cc.on_sent(sent, MTU as u64);
+            for _ in 0..round.packets {
+                cc.on_sent(sent, mtu);
             }
-            if say_so {
-                cc.on_app_limited(2 * MTU as u64);
+            if round.say_so {
+                cc.on_app_limited(round.packets * mtu);
             }
             now += rtt;
+            if round.lost > 0 {
+                cc.on_lost(now, round.lost * mtu);
+            }
             cc.on_ack(
                 now,
                 &Acked {
-                    bytes: 2 * MTU as u64,
+                    bytes: (round.packets - round.lost) * mtu,
                     sent,
-                    flight_before: 2 * MTU as u64,
+                    flight_before: round.packets * mtu,
                     cum_advanced: true,
                     smoothed_rtt: Some(rtt),
                     rtt_sample: Some(rtt),
@@ -643,6 +661,13 @@ mod tests {
         now
     }
 
+    /// Two packets a round trip, none lost.
+    const TWO: SmallRound = SmallRound {
+        packets: 2,
+        lost: 0,
+        say_so: true,
+    };
+
     #[test]
     fn application_limited_rounds_neither_end_startup_nor_lower_the_estimate() {
         let start = Instant::now();
@@ -650,8 +675,12 @@ mod tests {
         // A page's first objects: a few packets a round, then nothing.
         let mut told = Bbr::new(&BbrConfig::default(), start, MTU);
         let mut untold = Bbr::new(&BbrConfig::default(), start, MTU);
-        trickle(&mut told, start, rtt, 10, true);
-        trickle(&mut untold, start, rtt, 10, false);
+        trickle(&mut told, start, rtt, 10, TWO);
+        let untold_round = SmallRound {
+            say_so: false,
+            ..TWO
+        };
+        trickle(&mut untold, start, rtt, 10, untold_round);
         assert_eq!(told.mode, Mode::Startup, "app-limited rounds ended Startup");
         assert!(
             !matches!(untold.mode, Mode::Startup),
@@ -664,7 +693,7 @@ mod tests {
         let rate = 1_250_000.0;
         let mut cc = Bbr::new(&BbrConfig::default(), start, MTU);
         let now = drive(&mut cc, start, rate, rtt, 40, 0.0);
-        trickle(&mut cc, now, rtt, 3 * BW_WINDOW_ROUNDS as u32, true);
+        trickle(&mut cc, now, rtt, 3 * BW_WINDOW_ROUNDS as u32, TWO);
         let bw = cc.bandwidth();
         assert!(bw >= 0.8 * rate, "estimate fell to {bw}");
     }
@@ -674,32 +703,15 @@ mod tests {
         let start = Instant::now();
         let rtt = Duration::from_millis(200);
         let mut cc = Bbr::new(&BbrConfig::default(), start, MTU);
-        let mut now = start;
         // Rounds of four packets, one of them lost: 25 % of a round, but
-        // one random loss, not a queue that overflowed.
-        for _ in 0..6 {
-            let sent = now;
-            for _ in 0..4 {
-                cc.on_sent(sent, MTU as u64);
-            }
-            // A page's first objects: the application, not the window,
-            // limits these rounds.
-            cc.on_app_limited(4 * MTU as u64);
-            now += rtt;
-            cc.on_lost(now, MTU as u64);
-            cc.on_ack(
-                now,
-                &Acked {
-                    bytes: 3 * MTU as u64,
-                    sent,
-                    flight_before: 4 * MTU as u64,
-                    cum_advanced: true,
-                    smoothed_rtt: Some(rtt),
-                    rtt_sample: Some(rtt),
-                    late_bytes: 0,
-                },
-            );
-        }
+        // one random loss, not a queue that overflowed. The application
+        // (a page's first objects), not the window, limits these rounds.
+        let round = SmallRound {
+            packets: 4,
+            lost: 1,
+            say_so: true,
+        };
+        trickle(&mut cc, start, rtt, 6, round);
         assert_eq!(cc.mode, Mode::Startup);
     }
 
