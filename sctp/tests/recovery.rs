@@ -44,23 +44,10 @@ fn established(config: Config, link: Link) -> Sim {
     sim
 }
 
-/// The time from sending `count` one-packet messages, the last `lost` of
-/// whose first transmissions are dropped, until all arrive; and the sender's
-/// counts of what it took.
-fn tail_recovery(tlp: bool, count: usize, lost: usize) -> (Duration, Counters) {
-    let link = Link {
-        delay: Duration::from_millis(40),
-        ..Link::default()
-    };
-    let mut sim = established(config(tlp, true), link);
+/// Sends `count` one-packet messages on stream 1 and runs the simulation
+/// until the server has them all (within 30 s); returns how long that took.
+fn deliver_messages(sim: &mut Sim, count: usize) -> Duration {
     let before = sim.sides[SERVER].received.len();
-    let first = sim
-        .data_sent(CLIENT)
-        .into_iter()
-        .max()
-        .expect("data was sent")
-        + 1;
-    sim.drop_tsns = (first + (count - lost) as u32..first + count as u32).collect();
     let start = sim.now;
     for i in 0..count {
         sim.sides[CLIENT]
@@ -72,7 +59,27 @@ fn tail_recovery(tlp: bool, count: usize, lost: usize) -> (Duration, Counters) {
         sim.run_until(30 * SECOND, |s| s.sides[SERVER].received.len()
             == before + count)
     );
-    (sim.now - start, sim.sides[CLIENT].assoc().stats().counters)
+    sim.now - start
+}
+
+/// The time from sending `count` one-packet messages, the last `lost` of
+/// whose first transmissions are dropped, until all arrive; and the sender's
+/// counts of what it took.
+fn tail_recovery(tlp: bool, count: usize, lost: usize) -> (Duration, Counters) {
+    let link = Link {
+        delay: Duration::from_millis(40),
+        ..Link::default()
+    };
+    let mut sim = established(config(tlp, true), link);
+    let first = sim
+        .data_sent(CLIENT)
+        .into_iter()
+        .max()
+        .expect("data was sent")
+        + 1;
+    sim.drop_tsns = (first + (count - lost) as u32..first + count as u32).collect();
+    let took = deliver_messages(&mut sim, count);
+    (took, sim.sides[CLIENT].assoc().stats().counters)
 }
 
 #[test]
@@ -103,22 +110,10 @@ fn a_lost_retransmission_is_found_by_rack_without_a_time_out() {
     for rack in [true, false] {
         // No tail-loss probe: this is about RACK alone.
         let mut sim = established(config(false, rack), link.clone());
-        let before = sim.sides[SERVER].received.len();
         let first = sim.data_sent(CLIENT).into_iter().max().expect("data") + 1;
         // The first of 20 packets is lost, and so is its fast retransmission.
         sim.drop_tsns = vec![first, first];
-        let start = sim.now;
-        for i in 0..20u8 {
-            sim.sides[CLIENT]
-                .assoc()
-                .send(1, Bytes::from(vec![i; 1000]), 0, false)
-                .expect("send");
-        }
-        assert!(
-            sim.run_until(30 * SECOND, |s| s.sides[SERVER].received.len()
-                == before + 20)
-        );
-        let took = sim.now - start;
+        let took = deliver_messages(&mut sim, 20);
         if rack {
             assert!(took < Duration::from_millis(800), "with RACK: {took:?}");
         } else {
@@ -227,7 +222,6 @@ fn reordered_or_lost(congestion: Arc<dyn ControllerFactory>, lost: bool) -> (Cou
         ..config(false, true)
     };
     let mut sim = established(config, link);
-    let before = sim.sides[SERVER].received.len();
     let first = sim.data_sent(CLIENT).into_iter().max().expect("data") + 1;
     if lost {
         sim.drop_tsns = vec![first + 2];
@@ -237,16 +231,7 @@ fn reordered_or_lost(congestion: Arc<dyn ControllerFactory>, lost: bool) -> (Cou
         // arrives and the peer reports the retransmission as a duplicate.
         sim.hold_tsns = vec![(first + 2, Duration::from_millis(150))];
     }
-    for i in 0..20u8 {
-        sim.sides[CLIENT]
-            .assoc()
-            .send(1, Bytes::from(vec![i; 1000]), 0, false)
-            .expect("send");
-    }
-    assert!(
-        sim.run_until(30 * SECOND, |s| s.sides[SERVER].received.len()
-            == before + 20)
-    );
+    deliver_messages(&mut sim, 20);
     // The duplicate report rides on the SACK after the late original.
     sim.run_for(SECOND);
     let stats = sim.sides[CLIENT].assoc().stats();
