@@ -127,6 +127,23 @@ pub(crate) struct Sim {
 /// as a livelock (a timer that fires and re-arms for the same instant).
 const MAX_TURNS_AT_ONE_INSTANT: u32 = 10_000;
 
+/// The TSNs of the DATA chunks a datagram carries (none if it does not decode).
+fn data_tsns(data: &Bytes) -> Vec<u32> {
+    sctp::chunk::Packet::decode(data.clone()).map_or_else(
+        |_| Vec::new(),
+        |packet| {
+            packet
+                .chunks
+                .iter()
+                .filter_map(|c| match c {
+                    sctp::chunk::Chunk::Data(d) => Some(d.tsn),
+                    _ => None,
+                })
+                .collect()
+        },
+    )
+}
+
 pub(crate) const CLIENT: usize = 0;
 pub(crate) const SERVER: usize = 1;
 
@@ -172,31 +189,23 @@ impl Sim {
         let to = 1 - from;
         self.sent[from].push(data.clone());
         self.sent_at[from].push(self.now);
-        if !self.drop_tsns.is_empty()
-            && let Ok(packet) = sctp::chunk::Packet::decode(data.clone())
+        let tsns = if self.drop_tsns.is_empty() && self.hold_tsns.is_empty() {
+            Vec::new()
+        } else {
+            data_tsns(&data)
+        };
+        if let Some(i) = tsns
+            .iter()
+            .find_map(|tsn| self.drop_tsns.iter().position(|t| t == tsn))
         {
-            let hit = packet.chunks.iter().find_map(|c| match c {
-                sctp::chunk::Chunk::Data(d) => self.drop_tsns.iter().position(|t| *t == d.tsn),
-                _ => None,
-            });
-            if let Some(i) = hit {
-                self.drop_tsns.remove(i);
-                self.dropped += 1;
-                return;
-            }
+            self.drop_tsns.remove(i);
+            self.dropped += 1;
+            return;
         }
-        let mut held = Duration::ZERO;
-        if !self.hold_tsns.is_empty()
-            && let Ok(packet) = sctp::chunk::Packet::decode(data.clone())
-        {
-            let hit = packet.chunks.iter().find_map(|c| match c {
-                sctp::chunk::Chunk::Data(d) => self.hold_tsns.iter().position(|(t, _)| *t == d.tsn),
-                _ => None,
-            });
-            if let Some(i) = hit {
-                held = self.hold_tsns.remove(i).1;
-            }
-        }
+        let held = tsns
+            .iter()
+            .find_map(|tsn| self.hold_tsns.iter().position(|(t, _)| t == tsn))
+            .map_or(Duration::ZERO, |i| self.hold_tsns.remove(i).1);
         let link = self.link.clone();
         if link.max_datagram.is_some_and(|max| data.len() > max) {
             self.dropped += 1;
