@@ -249,10 +249,7 @@ mod tests {
 
     impl Write for Captured {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .extend_from_slice(buf);
+            crate::sync::lock(&self.0).extend_from_slice(buf);
             Ok(buf.len())
         }
 
@@ -270,7 +267,7 @@ mod tests {
             .without_time()
             .finish();
         tracing::subscriber::with_default(subscriber, run);
-        let bytes = sink.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let bytes = crate::sync::lock(&sink.0).clone();
         String::from_utf8_lossy(&bytes)
             .lines()
             .map(str::to_owned)

@@ -17,11 +17,13 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use ebpf_loader::{EbpfError, SctpAccounting, SctpAccountingConfig};
 use gateway_common::{StreamCounters, StreamKey, WalkerStats};
 use serde::{Deserialize, Serialize};
+
+use crate::sync::lock;
 
 /// `[ebpf]` of origin.toml: where `tc_sctp` comes from and where it attaches.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,34 +106,31 @@ impl EgressCounters {
 
     /// Every stream key and its counters (one walk over the map).
     pub fn streams(&self) -> Result<Vec<(StreamKey, StreamCounters)>, EbpfError> {
-        let snapshot = self.lock().snapshot()?;
+        let snapshot = self.accounting().snapshot()?;
         Ok(snapshot.streams.into_iter().collect())
     }
 
     /// One stream key's counters (one lookup).
     pub fn stream(&self, key: &StreamKey) -> Result<Option<StreamCounters>, EbpfError> {
-        self.lock().stream_counters(key)
+        self.accounting().stream_counters(key)
     }
 
     /// What `tc_sctp` saw at egress (chunk limits and malformed packets
     /// included: a growing `chunk_limit` means undercounted packets).
     pub fn egress_stats(&self) -> Result<WalkerStats, EbpfError> {
-        Ok(self.lock().walker_stats()?.1)
+        Ok(self.accounting().walker_stats()?.1)
     }
 
     /// The latest per-stream send-queue depth of each association (streams
     /// with bytes queued; an association with none queued has an empty list;
     /// one without a figure is absent).
     pub fn depths(&self) -> BTreeMap<SocketAddr, Vec<(u16, u64)>> {
-        self.depths
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.depths).clone()
     }
 
     /// A driver's latest figures for the association with `peer`.
     pub(crate) fn publish(&self, peer: SocketAddr, per_stream: &[(u16, u64)]) {
-        let mut depths = self.depths.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut depths = lock(&self.depths);
         match depths.get_mut(&peer) {
             Some(known) if known.as_slice() == per_stream => {}
             Some(known) => per_stream.clone_into(known),
@@ -143,16 +142,11 @@ impl EgressCounters {
 
     /// The association with `peer` ended or has no figure any more.
     pub(crate) fn forget(&self, peer: SocketAddr) {
-        self.depths
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&peer);
+        lock(&self.depths).remove(&peer);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, SctpAccounting> {
-        self.accounting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn accounting(&self) -> std::sync::MutexGuard<'_, SctpAccounting> {
+        lock(&self.accounting)
     }
 }
 

@@ -39,4 +39,5 @@ pub mod proxy;
 pub mod scheduler;
 pub mod server;
 pub mod service;
+pub mod sync;
 pub mod synthetic;

@@ -22,6 +22,7 @@ use origin::proxy::Proxy;
 use origin::scheduler::PolicyKind;
 use origin::server::{DriverConfig, drive};
 use origin::service::Service;
+use origin::sync::lock;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
@@ -326,10 +327,6 @@ async fn accept_loop(
     })
     .await;
     associations.abort_all();
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 async fn shutdown_signal() -> Result<()> {

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use gateway_protocol::MAX_CHUNK;
 use origin::files::{FilesConfig, FollowSymlinks, Refusal, StaticFiles};
 use origin::http::RequestHead;
+use origin::sync::lock;
 use tempfile::TempDir;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -88,10 +89,7 @@ struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
+        lock(&self.0).extend_from_slice(buf);
         Ok(buf.len())
     }
 
@@ -102,7 +100,7 @@ impl Write for Captured {
 
 impl Captured {
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+        String::from_utf8_lossy(&lock(&self.0)).into_owned()
     }
 }
 
