@@ -54,6 +54,8 @@ pub(crate) fn run(options: &TestOptions) -> Result<()> {
         setup::run(&setup::SetupOptions::default())?;
     }
 
+    report_free_disk(root);
+
     step("rustfmt");
     cargo(root, &["fmt", "--all", "--", "--check"])?;
     step("clippy");
@@ -103,6 +105,35 @@ pub(crate) fn run(options: &TestOptions) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Builds of the whole suite (debug, eBPF, fuzz, the VM's kernel modules) need
+/// several GiB; a full disk otherwise shows up as a linker or LLVM I/O error
+/// deep in some crate's build.
+const SUITE_DISK_GIB: u64 = 12;
+
+/// Says how much disk the target directory's file system has, and warns when it
+/// is less than the suite needs.
+fn report_free_disk(root: &Path) {
+    let output = Command::new("df").args(["-Pk"]).arg(root).output();
+    let free_kib = output.ok().and_then(|output| {
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let line = text.lines().nth(1)?.to_owned();
+        line.split_whitespace().nth(3)?.parse::<u64>().ok()
+    });
+    match free_kib {
+        Some(kib) if kib < SUITE_DISK_GIB << 20 => println!(
+            "xtask: WARNING: {:.1} GiB free under {}; the suite's builds need about {SUITE_DISK_GIB} GiB",
+            kib as f64 / f64::from(1 << 20),
+            root.display()
+        ),
+        Some(kib) => println!(
+            "xtask: {:.1} GiB free under {}",
+            kib as f64 / f64::from(1 << 20),
+            root.display()
+        ),
+        None => println!("xtask: could not read the free disk space (df)"),
+    }
 }
 
 fn step(name: &str) {
