@@ -287,7 +287,7 @@ fn run_router(options: &RunOptions, origin: SocketAddr) -> Result<()> {
     let mut child = Command::new(&gateway)
         .arg("--config")
         .arg(&path)
-        .env("RUST_LOG", testbed::DAEMON_LOG_FILTER)
+        .env("RUST_LOG", testbed::daemon_log_filter())
         .process_group(0)
         .spawn()
         .with_context(|| format!("starting {}", gateway.display()))?;

@@ -29,6 +29,17 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// names the stream a request came on).
 pub const DAEMON_LOG_FILTER: &str = "info,origin::service=debug";
 
+/// The variable that replaces [`DAEMON_LOG_FILTER`] for the testbed's daemons,
+/// e.g. `TESTBED_DAEMON_LOG=info,gateway::front::prefetch=debug` to see a
+/// benchmark's prefetches in its gateway.log.
+pub const DAEMON_LOG_VARIABLE: &str = "TESTBED_DAEMON_LOG";
+
+/// `RUST_LOG` for the daemons: [`DAEMON_LOG_VARIABLE`] if set, else
+/// [`DAEMON_LOG_FILTER`].
+pub fn daemon_log_filter() -> String {
+    std::env::var(DAEMON_LOG_VARIABLE).unwrap_or_else(|_| DAEMON_LOG_FILTER.to_owned())
+}
+
 /// Changes to the shipped `config/gateway.toml`; `None` keeps the file's value.
 #[derive(Debug, Clone, Default)]
 pub struct GatewayConfigOverrides {
@@ -422,7 +433,7 @@ impl Demo {
             .arg(origin_sctp_v4().to_string())
             .arg("--listen")
             .arg(SocketAddr::new(WAN.host_v6.into(), ORIGIN_PORT).to_string())
-            .env("RUST_LOG", DAEMON_LOG_FILTER)
+            .env("RUST_LOG", daemon_log_filter())
             .env("NO_COLOR", "1")
             // An error's message, not a backtrace, belongs at the end of the log.
             .env("RUST_BACKTRACE", "0");
@@ -449,7 +460,7 @@ impl Demo {
         command
             .arg("--config")
             .arg(&self.gateway_config_path)
-            .env("RUST_LOG", DAEMON_LOG_FILTER)
+            .env("RUST_LOG", daemon_log_filter())
             .env("NO_COLOR", "1")
             // An error's message, not a backtrace, belongs at the end of the log.
             .env("RUST_BACKTRACE", "0");

@@ -54,8 +54,8 @@ pub use corpus::{
     lower_bound,
 };
 pub use demo::{
-    Binaries, DAEMON_LOG_FILTER, Demo, DemoOptions, DemoWan, GatewayConfig, GatewayConfigOverrides,
-    READY_TIMEOUT, tcp_listening,
+    Binaries, DAEMON_LOG_FILTER, DAEMON_LOG_VARIABLE, Demo, DemoOptions, DemoWan, GatewayConfig,
+    GatewayConfigOverrides, READY_TIMEOUT, daemon_log_filter, tcp_listening,
 };
 pub use error::{Result, TestbedError};
 pub use netns::{

@@ -483,3 +483,21 @@ fn corpus_resolves_references_like_a_browser() {
     assert_eq!(resolve("/", "a:b/c.png"), None);
     assert_eq!(resolve("/", "a/b:c.png").as_deref(), Some("/a/b:c.png"));
 }
+
+#[test]
+fn corpus_files_are_dated_a_month_back_so_caches_find_them_fresh() {
+    let (dir, _) = generated(3);
+    let tree = read_tree(dir.path()).expect("tree");
+    let now = std::time::SystemTime::now();
+    for path in tree.keys() {
+        let modified = std::fs::metadata(dir.path().join(path))
+            .and_then(|meta| meta.modified())
+            .expect("a modification time");
+        let age = now.duration_since(modified).expect("dated in the past");
+        assert!(
+            age >= FILE_AGE && age < FILE_AGE + Duration::from_secs(600),
+            "{} is {age:?} old, not {FILE_AGE:?}",
+            path.display()
+        );
+    }
+}
