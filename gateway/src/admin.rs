@@ -126,8 +126,14 @@ async fn handle(
                 Ok(purge) => purge,
                 Err(e) => return plain(StatusCode::BAD_REQUEST, &e.to_string()),
             };
+            let forget = prefetcher.map(|p| (p, purge.clone()));
             match cache.purge(purge).await {
-                Ok(removed) => json(&Purged { removed }),
+                Ok(removed) => {
+                    if let Some((prefetcher, purge)) = forget {
+                        prefetcher.forget_purged(&purge);
+                    }
+                    json(&Purged { removed })
+                }
                 Err(e) => plain(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
             }
         }

@@ -198,6 +198,59 @@ fn purge_by_url_prefix_and_host() {
 }
 
 #[test]
+fn purge_matches_the_uris_the_store_removes() {
+    let uris = [
+        "http://a.example/x",
+        "http://a.example/img/1",
+        "http://a.example:8080/y",
+        "http://a.example.org/z",
+        "http://b.example/w",
+    ];
+    let matched = |purge: Purge| -> Vec<&str> {
+        uris.iter()
+            .copied()
+            .filter(|uri| purge.matches(uri))
+            .collect()
+    };
+    assert_eq!(
+        matched(Purge::Url("http://a.example/x".into())),
+        ["http://a.example/x"]
+    );
+    assert_eq!(
+        matched(Purge::Prefix("http://a.example/img/".into())),
+        ["http://a.example/img/1"]
+    );
+    assert_eq!(
+        matched(Purge::Host("A.example".into())),
+        [
+            "http://a.example/x",
+            "http://a.example/img/1",
+            "http://a.example:8080/y"
+        ]
+    );
+    // What the store removes for each purge is what `matches` names.
+    for purge in [
+        Purge::Url("http://a.example/x".into()),
+        Purge::Prefix("http://a.example/".into()),
+        Purge::Host("a.example".into()),
+        Purge::Host("b.example".into()),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&dir.path().join("c.redb"), LIMITS).expect("open");
+        for uri in uris {
+            put(&store, uri, b"data");
+        }
+        let removed = store.purge(&purge).expect("purge");
+        assert_eq!(removed as usize, matched(purge.clone()).len(), "{purge:?}");
+        let left = store.primaries().expect("list");
+        assert!(
+            left.iter().all(|uri| !purge.matches(uri)),
+            "{purge:?} left {left:?}"
+        );
+    }
+}
+
+#[test]
 fn a_corrupt_chunk_is_detected_before_its_bytes_are_used() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("c.redb");

@@ -246,6 +246,24 @@ pub enum Purge {
     Host(String),
 }
 
+impl Purge {
+    /// Whether the effective URI `uri` (`http://host[:port]/path?query`, the
+    /// form of the cache's keys) is one this purge removes.
+    pub fn matches(&self, uri: &str) -> bool {
+        match self {
+            Purge::Url(url) => uri == url,
+            Purge::Prefix(prefix) => uri.starts_with(prefix.as_str()),
+            Purge::Host(host) => {
+                let host = host.to_ascii_lowercase();
+                let uri = uri.to_ascii_lowercase();
+                uri.strip_prefix("http://")
+                    .and_then(|rest| rest.strip_prefix(host.as_str()))
+                    .is_some_and(|rest| rest.starts_with('/') || rest.starts_with(':'))
+            }
+        }
+    }
+}
+
 /// The store's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {

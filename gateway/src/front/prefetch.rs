@@ -31,7 +31,7 @@ use url::Url;
 
 use super::{Flow, Forwarded, Front, RequestContext, stopped};
 use crate::body::{Body, BoxError};
-use crate::cache::{CacheRequest, Filled, Lookup};
+use crate::cache::{CacheRequest, Filled, Lookup, Purge};
 use crate::prefetch::queue::{ConnectionId, Scan};
 use crate::prefetch::{
     Action, Demand, FetchId, HtmlScanner, PageId, PrefetchConfig, PrefetchQueue, PrefetchStats,
@@ -97,6 +97,12 @@ impl Prefetcher {
     /// Counters since start.
     pub fn stats(&self) -> PrefetchStats {
         self.lock().queue.stats()
+    }
+
+    /// The cache was purged: URLs a browser asked for recently are no longer
+    /// a reason not to prefetch the ones `purge` removed.
+    pub fn forget_purged(&self, purge: &Purge) -> usize {
+        self.lock().queue.forget_demands(|url| purge.matches(url))
     }
 
     /// Whether pages reached over this route are scanned.

@@ -630,6 +630,19 @@ impl PrefetchQueue {
         }
     }
 
+    /// Forgets the browser requests for every URL `purged` says, so that the
+    /// next page that names them prefetches them again: called when the cache
+    /// was purged of them, which is what made a recent request a reason not to
+    /// fetch. Returns how many were forgotten.
+    pub fn forget_demands(&mut self, purged: impl Fn(&str) -> bool) -> usize {
+        let before = self.recent_demand_set.len();
+        self.recent_demand_set
+            .retain(|url, _| !purged(url.as_str()));
+        // Their entries in `recent_demands` no longer match the set, which
+        // is how expiry tells a stale entry from a live one.
+        before - self.recent_demand_set.len()
+    }
+
     /// When [`PrefetchQueue::handle_timeout`] should be called next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.pages

@@ -454,6 +454,23 @@ fn one_fetch_per_url_across_duplicates_and_pages() {
 }
 
 #[test]
+fn a_purge_forgets_what_the_browser_asked_for_so_it_is_prefetched_again() {
+    let mut h = Harness::new(&config());
+    assert_eq!(h.queue.on_demand(h.at(1), &url("/a.css")), Demand::Alone);
+    assert_eq!(h.queue.on_demand(h.at(1), &url("/b.css")), Demand::Alone);
+    let purged = url("/a.css");
+    assert_eq!(h.queue.forget_demands(|u| u == purged.as_str()), 1);
+    h.add(2, "/a.css", Kind::Style);
+    h.add(2, "/b.css", Kind::Style);
+    assert_eq!(h.drain(), ["start /a.css (fetch-1)"]);
+    assert_eq!(h.queue.stats().skipped_demanded, 1, "b.css was not purged");
+    // Expiry still works with the forgotten entry left in the deque.
+    let later = h.at(31_000);
+    h.queue.handle_timeout(later);
+    assert_eq!(h.queue.forget_demands(|_| true), 0);
+}
+
+#[test]
 fn what_a_browser_already_asked_for_is_not_prefetched_after_it() {
     let mut h = Harness::new(&config());
     assert_eq!(
