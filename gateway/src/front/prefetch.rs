@@ -99,10 +99,10 @@ impl Prefetcher {
         self.lock().queue.stats()
     }
 
-    /// The cache was purged: URLs a browser asked for recently are no longer
-    /// a reason not to prefetch the ones `purge` removed.
+    /// The cache was purged: what was fetched of the URLs `purge` removed is
+    /// no longer a reason not to prefetch them.
     pub fn forget_purged(&self, purge: &Purge) -> usize {
-        self.lock().queue.forget_demands(|url| purge.matches(url))
+        self.lock().queue.forget_urls(|url| purge.matches(url))
     }
 
     /// Whether pages reached over this route are scanned.

@@ -630,17 +630,29 @@ impl PrefetchQueue {
         }
     }
 
-    /// Forgets the browser requests for every URL `purged` says, so that the
-    /// next page that names them prefetches them again: called when the cache
-    /// was purged of them, which is what made a recent request a reason not to
-    /// fetch. Returns how many were forgotten.
-    pub fn forget_demands(&mut self, purged: impl Fn(&str) -> bool) -> usize {
-        let before = self.recent_demand_set.len();
+    /// Forgets what the queue knows was fetched of every URL `purged` says
+    /// (browser requests, and prefetches that are done or that a browser
+    /// claimed), so that the next page that names them prefetches them again:
+    /// called when the cache was purged of them, which is what made a past
+    /// fetch a reason not to fetch. Queued and in-flight prefetches stay (what
+    /// they bring is stored after the purge). Returns how many URLs were
+    /// forgotten.
+    pub fn forget_urls(&mut self, purged: impl Fn(&str) -> bool) -> usize {
+        let before = self.recent_demand_set.len() + self.by_url.len();
         self.recent_demand_set
             .retain(|url, _| !purged(url.as_str()));
         // Their entries in `recent_demands` no longer match the set, which
         // is how expiry tells a stale entry from a live one.
-        before - self.recent_demand_set.len()
+        let fetches = &self.fetches;
+        self.by_url.retain(|url, id| {
+            let fetched = fetches
+                .get(id)
+                .is_none_or(|f| matches!(f.state, State::Done | State::Claimed));
+            !(fetched && purged(url.as_str()))
+        });
+        // A fetch left out of `by_url` stays with its pages until they end;
+        // `remove_fetch` only unlinks a URL that still points at it.
+        before - self.recent_demand_set.len() - self.by_url.len()
     }
 
     /// When [`PrefetchQueue::handle_timeout`] should be called next.

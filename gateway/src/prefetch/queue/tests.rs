@@ -459,7 +459,7 @@ fn a_purge_forgets_what_the_browser_asked_for_so_it_is_prefetched_again() {
     assert_eq!(h.queue.on_demand(h.at(1), &url("/a.css")), Demand::Alone);
     assert_eq!(h.queue.on_demand(h.at(1), &url("/b.css")), Demand::Alone);
     let purged = url("/a.css");
-    assert_eq!(h.queue.forget_demands(|u| u == purged.as_str()), 1);
+    assert_eq!(h.queue.forget_urls(|u| u == purged.as_str()), 1);
     h.add(2, "/a.css", Kind::Style);
     h.add(2, "/b.css", Kind::Style);
     assert_eq!(h.drain(), ["start /a.css (fetch-1)"]);
@@ -467,7 +467,34 @@ fn a_purge_forgets_what_the_browser_asked_for_so_it_is_prefetched_again() {
     // Expiry still works with the forgotten entry left in the deque.
     let later = h.at(31_000);
     h.queue.handle_timeout(later);
-    assert_eq!(h.queue.forget_demands(|_| true), 0);
+    assert_eq!(h.queue.forget_urls(|_| true), 0);
+}
+
+#[test]
+fn a_purge_forgets_done_prefetches_so_the_next_page_fetches_them_again() {
+    let mut h = Harness::new(&config());
+    h.add(1, "/done.png", Kind::Image);
+    h.add(1, "/flying.png", Kind::Image);
+    assert_eq!(
+        h.drain(),
+        ["start /done.png (fetch-1)", "start /flying.png (fetch-2)"]
+    );
+    h.queue.handle_complete(h.at(2), FetchId(1));
+    assert_eq!(h.queue.forget_urls(|_| true), 1, "only the done one");
+    let page = h
+        .queue
+        .open_page(h.at(20_000), url("/again.html"), ConnectionId(2));
+    for path in ["/done.png", "/flying.png"] {
+        h.queue
+            .handle_resource(h.at(20_001), page, res(path, Kind::Image), false);
+    }
+    assert_eq!(h.drain(), ["start /done.png (fetch-3)"]);
+    // The first page's fetch ends with it, without unlinking the new one.
+    h.queue.handle_timeout(h.at(31_000));
+    assert_eq!(
+        h.queue.on_demand(h.at(31_001), &url("/done.png")),
+        Demand::Join(FetchId(3))
+    );
 }
 
 #[test]
