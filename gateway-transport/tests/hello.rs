@@ -51,121 +51,105 @@ async fn origin_session(origin: &Association, data_streams: u16) -> Result<Sessi
     Ok(session)
 }
 
-#[tokio::test]
-async fn an_accepted_answer_opens_the_session_with_the_smaller_stream_count() -> Result<()> {
+/// The gateway's exchange against an origin that takes the gateway's HELLO
+/// with a session of `data_streams`, then `answers` on its association.
+async fn exchange(
+    data_streams: u16,
+    answers: impl AsyncFnOnce(&Association, Session) -> Result<()>,
+) -> Result<Result<Session, HelloError>> {
     timeout(TEST_LIMIT, async {
         let (gateway, origin) = pair().await?;
-        let granted = gateway.streams();
-        ensure!(granted.outbound.min(granted.inbound) > 2, "{granted:?}");
-        let answer = async {
-            let session = origin_session(&origin, 2).await?;
-            origin.send(0, session.hello().to_bytes()).await?;
-            anyhow::Ok(())
+        let answering = async {
+            let session = origin_session(&origin, data_streams).await?;
+            answers(&origin, session).await
         };
         let (opened, answered) = tokio::join!(
             open_gateway_session(&gateway, Capabilities::FEEDBACK),
-            answer
+            answering
         );
         answered?;
-        let session = opened?;
-        ensure!(session.is_open());
-        ensure!(session.data_streams() == 2, "{}", session.data_streams());
-        ensure!(session.peer_capabilities() == Capabilities::PRIORITY);
-        Ok(())
+        Ok(opened)
     })
     .await?
+}
+
+#[tokio::test]
+async fn an_accepted_answer_opens_the_session_with_the_smaller_stream_count() -> Result<()> {
+    let opened = exchange(2, async |origin, session| {
+        origin.send(0, session.hello().to_bytes()).await?;
+        Ok(())
+    })
+    .await?;
+    let session = opened?;
+    ensure!(session.is_open());
+    ensure!(session.data_streams() == 2, "{}", session.data_streams());
+    ensure!(session.peer_capabilities() == Capabilities::PRIORITY);
+    Ok(())
 }
 
 #[tokio::test]
 async fn another_version_is_refused_with_version_mismatch() -> Result<()> {
-    timeout(TEST_LIMIT, async {
-        let (gateway, origin) = pair().await?;
-        let answer = async {
-            origin_session(&origin, 1).await?;
-            let hello = Message::Hello(Hello {
-                ack: true,
-                version: VERSION + 1,
-                data_streams: 1,
-                max_chunk: MAX_CHUNK as u32,
-                capabilities: Capabilities::default(),
-            });
-            origin.send(0, hello.to_bytes()).await?;
-            anyhow::Ok(())
-        };
-        let (opened, answered) = tokio::join!(
-            open_gateway_session(&gateway, Capabilities::FEEDBACK),
-            answer
-        );
-        answered?;
-        match opened {
-            Err(HelloError::Refused(Reaction::GoAway {
-                code: ErrorCode::VersionMismatch,
-            })) => Ok(()),
-            other => bail!("expected a refusal for the version, got {other:?}"),
-        }
+    let opened = exchange(1, async |origin, _| {
+        let hello = Message::Hello(Hello {
+            ack: true,
+            version: VERSION + 1,
+            data_streams: 1,
+            max_chunk: MAX_CHUNK as u32,
+            capabilities: Capabilities::default(),
+        });
+        origin.send(0, hello.to_bytes()).await?;
+        Ok(())
     })
-    .await?
+    .await?;
+    match opened {
+        Err(HelloError::Refused(Reaction::GoAway {
+            code: ErrorCode::VersionMismatch,
+        })) => Ok(()),
+        other => bail!("expected a refusal for the version, got {other:?}"),
+    }
 }
 
 #[tokio::test]
 async fn a_message_before_hello_is_refused_as_a_protocol_error() -> Result<()> {
-    timeout(TEST_LIMIT, async {
-        let (gateway, origin) = pair().await?;
-        let answer = async {
-            origin_session(&origin, 1).await?;
-            let ping = Message::Ping {
-                ack: false,
-                opaque: 7,
-            };
-            origin.send(0, ping.to_bytes()).await?;
-            anyhow::Ok(())
+    let opened = exchange(1, async |origin, _| {
+        let ping = Message::Ping {
+            ack: false,
+            opaque: 7,
         };
-        let (opened, answered) = tokio::join!(
-            open_gateway_session(&gateway, Capabilities::FEEDBACK),
-            answer
-        );
-        answered?;
-        let err = match opened {
-            Err(err @ HelloError::Refused(_)) => err,
-            other => bail!("expected a refusal, got {other:?}"),
-        };
-        ensure!(
-            matches!(
-                err,
-                HelloError::Refused(Reaction::GoAway {
-                    code: ErrorCode::ProtocolError
-                })
-            ),
-            "{err:?}"
-        );
-        ensure!(
-            err.to_string()
-                .starts_with("the origin's HELLO was refused"),
-            "{err}"
-        );
+        origin.send(0, ping.to_bytes()).await?;
         Ok(())
     })
-    .await?
+    .await?;
+    let err = match opened {
+        Err(err @ HelloError::Refused(_)) => err,
+        other => bail!("expected a refusal, got {other:?}"),
+    };
+    ensure!(
+        matches!(
+            err,
+            HelloError::Refused(Reaction::GoAway {
+                code: ErrorCode::ProtocolError
+            })
+        ),
+        "{err:?}"
+    );
+    ensure!(
+        err.to_string()
+            .starts_with("the origin's HELLO was refused"),
+        "{err}"
+    );
+    Ok(())
 }
 
 #[tokio::test]
 async fn an_origin_that_goes_away_is_a_transport_error() -> Result<()> {
-    timeout(TEST_LIMIT, async {
-        let (gateway, origin) = pair().await?;
-        let answer = async {
-            origin_session(&origin, 1).await?;
-            origin.abort();
-            anyhow::Ok(())
-        };
-        let (opened, answered) = tokio::join!(
-            open_gateway_session(&gateway, Capabilities::FEEDBACK),
-            answer
-        );
-        answered?;
-        match opened {
-            Err(HelloError::Transport(_)) => Ok(()),
-            other => bail!("expected a transport error, got {other:?}"),
-        }
+    let opened = exchange(1, async |origin, _| {
+        origin.abort();
+        Ok(())
     })
-    .await?
+    .await?;
+    match opened {
+        Err(HelloError::Transport(_)) => Ok(()),
+        other => bail!("expected a transport error, got {other:?}"),
+    }
 }
