@@ -19,6 +19,9 @@
 //! fewer) and reports abort, close and time-out as [`TransportError`]s.
 //!
 //! It never parses what it carries: the protocol lives in `gateway-protocol`.
+//! The one exception is [`hello`], the gateway's HELLO exchange that opens a
+//! protocol session on a fresh association, kept here so that the gateway and
+//! the origin's tools share it.
 //! Start reading at [`connect`], [`Listener`] and [`Association`].
 
 use std::net::SocketAddr;
@@ -30,6 +33,7 @@ mod config;
 pub mod doctor;
 mod error;
 pub mod framed_tcp;
+pub mod hello;
 pub mod kernel;
 pub mod quic;
 #[cfg(feature = "sctp-proto-baseline")]

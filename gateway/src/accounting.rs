@@ -24,7 +24,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use serde::{Deserialize, Serialize};
 
 use crate::ebpf::{SctpAccounting, SctpAccountingConfig, XdpMode};
-use crate::origin_link::OriginLink;
+use crate::origin_link::{OriginLink, StreamFigures};
 
 /// `[ebpf]`: the optional kernel-side cross-check of per-stream accounting.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,96 +172,9 @@ impl StreamCollector {
     pub fn new(links: Vec<OriginLink>, accounting: std::sync::Arc<Accounting>) -> Self {
         Self { links, accounting }
     }
-}
 
-impl Collector for StreamCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
-        let per_link: Vec<_> = self
-            .links
-            .iter()
-            .map(|link| (link.name().to_owned(), link.backlog()))
-            .collect();
-        type Pick = fn(&crate::origin_link::StreamFigures) -> u64;
-        let gauges: [(&str, &str, Pick); 4] = [
-            (
-                "gateway_stream_backlog_bytes",
-                "Per data stream: response bytes in the gateway plus the pinned browser sockets' unacknowledged bytes (what FEEDBACK reports)",
-                |f| f.backlog,
-            ),
-            (
-                "gateway_stream_queued_bytes",
-                "Per data stream: response bytes received and not yet taken from the response queues",
-                |f| f.queued,
-            ),
-            (
-                "gateway_stream_socket_bytes",
-                "Per data stream: bytes handed on toward the pinned browsers and not yet acknowledged by them",
-                |f| f.socket_queued,
-            ),
-            (
-                "gateway_stream_backlog_peak_bytes",
-                "Per data stream: the largest backlog seen on the current association",
-                |f| f.peak,
-            ),
-        ];
-        for (name, help, pick) in gauges {
-            let mut family =
-                encoder.encode_descriptor(name, help, None, ConstGauge::new(0i64).metric_type())?;
-            for (origin, (figures, _)) in &per_link {
-                for f in figures {
-                    let stream = f.stream.to_string();
-                    let value = i64::try_from(pick(f)).unwrap_or(i64::MAX);
-                    ConstGauge::new(value).encode(
-                        family
-                            .encode_family(&[("origin", origin.as_str()), ("stream", &stream)])?,
-                    )?;
-                }
-            }
-        }
-        let counters: [(&str, &str, Pick); 3] = [
-            (
-                "gateway_stream_received_bytes",
-                "Per data stream: response body bytes received from the association",
-                |f| f.received,
-            ),
-            (
-                "gateway_stream_delivered_bytes",
-                "Per data stream: response body bytes taken toward browsers",
-                |f| f.delivered,
-            ),
-            (
-                "gateway_stream_discarded_bytes",
-                "Per data stream: response body bytes dropped because their request ended first",
-                |f| f.discarded,
-            ),
-        ];
-        for (name, help, pick) in counters {
-            let mut family = encoder.encode_descriptor(
-                name,
-                help,
-                None,
-                ConstCounter::new(0u64).metric_type(),
-            )?;
-            for (origin, (figures, _)) in &per_link {
-                for f in figures {
-                    let stream = f.stream.to_string();
-                    ConstCounter::new(pick(f)).encode(
-                        family
-                            .encode_family(&[("origin", origin.as_str()), ("stream", &stream)])?,
-                    )?;
-                }
-            }
-        }
-        let mut family = encoder.encode_descriptor(
-            "gateway_feedback_sent",
-            "FEEDBACK messages sent on the current association",
-            None,
-            ConstCounter::new(0u64).metric_type(),
-        )?;
-        for (origin, (_, sent)) in &per_link {
-            ConstCounter::new(*sent)
-                .encode(family.encode_family(&[("origin", origin.as_str())])?)?;
-        }
+    /// Whether eBPF cross-checks the accounting, and what it saw arrive.
+    fn encode_ebpf(&self, encoder: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
         let ebpf = ConstGauge::new(i64::from(self.accounting.with_ebpf()));
         ebpf.encode(encoder.encode_descriptor(
             "gateway_stream_accounting_ebpf",
@@ -283,6 +196,108 @@ impl Collector for StreamCollector {
         }
         Ok(())
     }
+}
+
+/// One figure of a data stream.
+type Pick = fn(&StreamFigures) -> u64;
+
+/// The per-stream gauges: name, help and the figure each one exports.
+const STREAM_GAUGES: [(&str, &str, Pick); 4] = [
+    (
+        "gateway_stream_backlog_bytes",
+        "Per data stream: response bytes in the gateway plus the pinned browser sockets' unacknowledged bytes (what FEEDBACK reports)",
+        |f| f.backlog,
+    ),
+    (
+        "gateway_stream_queued_bytes",
+        "Per data stream: response bytes received and not yet taken from the response queues",
+        |f| f.queued,
+    ),
+    (
+        "gateway_stream_socket_bytes",
+        "Per data stream: bytes handed on toward the pinned browsers and not yet acknowledged by them",
+        |f| f.socket_queued,
+    ),
+    (
+        "gateway_stream_backlog_peak_bytes",
+        "Per data stream: the largest backlog seen on the current association",
+        |f| f.peak,
+    ),
+];
+
+/// The per-stream counters, as [`STREAM_GAUGES`].
+const STREAM_COUNTERS: [(&str, &str, Pick); 3] = [
+    (
+        "gateway_stream_received_bytes",
+        "Per data stream: response body bytes received from the association",
+        |f| f.received,
+    ),
+    (
+        "gateway_stream_delivered_bytes",
+        "Per data stream: response body bytes taken toward browsers",
+        |f| f.delivered,
+    ),
+    (
+        "gateway_stream_discarded_bytes",
+        "Per data stream: response body bytes dropped because their request ended first",
+        |f| f.discarded,
+    ),
+];
+
+impl Collector for StreamCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let per_link: Vec<_> = self
+            .links
+            .iter()
+            .map(|link| (link.name().to_owned(), link.backlog()))
+            .collect();
+        encode_per_stream(&mut encoder, &per_link)?;
+        let mut family = encoder.encode_descriptor(
+            "gateway_feedback_sent",
+            "FEEDBACK messages sent on the current association",
+            None,
+            ConstCounter::new(0u64).metric_type(),
+        )?;
+        for (origin, (_, sent)) in &per_link {
+            ConstCounter::new(*sent)
+                .encode(family.encode_family(&[("origin", origin.as_str())])?)?;
+        }
+        self.encode_ebpf(&mut encoder)
+    }
+}
+
+/// [`STREAM_GAUGES`] and [`STREAM_COUNTERS`], one series per origin and data
+/// stream.
+fn encode_per_stream(
+    encoder: &mut DescriptorEncoder<'_>,
+    per_link: &[(String, (Vec<StreamFigures>, u64))],
+) -> std::fmt::Result {
+    for (name, help, pick) in STREAM_GAUGES {
+        let mut family =
+            encoder.encode_descriptor(name, help, None, ConstGauge::new(0i64).metric_type())?;
+        for (origin, (figures, _)) in per_link {
+            for f in figures {
+                let stream = f.stream.to_string();
+                let value = i64::try_from(pick(f)).unwrap_or(i64::MAX);
+                ConstGauge::new(value).encode(
+                    family.encode_family(&[("origin", origin.as_str()), ("stream", &stream)])?,
+                )?;
+            }
+        }
+    }
+    for (name, help, pick) in STREAM_COUNTERS {
+        let mut family =
+            encoder.encode_descriptor(name, help, None, ConstCounter::new(0u64).metric_type())?;
+        for (origin, (figures, _)) in per_link {
+            for f in figures {
+                let stream = f.stream.to_string();
+                ConstCounter::new(pick(f)).encode(
+                    family.encode_family(&[("origin", origin.as_str()), ("stream", &stream)])?,
+                )?;
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

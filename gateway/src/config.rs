@@ -309,49 +309,16 @@ impl GatewayConfig {
         daemon_config::from_toml(text)
     }
 
-    /// Rejects values that cannot work, naming the key.
+    /// Rejects values that cannot work, naming the key. Sections are checked
+    /// in the file's order; the first bad value is the one reported.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |key: &str, reason: &str| Err(ConfigError::invalid(key, reason));
         if self.listen.port == 0 {
             return invalid("listen.port", "must be a port number above 0");
         }
         if self.listen.addresses.is_empty() {
             return invalid("listen.addresses", "at least one address is needed");
         }
-        let i = &self.intercept;
-        if i.ports.is_empty() {
-            return invalid("intercept.ports", "at least one port is needed");
-        }
-        if i.ports.contains(&self.listen.port) {
-            return invalid("intercept.ports", "must not contain listen.port");
-        }
-        if i.table.is_empty()
-            || !i
-                .table
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_')
-        {
-            return invalid("intercept.table", "letters, digits and `_` only");
-        }
-        if i.tproxy_mark == 0 || i.upstream_mark == 0 || i.tproxy_mark == i.upstream_mark {
-            return invalid(
-                "intercept.upstream_mark",
-                "tproxy_mark and upstream_mark must be distinct and non-zero",
-            );
-        }
-        // 0 is unspec, 253..=255 are default, main and local.
-        if i.route_table == 0 || (253..=255).contains(&i.route_table) {
-            return invalid("intercept.route_table", "0, 253, 254 and 255 are reserved");
-        }
-        if i.rule_priority == 0 {
-            return invalid("intercept.rule_priority", "0 is the local table's rule");
-        }
-        if let Some(bad) = i.lan_interfaces.iter().find(|n| !valid_ifname(n)) {
-            return invalid(
-                "intercept.lan_interfaces",
-                &format!("`{bad}` is no interface name"),
-            );
-        }
+        validate_intercept(&self.intercept, self.listen.port)?;
         if let Some(bad) = self.bypass.hosts.iter().find(|h| !valid_host_pattern(h)) {
             return invalid(
                 "bypass.hosts",
@@ -364,81 +331,138 @@ impl GatewayConfig {
         if let Err(e) = self.prefetch.validate() {
             return invalid(&format!("prefetch.{}", e.key), &e.reason);
         }
-        let h = &self.http;
-        // hyper's read buffer cannot be smaller than 8 KiB.
-        if h.max_header_bytes < 8192 {
-            return invalid("http.max_header_bytes", "at least 8192");
-        }
-        if h.header_timeout.is_zero() || h.body_timeout.is_zero() {
-            return invalid("http.header_timeout", "time-outs must be above zero");
-        }
-        if !(1..=MAX_HEADER_FIELDS_LIMIT).contains(&h.max_header_fields) {
-            return invalid(
-                "http.max_header_fields",
-                "between 1 and 10000 (each field of a head costs parser memory)",
-            );
-        }
-        if h.max_uri_bytes < 64 {
-            return invalid("http.max_uri_bytes", "at least 64");
-        }
-        if h.max_connections == 0 {
-            return invalid("http.max_connections", "at least 1");
-        }
+        validate_http(&self.http)?;
         for (n, origin) in self.origins.iter().enumerate() {
-            let key = |k: &str| format!("origin[{n}].{k}");
-            if origin.name.is_empty() {
-                return invalid(&key("name"), "must not be empty");
-            }
-            if self.origins[..n].iter().any(|o| o.name == origin.name) {
-                return invalid(&key("name"), "names must be unique");
-            }
-            if origin.destinations.is_empty() && origin.hosts.is_empty() {
-                return invalid(
-                    &key("destinations"),
-                    "an origin needs destinations or hosts",
-                );
-            }
-            if let Some(bad) = origin.hosts.iter().find(|h| !valid_host_pattern(h)) {
-                return invalid(
-                    &key("hosts"),
-                    &format!("`{bad}` is no host name or `*.` pattern"),
-                );
-            }
-            if origin.response_timeout.is_zero() {
-                return invalid(&key("response_timeout"), "must be above zero");
-            }
-            let interval = origin.feedback.interval;
-            if !(MIN_FEEDBACK_INTERVAL..=MAX_FEEDBACK_INTERVAL).contains(&interval) {
-                return invalid(&key("feedback.interval"), "must be 1 to 1000 ms");
-            }
-            if origin.reconnect_min.is_zero() || origin.reconnect_max < origin.reconnect_min {
-                return invalid(
-                    &key("reconnect_max"),
-                    "need 0 < reconnect_min <= reconnect_max",
-                );
-            }
-            if let Err(gateway_transport::TransportError::Config { key: k, reason }) =
-                origin.transport.validate()
-            {
-                return invalid(&key(&format!("transport.{k}")), &reason);
-            }
-            if origin.backend == BackendChoice::Quic
-                && origin.transport.quic_server_cert_sha256.is_none()
-            {
-                return invalid(
-                    &key("transport.quic_server_cert_sha256"),
-                    "required with backend = \"quic\": the SHA-256 the origin logs at start",
-                );
-            }
-            if origin.transport.streams < 2 {
-                return invalid(
-                    &key("transport.streams"),
-                    "at least 2: stream 0 carries control, data needs one more",
-                );
-            }
+            validate_origin(n, origin, &self.origins[..n])?;
         }
         Ok(())
     }
+}
+
+/// The error for `key`, as every check below returns it.
+fn invalid(key: &str, reason: &str) -> Result<(), ConfigError> {
+    Err(ConfigError::invalid(key, reason))
+}
+
+/// `[intercept]`; its ports must not take `listen_port`.
+fn validate_intercept(i: &InterceptConfig, listen_port: u16) -> Result<(), ConfigError> {
+    if i.ports.is_empty() {
+        return invalid("intercept.ports", "at least one port is needed");
+    }
+    if i.ports.contains(&listen_port) {
+        return invalid("intercept.ports", "must not contain listen.port");
+    }
+    if i.table.is_empty()
+        || !i
+            .table
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return invalid("intercept.table", "letters, digits and `_` only");
+    }
+    if i.tproxy_mark == 0 || i.upstream_mark == 0 || i.tproxy_mark == i.upstream_mark {
+        return invalid(
+            "intercept.upstream_mark",
+            "tproxy_mark and upstream_mark must be distinct and non-zero",
+        );
+    }
+    // 0 is unspec, 253..=255 are default, main and local.
+    if i.route_table == 0 || (253..=255).contains(&i.route_table) {
+        return invalid("intercept.route_table", "0, 253, 254 and 255 are reserved");
+    }
+    if i.rule_priority == 0 {
+        return invalid("intercept.rule_priority", "0 is the local table's rule");
+    }
+    if let Some(bad) = i.lan_interfaces.iter().find(|n| !valid_ifname(n)) {
+        return invalid(
+            "intercept.lan_interfaces",
+            &format!("`{bad}` is no interface name"),
+        );
+    }
+    Ok(())
+}
+
+/// `[http]`.
+fn validate_http(h: &HttpConfig) -> Result<(), ConfigError> {
+    // hyper's read buffer cannot be smaller than 8 KiB.
+    if h.max_header_bytes < 8192 {
+        return invalid("http.max_header_bytes", "at least 8192");
+    }
+    if h.header_timeout.is_zero() || h.body_timeout.is_zero() {
+        return invalid("http.header_timeout", "time-outs must be above zero");
+    }
+    if !(1..=MAX_HEADER_FIELDS_LIMIT).contains(&h.max_header_fields) {
+        return invalid(
+            "http.max_header_fields",
+            "between 1 and 10000 (each field of a head costs parser memory)",
+        );
+    }
+    if h.max_uri_bytes < 64 {
+        return invalid("http.max_uri_bytes", "at least 64");
+    }
+    if h.max_connections == 0 {
+        return invalid("http.max_connections", "at least 1");
+    }
+    Ok(())
+}
+
+/// The `n`th `[[origin]]`; `earlier` are the ones before it, whose names it
+/// must not repeat.
+fn validate_origin(
+    n: usize,
+    origin: &OriginEntry,
+    earlier: &[OriginEntry],
+) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("origin[{n}].{k}");
+    if origin.name.is_empty() {
+        return invalid(&key("name"), "must not be empty");
+    }
+    if earlier.iter().any(|o| o.name == origin.name) {
+        return invalid(&key("name"), "names must be unique");
+    }
+    if origin.destinations.is_empty() && origin.hosts.is_empty() {
+        return invalid(
+            &key("destinations"),
+            "an origin needs destinations or hosts",
+        );
+    }
+    if let Some(bad) = origin.hosts.iter().find(|h| !valid_host_pattern(h)) {
+        return invalid(
+            &key("hosts"),
+            &format!("`{bad}` is no host name or `*.` pattern"),
+        );
+    }
+    if origin.response_timeout.is_zero() {
+        return invalid(&key("response_timeout"), "must be above zero");
+    }
+    let interval = origin.feedback.interval;
+    if !(MIN_FEEDBACK_INTERVAL..=MAX_FEEDBACK_INTERVAL).contains(&interval) {
+        return invalid(&key("feedback.interval"), "must be 1 to 1000 ms");
+    }
+    if origin.reconnect_min.is_zero() || origin.reconnect_max < origin.reconnect_min {
+        return invalid(
+            &key("reconnect_max"),
+            "need 0 < reconnect_min <= reconnect_max",
+        );
+    }
+    if let Err(gateway_transport::TransportError::Config { key: k, reason }) =
+        origin.transport.validate()
+    {
+        return invalid(&key(&format!("transport.{k}")), &reason);
+    }
+    if origin.backend == BackendChoice::Quic && origin.transport.quic_server_cert_sha256.is_none() {
+        return invalid(
+            &key("transport.quic_server_cert_sha256"),
+            "required with backend = \"quic\": the SHA-256 the origin logs at start",
+        );
+    }
+    if origin.transport.streams < 2 {
+        return invalid(
+            &key("transport.streams"),
+            "at least 2: stream 0 carries control, data needs one more",
+        );
+    }
+    Ok(())
 }
 
 /// Linux interface names: 1 to 15 bytes, no `/`, no whitespace.

@@ -24,9 +24,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use gateway_protocol::{
-    Message, Request, RequestClass, RequestId, Role, Session, SessionConfig, Urgency,
-};
+use gateway_protocol::{Message, Request, RequestClass, RequestId, SessionConfig, Urgency};
+use gateway_transport::hello::open_gateway_session;
 use gateway_transport::{AssociationConfig, BackendKind, Listener, connect};
 use origin::files::{FilesConfig, StaticFiles};
 use origin::scheduler::{PolicyKind, SchedulerConfig};
@@ -258,19 +257,8 @@ struct InFlight {
 async fn client(args: &Args) -> Result<()> {
     let (plan, max_outstanding) = plan(args)?;
     let assoc = connect(args.backend, args.addr, &transport_config()).await?;
-    let data_streams = assoc.streams().outbound - 1;
-    let mut session = Session::new(
-        Role::Gateway,
-        SessionConfig {
-            data_streams,
-            ..SessionConfig::default()
-        },
-    );
-    assoc.send(0, session.hello().to_bytes()).await?;
-    let hello = assoc.recv().await?;
-    session
-        .handle_message(hello.stream, &hello.data)
-        .map_err(|r| anyhow::anyhow!("HELLO refused: {r:?}"))?;
+    let mut session = open_gateway_session(&assoc, SessionConfig::default().capabilities).await?;
+    let data_streams = session.data_streams();
 
     let started = Instant::now();
     let mut next = 0usize;

@@ -494,20 +494,7 @@ fn build_request(
     if method == Method::CONNECT {
         return Err(ProxyError::BadRequest("CONNECT is not proxied"));
     }
-    let mut target_host = None;
-    let path = if target.starts_with('/') {
-        target.to_owned()
-    } else {
-        // Absolute-form: its authority stands for Host (RFC 9112 §3.2.2).
-        let uri: Uri = target
-            .parse()
-            .map_err(|_| ProxyError::BadRequest("bad request target"))?;
-        let (Some(authority), Some(path)) = (uri.authority(), uri.path_and_query()) else {
-            return Err(ProxyError::BadRequest("request target is not origin-form"));
-        };
-        target_host = Some(authority.as_str().to_owned());
-        path.as_str().to_owned()
-    };
+    let (path, target_host) = split_target(target)?;
     let uri = Uri::builder()
         .scheme("http")
         .authority(upstream.clone())
@@ -515,40 +502,11 @@ fn build_request(
         .build()
         .map_err(|_| ProxyError::BadRequest("bad request target"))?;
 
-    let named = connection_tokens(
-        parsed
-            .headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
-            .map(|h| h.value),
-    );
-    let mut headers = HeaderMap::with_capacity(parsed.headers.len() + 2);
-    let mut had_framing = false;
-    let mut host = None;
-    for field in parsed.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes())
-            .map_err(|_| ProxyError::BadRequest("bad field name"))?;
-        let value = HeaderValue::from_bytes(field.value)
-            .map_err(|_| ProxyError::BadRequest("bad field value"))?;
-        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
-            // The body arrived whole; it is framed again below.
-            had_framing = true;
-            continue;
-        }
-        if name == header::HOST {
-            if host.replace(value).is_some() {
-                return Err(ProxyError::BadRequest("more than one Host field"));
-            }
-            continue;
-        }
-        // The body is already complete: the gateway dealt with any
-        // `Expect: 100-continue`, and an interim response would only add a
-        // round trip upstream.
-        if is_hop_by_hop(&name, &named) || name == header::EXPECT {
-            continue;
-        }
-        headers.append(name, value);
-    }
+    let EndToEnd {
+        mut headers,
+        host,
+        had_framing,
+    } = end_to_end_fields(parsed.headers)?;
     let host = match (host_override, target_host.as_deref(), host) {
         (Some(h), _, _) | (None, Some(h), _) => {
             HeaderValue::from_str(h).map_err(|_| ProxyError::BadRequest("bad request target"))?
@@ -570,6 +528,78 @@ fn build_request(
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = headers;
     Ok(request)
+}
+
+/// A request target as the upstream takes it: the origin-form path, and for
+/// an absolute-form target the authority, which stands for Host
+/// (RFC 9112 §3.2.2).
+fn split_target(target: &str) -> Result<(String, Option<String>), ProxyError> {
+    if target.starts_with('/') {
+        return Ok((target.to_owned(), None));
+    }
+    let uri: Uri = target
+        .parse()
+        .map_err(|_| ProxyError::BadRequest("bad request target"))?;
+    let (Some(authority), Some(path)) = (uri.authority(), uri.path_and_query()) else {
+        return Err(ProxyError::BadRequest("request target is not origin-form"));
+    };
+    Ok((
+        path.as_str().to_owned(),
+        Some(authority.as_str().to_owned()),
+    ))
+}
+
+/// The fields of a request head that go upstream, and the two the proxy sets
+/// itself.
+struct EndToEnd {
+    /// Every field but Host, the framing, the hop-by-hop ones and `Expect`.
+    headers: HeaderMap,
+    /// The head's one Host field, if it had one.
+    host: Option<HeaderValue>,
+    /// The head had `Content-Length` or `Transfer-Encoding`.
+    had_framing: bool,
+}
+
+/// Sorts a parsed head's fields into what [`EndToEnd`] holds.
+fn end_to_end_fields(fields: &[httparse::Header<'_>]) -> Result<EndToEnd, ProxyError> {
+    let named = connection_tokens(
+        fields
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+            .map(|h| h.value),
+    );
+    let mut headers = HeaderMap::with_capacity(fields.len() + 2);
+    let mut had_framing = false;
+    let mut host = None;
+    for field in fields {
+        let name = HeaderName::from_bytes(field.name.as_bytes())
+            .map_err(|_| ProxyError::BadRequest("bad field name"))?;
+        let value = HeaderValue::from_bytes(field.value)
+            .map_err(|_| ProxyError::BadRequest("bad field value"))?;
+        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
+            // The body arrived whole; build_request frames it again.
+            had_framing = true;
+            continue;
+        }
+        if name == header::HOST {
+            if host.replace(value).is_some() {
+                return Err(ProxyError::BadRequest("more than one Host field"));
+            }
+            continue;
+        }
+        // The body is already complete: the gateway dealt with any
+        // `Expect: 100-continue`, and an interim response would only add a
+        // round trip upstream.
+        if is_hop_by_hop(&name, &named) || name == header::EXPECT {
+            continue;
+        }
+        headers.append(name, value);
+    }
+    Ok(EndToEnd {
+        headers,
+        host,
+        had_framing,
+    })
 }
 
 /// Adds this proxy to `Via`, after any entries already there.

@@ -150,6 +150,71 @@ struct Detected {
     newest: Option<Instant>,
 }
 
+/// What one SACK newly acknowledged, gathered over the walk of the
+/// cumulative ack and the walk of the gap blocks, for the RTT estimator,
+/// RACK and the congestion controller.
+#[derive(Debug, Clone, Copy)]
+struct SackTally {
+    now: Instant,
+    /// The newest send time acknowledged before this SACK: a chunk sent
+    /// before it and acknowledged only now arrived late.
+    newest_before: Option<Instant>,
+    /// Bytes delivered for the first time.
+    newly_acked: u64,
+    /// Of those, the bytes sent before `newest_before`.
+    late_bytes: u64,
+    /// The newest send time among the chunks acknowledged.
+    newest_sent: Option<Instant>,
+    /// The RTT sample of the last chunk acknowledged that gives one.
+    sample: Option<Duration>,
+    /// The newest delivered chunk by send time (RACK), and how many times it
+    /// was sent.
+    delivered: Option<(Instant, u32)>,
+    /// Highest TSN newly acknowledged (the HTNA of RFC 9260 7.2.4).
+    htna: Option<u32>,
+}
+
+impl SackTally {
+    fn new(now: Instant, newest_before: Option<Instant>) -> Self {
+        Self {
+            now,
+            newest_before,
+            newly_acked: 0,
+            late_bytes: 0,
+            newest_sent: None,
+            sample: None,
+            delivered: None,
+            htna: None,
+        }
+    }
+
+    /// Takes in a chunk this SACK acknowledges for the first time, by the
+    /// cumulative ack or in a gap block; its bytes count once even after a
+    /// renege (`counted`).
+    fn add(&mut self, sent: &Sent) {
+        if !sent.counted {
+            self.newly_acked += sent.size;
+            if self
+                .newest_before
+                .is_some_and(|newest| sent.sent_at < newest)
+            {
+                self.late_bytes += sent.size;
+            }
+        }
+        self.htna = Some(sent.chunk.tsn);
+        self.newest_sent = Some(
+            self.newest_sent
+                .map_or(sent.sent_at, |t| t.max(sent.sent_at)),
+        );
+        self.delivered = newer(self.delivered, sent.sent_at, sent.transmissions);
+        // Karn's rule, and no sample from a chunk already taken for
+        // lost: its ack may have waited behind a hole for a long time.
+        if sent.transmissions == 1 && !sent.marked {
+            self.sample = Some(self.now.saturating_duration_since(sent.sent_at));
+        }
+    }
+}
+
 /// A SACK the sender cannot accept: the association aborts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the SACK acknowledges TSN {acked}, which was never sent")]
@@ -558,24 +623,62 @@ impl Sender {
             self.recovery = None;
         }
         let flight_before = self.flight;
-        let mut newly_acked: u64 = 0;
-        let mut late_bytes: u64 = 0;
-        let newest_before = self.newest_acked_sent;
-        let mut late = |sent_at: Instant, size: u64| {
-            if newest_before.is_some_and(|newest| sent_at < newest) {
-                late_bytes += size;
-            }
-        };
-        let mut newest_sent: Option<Instant> = None;
-        let mut sample: Option<Duration> = None;
-        // The newest delivered chunk by send time (RACK), and whether any
-        // delivered chunk had been retransmitted.
-        let mut delivered: Option<(Instant, u32)> = None;
-        // Highest TSN newly acknowledged by this SACK (the HTNA of RFC 9260 7.2.4).
-        let mut htna: Option<u32> = None;
+        let mut tally = SackTally::new(now, self.newest_acked_sent);
+        outcome.cum_advanced = self.ack_cumulative(sack.cum_tsn_ack, &mut tally);
+        self.cum_ack = sack.cum_tsn_ack;
+        self.ack_gap_blocks(sack, &mut tally);
 
+        if let Some(sample) = tally.sample {
+            rtt.on_sample(sample);
+        }
+        if self
+            .recovery
+            .is_some_and(|exit| le32(exit, sack.cum_tsn_ack))
+        {
+            self.recovery = None;
+        }
+        let lost = self.detect_losses(now, rtt, &tally);
+
+        if tally.newest_sent > self.newest_acked_sent {
+            self.newest_acked_sent = tally.newest_sent;
+        }
+        if tally.newly_acked > 0
+            && let Some(sent) = tally.newest_sent
+        {
+            cc.on_ack(
+                now,
+                &Acked {
+                    bytes: tally.newly_acked,
+                    sent,
+                    flight_before,
+                    cum_advanced: outcome.cum_advanced,
+                    smoothed_rtt: rtt.smoothed(),
+                    rtt_sample: tally.sample,
+                    late_bytes: tally.late_bytes,
+                },
+            );
+        }
+        if let Some(sent) = lost.newest {
+            cc.on_lost(now, lost.bytes);
+            if self.recovery.is_none() {
+                self.recovery = Some(highest_sent);
+                self.undo = Some(UndoEpisode::default());
+                cc.on_congestion_event(now, sent, false, lost.bytes);
+            }
+            self.fast_rtx_pending = true;
+            outcome.fast_retransmit = true;
+        }
+        // RFC 9260 6.2.1 D iv: the peer's window less what is still in flight.
+        self.peer_rwnd = u64::from(sack.a_rwnd).saturating_sub(self.flight);
+        Ok(outcome)
+    }
+
+    /// Drops every chunk the cumulative ack covers, adding to `tally` those
+    /// not gap-acked before; true if it dropped any.
+    fn ack_cumulative(&mut self, cum_tsn_ack: u32, tally: &mut SackTally) -> bool {
+        let mut advanced = false;
         while let Some(first) = self.outstanding.front() {
-            if !le32(first.chunk.tsn, sack.cum_tsn_ack) {
+            if !le32(first.chunk.tsn, cum_tsn_ack) {
                 break;
             }
             let Some(sent) = self.outstanding.pop_front() else {
@@ -590,30 +693,23 @@ impl Sender {
             if sent.gap_acked {
                 self.gap_acked -= 1;
             } else {
-                if !sent.counted {
-                    newly_acked += sent.size;
-                    late(sent.sent_at, sent.size);
-                }
-                htna = Some(sent.chunk.tsn);
-                newest_sent = Some(newest_sent.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
-                delivered = newer(delivered, sent.sent_at, sent.transmissions);
-                // Karn's rule, and no sample from a chunk already taken for
-                // lost: its ack may have waited behind a hole for a long time.
-                if sent.transmissions == 1 && !sent.marked {
-                    sample = Some(now.saturating_duration_since(sent.sent_at));
-                }
+                tally.add(&sent);
             }
             if let Some(out) = self.streams.get_mut(usize::from(sent.chunk.stream)) {
                 let len = sent.chunk.payload.len();
                 out.stats.in_flight -= len;
                 out.stats.acked += len as u64;
             }
-            outcome.cum_advanced = true;
+            advanced = true;
         }
-        self.cum_ack = sack.cum_tsn_ack;
+        advanced
+    }
 
-        // Gap blocks: offsets from the cumulative ack. Anything outstanding not
-        // inside a block is not (or no longer) acknowledged.
+    /// Gap blocks: offsets from the cumulative ack. Anything outstanding not
+    /// inside a block is not (or no longer) acknowledged: marks the chunks
+    /// newly inside a block as gap-acked, adding them to `tally`, and takes
+    /// back those the peer reneged on.
+    fn ack_gap_blocks(&mut self, sack: &Sack, tally: &mut SackTally) {
         let mut blocks = sack.gaps.iter().peekable();
         let base = sack.cum_tsn_ack;
         // Without gap blocks and with nothing gap-acked before, there is
@@ -649,19 +745,8 @@ impl Sender {
                 }
                 sent.gap_acked = true;
                 self.gap_acked += 1;
-                if !sent.counted {
-                    sent.counted = true;
-                    newly_acked += sent.size;
-                    late(sent.sent_at, sent.size);
-                }
-                htna = Some(sent.chunk.tsn);
-                newest_sent = Some(newest_sent.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
-                delivered = newer(delivered, sent.sent_at, sent.transmissions);
-                // Karn's rule, and no sample from a chunk already taken for
-                // lost: its ack may have waited behind a hole for a long time.
-                if sent.transmissions == 1 && !sent.marked {
-                    sample = Some(now.saturating_duration_since(sent.sent_at));
-                }
+                tally.add(sent);
+                sent.counted = true;
             } else if !in_block && sent.gap_acked && offset <= reported {
                 // Renege (RFC 9260 6.2.1 D iv): the peer dropped it after all.
                 sent.gap_acked = false;
@@ -670,22 +755,15 @@ impl Sender {
                 self.flight += sent.size;
             }
         }
+    }
 
-        if let Some(sample) = sample {
-            rtt.on_sample(sample);
-        }
-        if self
-            .recovery
-            .is_some_and(|exit| le32(exit, sack.cum_tsn_ack))
-        {
-            self.recovery = None;
-        }
-
-        // Miss indications below the highest newly acked TSN.
-        let mut lost_bytes = 0;
-        let mut lost_newest: Option<Instant> = None;
+    /// Loss detection after a SACK has been taken in: RACK's time rule when
+    /// it is enabled, otherwise miss indications below the highest newly
+    /// acked TSN. Marks what is lost for fast retransmission and returns it.
+    fn detect_losses(&mut self, now: Instant, rtt: &RttEstimator, tally: &SackTally) -> Detected {
+        let mut lost = Detected::default();
         let mut retransmission_delivered = false;
-        if let Some((sent_at, transmissions)) = delivered {
+        if let Some((sent_at, transmissions)) = tally.delivered {
             let measured = now.saturating_duration_since(sent_at);
             // RFC 8985 6.2 step 2: an ack of a retransmission arriving sooner
             // than the minimum RTT is for the original; it says nothing new.
@@ -699,13 +777,14 @@ impl Sender {
         if self.rack_enabled && (self.gap_acked > 0 || retransmission_delivered) {
             let detected = self.rack_detect(now, rtt);
             self.counters.lost_by_sack += detected.chunks;
-            lost_bytes += detected.bytes;
-            lost_newest = detected.newest.max(lost_newest);
+            lost.chunks += detected.chunks;
+            lost.bytes += detected.bytes;
+            lost.newest = detected.newest.max(lost.newest);
         }
         // With RACK on, time replaces the count of miss indications (RFC 8985
         // 6.2): a fixed three-report threshold reads any reordering deeper
         // than three packets as loss.
-        if let Some(htna) = htna.filter(|_| !self.rack_enabled) {
+        if let Some(htna) = tally.htna.filter(|_| !self.rack_enabled) {
             for sent in self.outstanding.iter_mut() {
                 if !lt32(sent.chunk.tsn, htna) {
                     break;
@@ -719,44 +798,13 @@ impl Sender {
                     self.marked += 1;
                     self.counters.lost_by_sack += 1;
                     self.flight -= sent.size;
-                    lost_bytes += sent.size;
-                    lost_newest = Some(lost_newest.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
+                    lost.chunks += 1;
+                    lost.bytes += sent.size;
+                    lost.newest = Some(lost.newest.map_or(sent.sent_at, |t| t.max(sent.sent_at)));
                 }
             }
         }
-
-        if newest_sent > self.newest_acked_sent {
-            self.newest_acked_sent = newest_sent;
-        }
-        if newly_acked > 0
-            && let Some(sent) = newest_sent
-        {
-            cc.on_ack(
-                now,
-                &Acked {
-                    bytes: newly_acked,
-                    sent,
-                    flight_before,
-                    cum_advanced: outcome.cum_advanced,
-                    smoothed_rtt: rtt.smoothed(),
-                    rtt_sample: sample,
-                    late_bytes,
-                },
-            );
-        }
-        if let Some(sent) = lost_newest {
-            cc.on_lost(now, lost_bytes);
-            if self.recovery.is_none() {
-                self.recovery = Some(highest_sent);
-                self.undo = Some(UndoEpisode::default());
-                cc.on_congestion_event(now, sent, false, lost_bytes);
-            }
-            self.fast_rtx_pending = true;
-            outcome.fast_retransmit = true;
-        }
-        // RFC 9260 6.2.1 D iv: the peer's window less what is still in flight.
-        self.peer_rwnd = u64::from(sack.a_rwnd).saturating_sub(self.flight);
-        Ok(outcome)
+        lost
     }
 
     /// Takes a SACK's duplicate-TSN reports against the recovery episode;

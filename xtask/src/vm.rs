@@ -36,7 +36,7 @@ use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -136,13 +136,10 @@ pub(crate) fn run(options: &VmOptions) -> Result<()> {
         binaries.extend(build_tests(&workspace, &package, &tests)?);
     }
 
-    let shared = workspace.join("target").join("vm-test");
-    fs::create_dir_all(&shared).with_context(|| format!("create {}", shared.display()))?;
-    let status_file = shared.join("status");
-    let log_file = shared.join("log");
-    let _ = fs::remove_file(&status_file);
-    fs::write(&log_file, "").with_context(|| format!("create {}", log_file.display()))?;
-    let script = shared.join("run.sh");
+    let files = SharedFiles::new(workspace.join("target").join("vm-test"));
+    fs::create_dir_all(&files.dir).with_context(|| format!("create {}", files.dir.display()))?;
+    let _ = fs::remove_file(&files.status);
+    fs::write(&files.log, "").with_context(|| format!("create {}", files.log.display()))?;
     // Tests that load the eBPF object inside the guest (origin:kernel_depth)
     // find it where the host's `cargo xtask build-ebpf` left it.
     let ebpf_object = options
@@ -150,66 +147,24 @@ pub(crate) fn run(options: &VmOptions) -> Result<()> {
         .clone()
         .or_else(|| std::env::var_os(crate::ebpf::OBJECT_PATH_ENV).map(PathBuf::from));
     fs::write(
-        &script,
+        &files.script,
         guest_script(
             options,
             &binaries,
-            &status_file,
-            &log_file,
+            &files.status,
+            &files.log,
             ebpf_object.as_deref(),
         ),
     )
-    .with_context(|| format!("write {}", script.display()))?;
+    .with_context(|| format!("write {}", files.script.display()))?;
 
     println!("booting Debian kernel {release} in a VM (software emulation, ~30-60 s to boot)…");
-    // The VM console (kernel messages, terminal control codes) goes to a file,
-    // shown only if the guest never reports a result.
-    let console_file = shared.join("console");
-    let console = fs::File::create(&console_file)
-        .with_context(|| format!("create {}", console_file.display()))?;
     let started = Instant::now();
-    let mut child = Command::new(&vng)
-        .arg("--disable-kvm")
-        .args(["--memory", &options.memory, "--cpus", "2"])
-        .arg("-r")
-        .arg(&kernel)
-        .arg(format!("--rwdir={}", shared.display()))
-        .arg("--cwd")
-        .arg(&workspace)
-        .arg("--exec")
-        .arg(format!("bash {}", script.display()))
-        .stdin(Stdio::null())
-        .stdout(console.try_clone()?)
-        .stderr(console)
-        .process_group(0)
-        .spawn()
-        .with_context(|| format!("start {}", vng.display()))?;
-    let limit = Duration::from_secs(options.timeout);
-    // The guest writes its output to the shared log, which is followed here: the
-    // VM's console drops output when the guest powers off right after writing.
-    let mut log = LogFollower::new(&log_file);
-    let vng_status = loop {
-        log.print_new();
-        if let Some(status) = child.try_wait()? {
-            log.print_new();
-            break status;
-        }
-        if started.elapsed() > limit {
-            // The whole group: vng, qemu and anything they started. The child
-            // leads its own group (`process_group(0)`), and is not reaped yet.
-            if let Ok(group) = libc::pid_t::try_from(child.id()) {
-                // SAFETY: killpg has no memory-safety preconditions.
-                unsafe { libc::killpg(group, libc::SIGKILL) };
-            }
-            let _ = child.wait();
-            bail!("the VM did not finish within {limit:?}; killed it");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let vng_status = boot(&vng, &kernel, options, &workspace, &files)?;
     let elapsed = started.elapsed();
 
-    let Ok(status) = fs::read_to_string(&status_file) else {
-        let console = fs::read(&console_file).unwrap_or_default();
+    let Ok(status) = fs::read_to_string(&files.status) else {
+        let console = fs::read(&files.console).unwrap_or_default();
         let tail = &console[console.len().saturating_sub(4000)..];
         eprintln!(
             "--- VM console (last lines) ---\n{}",
@@ -234,6 +189,84 @@ pub(crate) fn run(options: &VmOptions) -> Result<()> {
         }
         SETUP_FAILED => bail!("setting up the VM failed (see the output above)"),
         code => bail!("tests failed inside the VM (exit status {code})"),
+    }
+}
+
+/// The files the host and the guest share (the guest's one writable folder).
+struct SharedFiles {
+    dir: PathBuf,
+    /// The guest's exit status, written last.
+    status: PathBuf,
+    /// The guest's output, followed by the host as it grows.
+    log: PathBuf,
+    /// What the guest runs ([`guest_script`]).
+    script: PathBuf,
+    /// The VM console (kernel messages, terminal control codes), shown only if
+    /// the guest never reports a result.
+    console: PathBuf,
+}
+
+impl SharedFiles {
+    fn new(dir: PathBuf) -> Self {
+        Self {
+            status: dir.join("status"),
+            log: dir.join("log"),
+            script: dir.join("run.sh"),
+            console: dir.join("console"),
+            dir,
+        }
+    }
+}
+
+/// Boots `kernel` with the guest script, prints the guest's log as it grows
+/// and returns vng's exit status; kills the VM past `options.timeout`.
+fn boot(
+    vng: &Path,
+    kernel: &Path,
+    options: &VmOptions,
+    workspace: &Path,
+    files: &SharedFiles,
+) -> Result<ExitStatus> {
+    let console = fs::File::create(&files.console)
+        .with_context(|| format!("create {}", files.console.display()))?;
+    let started = Instant::now();
+    let mut child = Command::new(vng)
+        .arg("--disable-kvm")
+        .args(["--memory", &options.memory, "--cpus", "2"])
+        .arg("-r")
+        .arg(kernel)
+        .arg(format!("--rwdir={}", files.dir.display()))
+        .arg("--cwd")
+        .arg(workspace)
+        .arg("--exec")
+        .arg(format!("bash {}", files.script.display()))
+        .stdin(Stdio::null())
+        .stdout(console.try_clone()?)
+        .stderr(console)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("start {}", vng.display()))?;
+    let limit = Duration::from_secs(options.timeout);
+    // The guest writes its output to the shared log, which is followed here: the
+    // VM's console drops output when the guest powers off right after writing.
+    let mut log = LogFollower::new(&files.log);
+    loop {
+        log.print_new();
+        if let Some(status) = child.try_wait()? {
+            log.print_new();
+            return Ok(status);
+        }
+        if started.elapsed() > limit {
+            // The whole group: vng, qemu and anything they started. The child
+            // leads its own group (`process_group(0)`), and is not reaped yet.
+            if let Ok(group) = libc::pid_t::try_from(child.id()) {
+                // SAFETY: killpg has no memory-safety preconditions.
+                unsafe { libc::killpg(group, libc::SIGKILL) };
+            }
+            let _ = child.wait();
+            bail!("the VM did not finish within {limit:?}; killed it");
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 

@@ -494,7 +494,19 @@ async fn write_entry(shared: Arc<Shared>, mut reader: Subscriber<FlightHead>, jo
         abandon(writer).await;
         return;
     }
-    let data = batch.freeze();
+    finish_entry(&shared, &job, writer, batch.freeze(), copy).await;
+}
+
+/// Writes the last of the body and commits the entry (checked against the
+/// declared length, durable), then puts a small body's `copy` in the memory
+/// tier, unless an invalidation came in meanwhile.
+async fn finish_entry(
+    shared: &Shared,
+    job: &WriteJob,
+    mut writer: EntryWriter,
+    data: Bytes,
+    copy: Option<BytesMut>,
+) {
     let declared = job.declared;
     let changes = shared.changes.load(std::sync::atomic::Ordering::SeqCst);
     let finished = tokio::task::spawn_blocking(move || {
@@ -508,7 +520,7 @@ async fn write_entry(shared: Arc<Shared>, mut reader: Subscriber<FlightHead>, jo
             shared
                 .commits
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            // An invalidation between the check above and the commit: undo.
+            // An invalidation between write_entry's check and the commit: undo.
             if job.ticket.invalidated() {
                 shared
                     .remove_key(full_key(&job.primary, &job.secondary))

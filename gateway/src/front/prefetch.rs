@@ -369,56 +369,12 @@ impl Front {
         scan: Option<Scan>,
     ) -> Outcome {
         let url = &resource.url;
-        let Some((host, port, path)) = cache_target(url) else {
-            return Outcome::Failed("no host");
-        };
-        // The extractor drops URLs with credentials: the authority is host[:port].
-        let Ok(host_value) = HeaderValue::from_str(url.authority()) else {
-            return Outcome::Failed("host");
-        };
-        let (urgency, class) = *promoted.borrow();
-        let mut request = Forwarded {
-            method: Method::GET,
-            path: path.to_owned(),
-            host: host_value,
-            headers: prefetch_request_headers(&page.headers, &page.document, resource),
-            body: Bytes::new(),
-            urgency,
-            class,
-            promote: Some(promoted),
-        };
-        let lookup = self
-            .cache
-            .lookup(&CacheRequest {
-                method: &request.method,
-                host: &host,
-                port,
-                target: &request.path,
-                headers: &request.headers,
-            })
-            .await;
-        let response = match lookup {
-            Lookup::Hit(response, _) => {
-                if scan.is_none() {
-                    return Outcome::Fresh;
-                }
-                response
-            }
-            Lookup::Pass => return Outcome::Failed("the cache passes it"),
-            // A prefetch is the background already: it validates in the
-            // open and takes what the validation gives.
-            Lookup::Fill(mut fill) | Lookup::StaleWhileRevalidate(_, mut fill) => {
-                fill.prepare(&mut request.headers);
-                fill.only_if(|status, headers| keep_prefetched(status, headers).is_ok());
-                let response = match self.dispatch(&page.flow, page.decision, request).await {
-                    Ok((response, _)) => response,
-                    Err(refusal) => return Outcome::Failed(refusal_reason(&refusal)),
-                };
-                match fill.respond(response).await {
-                    Filled::Answer(response) => response,
-                    Filled::Refetch => return Outcome::Failed("refetch"),
-                }
-            }
+        let response = match self
+            .prefetch_response(page, resource, promoted, scan.is_some())
+            .await
+        {
+            Ok(response) => response,
+            Err(outcome) => return outcome,
         };
         let content_type = content_type(response.headers());
         let length = response
@@ -446,26 +402,99 @@ impl Front {
         }
         if let Some(scan) = scan {
             let body: Vec<u8> = kept.concat();
-            let found = match scan {
-                Scan::Css => extract_css(
-                    url,
-                    content_type.as_deref(),
-                    None,
-                    &body,
-                    &prefetcher.config,
-                )
-                .into_vec(),
-                Scan::Html => {
-                    let mut scanner =
-                        HtmlScanner::new(url.clone(), content_type.as_deref(), &prefetcher.config);
-                    scanner.handle_chunk(&body);
-                    scanner.handle_end();
-                    std::iter::from_fn(|| scanner.poll_resource()).collect()
-                }
-            };
+            let found = scan_body(
+                scan,
+                url,
+                content_type.as_deref(),
+                &body,
+                &prefetcher.config,
+            );
             report_discovered(prefetcher, &self.cache, fetch, url, found).await;
         }
         Outcome::Complete
+    }
+
+    /// The response a prefetch of `resource` reads: the cache's copy, or the
+    /// origin's through a cache fill. `Err` is how the prefetch ends without
+    /// one, `Fresh` when the cache holds it and no scan wants its body.
+    async fn prefetch_response(
+        &self,
+        page: &PageContext,
+        resource: &Resource,
+        promoted: watch::Receiver<(u8, RequestClass)>,
+        wants_body: bool,
+    ) -> Result<Response<Body>, Outcome> {
+        let url = &resource.url;
+        let Some((host, port, path)) = cache_target(url) else {
+            return Err(Outcome::Failed("no host"));
+        };
+        // The extractor drops URLs with credentials: the authority is host[:port].
+        let Ok(host_value) = HeaderValue::from_str(url.authority()) else {
+            return Err(Outcome::Failed("host"));
+        };
+        let (urgency, class) = *promoted.borrow();
+        let mut request = Forwarded {
+            method: Method::GET,
+            path: path.to_owned(),
+            host: host_value,
+            headers: prefetch_request_headers(&page.headers, &page.document, resource),
+            body: Bytes::new(),
+            urgency,
+            class,
+            promote: Some(promoted),
+        };
+        let lookup = self
+            .cache
+            .lookup(&CacheRequest {
+                method: &request.method,
+                host: &host,
+                port,
+                target: &request.path,
+                headers: &request.headers,
+            })
+            .await;
+        match lookup {
+            Lookup::Hit(response, _) => {
+                if !wants_body {
+                    return Err(Outcome::Fresh);
+                }
+                Ok(response)
+            }
+            Lookup::Pass => Err(Outcome::Failed("the cache passes it")),
+            // A prefetch is the background already: it validates in the
+            // open and takes what the validation gives.
+            Lookup::Fill(mut fill) | Lookup::StaleWhileRevalidate(_, mut fill) => {
+                fill.prepare(&mut request.headers);
+                fill.only_if(|status, headers| keep_prefetched(status, headers).is_ok());
+                let response = match self.dispatch(&page.flow, page.decision, request).await {
+                    Ok((response, _)) => response,
+                    Err(refusal) => return Err(Outcome::Failed(refusal_reason(&refusal))),
+                };
+                match fill.respond(response).await {
+                    Filled::Answer(response) => Ok(response),
+                    Filled::Refetch => Err(Outcome::Failed("refetch")),
+                }
+            }
+        }
+    }
+}
+
+/// The resources a prefetched stylesheet or page names, from its whole body.
+fn scan_body(
+    scan: Scan,
+    url: &Url,
+    content_type: Option<&str>,
+    body: &[u8],
+    config: &PrefetchConfig,
+) -> Vec<Resource> {
+    match scan {
+        Scan::Css => extract_css(url, content_type, None, body, config).into_vec(),
+        Scan::Html => {
+            let mut scanner = HtmlScanner::new(url.clone(), content_type, config);
+            scanner.handle_chunk(body);
+            scanner.handle_end();
+            std::iter::from_fn(|| scanner.poll_resource()).collect()
+        }
     }
 }
 

@@ -241,54 +241,12 @@ impl Conn {
         let stream = stream_for(pinned, self.data_streams);
         let mut priority = request.priority;
         let _order = self.send_order[usize::from(stream) - 1].lock().await;
-        let (id, rx, outcome, watch_ended) = {
-            let mut state = lock(&self.state);
-            if !state.accepting {
-                return Err(LinkError::Unavailable(format!(
-                    "origin {}: {}",
-                    self.name,
-                    self.status.borrow().reason()
-                )));
-            }
-            let id = state.next_id;
-            let Some(next) = id.checked_add(1) else {
-                self.retire(&mut state, "request ids used up".into());
-                return Err(LinkError::Unavailable("request ids used up".into()));
-            };
-            if state.session.handle_request_sent(id, stream).is_err() {
-                // Ids only rise and the stream is in range: this is a bug here.
-                return Err(LinkError::Unavailable(format!(
-                    "session refused request {id} on stream {stream}"
-                )));
-            }
-            state.next_id = next;
-            let (tx, rx) = mpsc::channel(RESPONSE_QUEUE);
-            let outcome = Outcome::default();
-            // An origin without PRIORITY would ignore it: watch nothing then.
-            let origin_takes_priority = state
-                .session
-                .peer_capabilities()
-                .contains(Capabilities::PRIORITY);
-            let (watching, watch_ended) = match &priority {
-                Some(_) if origin_takes_priority => {
-                    let (watching, ended) = oneshot::channel();
-                    (Some(watching), Some(ended))
-                }
-                _ => (None, None),
-            };
-            state.open.insert(
-                id,
-                Slot {
-                    stream,
-                    tx,
-                    outcome: Arc::clone(&outcome),
-                    head_seen: false,
-                    _priority_watch: watching,
-                },
-            );
-            lock(&self.backlog).handle_request_opened(id, stream);
-            (id, rx, outcome, watch_ended)
-        };
+        let Opened {
+            id,
+            rx,
+            outcome,
+            watch_ended,
+        } = self.open_slot(stream, priority.is_some())?;
         // From here on, dropping this future abandons the request.
         let guard = RequestGuard {
             conn: Arc::clone(self),
@@ -330,6 +288,62 @@ impl Conn {
                 .await?;
         }
         Ok(Pending { guard, rx, outcome })
+    }
+
+    /// Numbers a request on `stream` and opens its slot, under the state lock.
+    /// With `watches_priority`, and an origin that takes PRIORITY, the slot
+    /// holds the sender whose drop ends the request's PRIORITY watcher.
+    fn open_slot(&self, stream: u16, watches_priority: bool) -> Result<Opened, LinkError> {
+        let mut state = lock(&self.state);
+        if !state.accepting {
+            return Err(LinkError::Unavailable(format!(
+                "origin {}: {}",
+                self.name,
+                self.status.borrow().reason()
+            )));
+        }
+        let id = state.next_id;
+        let Some(next) = id.checked_add(1) else {
+            self.retire(&mut state, "request ids used up".into());
+            return Err(LinkError::Unavailable("request ids used up".into()));
+        };
+        if state.session.handle_request_sent(id, stream).is_err() {
+            // Ids only rise and the stream is in range: this is a bug here.
+            return Err(LinkError::Unavailable(format!(
+                "session refused request {id} on stream {stream}"
+            )));
+        }
+        state.next_id = next;
+        let (tx, rx) = mpsc::channel(RESPONSE_QUEUE);
+        let outcome = Outcome::default();
+        // An origin without PRIORITY would ignore it: watch nothing then.
+        let origin_takes_priority = state
+            .session
+            .peer_capabilities()
+            .contains(Capabilities::PRIORITY);
+        let (watching, watch_ended) = if watches_priority && origin_takes_priority {
+            let (watching, ended) = oneshot::channel();
+            (Some(watching), Some(ended))
+        } else {
+            (None, None)
+        };
+        state.open.insert(
+            id,
+            Slot {
+                stream,
+                tx,
+                outcome: Arc::clone(&outcome),
+                head_seen: false,
+                _priority_watch: watching,
+            },
+        );
+        lock(&self.backlog).handle_request_opened(id, stream);
+        Ok(Opened {
+            id,
+            rx,
+            outcome,
+            watch_ended,
+        })
     }
 
     async fn send(&self, stream: u16, message: Message) -> Result<(), LinkError> {
@@ -728,6 +742,15 @@ impl Drop for RequestGuard {
     fn drop(&mut self) {
         self.conn.cancel(self.id);
     }
+}
+
+/// A request numbered and given its slot, not yet sent.
+struct Opened {
+    id: RequestId,
+    rx: mpsc::Receiver<Event>,
+    outcome: Outcome,
+    /// Ends when the slot goes: the PRIORITY watcher's stop signal.
+    watch_ended: Option<oneshot::Receiver<()>>,
 }
 
 /// A sent request waiting for its response.

@@ -4,10 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_protocol::{
-    CONTROL_STREAM, Capabilities, GoAway, MAX_CHUNK, Message, Reaction, Role, Session,
-    SessionConfig,
-};
+use gateway_protocol::{CONTROL_STREAM, Capabilities, GoAway, Message, Reaction};
+use gateway_transport::hello::{HelloError, open_gateway_session};
 use gateway_transport::{Association, BackendKind};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -156,50 +154,30 @@ async fn establish(shared: &Shared) -> Result<Conn, String> {
     let assoc = gateway_transport::connect(shared.kind, shared.address, config)
         .await
         .map_err(|e| describe(&e))?;
-    let counts = assoc.streams();
-    // Responses come back on the request's stream: it must exist both ways.
-    let data_streams = counts.outbound.min(counts.inbound).saturating_sub(1);
-    if data_streams == 0 {
-        assoc.abort();
-        return Err("the association has no data stream".into());
-    }
-    let mut session = Session::new(
-        Role::Gateway,
-        SessionConfig {
-            data_streams,
-            max_chunk: MAX_CHUNK as u32,
-            capabilities: if shared.feedback.enabled {
-                Capabilities::FEEDBACK | Capabilities::PREFETCH_CLASS | Capabilities::PRIORITY
-            } else {
-                Capabilities::PREFETCH_CLASS | Capabilities::PRIORITY
-            },
-        },
-    );
-    let hello = session.hello().to_bytes();
-    let handshake = async {
-        assoc
-            .send(CONTROL_STREAM, hello)
-            .await
-            .map_err(|e| Err(describe(&e)))?;
-        let answer = assoc.recv().await.map_err(|e| Err(describe(&e)))?;
-        session
-            .handle_message(answer.stream, &answer.data)
-            .map_err(Ok)
+    let capabilities = if shared.feedback.enabled {
+        Capabilities::FEEDBACK | Capabilities::PREFETCH_CLASS | Capabilities::PRIORITY
+    } else {
+        Capabilities::PREFETCH_CLASS | Capabilities::PRIORITY
     };
+    let handshake = open_gateway_session(&assoc, capabilities);
     match tokio::time::timeout(config.connect_timeout, handshake).await {
-        Ok(Ok(_)) => Ok(Conn::new(
+        Ok(Ok(session)) => Ok(Conn::new(
             Arc::clone(&shared.name),
             assoc,
             session,
             shared.feedback.interval,
         )),
-        Ok(Err(Ok(reaction))) => {
+        Ok(Err(HelloError::Refused(reaction))) => {
             refuse_hello(&assoc, &reaction).await;
-            Err(format!("the origin's HELLO was refused ({reaction:?})"))
+            Err(HelloError::Refused(reaction).to_string())
         }
-        Ok(Err(Err(reason))) => {
+        Ok(Err(HelloError::Transport(e))) => {
             assoc.abort();
-            Err(reason)
+            Err(describe(&e))
+        }
+        Ok(Err(other @ HelloError::NoDataStream)) => {
+            assoc.abort();
+            Err(other.to_string())
         }
         Err(_) => {
             assoc.abort();

@@ -11,9 +11,10 @@ use std::collections::HashMap;
 use anyhow::{Result, bail};
 use bytes::Bytes;
 use gateway_protocol::{
-    ErrorCode, Message, Request, RequestClass, RequestId, Role, Session, SessionConfig, Urgency,
+    ErrorCode, Message, Request, RequestClass, RequestId, Session, SessionConfig, Urgency,
 };
 use gateway_transport::Association;
+use gateway_transport::hello::open_gateway_session;
 
 /// One response as the gateway saw it.
 #[derive(Debug, Default)]
@@ -36,19 +37,7 @@ pub(crate) struct TestGateway {
 
 impl TestGateway {
     pub(crate) async fn open(assoc: Association) -> Result<Self> {
-        let data_streams = assoc.streams().outbound.saturating_sub(1);
-        let mut session = Session::new(
-            Role::Gateway,
-            SessionConfig {
-                data_streams,
-                ..SessionConfig::default()
-            },
-        );
-        assoc.send(0, session.hello().to_bytes()).await?;
-        let answer = assoc.recv().await?;
-        session
-            .handle_message(answer.stream, &answer.data)
-            .map_err(|r| anyhow::anyhow!("HELLO answer refused: {r:?}"))?;
+        let session = open_gateway_session(&assoc, SessionConfig::default().capabilities).await?;
         Ok(Self {
             assoc,
             session,

@@ -104,88 +104,30 @@ pub(super) fn run(options: &BenchOptions, cell: WanCell) -> Result<()> {
         seconds,
     };
 
-    let mut alone = String::new();
-    writeln!(
-        alone,
-        "## Alone\n\n| backend | congestion control | Mbit/s (window) | Mbit/s (whole transfer) | ratio to TCP | loss met, % | queue drops |"
-    )?;
-    writeln!(alone, "|---|---|---|---|---|---|---|")?;
-    let mut tcp_alone = None;
-    let mut userspace_alone = None;
-    for (backend, controller) in ALONE {
-        interruption_point()?;
-        println!("==> alone: {backend}");
-        match bench.cell(&format!("alone-{backend}"), &[backend]) {
-            Ok(measured) => {
-                let flow = &measured.flows[0];
-                let base = *tcp_alone.get_or_insert(flow.window_mbit);
-                if backend == "userspace" {
-                    userspace_alone = Some(flow.window_mbit);
-                }
-                println!(
-                    "    {:.1} Mbit/s in the window, {:.1} over the whole transfer",
-                    flow.window_mbit, flow.whole_mbit
-                );
-                writeln!(
-                    alone,
-                    "| {backend} | {controller} | {:.1} | {:.1} | {:.2} | {} | {} |",
-                    flow.window_mbit,
-                    flow.whole_mbit,
-                    flow.window_mbit / base.max(1e-9),
-                    measured.loss_percent(),
-                    measured.link.a_to_b.dropped_queue
-                )?;
-            }
-            Err(e) => {
-                println!("    failed: {e:#}");
-                writeln!(alone, "| {backend} | {controller} | failed: {e} | | | | |")?;
-            }
-        }
-    }
-    writeln!(alone)?;
-    if let Some(mbit) = userspace_alone {
-        writeln!(
-            alone,
-            "Target: the userspace stack with its default controller at least {TARGET_MBIT} Mbit/s alone: {mbit:.1} Mbit/s, {}.\n",
-            if mbit >= TARGET_MBIT { "met" } else { "missed" }
-        )?;
-    }
-
-    let mut beside = String::new();
-    writeln!(
-        beside,
-        "## Beside one CUBIC TCP connection\n\nBoth flows start together and send for the same time; each one's goodput over the common window, its share of their sum, and Jain's fairness index of the two (1: equal shares, 0.5: one takes all).\n"
-    )?;
-    writeln!(
-        beside,
-        "| association | its Mbit/s | TCP CUBIC's Mbit/s | its share | Jain's index | loss met, % | queue drops |"
-    )?;
-    writeln!(beside, "|---|---|---|---|---|---|---|")?;
-    for backend in BESIDE_TCP {
-        interruption_point()?;
-        println!("==> beside TCP CUBIC: {backend}");
-        match bench.cell(&format!("beside-{backend}"), &[backend, "tcp"]) {
-            Ok(measured) => {
-                let (ours, theirs) = (measured.flows[0].window_mbit, measured.flows[1].window_mbit);
-                println!("    {ours:.1} Mbit/s beside TCP's {theirs:.1}");
-                writeln!(
-                    beside,
-                    "| {backend} | {ours:.1} | {theirs:.1} | {:.2} | {:.2} | {} | {} |",
-                    ours / (ours + theirs).max(1e-9),
-                    jain_index(ours, theirs),
-                    measured.loss_percent(),
-                    measured.link.a_to_b.dropped_queue
-                )?;
-            }
-            Err(e) => {
-                println!("    failed: {e:#}");
-                writeln!(beside, "| {backend} | failed: {e} | | | | | |")?;
-            }
-        }
-    }
-    writeln!(beside)?;
+    let alone = bench.alone()?;
+    let beside = bench.beside_tcp()?;
     drop(path);
+    let mut report = wan_report_header(options, cell, seconds, &load_at_start, started)?;
+    report.push_str(&alone);
+    report.push_str(&beside);
 
+    let root = workspace_root();
+    let dir = root.join("bench/results");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("transport-wan.md"), &report)?;
+    println!("\n{report}\nxtask: report written to bench/results/transport-wan.md");
+    Ok(())
+}
+
+/// The report's title, the command that made it, and how it was measured;
+/// written after the cells, for the load average at the end.
+fn wan_report_header(
+    options: &BenchOptions,
+    cell: WanCell,
+    seconds: f64,
+    load_at_start: &str,
+    started: Instant,
+) -> Result<String> {
     let mut flags = format!("transport --wan {}", cell.arg());
     if let Some(seconds) = options.seconds {
         write!(flags, " --seconds {seconds}")?;
@@ -214,15 +156,7 @@ pub(super) fn run(options: &BenchOptions, cell: WanCell) -> Result<()> {
         load_average(),
         started.elapsed().as_secs_f64()
     )?;
-    report.push_str(&alone);
-    report.push_str(&beside);
-
-    let root = workspace_root();
-    let dir = root.join("bench/results");
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("transport-wan.md"), &report)?;
-    println!("\n{report}\nxtask: report written to bench/results/transport-wan.md");
-    Ok(())
+    Ok(report)
 }
 
 fn interruption_point() -> Result<()> {
@@ -269,6 +203,97 @@ impl Measured {
 }
 
 impl Bench<'_> {
+    /// The table of each backend alone on the link, and the userspace
+    /// stack's target.
+    fn alone(&self) -> Result<String> {
+        let mut alone = String::new();
+        writeln!(
+            alone,
+            "## Alone\n\n| backend | congestion control | Mbit/s (window) | Mbit/s (whole transfer) | ratio to TCP | loss met, % | queue drops |"
+        )?;
+        writeln!(alone, "|---|---|---|---|---|---|---|")?;
+        let mut tcp_alone = None;
+        let mut userspace_alone = None;
+        for (backend, controller) in ALONE {
+            interruption_point()?;
+            println!("==> alone: {backend}");
+            match self.cell(&format!("alone-{backend}"), &[backend]) {
+                Ok(measured) => {
+                    let flow = &measured.flows[0];
+                    let base = *tcp_alone.get_or_insert(flow.window_mbit);
+                    if backend == "userspace" {
+                        userspace_alone = Some(flow.window_mbit);
+                    }
+                    println!(
+                        "    {:.1} Mbit/s in the window, {:.1} over the whole transfer",
+                        flow.window_mbit, flow.whole_mbit
+                    );
+                    writeln!(
+                        alone,
+                        "| {backend} | {controller} | {:.1} | {:.1} | {:.2} | {} | {} |",
+                        flow.window_mbit,
+                        flow.whole_mbit,
+                        flow.window_mbit / base.max(1e-9),
+                        measured.loss_percent(),
+                        measured.link.a_to_b.dropped_queue
+                    )?;
+                }
+                Err(e) => {
+                    println!("    failed: {e:#}");
+                    writeln!(alone, "| {backend} | {controller} | failed: {e} | | | | |")?;
+                }
+            }
+        }
+        writeln!(alone)?;
+        if let Some(mbit) = userspace_alone {
+            writeln!(
+                alone,
+                "Target: the userspace stack with its default controller at least {TARGET_MBIT} Mbit/s alone: {mbit:.1} Mbit/s, {}.\n",
+                if mbit >= TARGET_MBIT { "met" } else { "missed" }
+            )?;
+        }
+        Ok(alone)
+    }
+
+    /// The table of each backend beside one CUBIC TCP connection.
+    fn beside_tcp(&self) -> Result<String> {
+        let mut beside = String::new();
+        writeln!(
+            beside,
+            "## Beside one CUBIC TCP connection\n\nBoth flows start together and send for the same time; each one's goodput over the common window, its share of their sum, and Jain's fairness index of the two (1: equal shares, 0.5: one takes all).\n"
+        )?;
+        writeln!(
+            beside,
+            "| association | its Mbit/s | TCP CUBIC's Mbit/s | its share | Jain's index | loss met, % | queue drops |"
+        )?;
+        writeln!(beside, "|---|---|---|---|---|---|---|")?;
+        for backend in BESIDE_TCP {
+            interruption_point()?;
+            println!("==> beside TCP CUBIC: {backend}");
+            match self.cell(&format!("beside-{backend}"), &[backend, "tcp"]) {
+                Ok(measured) => {
+                    let (ours, theirs) =
+                        (measured.flows[0].window_mbit, measured.flows[1].window_mbit);
+                    println!("    {ours:.1} Mbit/s beside TCP's {theirs:.1}");
+                    writeln!(
+                        beside,
+                        "| {backend} | {ours:.1} | {theirs:.1} | {:.2} | {:.2} | {} | {} |",
+                        ours / (ours + theirs).max(1e-9),
+                        jain_index(ours, theirs),
+                        measured.loss_percent(),
+                        measured.link.a_to_b.dropped_queue
+                    )?;
+                }
+                Err(e) => {
+                    println!("    failed: {e:#}");
+                    writeln!(beside, "| {backend} | failed: {e} | | | | | |")?;
+                }
+            }
+        }
+        writeln!(beside)?;
+        Ok(beside)
+    }
+
     /// Runs one flow per backend in `backends` side by side (the first on
     /// [`ASSOCIATION_PORT`], a second on [`COMPETITOR_PORT`]) with wanem
     /// forwarding; stops wanem on error too.

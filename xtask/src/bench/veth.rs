@@ -136,14 +136,101 @@ const SCHEDULER_RATE_MBIT: u64 = 20;
 /// The origin's port in the scheduling benchmarks.
 const SCHEDULER_PORT: u16 = 9899;
 
+/// The sections of the scheduling report, in its order.
+const SCHEDULER_SECTIONS: [Section; 3] = [
+    Section {
+        title: "Zipf sizes (1 KiB to 4 MiB, alpha 1), Poisson arrivals",
+        workload: "zipf",
+        loads: &[0.5, 0.8],
+        policies: &["fcfs", "rr", "scf"],
+        seconds: 40.0,
+        limited: true,
+    },
+    Section {
+        title: "Demand (50 KiB every 200 ms) during a 16 MiB prefetch",
+        workload: "prefetch",
+        loads: &[0.0],
+        policies: &["fcfs", "priority", "wfq"],
+        seconds: 6.0,
+        limited: true,
+    },
+    Section {
+        title: "The thesis's experiment: 6,000 requests, 1-256 KiB uniform, 64 outstanding, unlimited veth",
+        workload: "thesis",
+        loads: &[0.0],
+        policies: &["scf", "rr"],
+        seconds: 0.0,
+        limited: false,
+    },
+];
+
 pub(super) fn scheduler(options: &BenchOptions) -> Result<()> {
-    let root = &workspace_root();
     if options.wan.is_some() && options.only.iter().any(|w| w == "thesis") {
         bail!(
             "--only thesis with --wan: the thesis's experiment runs on an unlimited veth; run it without --wan"
         );
     }
     let binary = build_example("origin", "sched_bench")?;
+    let mut report = scheduler_report_header(options)?;
+    // Over the emulated link, one topology serves every row.
+    let wan_path = options
+        .wan
+        .map(|cell| WanPath::create(WAN_PREFIX, cell, "scheduler"))
+        .transpose()?;
+    let mut run = SchedulerRun {
+        binary: &binary,
+        wan_path: wan_path.as_ref(),
+        rate_mbit: options
+            .wan
+            .map_or(SCHEDULER_RATE_MBIT, |cell| cell.rate_mbit),
+        notes: Vec::new(),
+    };
+    for section in &SCHEDULER_SECTIONS {
+        let chosen = if options.only.is_empty() {
+            // Over the emulated link, the rate-limited sections only.
+            section.limited || run.wan_path.is_none()
+        } else {
+            options.only.iter().any(|w| w == section.workload)
+        };
+        if !chosen {
+            continue;
+        }
+        let seconds = if section.limited {
+            options.seconds.unwrap_or(section.seconds)
+        } else {
+            section.seconds
+        };
+        run.section(&mut report, section, seconds)?;
+    }
+    let notes = std::mem::take(&mut run.notes);
+    drop(wan_path);
+    if !notes.is_empty() {
+        writeln!(report, "## Notes\n")?;
+        for note in &notes {
+            writeln!(report, "- {note}")?;
+        }
+        writeln!(report)?;
+    }
+    let dir = workspace_root().join("bench/results");
+    std::fs::create_dir_all(&dir)?;
+    let base = if options.wan.is_some() {
+        "scheduler-wan"
+    } else {
+        "scheduler"
+    };
+    let name = if options.only.is_empty() {
+        format!("{base}.md")
+    } else {
+        format!("{base}-{}.md", options.only.join("-"))
+    };
+    std::fs::write(dir.join(&name), &report)?;
+    println!("\n{report}\nxtask: report written to bench/results/{name}");
+    Ok(())
+}
+
+/// The scheduling report's title, the command that made it and the path its
+/// figures were measured on.
+fn scheduler_report_header(options: &BenchOptions) -> Result<String> {
     let mut flags: String = options
         .wan
         .map_or(String::new(), |cell| format!(" --wan {}", cell.arg()));
@@ -169,65 +256,31 @@ pub(super) fn scheduler(options: &BenchOptions) -> Result<()> {
         report,
         "- response time: REQUEST sent to RESPONSE_END received, at the load generator\n"
     )?;
-    // Over the emulated link, one topology serves every row.
-    let wan_path = options
-        .wan
-        .map(|cell| WanPath::create(WAN_PREFIX, cell, "scheduler"))
-        .transpose()?;
-    let rate_mbit = options
-        .wan
-        .map_or(SCHEDULER_RATE_MBIT, |cell| cell.rate_mbit);
-    let mut notes = Vec::new();
+    Ok(report)
+}
 
-    let sections = [
-        Section {
-            title: "Zipf sizes (1 KiB to 4 MiB, alpha 1), Poisson arrivals",
-            workload: "zipf",
-            loads: &[0.5, 0.8],
-            policies: &["fcfs", "rr", "scf"],
-            seconds: 40.0,
-            limited: true,
-        },
-        Section {
-            title: "Demand (50 KiB every 200 ms) during a 16 MiB prefetch",
-            workload: "prefetch",
-            loads: &[0.0],
-            policies: &["fcfs", "priority", "wfq"],
-            seconds: 6.0,
-            limited: true,
-        },
-        Section {
-            title: "The thesis's experiment: 6,000 requests, 1-256 KiB uniform, 64 outstanding, unlimited veth",
-            workload: "thesis",
-            loads: &[0.0],
-            policies: &["scf", "rr"],
-            seconds: 0.0,
-            limited: false,
-        },
-    ];
-    for Section {
-        title,
-        workload,
-        loads,
-        policies,
-        seconds,
-        limited,
-    } in sections
-    {
-        let chosen = if options.only.is_empty() {
-            // Over the emulated link, the rate-limited sections only.
-            limited || wan_path.is_none()
-        } else {
-            options.only.iter().any(|w| w == workload)
-        };
-        if !chosen {
-            continue;
-        }
-        let seconds = if limited {
-            options.seconds.unwrap_or(seconds)
-        } else {
-            seconds
-        };
+/// What every row of the scheduling benchmark shares, and the notes its rows
+/// leave for the report's end.
+struct SchedulerRun<'a> {
+    binary: &'a Path,
+    /// The emulated link, with `--wan`; a fresh veth pair per row without.
+    wan_path: Option<&'a WanPath>,
+    /// The rate the loads are shares of.
+    rate_mbit: u64,
+    notes: Vec<String>,
+}
+
+impl SchedulerRun<'_> {
+    /// One section's table: a row per load and policy, then SCF's mean over
+    /// RR's where the section has both.
+    fn section(&mut self, report: &mut String, section: &Section, seconds: f64) -> Result<()> {
+        let Section {
+            title,
+            workload,
+            loads,
+            policies,
+            ..
+        } = *section;
         writeln!(report, "## {title}\n")?;
         writeln!(
             report,
@@ -240,59 +293,7 @@ pub(super) fn scheduler(options: &BenchOptions) -> Result<()> {
             let mut means = Vec::new();
             for policy in policies {
                 println!("==> {workload} load {load}: {policy}");
-                // A fresh link per row: a fresh veth pair, or wanem restarted
-                // (an empty queue, its own counters).
-                let (sides, _veth, wanem) = match &wan_path {
-                    None => {
-                        let ns = namespaces()?;
-                        if limited {
-                            ns.rate_limit(SCHEDULER_RATE)?;
-                        }
-                        (sides(&ns), Some(ns), None)
-                    }
-                    Some(path) => (
-                        path.sides(),
-                        None,
-                        Some(path.forward(&format!("{workload}-{load}-{policy}"))?),
-                    ),
-                };
-                let common = |role: &str| -> Vec<String> {
-                    [
-                        role,
-                        "--addr",
-                        &sides.addr(SCHEDULER_PORT),
-                        "--policy",
-                        policy,
-                        "--workload",
-                        workload,
-                    ]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .chain([
-                        "--load".into(),
-                        load.to_string(),
-                        "--rate-mbit".into(),
-                        rate_mbit.to_string(),
-                        "--seconds".into(),
-                        seconds.to_string(),
-                    ])
-                    .collect()
-                };
-                let result = run_pair(&sides, &binary, &common("--server"), &common("--client"));
-                if let Some(wanem) = wanem {
-                    match wanem.stop() {
-                        Ok(stats) if stats.a_to_b.faults() + stats.b_to_a.faults() > 0 => notes
-                            .push(format!(
-                                "{workload} load {load} {policy}: wanem counted {} frames lost other than by the loss model or the queue (faults)",
-                                stats.a_to_b.faults() + stats.b_to_a.faults()
-                            )),
-                        Ok(_) => {}
-                        Err(e) => notes.push(format!(
-                            "{workload} load {load} {policy}: wanem did not stop cleanly: {e}"
-                        )),
-                    }
-                }
-                match result {
+                match self.row(section, *load, policy, seconds) {
                     Ok((_, c)) => {
                         let get = |k| field(&c, k).unwrap_or(f64::NAN);
                         let mean = if workload == "prefetch" {
@@ -335,30 +336,76 @@ pub(super) fn scheduler(options: &BenchOptions) -> Result<()> {
                 ratios.join(", ")
             )?;
         }
+        Ok(())
     }
-    drop(wan_path);
-    if !notes.is_empty() {
-        writeln!(report, "## Notes\n")?;
-        for note in &notes {
-            writeln!(report, "- {note}")?;
+
+    /// One row on a fresh link: a fresh veth pair, or wanem restarted (an
+    /// empty queue, its own counters). The server's and the client's last
+    /// lines.
+    fn row(
+        &mut self,
+        section: &Section,
+        load: f64,
+        policy: &str,
+        seconds: f64,
+    ) -> Result<(String, String)> {
+        let workload = section.workload;
+        let (sides, _veth, wanem) = match self.wan_path {
+            None => {
+                let ns = namespaces()?;
+                if section.limited {
+                    ns.rate_limit(SCHEDULER_RATE)?;
+                }
+                (sides(&ns), Some(ns), None)
+            }
+            Some(path) => (
+                path.sides(),
+                None,
+                Some(path.forward(&format!("{workload}-{load}-{policy}"))?),
+            ),
+        };
+        let common = |role: &str| -> Vec<String> {
+            [
+                role,
+                "--addr",
+                &sides.addr(SCHEDULER_PORT),
+                "--policy",
+                policy,
+                "--workload",
+                workload,
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                "--load".into(),
+                load.to_string(),
+                "--rate-mbit".into(),
+                self.rate_mbit.to_string(),
+                "--seconds".into(),
+                seconds.to_string(),
+            ])
+            .collect()
+        };
+        let result = run_pair(
+            &sides,
+            self.binary,
+            &common("--server"),
+            &common("--client"),
+        );
+        if let Some(wanem) = wanem {
+            match wanem.stop() {
+                Ok(stats) if stats.a_to_b.faults() + stats.b_to_a.faults() > 0 => self.notes.push(format!(
+                    "{workload} load {load} {policy}: wanem counted {} frames lost other than by the loss model or the queue (faults)",
+                    stats.a_to_b.faults() + stats.b_to_a.faults()
+                )),
+                Ok(_) => {}
+                Err(e) => self.notes.push(format!(
+                    "{workload} load {load} {policy}: wanem did not stop cleanly: {e}"
+                )),
+            }
         }
-        writeln!(report)?;
+        result
     }
-    let dir = root.join("bench/results");
-    std::fs::create_dir_all(&dir)?;
-    let base = if options.wan.is_some() {
-        "scheduler-wan"
-    } else {
-        "scheduler"
-    };
-    let name = if options.only.is_empty() {
-        format!("{base}.md")
-    } else {
-        format!("{base}-{}.md", options.only.join("-"))
-    };
-    std::fs::write(dir.join(&name), &report)?;
-    println!("\n{report}\nxtask: report written to bench/results/{name}");
-    Ok(())
 }
 
 /// The file both servers serve in the static benchmark, under config/demo-site.
