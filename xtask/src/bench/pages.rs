@@ -26,6 +26,7 @@
 //! endpoint), except for (g), whose cache keeps what the first, unrecorded load
 //! put in it.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -387,7 +388,8 @@ fn render(
 ) -> Result<()> {
     let run = RunShape::of(rows);
     let charts = charts(name, &run, rows, pages)?;
-    let report = report(name, command, &run, rows, pages, &charts, notes)?;
+    let mut report = report(name, command, &run, rows, pages, &charts, notes)?;
+    resource_waits(&mut report, &run, pages, &read_resource_waits(name))?;
     let path = results_dir().join(format!("{name}.md"));
     std::fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
     println!("{report}");
@@ -839,6 +841,39 @@ struct ResourceRow<'a> {
     transfer_size: u64,
 }
 
+/// What the per-resource wait table reads back from resources.csv.
+#[derive(Debug, serde::Deserialize)]
+struct ResourceWait {
+    page: String,
+    alternative: char,
+    rtt_ms: u64,
+    loss_percent: f64,
+    rate_mbit: u64,
+    load: usize,
+    start_ms: f64,
+    response_start_ms: f64,
+    response_end_ms: f64,
+}
+
+impl ResourceWait {
+    fn link(&self) -> LinkCell {
+        LinkCell {
+            rtt_ms: self.rtt_ms,
+            loss_percent: self.loss_percent,
+            rate_mbit: self.rate_mbit,
+        }
+    }
+}
+
+/// resources.csv of the report `name`, or nothing if it is missing or
+/// unreadable (older runs): the table it feeds is then left out.
+fn read_resource_waits(name: &str) -> Vec<ResourceWait> {
+    let path = results_dir().join(name).join("resources.csv");
+    csv::Reader::from_path(&path)
+        .map(|mut reader| reader.deserialize().filter_map(|row| row.ok()).collect())
+        .unwrap_or_default()
+}
+
 fn write_loads(path: &Path, rows: &[LoadRow]) -> Result<()> {
     let mut writer =
         csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
@@ -1203,6 +1238,54 @@ fn report(
         }
     }
     Ok(r)
+}
+
+/// Where a load's time goes, per alternative and link: the mean time a
+/// subresource waits from its fetch start to its first response byte (for a
+/// connection, the request's round trip, the server) and the mean time from
+/// there to its last byte, medians over the loads.
+fn resource_waits(
+    r: &mut String,
+    run: &RunShape,
+    pages: &[GeneratedPage],
+    waits: &[ResourceWait],
+) -> Result<()> {
+    if waits.is_empty() {
+        return Ok(());
+    }
+    for page in pages {
+        writeln!(
+            r,
+            "\n## {}: where the time goes, per subresource, ms (mean wait from fetch start to first byte / mean first to last byte; medians over loads)\n",
+            page.name
+        )?;
+        writeln!(
+            r,
+            "Over HTTP/1.1 Chromium opens at most six connections per host, so a level of n objects costs about n/6 request round trips; over HTTP/2 it sends them all at once, and the transfers share one connection instead.\n"
+        )?;
+        table_header(r, &["link"], &run.alternatives, &[""])?;
+        for &cell in &run.cells {
+            write!(r, "| {} |", cell.name())?;
+            for &a in &run.alternatives {
+                let mut per_load: BTreeMap<usize, (f64, f64, usize)> = BTreeMap::new();
+                for w in waits.iter().filter(|w| {
+                    w.page == page.name && w.alternative == a.letter() && w.link() == cell
+                }) {
+                    let entry = per_load.entry(w.load).or_default();
+                    entry.0 += w.response_start_ms - w.start_ms;
+                    entry.1 += w.response_end_ms - w.response_start_ms;
+                    entry.2 += 1;
+                }
+                let (wait, transfer): (Vec<f64>, Vec<f64>) = per_load
+                    .values()
+                    .map(|&(wait, transfer, n)| (wait / n as f64, transfer / n as f64))
+                    .unzip();
+                write!(r, " {} / {} |", ms(median(&wait)), ms(median(&transfer)))?;
+            }
+            writeln!(r)?;
+        }
+    }
+    Ok(())
 }
 
 /// A markdown table's header and rule: the `leading` columns, then one column
