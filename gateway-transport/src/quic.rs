@@ -797,7 +797,10 @@ fn tls_error(e: impl std::fmt::Display) -> TransportError {
 }
 
 /// QUIC settings common to both ends, from the association's.
-fn transport_config(config: &AssociationConfig, bidi: u32) -> Arc<quinn::TransportConfig> {
+fn transport_config(
+    config: &AssociationConfig,
+    bidi: u32,
+) -> Result<Arc<quinn::TransportConfig>, TransportError> {
     let mut transport = quinn::TransportConfig::default();
     let idle = quinn::IdleTimeout::try_from(config.idle_timeout)
         .unwrap_or_else(|_| quinn::IdleTimeout::from(VarInt::MAX));
@@ -806,8 +809,27 @@ fn transport_config(config: &AssociationConfig, bidi: u32) -> Arc<quinn::Transpo
         .keep_alive_interval(Some(config.heartbeat_interval))
         .max_concurrent_uni_streams(VarInt::from(config.max_inbound_streams))
         .max_concurrent_bidi_streams(VarInt::from_u32(bidi))
-        .receive_window(VarInt::from_u32(CONNECTION_RECEIVE_WINDOW));
-    Arc::new(transport)
+        .receive_window(VarInt::from_u32(CONNECTION_RECEIVE_WINDOW))
+        .congestion_controller_factory(congestion(config)?);
+    Ok(Arc::new(transport))
+}
+
+/// quinn's controller for the association's `congestion` key: the same names
+/// as our SCTP stack's, mapped to quinn's NewReno, CUBIC (quinn's default) and
+/// its experimental BBR, so that a comparison of the two backends can run the
+/// same kind of controller on both.
+fn congestion(
+    config: &AssociationConfig,
+) -> Result<Arc<dyn quinn::congestion::ControllerFactory + Send + Sync>, TransportError> {
+    match config.congestion.as_str() {
+        "reno" => Ok(Arc::new(quinn::congestion::NewRenoConfig::default())),
+        "cubic" => Ok(Arc::new(quinn::congestion::CubicConfig::default())),
+        "bbr" => Ok(Arc::new(quinn::congestion::BbrConfig::default())),
+        other => Err(TransportError::Config {
+            key: "congestion",
+            reason: format!("unknown controller `{other}` (expected reno, cubic or bbr)"),
+        }),
+    }
 }
 
 /// A UDP socket with the configured buffers, ready for quinn.
@@ -962,7 +984,7 @@ impl Listener {
         tls.alpn_protocols = vec![ALPN.to_vec()];
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(tls_error)?;
         let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        server.transport_config(transport_config(config, 1));
+        server.transport_config(transport_config(config, 1)?);
         let endpoint = endpoint(addr, config, Some(server))?;
         tracing::info!(
             addr = %endpoint.local_addr()?,
@@ -1047,7 +1069,7 @@ pub(crate) async fn connect(
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(tls_error)?;
     let mut client = quinn::ClientConfig::new(Arc::new(crypto));
-    client.transport_config(transport_config(config, 0));
+    client.transport_config(transport_config(config, 0)?);
     let local: SocketAddr = if addr.is_ipv4() {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
     } else {

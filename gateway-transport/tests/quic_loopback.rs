@@ -731,3 +731,34 @@ async fn buffered_counts_queued_bytes_per_stream() -> Result<()> {
     })
     .await?
 }
+
+/// The `congestion` key picks quinn's controller: each of the three names
+/// carries a large message both ways, and an unknown name is refused by name
+/// before any packet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_congestion_controller_carries_data_and_an_unknown_one_is_refused() -> Result<()> {
+    for name in ["reno", "cubic", "bbr"] {
+        let cfg = AssociationConfig {
+            congestion: name.into(),
+            ..config()
+        };
+        let (_listener, server, client) = pair("127.0.0.1:0", &cfg, &cfg).await?;
+        let msg = payload(1, 0, 2 * 1024 * 1024);
+        client.send(1, msg.clone()).await?;
+        let got = timeout(TEST_LIMIT, server.recv()).await??;
+        ensure!(got.data == msg, "{name}: client->server");
+        server.send(1, msg.clone()).await?;
+        let got = timeout(TEST_LIMIT, client.recv()).await??;
+        ensure!(got.data == msg, "{name}: server->client");
+    }
+    let unknown = AssociationConfig {
+        congestion: "vegas".into(),
+        ..config()
+    };
+    match Listener::bind(BackendKind::Quic, "127.0.0.1:0".parse()?, &unknown).await {
+        Err(TransportError::Config { key, .. }) => ensure!(key == "congestion"),
+        Err(other) => bail!("an unknown controller gave {other}"),
+        Ok(_) => bail!("an unknown controller was accepted"),
+    }
+    Ok(())
+}

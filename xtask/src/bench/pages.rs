@@ -144,7 +144,7 @@ impl Alternative {
             Self::F => "as (e) with the prefetch queue on",
             Self::G => "as (f); the cache keeps what one unrecorded load (fresh profile) put in it",
             Self::Q => {
-                "as (e) over the QUIC backend (quinn, CUBIC; one connection, one QUIC stream per stream number): the multistream transport our SCTP is measured against"
+                "as (e) over the QUIC backend (quinn with the controller named by the shipped configs' `congestion`, mapped to quinn's; one connection, one QUIC stream per stream number): the multistream transport our SCTP is measured against"
             }
         }
     }
