@@ -1173,48 +1173,7 @@ fn report(
     quartiles_at_80_ms(&mut r, run, rows)?;
 
     for page in pages {
-        writeln!(
-            r,
-            "\n## {}: median loadEventEnd, ms (p95; ratio to (a); multiple of the lower bound)\n",
-            page.name
-        )?;
-        table_header(&mut r, &["link", "lower bound"], &run.alternatives, &[""])?;
-        for &cell in &run.cells {
-            let bound = ms_of(corpus::lower_bound(page, &cell.link()));
-            let base = summarize(rows, &page.name, Alternative::A, cell).load_median;
-            write!(r, "| {} | {bound:.0} |", cell.name())?;
-            for &a in &run.alternatives {
-                let s = summarize(rows, &page.name, a, cell);
-                let failed = if s.failed > 0 {
-                    format!(", {} failed", s.failed)
-                } else {
-                    String::new()
-                };
-                write!(
-                    r,
-                    " {} ({}; {}; {}x{failed}) |",
-                    ms(s.load_median),
-                    ms(s.load_p95),
-                    ratio(s.load_median, base),
-                    ratio(s.load_median, Some(bound)),
-                )?;
-            }
-            writeln!(r)?;
-        }
-        writeln!(
-            r,
-            "\n### {}: median DOMContentLoaded end and responseStart (time to first byte), ms\n",
-            page.name
-        )?;
-        table_header(&mut r, &["link"], &run.alternatives, &[" DCL", " TTFB"])?;
-        for &cell in &run.cells {
-            write!(r, "| {} |", cell.name())?;
-            for &a in &run.alternatives {
-                let s = summarize(rows, &page.name, a, cell);
-                write!(r, " {} | {} |", ms(s.dcl_median), ms(s.ttfb_median))?;
-            }
-            writeln!(r)?;
-        }
+        load_tables(&mut r, run, rows, page)?;
     }
     if !charts.is_empty() {
         writeln!(r, "\n## Charts\n")?;
@@ -1222,6 +1181,65 @@ fn report(
             writeln!(r, "![{caption}]({file})\n")?;
         }
     }
+    failed_loads(&mut r, rows)?;
+    Ok(r)
+}
+
+/// One page's tables: median loadEventEnd per link and alternative (with p95,
+/// the ratio to (a) and the multiple of the lower bound), then DCL and TTFB.
+fn load_tables(
+    r: &mut String,
+    run: &RunShape,
+    rows: &[LoadRow],
+    page: &GeneratedPage,
+) -> Result<()> {
+    writeln!(
+        r,
+        "\n## {}: median loadEventEnd, ms (p95; ratio to (a); multiple of the lower bound)\n",
+        page.name
+    )?;
+    table_header(r, &["link", "lower bound"], &run.alternatives, &[""])?;
+    for &cell in &run.cells {
+        let bound = ms_of(corpus::lower_bound(page, &cell.link()));
+        let base = summarize(rows, &page.name, Alternative::A, cell).load_median;
+        write!(r, "| {} | {bound:.0} |", cell.name())?;
+        for &a in &run.alternatives {
+            let s = summarize(rows, &page.name, a, cell);
+            let failed = if s.failed > 0 {
+                format!(", {} failed", s.failed)
+            } else {
+                String::new()
+            };
+            write!(
+                r,
+                " {} ({}; {}; {}x{failed}) |",
+                ms(s.load_median),
+                ms(s.load_p95),
+                ratio(s.load_median, base),
+                ratio(s.load_median, Some(bound)),
+            )?;
+        }
+        writeln!(r)?;
+    }
+    writeln!(
+        r,
+        "\n### {}: median DOMContentLoaded end and responseStart (time to first byte), ms\n",
+        page.name
+    )?;
+    table_header(r, &["link"], &run.alternatives, &[" DCL", " TTFB"])?;
+    for &cell in &run.cells {
+        write!(r, "| {} |", cell.name())?;
+        for &a in &run.alternatives {
+            let s = summarize(rows, &page.name, a, cell);
+            write!(r, " {} | {} |", ms(s.dcl_median), ms(s.ttfb_median))?;
+        }
+        writeln!(r)?;
+    }
+    Ok(())
+}
+
+/// The failed loads, one line each, if there were any.
+fn failed_loads(r: &mut String, rows: &[LoadRow]) -> Result<()> {
     let failures: Vec<&LoadRow> = rows.iter().filter(|r| !r.ok).collect();
     if !failures.is_empty() {
         writeln!(r, "\n## Failed loads\n")?;
@@ -1237,7 +1255,7 @@ fn report(
             )?;
         }
     }
-    Ok(r)
+    Ok(())
 }
 
 /// Where a load's time goes, per alternative and link: the mean time a
