@@ -839,102 +839,29 @@ impl Bench<'_> {
         Ok(rows)
     }
 
+    /// The section: measures both backends at every rate, then writes the
+    /// text, the table against the model, model.csv and the two charts.
     fn model(&self, report: &mut String) -> Result<()> {
-        let l_obj = f64::from(MODEL_OBJECT) * 8.0;
-        let l_mtu = PATH_MTU * 8.0;
-        let t_r = MODEL_RTT.as_secs_f64();
         let sctp = self.model_backend("userspace")?;
         let tcp = self.model_backend("framed-tcp")?;
-
-        writeln!(
-            report,
-            "\n## 2. Cold-start object latency against the model\n"
-        )?;
-        writeln!(
-            report,
-            "One {} KiB ({MODEL_OBJECT}-byte) object on a fresh association, timed at the client from the start of `connect` (the first INIT, or SYN) to the object's last byte, as the paper times it. RTT {} ms ({} ms each way), the rate each way as given, wanem's default 1000-frame queue. Each run is a new association from a new socket; the client asks for the object on stream 1 once `connect` returns.\n",
-            MODEL_OBJECT / 1024,
-            MODEL_RTT.as_millis(),
-            MODEL_RTT.as_millis() / 2
-        )?;
-        writeln!(
-            report,
-            "Model parameters: L_obj = {MODEL_OBJECT} bytes, L_mtu = {PATH_MTU:.0} bytes (the path MTU), T_r = {t_r} s, μ = the link rate. **x, userspace SCTP = {SCTP_X:.0}**: our core's initial cwnd is RFC 9260's min(4·MTU, max(2·MTU, 4380 bytes)) = {SCTP_INITIAL_WINDOW_BYTES:.0} bytes for its first 1232-byte packets ({:.2} path MTUs); three full DATA chunks leave the flight below it, so a fourth packet goes (RFC 9260 6.1 rule B). **x, framed TCP = {TCP_X:.0}**: Linux's initial window of 10 segments. The paper's closed forms assume x a power of two; the latency is computed from its derivation for any x (window k holds x·2^(k-1) segments), which for x = 2 or 4 gives Eq. 5 exactly.\n",
-            SCTP_INITIAL_WINDOW_BYTES / PATH_MTU
-        )?;
-        writeln!(
-            report,
-            "Why a second model column: the paper's SCTP client bundles its GET with the COOKIE-ECHO, so the request costs no round trip of its own (2 T_r before data). Our `connect` returns only when the COOKIE-ACK has arrived, and the request follows it, so the same exchange takes 3 T_r before data: Eq. 5 + T_r is the model with our handshake. Likewise Eq. 6's 4 T_r stands for 2.6-era Linux TCP; our framed TCP spends 1 T_r on the TCP handshake and waits for the peer's framing preamble before `connect` returns, then 1 T_r for request and first data. The model counts payload bits only (L_obj/μ); the link carries frame headers too (a full SCTP packet is a 1494-byte frame for 1404 payload bytes, 6% more), which the measured times contain.\n"
-        )?;
-        writeln!(
-            report,
-            "| rate | runs | SCTP measured s (min-max) | of which connect s | Eq. 5 s | error | Eq. 5 + T_r s | error | framed TCP measured s | of which connect s | Eq. 6 s | error |"
-        )?;
-        writeln!(report, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
-        let mut csv = String::from(
-            "backend,rate_bit_s,runs,measured_mean_s,measured_min_s,measured_max_s,connect_mean_s,model,model_s,error_percent\n",
-        );
-        let mut errors: [Vec<f64>; 3] = Default::default();
-        let mut chart: [Vec<f64>; 5] = Default::default();
-        let mut chart_errors: [Vec<f64>; 3] = Default::default();
-        for (s, t) in sctp.iter().zip(&tcp) {
-            let mu = s.rate as f64;
-            let eq5 = model_latency(l_obj, l_mtu, mu, t_r, SCTP_X);
-            let eq5_ours = eq5 + t_r;
-            let eq6 = model_latency(l_obj, l_mtu, mu, t_r, TCP_X) + 2.0 * t_r;
-            let (ms, mt) = (mean(&s.runs), mean(&t.runs));
-            let err = |measured: f64, model: f64| 100.0 * (measured - model) / model;
-            let range = |v: &[f64]| {
-                (
-                    v.iter().copied().fold(f64::INFINITY, f64::min),
-                    v.iter().copied().fold(0.0f64, f64::max),
-                )
-            };
-            let ((s_min, s_max), (t_min, t_max)) = (range(&s.runs), range(&t.runs));
-            let e = [err(ms, eq5), err(ms, eq5_ours), err(mt, eq6)];
-            for (list, value) in errors.iter_mut().zip(e) {
-                list.push(value.abs());
-            }
-            for (list, value) in chart_errors.iter_mut().zip(e) {
-                list.push(value);
-            }
-            for (list, value) in chart.iter_mut().zip([ms, eq5, eq5_ours, mt, eq6]) {
-                list.push(value);
-            }
-            writeln!(
-                report,
-                "| {} | {} | {ms:.3} ({s_min:.3}-{s_max:.3}) | {:.3} | {eq5:.3} | {:+.1}% | {eq5_ours:.3} | {:+.1}% | {mt:.3} ({t_min:.3}-{t_max:.3}) | {:.3} | {eq6:.3} | {:+.1}% |",
-                rate_label(s.rate),
-                s.runs.len(),
-                mean(&s.connect),
-                e[0],
-                e[1],
-                mean(&t.connect),
-                e[2]
-            )?;
-            for (backend, row, model, value, error) in [
-                ("userspace", s, "eq5", eq5, e[0]),
-                ("userspace", s, "eq5_plus_rtt", eq5_ours, e[1]),
-                ("framed-tcp", t, "eq6", eq6, e[2]),
-            ] {
-                let (lo, hi) = range(&row.runs);
-                writeln!(
-                    csv,
-                    "{backend},{},{},{:.6},{lo:.6},{hi:.6},{:.6},{model},{value:.6},{error:.2}",
-                    row.rate,
-                    row.runs.len(),
-                    mean(&row.runs),
-                    mean(&row.connect)
-                )?;
-            }
-        }
-        self.write("model.csv", &csv)?;
-        let [mae5, mae5_ours, mae6] = errors.map(|e| mean(&e));
+        model_intro(report)?;
+        let table = model_table(report, &sctp, &tcp)?;
+        self.write("model.csv", &table.csv)?;
+        let [mae5, mae5_ours, mae6] = table.abs_errors.map(|e| mean(&e));
         writeln!(
             report,
             "\nMean absolute error over the {} rates (target recorded, not asserted: ≤ 10%): **SCTP against Eq. 5: {mae5:.1}%**; SCTP against Eq. 5 + T_r: {mae5_ours:.1}%; framed TCP against Eq. 6: {mae6:.1}%. The paper reports 4% for its own stack.\n",
             MODEL_RATES.len()
         )?;
+        self.model_charts(table.latencies, table.errors)?;
+        writeln!(report, "![latency](papers/model-latency.png)\n")?;
+        writeln!(report, "![error](papers/model-error.png)\n")?;
+        Ok(())
+    }
+
+    /// Draws model-latency.png (measured and model latencies per rate) and
+    /// model-error.png (the signed errors per rate).
+    fn model_charts(&self, latencies: [Vec<f64>; 5], errors: [Vec<f64>; 3]) -> Result<()> {
         let categories: Vec<String> = MODEL_RATES.iter().map(|&(r, _)| rate_label(r)).collect();
         let names = [
             "SCTP measured",
@@ -945,7 +872,7 @@ impl Bench<'_> {
         ];
         let groups: Vec<BarGroup> = names
             .iter()
-            .zip(chart)
+            .zip(latencies)
             .map(|(name, values)| BarGroup {
                 name: (*name).to_owned(),
                 values,
@@ -965,7 +892,7 @@ impl Bench<'_> {
             "framed TCP vs Eq. 6",
         ]
         .iter()
-        .zip(chart_errors)
+        .zip(errors)
         .map(|(name, values)| BarGroup {
             name: (*name).to_owned(),
             values,
@@ -978,123 +905,198 @@ impl Bench<'_> {
             "error (%)",
             &categories,
             &error_groups,
-        )?;
-        writeln!(report, "![latency](papers/model-latency.png)\n")?;
-        writeln!(report, "![error](papers/model-error.png)\n")?;
-        Ok(())
+        )
     }
+}
+
+/// The section's heading, the experiment, the model's parameters and why the
+/// table has a second model column.
+fn model_intro(report: &mut String) -> Result<()> {
+    let t_r = MODEL_RTT.as_secs_f64();
+    writeln!(
+        report,
+        "\n## 2. Cold-start object latency against the model\n"
+    )?;
+    writeln!(
+        report,
+        "One {} KiB ({MODEL_OBJECT}-byte) object on a fresh association, timed at the client from the start of `connect` (the first INIT, or SYN) to the object's last byte, as the paper times it. RTT {} ms ({} ms each way), the rate each way as given, wanem's default 1000-frame queue. Each run is a new association from a new socket; the client asks for the object on stream 1 once `connect` returns.\n",
+        MODEL_OBJECT / 1024,
+        MODEL_RTT.as_millis(),
+        MODEL_RTT.as_millis() / 2
+    )?;
+    writeln!(
+        report,
+        "Model parameters: L_obj = {MODEL_OBJECT} bytes, L_mtu = {PATH_MTU:.0} bytes (the path MTU), T_r = {t_r} s, μ = the link rate. **x, userspace SCTP = {SCTP_X:.0}**: our core's initial cwnd is RFC 9260's min(4·MTU, max(2·MTU, 4380 bytes)) = {SCTP_INITIAL_WINDOW_BYTES:.0} bytes for its first 1232-byte packets ({:.2} path MTUs); three full DATA chunks leave the flight below it, so a fourth packet goes (RFC 9260 6.1 rule B). **x, framed TCP = {TCP_X:.0}**: Linux's initial window of 10 segments. The paper's closed forms assume x a power of two; the latency is computed from its derivation for any x (window k holds x·2^(k-1) segments), which for x = 2 or 4 gives Eq. 5 exactly.\n",
+        SCTP_INITIAL_WINDOW_BYTES / PATH_MTU
+    )?;
+    writeln!(
+        report,
+        "Why a second model column: the paper's SCTP client bundles its GET with the COOKIE-ECHO, so the request costs no round trip of its own (2 T_r before data). Our `connect` returns only when the COOKIE-ACK has arrived, and the request follows it, so the same exchange takes 3 T_r before data: Eq. 5 + T_r is the model with our handshake. Likewise Eq. 6's 4 T_r stands for 2.6-era Linux TCP; our framed TCP spends 1 T_r on the TCP handshake and waits for the peer's framing preamble before `connect` returns, then 1 T_r for request and first data. The model counts payload bits only (L_obj/μ); the link carries frame headers too (a full SCTP packet is a 1494-byte frame for 1404 payload bytes, 6% more), which the measured times contain.\n"
+    )?;
+    Ok(())
+}
+
+/// What the model table produced besides its rows in the report.
+struct ModelTable {
+    /// model.csv: one line per rate and model.
+    csv: String,
+    /// Per model (Eq. 5, Eq. 5 + T_r, Eq. 6), the absolute error at each
+    /// rate, percent.
+    abs_errors: [Vec<f64>; 3],
+    /// Per bar group of the latency chart, its value at each rate, seconds.
+    latencies: [Vec<f64>; 5],
+    /// Per model, the signed error at each rate, percent.
+    errors: [Vec<f64>; 3],
+}
+
+/// One rate of both backends against the model.
+struct ModelPoint {
+    /// Eq. 5 with our stack's x.
+    eq5: f64,
+    /// Eq. 5 plus the round trip our `connect` adds.
+    eq5_ours: f64,
+    /// Eq. 6 with Linux's initial window.
+    eq6: f64,
+    /// Mean measured latency of userspace SCTP, seconds.
+    sctp: f64,
+    /// Mean measured latency of framed TCP, seconds.
+    tcp: f64,
+    /// SCTP against Eq. 5 and against Eq. 5 + T_r, framed TCP against Eq. 6:
+    /// (measured - model) / model, percent.
+    errors: [f64; 3],
+}
+
+/// The model's latencies at `s`'s rate, the measured means and the errors.
+fn model_point(s: &ModelRow, t: &ModelRow) -> ModelPoint {
+    let l_obj = f64::from(MODEL_OBJECT) * 8.0;
+    let l_mtu = PATH_MTU * 8.0;
+    let t_r = MODEL_RTT.as_secs_f64();
+    let mu = s.rate as f64;
+    let eq5 = model_latency(l_obj, l_mtu, mu, t_r, SCTP_X);
+    let eq5_ours = eq5 + t_r;
+    let eq6 = model_latency(l_obj, l_mtu, mu, t_r, TCP_X) + 2.0 * t_r;
+    let (sctp, tcp) = (mean(&s.runs), mean(&t.runs));
+    let err = |measured: f64, model: f64| 100.0 * (measured - model) / model;
+    ModelPoint {
+        eq5,
+        eq5_ours,
+        eq6,
+        sctp,
+        tcp,
+        errors: [err(sctp, eq5), err(sctp, eq5_ours), err(tcp, eq6)],
+    }
+}
+
+/// The fastest and the slowest of `runs`.
+fn run_range(runs: &[f64]) -> (f64, f64) {
+    (
+        runs.iter().copied().fold(f64::INFINITY, f64::min),
+        runs.iter().copied().fold(0.0f64, f64::max),
+    )
+}
+
+/// Writes the table of measured against model latencies, one row per rate,
+/// and gathers model.csv and the charts' values on the way.
+fn model_table(report: &mut String, sctp: &[ModelRow], tcp: &[ModelRow]) -> Result<ModelTable> {
+    writeln!(
+        report,
+        "| rate | runs | SCTP measured s (min-max) | of which connect s | Eq. 5 s | error | Eq. 5 + T_r s | error | framed TCP measured s | of which connect s | Eq. 6 s | error |"
+    )?;
+    writeln!(report, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    let mut table = ModelTable {
+        csv: String::from(
+            "backend,rate_bit_s,runs,measured_mean_s,measured_min_s,measured_max_s,connect_mean_s,model,model_s,error_percent\n",
+        ),
+        abs_errors: Default::default(),
+        latencies: Default::default(),
+        errors: Default::default(),
+    };
+    for (s, t) in sctp.iter().zip(tcp) {
+        let ModelPoint {
+            eq5,
+            eq5_ours,
+            eq6,
+            sctp: ms,
+            tcp: mt,
+            errors: e,
+        } = model_point(s, t);
+        let ((s_min, s_max), (t_min, t_max)) = (run_range(&s.runs), run_range(&t.runs));
+        for (list, value) in table.abs_errors.iter_mut().zip(e) {
+            list.push(value.abs());
+        }
+        for (list, value) in table.errors.iter_mut().zip(e) {
+            list.push(value);
+        }
+        for (list, value) in table.latencies.iter_mut().zip([ms, eq5, eq5_ours, mt, eq6]) {
+            list.push(value);
+        }
+        writeln!(
+            report,
+            "| {} | {} | {ms:.3} ({s_min:.3}-{s_max:.3}) | {:.3} | {eq5:.3} | {:+.1}% | {eq5_ours:.3} | {:+.1}% | {mt:.3} ({t_min:.3}-{t_max:.3}) | {:.3} | {eq6:.3} | {:+.1}% |",
+            rate_label(s.rate),
+            s.runs.len(),
+            mean(&s.connect),
+            e[0],
+            e[1],
+            mean(&t.connect),
+            e[2]
+        )?;
+        for (backend, row, model, value, error) in [
+            ("userspace", s, "eq5", eq5, e[0]),
+            ("userspace", s, "eq5_plus_rtt", eq5_ours, e[1]),
+            ("framed-tcp", t, "eq6", eq6, e[2]),
+        ] {
+            let (lo, hi) = run_range(&row.runs);
+            writeln!(
+                table.csv,
+                "{backend},{},{},{:.6},{lo:.6},{hi:.6},{:.6},{model},{value:.6},{error:.2}",
+                row.rate,
+                row.runs.len(),
+                mean(&row.runs),
+                mean(&row.connect)
+            )?;
+        }
+    }
+    Ok(table)
 }
 
 // ---- objects ----
 
+/// The link of the objects experiment: [`OBJECTS_RTT`], [`OBJECTS_RATE`] and
+/// a queue of [`OBJECTS_QUEUE`] frames, both ways.
+fn objects_params() -> WanParams {
+    WanParams::symmetric(LinkParams {
+        delay: OBJECTS_RTT / 2,
+        rate_bits_per_second: Some(OBJECTS_RATE),
+        queue_frames: Some(OBJECTS_QUEUE),
+        ..LinkParams::default()
+    })
+}
+
+/// One cell of the objects experiment: its batches' times.
+struct ObjectsCell {
+    backend: &'static str,
+    /// Object size, bytes.
+    size: u32,
+    /// Objects requested at once.
+    count: u16,
+    /// Seconds of each batch.
+    reps: Vec<f64>,
+}
+
 impl Bench<'_> {
+    /// The section: measures both backends, writes objects.csv, the table and
+    /// the chart.
     fn objects(&self, report: &mut String) -> Result<()> {
-        let params = WanParams::symmetric(LinkParams {
-            delay: OBJECTS_RTT / 2,
-            rate_bits_per_second: Some(OBJECTS_RATE),
-            queue_frames: Some(OBJECTS_QUEUE),
-            ..LinkParams::default()
-        });
-        let join = |v: &[String]| v.join(",");
-        let counts: Vec<String> = OBJECT_COUNTS.iter().map(|c| c.to_string()).collect();
-        let sizes: Vec<String> = OBJECT_SIZES.iter().map(|s| s.to_string()).collect();
-        let backends = ["userspace", "framed-tcp"];
-        // (backend, size, count) -> seconds of each rep
-        let mut measured: Vec<(&str, u32, u16, Vec<f64>)> = Vec::new();
+        let params = objects_params();
+        let mut measured = Vec::new();
         let mut csv = String::from("backend,size_bytes,count,rep,seconds\n");
-        for backend in backends {
-            interruption_point()?;
-            println!("==> objects: {backend}");
-            let args: Vec<String> = [
-                "--mode",
-                "objects",
-                "--backend",
-                backend,
-                "--counts",
-                &join(&counts),
-                "--sizes",
-                &join(&sizes),
-                "--reps",
-                &OBJECT_REPS.to_string(),
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            let name = format!("objects-{backend}");
-            let (log, _) = self.with_link(&name, &params, || {
-                self.pair(&name, &args, &args, Duration::from_secs(150))
-            })?;
-            for &size in &OBJECT_SIZES {
-                for &count in &OBJECT_COUNTS {
-                    let reps: Vec<f64> = log
-                        .lines()
-                        .filter(|l| {
-                            json_field(l, "size") == Some(f64::from(size))
-                                && json_field(l, "count") == Some(f64::from(count))
-                        })
-                        .filter_map(|l| json_field(l, "seconds"))
-                        .collect();
-                    if reps.is_empty() {
-                        bail!("{backend}: no result for {count} objects of {size} bytes");
-                    }
-                    for (rep, s) in reps.iter().enumerate() {
-                        writeln!(csv, "{backend},{size},{count},{rep},{s:.6}")?;
-                    }
-                    measured.push((backend, size, count, reps));
-                }
-            }
+        for backend in ["userspace", "framed-tcp"] {
+            measured.extend(self.objects_backend(backend, &params, &mut csv)?);
         }
         self.write("objects.csv", &csv)?;
-
-        writeln!(
-            report,
-            "\n## 3. Time per object against object count, one warm association\n"
-        )?;
-        writeln!(
-            report,
-            "N objects requested at once (object i on stream i, all requests sent back to back), over one association that has already fetched {} objects; the time runs from the first request to the last object's last byte, mean of {OBJECT_REPS} batches. RTT {} ms, {} Mbit/s each way, drop-tail queue {OBJECTS_QUEUE} frames. The server answers each request with one message from its own task, as the origin does.\n",
-            16,
-            OBJECTS_RTT.as_millis(),
-            OBJECTS_RATE / 1_000_000
-        )?;
-        writeln!(
-            report,
-            "| object | N | SCTP total s | SCTP per object ms | framed TCP total s | framed TCP per object ms | ideal per object ms (size / rate) |"
-        )?;
-        writeln!(report, "|---|---|---|---|---|---|---|")?;
-        let lookup = |backend: &str, size: u32, count: u16| {
-            measured
-                .iter()
-                .find(|m| m.0 == backend && m.1 == size && m.2 == count)
-                .map_or(f64::NAN, |m| mean(&m.3))
-        };
-        let mut series = Vec::new();
-        for &size in &OBJECT_SIZES {
-            for &count in &OBJECT_COUNTS {
-                let (s, t) = (
-                    lookup("userspace", size, count),
-                    lookup("framed-tcp", size, count),
-                );
-                let n = f64::from(count);
-                writeln!(
-                    report,
-                    "| {} KiB | {count} | {s:.3} | {:.1} | {t:.3} | {:.1} | {:.1} |",
-                    size / 1024,
-                    s / n * 1e3,
-                    t / n * 1e3,
-                    f64::from(size) * 8.0 / OBJECTS_RATE as f64 * 1e3
-                )?;
-            }
-            for (backend, label) in [("userspace", "SCTP"), ("framed-tcp", "framed TCP")] {
-                series.push(Series {
-                    name: format!("{label}, {} KiB", size / 1024),
-                    points: OBJECT_COUNTS
-                        .iter()
-                        .map(|&c| (f64::from(c), lookup(backend, size, c) / f64::from(c) * 1e3))
-                        .collect(),
-                });
-            }
-        }
+        objects_intro(report)?;
+        let series = objects_table(report, &measured)?;
         plot::lines(
             &self.png("objects.png"),
             "Time per object, N objects at once over one association (80 ms, 10 Mbit/s)",
@@ -1105,6 +1107,126 @@ impl Bench<'_> {
         writeln!(report, "\n![time per object](papers/objects.png)\n")?;
         Ok(())
     }
+
+    /// Runs every size and count on `backend` over one association; appends
+    /// each batch to `csv` and returns the cells.
+    fn objects_backend(
+        &self,
+        backend: &'static str,
+        params: &WanParams,
+        csv: &mut String,
+    ) -> Result<Vec<ObjectsCell>> {
+        interruption_point()?;
+        println!("==> objects: {backend}");
+        let join = |v: &[String]| v.join(",");
+        let counts: Vec<String> = OBJECT_COUNTS.iter().map(|c| c.to_string()).collect();
+        let sizes: Vec<String> = OBJECT_SIZES.iter().map(|s| s.to_string()).collect();
+        let args: Vec<String> = [
+            "--mode",
+            "objects",
+            "--backend",
+            backend,
+            "--counts",
+            &join(&counts),
+            "--sizes",
+            &join(&sizes),
+            "--reps",
+            &OBJECT_REPS.to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let name = format!("objects-{backend}");
+        let (log, _) = self.with_link(&name, params, || {
+            self.pair(&name, &args, &args, Duration::from_secs(150))
+        })?;
+        let mut cells = Vec::new();
+        for &size in &OBJECT_SIZES {
+            for &count in &OBJECT_COUNTS {
+                let reps: Vec<f64> = log
+                    .lines()
+                    .filter(|l| {
+                        json_field(l, "size") == Some(f64::from(size))
+                            && json_field(l, "count") == Some(f64::from(count))
+                    })
+                    .filter_map(|l| json_field(l, "seconds"))
+                    .collect();
+                if reps.is_empty() {
+                    bail!("{backend}: no result for {count} objects of {size} bytes");
+                }
+                for (rep, s) in reps.iter().enumerate() {
+                    writeln!(csv, "{backend},{size},{count},{rep},{s:.6}")?;
+                }
+                cells.push(ObjectsCell {
+                    backend,
+                    size,
+                    count,
+                    reps,
+                });
+            }
+        }
+        Ok(cells)
+    }
+}
+
+/// The section's heading and the experiment.
+fn objects_intro(report: &mut String) -> Result<()> {
+    writeln!(
+        report,
+        "\n## 3. Time per object against object count, one warm association\n"
+    )?;
+    writeln!(
+        report,
+        "N objects requested at once (object i on stream i, all requests sent back to back), over one association that has already fetched {} objects; the time runs from the first request to the last object's last byte, mean of {OBJECT_REPS} batches. RTT {} ms, {} Mbit/s each way, drop-tail queue {OBJECTS_QUEUE} frames. The server answers each request with one message from its own task, as the origin does.\n",
+        16,
+        OBJECTS_RTT.as_millis(),
+        OBJECTS_RATE / 1_000_000
+    )?;
+    Ok(())
+}
+
+/// Writes the table of total and per-object times, one row per size and
+/// count, and returns the chart's series (time per object against count).
+fn objects_table(report: &mut String, measured: &[ObjectsCell]) -> Result<Vec<Series>> {
+    writeln!(
+        report,
+        "| object | N | SCTP total s | SCTP per object ms | framed TCP total s | framed TCP per object ms | ideal per object ms (size / rate) |"
+    )?;
+    writeln!(report, "|---|---|---|---|---|---|---|")?;
+    let lookup = |backend: &str, size: u32, count: u16| {
+        measured
+            .iter()
+            .find(|m| m.backend == backend && m.size == size && m.count == count)
+            .map_or(f64::NAN, |m| mean(&m.reps))
+    };
+    let mut series = Vec::new();
+    for &size in &OBJECT_SIZES {
+        for &count in &OBJECT_COUNTS {
+            let (s, t) = (
+                lookup("userspace", size, count),
+                lookup("framed-tcp", size, count),
+            );
+            let n = f64::from(count);
+            writeln!(
+                report,
+                "| {} KiB | {count} | {s:.3} | {:.1} | {t:.3} | {:.1} | {:.1} |",
+                size / 1024,
+                s / n * 1e3,
+                t / n * 1e3,
+                f64::from(size) * 8.0 / OBJECTS_RATE as f64 * 1e3
+            )?;
+        }
+        for (backend, label) in [("userspace", "SCTP"), ("framed-tcp", "framed TCP")] {
+            series.push(Series {
+                name: format!("{label}, {} KiB", size / 1024),
+                points: OBJECT_COUNTS
+                    .iter()
+                    .map(|&c| (f64::from(c), lookup(backend, size, c) / f64::from(c) * 1e3))
+                    .collect(),
+            });
+        }
+    }
+    Ok(series)
 }
 
 #[cfg(test)]
