@@ -99,89 +99,22 @@ impl GatewayConfig {
             what,
         };
         let mut table: toml::Table = text.parse().map_err(|e| bad(format!("{e}")))?;
-        if let Some(interfaces) = &overrides.lan_interfaces {
-            let intercept = table
-                .entry("intercept")
-                .or_insert_with(|| toml::Table::new().into());
-            if let Some(intercept) = intercept.as_table_mut() {
-                intercept.insert("lan_interfaces".into(), interfaces.clone().into());
-            }
-        }
-        if let Some(enabled) = overrides.prefetch_enabled {
-            let prefetch = table
-                .entry("prefetch")
-                .or_insert_with(|| toml::Table::new().into())
-                .as_table_mut()
-                .ok_or_else(|| bad("prefetch is not a table".into()))?;
-            prefetch.insert("enabled_for_origins".into(), enabled.into());
-        }
-        if overrides.cache_path.is_some() || overrides.cache_enabled.is_some() {
-            let cache = table
-                .entry("cache")
-                .or_insert_with(|| toml::Table::new().into())
-                .as_table_mut()
-                .ok_or_else(|| bad("cache is not a table".into()))?;
-            if let Some(path) = &overrides.cache_path {
-                cache.insert("path".into(), path.display().to_string().into());
-            }
-            if let Some(enabled) = overrides.cache_enabled {
-                cache.insert("enabled".into(), enabled.into());
-            }
-        }
-        let origin = table
-            .get_mut("origin")
-            .and_then(|o| o.as_array_mut())
-            .and_then(|a| a.first_mut())
-            .and_then(|o| o.as_table_mut())
-            .ok_or_else(|| bad("no [[origin]] table".into()))?;
-        if let Some(address) = overrides.origin_address {
-            origin.insert("address".into(), address.to_string().into());
-        }
-        if let Some(destinations) = &overrides.destinations {
-            origin.insert("destinations".into(), destinations.clone().into());
-        }
-        if let Some(backend) = &overrides.backend {
-            origin.insert("backend".into(), backend.clone().into());
-        }
-        if let Some(fail_open) = overrides.fail_open {
-            origin.insert("fail_open".into(), fail_open.into());
-        }
-        if let Some(ms) = overrides.reconnect_max_ms {
-            origin.insert("reconnect_max".into(), (ms as i64).into());
-            let min = origin
-                .get("reconnect_min")
-                .and_then(toml::Value::as_integer)
-                .unwrap_or(250);
-            origin.insert("reconnect_min".into(), min.min(ms as i64).into());
-        }
-        let transport_keys = [
-            ("heartbeat_interval", overrides.heartbeat_interval_ms),
-            ("idle_timeout", overrides.idle_timeout_ms),
-            ("connect_timeout", overrides.connect_timeout_ms),
-        ];
-        if transport_keys.iter().any(|(_, v)| v.is_some())
-            || overrides.quic_server_cert_sha256.is_some()
-        {
-            let transport = origin
-                .entry("transport")
-                .or_insert_with(|| toml::Table::new().into())
-                .as_table_mut()
-                .ok_or_else(|| bad("origin.transport is not a table".into()))?;
-            for (key, value) in transport_keys {
-                if let Some(ms) = value {
-                    transport.insert(key.into(), (ms as i64).into());
-                }
-            }
-            if let Some(pin) = &overrides.quic_server_cert_sha256 {
-                transport.insert("quic_server_cert_sha256".into(), pin.clone().into());
-            }
-        }
-        let int = |section: &str, key: &str| -> Result<i64> {
+        override_intercept(&mut table, overrides);
+        override_prefetch(&mut table, overrides).map_err(bad)?;
+        override_cache(&mut table, overrides).map_err(bad)?;
+        override_origin(&mut table, overrides).map_err(bad)?;
+        Self::from_table(&table).map_err(bad)
+    }
+
+    /// The configuration with `table` as its text and the keys the testbed
+    /// reads from it; `Err` says which key is missing.
+    fn from_table(table: &toml::Table) -> Result<Self, String> {
+        let int = |section: &str, key: &str| -> Result<i64, String> {
             table
                 .get(section)
                 .and_then(|s| s.get(key))
                 .and_then(toml::Value::as_integer)
-                .ok_or_else(|| bad(format!("no integer {section}.{key}")))
+                .ok_or_else(|| format!("no integer {section}.{key}"))
         };
         let tproxy_mark = int("intercept", "tproxy_mark")? as u32;
         let route_table = int("intercept", "route_table")? as u32;
@@ -190,9 +123,9 @@ impl GatewayConfig {
             .get("intercept")
             .and_then(|s| s.get("table"))
             .and_then(toml::Value::as_str)
-            .ok_or_else(|| bad("no intercept.table".into()))?
+            .ok_or_else(|| "no intercept.table".to_owned())?
             .to_owned();
-        let body = toml::to_string(&table).map_err(|e| bad(format!("{e}")))?;
+        let body = toml::to_string(table).map_err(|e| format!("{e}"))?;
         Ok(GatewayConfig {
             text: format!(
                 "# Generated from config/gateway.toml (which documents every key) by the testbed.\n\n{body}"
@@ -252,6 +185,118 @@ impl GatewayConfig {
         }
         Ok(found)
     }
+}
+
+/// The sub-table `name` of `table`, inserted empty if missing; `None` when
+/// the key holds something other than a table.
+fn section<'a>(table: &'a mut toml::Table, name: &str) -> Option<&'a mut toml::Table> {
+    table
+        .entry(name)
+        .or_insert_with(|| toml::Table::new().into())
+        .as_table_mut()
+}
+
+/// `intercept.lan_interfaces`; left alone if `intercept` is not a table.
+fn override_intercept(table: &mut toml::Table, overrides: &GatewayConfigOverrides) {
+    if let Some(interfaces) = &overrides.lan_interfaces
+        && let Some(intercept) = section(table, "intercept")
+    {
+        intercept.insert("lan_interfaces".into(), interfaces.clone().into());
+    }
+}
+
+/// `prefetch.enabled_for_origins`.
+fn override_prefetch(
+    table: &mut toml::Table,
+    overrides: &GatewayConfigOverrides,
+) -> Result<(), String> {
+    if let Some(enabled) = overrides.prefetch_enabled {
+        let prefetch =
+            section(table, "prefetch").ok_or_else(|| "prefetch is not a table".to_owned())?;
+        prefetch.insert("enabled_for_origins".into(), enabled.into());
+    }
+    Ok(())
+}
+
+/// `cache.path` and `cache.enabled`.
+fn override_cache(
+    table: &mut toml::Table,
+    overrides: &GatewayConfigOverrides,
+) -> Result<(), String> {
+    if overrides.cache_path.is_none() && overrides.cache_enabled.is_none() {
+        return Ok(());
+    }
+    let cache = section(table, "cache").ok_or_else(|| "cache is not a table".to_owned())?;
+    if let Some(path) = &overrides.cache_path {
+        cache.insert("path".into(), path.display().to_string().into());
+    }
+    if let Some(enabled) = overrides.cache_enabled {
+        cache.insert("enabled".into(), enabled.into());
+    }
+    Ok(())
+}
+
+/// The first `[[origin]]`'s keys and its `transport` table's; the file must
+/// have an `[[origin]]` even when nothing is overridden.
+fn override_origin(
+    table: &mut toml::Table,
+    overrides: &GatewayConfigOverrides,
+) -> Result<(), String> {
+    let origin = table
+        .get_mut("origin")
+        .and_then(|o| o.as_array_mut())
+        .and_then(|a| a.first_mut())
+        .and_then(|o| o.as_table_mut())
+        .ok_or_else(|| "no [[origin]] table".to_owned())?;
+    if let Some(address) = overrides.origin_address {
+        origin.insert("address".into(), address.to_string().into());
+    }
+    if let Some(destinations) = &overrides.destinations {
+        origin.insert("destinations".into(), destinations.clone().into());
+    }
+    if let Some(backend) = &overrides.backend {
+        origin.insert("backend".into(), backend.clone().into());
+    }
+    if let Some(fail_open) = overrides.fail_open {
+        origin.insert("fail_open".into(), fail_open.into());
+    }
+    if let Some(ms) = overrides.reconnect_max_ms {
+        origin.insert("reconnect_max".into(), (ms as i64).into());
+        let min = origin
+            .get("reconnect_min")
+            .and_then(toml::Value::as_integer)
+            .unwrap_or(250);
+        origin.insert("reconnect_min".into(), min.min(ms as i64).into());
+    }
+    override_origin_transport(origin, overrides)
+}
+
+/// The first `[[origin]]`'s `transport` time-outs (ms) and QUIC certificate pin.
+fn override_origin_transport(
+    origin: &mut toml::Table,
+    overrides: &GatewayConfigOverrides,
+) -> Result<(), String> {
+    let transport_keys = [
+        ("heartbeat_interval", overrides.heartbeat_interval_ms),
+        ("idle_timeout", overrides.idle_timeout_ms),
+        ("connect_timeout", overrides.connect_timeout_ms),
+    ];
+    if transport_keys.iter().all(|(_, v)| v.is_none())
+        && overrides.quic_server_cert_sha256.is_none()
+    {
+        return Ok(());
+    }
+    let transport =
+        section(origin, "transport").ok_or_else(|| "origin.transport is not a table".to_owned())?;
+    for (key, value) in transport_keys {
+        if let Some(ms) = value {
+            transport.insert(key.into(), (ms as i64).into());
+        }
+    }
+    if let Some(pin) = &overrides.quic_server_cert_sha256 {
+        transport.insert("quic_server_cert_sha256".into(), pin.clone().into());
+    }
+    Ok(())
 }
 
 /// Where the demo's executables are.
