@@ -589,58 +589,29 @@ async fn drive(
     let control_reader = tokio::spawn(read_records(control_recv, records_tx));
     let mut deliver = Some(deliver);
     let mut readers = JoinSet::new();
-    let mut accepted = 0u32;
-    let mut peer_fin: Option<u32> = None;
-    let mut peer_done = false;
     let mut records_open = true;
-    // Set when closing starts: every writer finished and acknowledged.
-    let mut flushed: Option<JoinHandle<u32>> = None;
-    let mut fin_sent = false;
-    let mut done_sent = false;
+    let mut close = CloseExchange::default();
     let ending = loop {
-        if fin_sent && peer_fin.is_some() {
-            shared.end(Ending::Closed);
-        }
-        let all_delivered = peer_fin == Some(accepted) && readers.is_empty();
-        if all_delivered && !done_sent {
-            if let Err(e) = control.write_all(&encode_record(Record::Done)).await {
-                tracing::debug!("quic: writing DONE failed: {e}");
-            }
-            // The control stream is never finished: FIN may still follow DONE,
-            // and CONNECTION_CLOSE ends it anyway.
-            done_sent = true;
-        }
-        if done_sent && shared.ending().is_some() {
-            // recv drains what is queued, then reports the ending.
-            deliver = None;
-        }
-        if done_sent && peer_done {
-            conn.close(VarInt::from_u32(CODE_CLOSED), b"closed");
+        if close
+            .advance(&shared, &mut control, readers.is_empty(), &mut deliver)
+            .await
+        {
             break Ending::Closed;
         }
         tokio::select! {
             record = records.recv(), if records_open => match record {
-                Some(Ok(Record::Fin(n))) if peer_fin.is_none() && n >= accepted => {
-                    peer_fin = Some(n);
-                    if flushed.is_none() {
-                        flushed = Some(start_closing(&shared));
-                    }
-                }
-                // The peer's DONE answers our FIN; its own FIN may come later.
-                Some(Ok(Record::Done)) if fin_sent && !peer_done => peer_done = true,
-                Some(Ok(_)) => shared.violation("control record out of order"),
-                Some(Err(what)) => shared.violation(what),
+                Some(record) => close.handle_record(&shared, record),
                 None => records_open = false,
             },
-            () = shared.close_requested.notified(), if flushed.is_none() => {
-                flushed = Some(start_closing(&shared));
+            () = shared.close_requested.notified(), if close.flushed.is_none() => {
+                close.flushed = Some(start_closing(&shared));
             }
-            incoming = conn.accept_uni(), if peer_fin.is_none_or(|n| accepted < n) => {
+            incoming = conn.accept_uni(), if close.peer_fin.is_none_or(|n| close.accepted < n) => {
                 let Ok(recv) = incoming else {
                     // The connection's error comes from `closed()` below.
                     continue;
                 };
-                accepted += 1;
+                close.accepted += 1;
                 if let Some(deliver) = &deliver {
                     readers.spawn(read_stream(
                         recv,
@@ -659,16 +630,12 @@ async fn drive(
                 }
             }
             opened = async {
-                match flushed.as_mut() {
+                match close.flushed.as_mut() {
                     Some(handle) => handle.await,
                     None => std::future::pending().await,
                 }
-            }, if flushed.is_some() && !fin_sent => {
-                let opened = opened.unwrap_or(0);
-                if let Err(e) = control.write_all(&encode_record(Record::Fin(opened))).await {
-                    tracing::debug!("quic: writing FIN failed: {e}");
-                }
-                fin_sent = true;
+            }, if close.flushed.is_some() && !close.fin_sent => {
+                close.send_fin(&mut control, opened.unwrap_or(0)).await;
             }
             error = conn.closed() => break Ending::from_connection(&error, shared.idle_timeout),
         }
@@ -677,6 +644,85 @@ async fn drive(
     drop(deliver);
     control_reader.abort();
     readers.abort_all();
+}
+
+/// Where the close exchange stands (the module doc's **Close**): each side
+/// sends FIN once its writers have finished and DONE once it has delivered
+/// everything the peer sent; `CONNECTION_CLOSE` waits for both DONEs.
+#[derive(Default)]
+struct CloseExchange {
+    /// The peer's streams accepted so far.
+    accepted: u32,
+    /// The peer's FIN: how many streams it sent on.
+    peer_fin: Option<u32>,
+    /// The peer's DONE, the answer to our FIN, has arrived.
+    peer_done: bool,
+    /// Set when closing starts: every writer finished and acknowledged.
+    flushed: Option<JoinHandle<u32>>,
+    fin_sent: bool,
+    done_sent: bool,
+}
+
+impl CloseExchange {
+    /// Takes the steps that are due before the driver waits again: reports
+    /// the close once both FINs are out, sends DONE once every stream the
+    /// peer announced has been read (`readers_idle`: no reader is left), stops
+    /// delivering once the association has ended, and closes the connection
+    /// once both DONEs are exchanged. Returns whether it closed.
+    async fn advance(
+        &mut self,
+        shared: &Shared,
+        control: &mut SendStream,
+        readers_idle: bool,
+        deliver: &mut Option<mpsc::UnboundedSender<Delivery>>,
+    ) -> bool {
+        if self.fin_sent && self.peer_fin.is_some() {
+            shared.end(Ending::Closed);
+        }
+        let all_delivered = self.peer_fin == Some(self.accepted) && readers_idle;
+        if all_delivered && !self.done_sent {
+            if let Err(e) = control.write_all(&encode_record(Record::Done)).await {
+                tracing::debug!("quic: writing DONE failed: {e}");
+            }
+            // The control stream is never finished: FIN may still follow DONE,
+            // and CONNECTION_CLOSE ends it anyway.
+            self.done_sent = true;
+        }
+        if self.done_sent && shared.ending().is_some() {
+            // recv drains what is queued, then reports the ending.
+            *deliver = None;
+        }
+        if self.done_sent && self.peer_done {
+            shared.conn.close(VarInt::from_u32(CODE_CLOSED), b"closed");
+            return true;
+        }
+        false
+    }
+
+    /// Takes in one record of the peer's control stream; a record out of
+    /// order or broken ends the association.
+    fn handle_record(&mut self, shared: &Arc<Shared>, record: Result<Record, &'static str>) {
+        match record {
+            Ok(Record::Fin(n)) if self.peer_fin.is_none() && n >= self.accepted => {
+                self.peer_fin = Some(n);
+                if self.flushed.is_none() {
+                    self.flushed = Some(start_closing(shared));
+                }
+            }
+            // The peer's DONE answers our FIN; its own FIN may come later.
+            Ok(Record::Done) if self.fin_sent && !self.peer_done => self.peer_done = true,
+            Ok(_) => shared.violation("control record out of order"),
+            Err(what) => shared.violation(what),
+        }
+    }
+
+    /// Sends our FIN once every writer has finished: `opened` streams.
+    async fn send_fin(&mut self, control: &mut SendStream, opened: u32) {
+        if let Err(e) = control.write_all(&encode_record(Record::Fin(opened))).await {
+            tracing::debug!("quic: writing FIN failed: {e}");
+        }
+        self.fin_sent = true;
+    }
 }
 
 /// Refuses new sends, lets every writer drain its queue, finish its stream and
