@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use gateway_protocol::{Message, Request, RequestClass, RequestId, SessionConfig, Urgency};
+use gateway_protocol::{
+    Message, Request, RequestClass, RequestId, Session, SessionConfig, Urgency,
+};
 use gateway_transport::hello::open_gateway_session;
 use gateway_transport::{AssociationConfig, BackendKind, Listener, connect};
 use origin::files::{FilesConfig, StaticFiles};
@@ -254,6 +256,8 @@ struct InFlight {
     class: RequestClass,
 }
 
+/// Sends the planned requests as they fall due, at most `max_outstanding` at
+/// once, reads the responses, and prints the client's JSON line.
 async fn client(args: &Args) -> Result<()> {
     let (plan, max_outstanding) = plan(args)?;
     let assoc = connect(args.backend, args.addr, &transport_config()).await?;
@@ -263,11 +267,9 @@ async fn client(args: &Args) -> Result<()> {
     let started = Instant::now();
     let mut next = 0usize;
     let mut next_id: RequestId = 1;
-    let mut in_flight: HashMap<RequestId, InFlight> = HashMap::new();
-    let mut done: Vec<(u64, RequestClass, f64)> = Vec::new();
-    let mut body_bytes = 0u64;
-    while (next < plan.len() || !in_flight.is_empty()) && started.elapsed() < MAX_RUN {
-        let can_send = next < plan.len() && in_flight.len() < max_outstanding;
+    let mut tally = Tally::default();
+    while (next < plan.len() || !tally.in_flight.is_empty()) && started.elapsed() < MAX_RUN {
+        let can_send = next < plan.len() && tally.in_flight.len() < max_outstanding;
         let wait = if can_send {
             plan[next].at.saturating_sub(started.elapsed())
         } else {
@@ -281,24 +283,12 @@ async fn client(args: &Args) -> Result<()> {
                 () = tokio::time::sleep(wait), if can_send => true,
             m = tokio::time::timeout(Duration::from_secs(5), assoc.recv()) => {
                 let Ok(m) = m else {
-                    let mut waiting: Vec<(RequestId, u64)> =
-                        in_flight.iter().map(|(id, f)| (*id, f.size)).collect();
-                    waiting.sort_unstable();
+                    let waiting = tally.waiting();
                     tracing::warn!(?waiting, sent = next, "nothing received for 5 s");
                     continue;
                 };
                 let m = m?;
-                match session.handle_message(m.stream, &m.data) {
-                    Ok(Message::ResponseBody { data, .. }) => body_bytes += data.len() as u64,
-                    Ok(Message::ResponseEnd { id, .. }) => {
-                        if let Some(f) = in_flight.remove(&id) {
-                            done.push((f.size, f.class, f.sent.elapsed().as_secs_f64()));
-                        }
-                    }
-                    Ok(Message::Reset { id, code, .. }) => bail!("request {id} reset: {code:?}"),
-                    Ok(_) => {}
-                    Err(reaction) => bail!("session refused a message: {reaction:?}"),
-                }
+                tally.handle_message(&mut session, m.stream, &m.data)?;
                 false
             }
             };
@@ -311,19 +301,8 @@ async fn client(args: &Args) -> Result<()> {
             session
                 .handle_request_sent(id, stream)
                 .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-            let request = Message::Request(Request {
-                id,
-                urgency: Urgency::new(p.urgency).unwrap_or_default(),
-                class: p.class,
-                end: true,
-                head: Bytes::from(if args.workload == "static" {
-                    format!("GET {} HTTP/1.1\r\nhost: bench\r\n\r\n", args.path)
-                } else {
-                    format!("GET /bytes/{} HTTP/1.1\r\nhost: bench\r\n\r\n", p.size)
-                }),
-            });
-            assoc.send(stream, request.to_bytes()).await?;
-            in_flight.insert(
+            assoc.send(stream, request(args, &p, id).to_bytes()).await?;
+            tally.in_flight.insert(
                 id,
                 InFlight {
                     sent: Instant::now(),
@@ -334,10 +313,79 @@ async fn client(args: &Args) -> Result<()> {
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let unfinished = in_flight.len();
+    let unfinished = tally.in_flight.len();
     assoc.close().await?;
-    let stats = |filter: &dyn Fn(u64, RequestClass) -> bool| {
-        let mut times: Vec<f64> = done
+    print_client_result(args, &tally, elapsed, unfinished);
+    if unfinished > 0 {
+        bail!("{unfinished} requests unfinished at the time cap");
+    }
+    Ok(())
+}
+
+/// The request message for planned request `p`: the file under test for the
+/// static workload, else `p.size` bytes of the synthetic handler.
+fn request(args: &Args, p: &Planned, id: RequestId) -> Message {
+    Message::Request(Request {
+        id,
+        urgency: Urgency::new(p.urgency).unwrap_or_default(),
+        class: p.class,
+        end: true,
+        head: Bytes::from(if args.workload == "static" {
+            format!("GET {} HTTP/1.1\r\nhost: bench\r\n\r\n", args.path)
+        } else {
+            format!("GET /bytes/{} HTTP/1.1\r\nhost: bench\r\n\r\n", p.size)
+        }),
+    })
+}
+
+/// What the client has seen of its requests.
+#[derive(Default)]
+struct Tally {
+    /// Requests sent and not yet finished.
+    in_flight: HashMap<RequestId, InFlight>,
+    /// Each finished request: size, class, seconds from send to end.
+    done: Vec<(u64, RequestClass, f64)>,
+    /// Response body bytes received.
+    body_bytes: u64,
+}
+
+impl Tally {
+    /// Passes one received message through the session and counts it; a
+    /// reset or a message the session refuses fails the run.
+    fn handle_message(
+        &mut self,
+        session: &mut Session,
+        stream: u16,
+        message: &Bytes,
+    ) -> Result<()> {
+        match session.handle_message(stream, message) {
+            Ok(Message::ResponseBody { data, .. }) => self.body_bytes += data.len() as u64,
+            Ok(Message::ResponseEnd { id, .. }) => {
+                if let Some(f) = self.in_flight.remove(&id) {
+                    self.done
+                        .push((f.size, f.class, f.sent.elapsed().as_secs_f64()));
+                }
+            }
+            Ok(Message::Reset { id, code, .. }) => bail!("request {id} reset: {code:?}"),
+            Ok(_) => {}
+            Err(reaction) => bail!("session refused a message: {reaction:?}"),
+        }
+        Ok(())
+    }
+
+    /// The requests in flight, (id, size) in id order, for the stall warning.
+    fn waiting(&self) -> Vec<(RequestId, u64)> {
+        let mut waiting: Vec<(RequestId, u64)> =
+            self.in_flight.iter().map(|(id, f)| (*id, f.size)).collect();
+        waiting.sort_unstable();
+        waiting
+    }
+
+    /// Of the finished requests that `filter` keeps (by size and class): how
+    /// many, their mean time and their 95th percentile time, seconds.
+    fn latencies(&self, filter: &dyn Fn(u64, RequestClass) -> bool) -> (usize, f64, f64) {
+        let mut times: Vec<f64> = self
+            .done
             .iter()
             .filter(|(s, c, _)| filter(*s, *c))
             .map(|(_, _, t)| *t)
@@ -349,22 +397,23 @@ async fn client(args: &Args) -> Result<()> {
             .copied()
             .unwrap_or(0.0);
         (times.len(), mean, p95)
-    };
-    let (n, mean, p95) = stats(&|_, _| true);
-    let (n_small, mean_small, _) = stats(&|s, _| s <= 64 * 1024);
-    let (n_demand, mean_demand, p95_demand) = stats(&|_, c| c == RequestClass::Demand);
+    }
+}
+
+/// Prints the client's JSON line: completions, latencies (all, small
+/// objects, demand), request and byte rates over `elapsed` seconds.
+fn print_client_result(args: &Args, tally: &Tally, elapsed: f64, unfinished: usize) {
+    let (n, mean, p95) = tally.latencies(&|_, _| true);
+    let (n_small, mean_small, _) = tally.latencies(&|s, _| s <= 64 * 1024);
+    let (n_demand, mean_demand, p95_demand) = tally.latencies(&|_, c| c == RequestClass::Demand);
     println!(
         "{{\"side\":\"client\",\"policy\":\"{}\",\"workload\":\"{}\",\"load\":{},\"completed\":{n},\"unfinished\":{unfinished},\"mean_s\":{mean:.4},\"p95_s\":{p95:.4},\"small_completed\":{n_small},\"small_mean_s\":{mean_small:.4},\"demand_completed\":{n_demand},\"demand_mean_s\":{mean_demand:.4},\"demand_p95_s\":{p95_demand:.4},\"seconds\":{elapsed:.3},\"requests_per_s\":{:.0},\"mbit_per_s\":{:.2}}}",
         args.policy,
         args.workload,
         args.load,
         n as f64 / elapsed,
-        body_bytes as f64 * 8.0 / elapsed / 1e6
+        tally.body_bytes as f64 * 8.0 / elapsed / 1e6
     );
-    if unfinished > 0 {
-        bail!("{unfinished} requests unfinished at the time cap");
-    }
-    Ok(())
 }
 
 fn main() -> Result<()> {
