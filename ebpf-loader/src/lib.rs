@@ -525,6 +525,22 @@ impl SctpAccounting {
         Ok(fd.as_fd())
     }
 
+    /// How many instructions the verifier processed to accept a loaded program
+    /// (`bpf_prog_info.verified_insns`, Linux 5.16+; `None` before): its
+    /// verification cost, against the kernel's limit of 1,000,000.
+    pub fn verified_instructions(&self, hook: SctpHook) -> Result<Option<u32>, EbpfError> {
+        let name = hook.program();
+        let program = self
+            .ebpf
+            .program(name)
+            .ok_or(EbpfError::MissingProgram { name })?;
+        let info = program.info().map_err(|source| EbpfError::Verify {
+            name,
+            source: Box::new(source),
+        })?;
+        Ok(info.verified_instruction_count())
+    }
+
     /// Reads every map, summing the per-CPU copies (see the `merge` methods of
     /// the value types for how TSNs and windows are folded).
     pub fn snapshot(&self) -> Result<SctpSnapshot, EbpfError> {

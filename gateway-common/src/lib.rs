@@ -225,6 +225,10 @@ pub struct WalkerStats {
     /// UDP GSO super-packets (TC egress) of which only the first segment's SCTP
     /// packet was walked: the other segments' chunks were not counted.
     pub gso_partial: u64,
+    /// GSO super-packets (TC egress; kernel SCTP's carry one common header for
+    /// all their segments and are walked whole up to the GSO chunk bound), read
+    /// past the skb's linear head with `bpf_skb_load_bytes`.
+    pub gso_packets: u64,
 }
 
 impl WalkerStats {
@@ -238,6 +242,7 @@ impl WalkerStats {
             chunk_limit: self.chunk_limit.wrapping_add(other.chunk_limit),
             map_errors: self.map_errors.wrapping_add(other.map_errors),
             gso_partial: self.gso_partial.wrapping_add(other.gso_partial),
+            gso_packets: self.gso_packets.wrapping_add(other.gso_packets),
         }
     }
 }
@@ -271,7 +276,7 @@ const _: () = assert!(core::mem::size_of::<StreamKey>() == 4 + 2 + 2 + 2 + 1 + 1
 const _: () = assert!(core::mem::size_of::<StreamCounters>() == 8 * 3 + 4 + 4);
 const _: () = assert!(core::mem::size_of::<AssocCounters>() == 8 * 4 + 4 + 4);
 const _: () = assert!(core::mem::size_of::<SctpConfig>() == 2 + 6);
-const _: () = assert!(core::mem::size_of::<WalkerStats>() == 8 * 7);
+const _: () = assert!(core::mem::size_of::<WalkerStats>() == 8 * 8);
 
 #[cfg(test)]
 mod tests {

@@ -12,8 +12,10 @@
 //! never cost traffic.
 //!
 //! Where to start: [`xdp_sctp`] and [`tc_sctp`], thin entries over
-//! [`sctp::try_account`]. Every packet read goes through [`ptr_at`], the one bounds
-//! check the verifier needs to see, over the [`Packet`] view both hooks share.
+//! [`sctp::try_account`]. Every packet read goes through [`Packet::read`], the
+//! view both hooks share: at XDP through [`ptr_at`], the one bounds check the
+//! verifier needs to see; at TC through `bpf_skb_load_bytes`, which also reads
+//! what lies beyond an skb's linear head (GSO).
 //! Map key and value types live in `gateway-common`, shared with userspace;
 //! docs/ebpf.md describes the maps.
 
@@ -56,23 +58,26 @@ pub fn xdp_sctp(ctx: XdpContext) -> u32 {
 /// classifier, or out, whatever happens.
 #[classifier]
 pub fn tc_sctp(ctx: TcContext) -> i32 {
-    let _ = sctp::try_account(&ctx, DIRECTION_EGRESS);
+    // SAFETY: `skb` is the context pointer the kernel passed to this program,
+    // valid for its whole run; `gso_size` is a readable `__sk_buff` field for
+    // TC programs (the verifier rewrites the access).
+    let gso_size = unsafe { (*ctx.skb.skb).gso_size } as usize;
+    let _ = sctp::try_account(&Skb { ctx: &ctx, gso_size }, DIRECTION_EGRESS);
     TC_ACT_PIPE as i32
 }
 
-/// The bytes of a packet at either hook: a linear window `[start, end)` of a
-/// frame of `len` bytes that starts with the Ethernet header.
+/// The bytes of a packet at either hook: a frame of `len` bytes that starts
+/// with the Ethernet header, read `N` bytes at a time at offsets counted from
+/// its first byte. Nothing reads it otherwise, and nothing writes to it.
 trait Packet {
-    /// Address of the frame's first byte.
-    fn start(&self) -> usize;
-    /// Address one past the last directly readable byte.
-    fn end(&self) -> usize;
-    /// The frame's full length, readable or not.
+    /// Chunks the walker looks at per packet (the loop's bound, which is what
+    /// the verifier's cost grows with).
+    const MAX_CHUNKS: u32;
+    /// The frame's full length, in the linear head or not.
     fn len(&self) -> usize;
-    /// Makes the first `len` bytes directly readable if they are not (TC: pulls
-    /// non-linear data into the head), best effort; never changes a byte. Moves
-    /// `start` and `end`, so no pointer may be kept across it.
-    fn pull(&self, len: usize);
+    /// The `N` bytes at `offset`, or [`ProgramError::OutOfBounds`] if the
+    /// frame does not hold them (or they lie beyond what the hook can read).
+    fn read<const N: usize>(&self, offset: usize) -> Result<[u8; N], ProgramError>;
     /// Payload bytes per segment of a GSO super-packet (`skb->gso_size`), 0 if
     /// the packet is not one. Always 0 at XDP, whose context does not say: on a
     /// NIC it sees wire frames, but over loopback and a veth a sender's GSO
@@ -81,22 +86,18 @@ trait Packet {
 }
 
 impl Packet for XdpContext {
-    #[inline(always)]
-    fn start(&self) -> usize {
-        self.data()
-    }
-    #[inline(always)]
-    fn end(&self) -> usize {
-        self.data_end()
-    }
+    const MAX_CHUNKS: u32 = sctp::MAX_WIRE_CHUNKS;
     #[inline(always)]
     fn len(&self) -> usize {
         self.data_end().saturating_sub(self.data())
     }
     #[inline(always)]
-    fn pull(&self, _len: usize) {
+    fn read<const N: usize>(&self, offset: usize) -> Result<[u8; N], ProgramError> {
         // Frags of multi-buffer XDP are not readable this way; the frame's
         // first buffer is all there is.
+        let bytes = ptr_at::<[u8; N]>(self.data(), self.data_end(), offset)?;
+        // SAFETY: `ptr_at` checked the N bytes lie inside the packet.
+        Ok(unsafe { *bytes })
     }
     #[inline(always)]
     fn gso_size(&self) -> usize {
@@ -104,50 +105,48 @@ impl Packet for XdpContext {
     }
 }
 
-impl Packet for TcContext {
-    #[inline(always)]
-    fn start(&self) -> usize {
-        self.data()
-    }
-    #[inline(always)]
-    fn end(&self) -> usize {
-        self.data_end()
-    }
+/// A TC skb, read through `bpf_skb_load_bytes`, which reads past the linear
+/// head (page frags, and the `frag_list` of kernel SCTP's GSO packets, which
+/// keep each segment's chunks in an skb of their own) without changing the
+/// skb. Direct reads would serve wire packets a few nanoseconds faster, but a
+/// second copy of the walker for them cost more verifier instructions than
+/// the 48-chunk bound leaves (docs/ebpf.md, "What we learned").
+///
+/// Never `bpf_skb_pull_data`: on a GSO skb it broke what software segmentation
+/// expects after the qdisc, and Debian's 6.1 crashed in `skb_segment` (NULL
+/// dereference) under the origin's VM test (docs/ebpf.md, "What we learned").
+struct Skb<'a> {
+    ctx: &'a TcContext,
+    gso_size: usize,
+}
+
+impl Packet for Skb<'_> {
+    const MAX_CHUNKS: u32 = sctp::MAX_GSO_CHUNKS;
     #[inline(always)]
     fn len(&self) -> usize {
-        self.skb.len() as usize
+        self.ctx.skb.len() as usize
     }
     #[inline(always)]
-    fn pull(&self, len: usize) {
-        // Never a GSO skb: kernel SCTP's GSO packets keep each segment's
-        // chunks in a frag_list skb (GSO_BY_FRAGS), and pulling them into the
-        // head breaks what software segmentation expects after the qdisc:
-        // Debian's 6.1 crashed in skb_segment (NULL dereference) under the
-        // origin's VM test (docs/ebpf.md). Such a packet is walked as far as
-        // its linear part goes and counted as malformed.
-        if self.gso_size() != 0 {
-            return;
+    fn read<const N: usize>(&self, offset: usize) -> Result<[u8; N], ProgramError> {
+        if offset > MAX_SKB_OFFSET {
+            return Err(ProgramError::OutOfBounds);
         }
-        let linear = self.data_end().saturating_sub(self.data());
-        if linear < len {
-            let len = if len > sctp::MAX_OFFSET {
-                sctp::MAX_OFFSET
-            } else {
-                len
-            };
-            // Failure leaves the skb as it was; the walk then stops at the end
-            // of the linear part.
-            let _ = self.pull_data(len as u32);
-        }
+        // The helper checks `offset + N` against `skb->len` itself and fails
+        // rather than read past it; it needs no bound from the verifier.
+        self.ctx
+            .load::<[u8; N]>(offset)
+            .map_err(|_| ProgramError::OutOfBounds)
     }
     #[inline(always)]
     fn gso_size(&self) -> usize {
-        // SAFETY: `skb` is the context pointer the kernel passed to this program,
-        // valid for its whole run; `gso_size` is a readable `__sk_buff` field for
-        // TC programs (the verifier rewrites the access).
-        unsafe { (*self.skb.skb).gso_size as usize }
+        self.gso_size
     }
 }
+
+/// The largest offset read through `bpf_skb_load_bytes`, bytes: past the
+/// largest IP packet (an IPv4 total length or IPv6 payload length is 16 bits)
+/// behind an Ethernet header, a VLAN tag and IPv6's fixed header.
+const MAX_SKB_OFFSET: usize = 0x1_0000 + 64;
 
 /// Packet and byte counters for the interface `xdp_count` is attached to: one
 /// entry (index 0), one copy per CPU so no update needs an atomic. Userspace sums
@@ -183,17 +182,17 @@ fn try_xdp_count(ctx: &XdpContext) -> Result<u32, ProgramError> {
     Ok(xdp_action::XDP_PASS)
 }
 
-/// Returns a pointer to a `T` at `offset` bytes into the packet, or
-/// [`ProgramError::OutOfBounds`] if the packet is too short to hold it or
-/// `offset` exceeds [`sctp::MAX_OFFSET`].
+/// Returns a pointer to a `T` at `offset` bytes into the linear packet
+/// `[start, end)`, or [`ProgramError::OutOfBounds`] if the packet is too short
+/// to hold it or `offset` exceeds [`sctp::MAX_OFFSET`].
 ///
 /// The offset cap gives the verifier a bound on every variable offset, and the
 /// comparison against `end` is exactly the shape it needs to prove the later read
-/// safe, so every packet read goes through here (docs/ebpf.md, "What we
+/// safe, so every direct packet read goes through here (docs/ebpf.md, "What we
 /// learned", says why the cap is hidden from the optimiser). `T` is a byte array: alignment 1,
 /// any bit pattern valid.
 #[inline(always)]
-fn ptr_at<P: Packet, T>(pkt: &P, offset: usize) -> Result<*const T, ProgramError> {
+fn ptr_at<T>(start: usize, end: usize, offset: usize) -> Result<*const T, ProgramError> {
     // Opaque to LLVM, so the cap below stays in the object even where the
     // optimiser can prove it: older verifiers (Linux 6.1) lose the bounds of a
     // register combined with OR, XOR or a shift by a non-constant register, and
@@ -202,8 +201,6 @@ fn ptr_at<P: Packet, T>(pkt: &P, offset: usize) -> Result<*const T, ProgramError
     if offset > sctp::MAX_OFFSET {
         return Err(ProgramError::OutOfBounds);
     }
-    let start = pkt.start();
-    let end = pkt.end();
     let len = mem::size_of::<T>();
     if start + offset + len > end {
         return Err(ProgramError::OutOfBounds);

@@ -274,8 +274,9 @@ struct EgressInput {
     peer: std::net::SocketAddr,
     last_read: Option<tokio::time::Instant>,
     /// `chunk_limit + malformed` of the egress walker when the association
-    /// started: a packet walked in part later may be ours, undercounted (an
-    /// SCTP GSO packet, whose chunks lie beyond what `tc_sctp` reads).
+    /// started: a packet walked in part later may be ours, undercounted (a
+    /// GSO packet of more chunks than the walker's bound, tiny messages
+    /// bundled).
     cut_at_start: u64,
     /// Why the figures stopped being used, once that happened.
     given_up: bool,
@@ -385,7 +386,8 @@ impl EgressInput {
         if cut > self.cut_at_start {
             return Err(format!(
                 "tc_sctp walked {} packet(s) only in part since the association started \
-                 (SCTP GSO on {}? docs/ebpf.md): the bytes that left would be undercounted",
+                 (more chunks than its bound in a GSO packet on {}? docs/ebpf.md): the bytes \
+                 that left would be undercounted",
                 cut - self.cut_at_start,
                 self.counters.interface()
             ));

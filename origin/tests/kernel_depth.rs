@@ -7,9 +7,9 @@
 //!
 //! Needs kernel SCTP, root and the built object (`GATEWAY_EBPF_OBJECT`), so it
 //! is `#[ignore]`d and run inside the VM by `cargo xtask vm-test --test
-//! origin:kernel_depth`. It changes the guest's loopback (SCTP segmentation
-//! off, a clsact qdisc on kernels without TCX) and undoes both, also on
-//! failure.
+//! origin:kernel_depth`. It changes the guest's loopback (GSO on, SCTP
+//! segmentation off, as on a real NIC; a clsact qdisc on kernels without TCX)
+//! and undoes both, also on failure.
 
 mod support;
 
@@ -65,22 +65,24 @@ fn run(program: &str, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// Turns generic segmentation off on the loopback for the test and back on,
-/// and removes the clsact qdisc `tc_sctp` needs on kernels without TCX.
+/// Sets the loopback up as a real NIC looks to kernel SCTP for the test, and
+/// back to the loopback's defaults after; removes the clsact qdisc `tc_sctp`
+/// needs on kernels without TCX.
 ///
-/// Segmentation off (both `gso` and `tx-sctp-segmentation`; with `gso` on,
-/// the socket still builds SCTP GSO packets): a kernel SCTP GSO packet passes
-/// TC egress whole, its chunks in a frag_list beyond what `tc_sctp` reads, so
-/// the origin gives its figures up when it sees one (docs/ebpf.md, "The
-/// origin's use of it"). Set before the association: the socket takes the
-/// device's features when it connects.
+/// `gso on`: the socket builds SCTP GSO packets (up to 64 KiB, one common
+/// header, each segment's chunks in a `frag_list` skb), which pass TC egress
+/// whole; `tc_sctp` reads them past the linear head with
+/// `bpf_skb_load_bytes`. `tx-sctp-segmentation off`, as on most NICs: the
+/// stack segments them in software after TC, the path on which pulling such an
+/// skb into its head crashed 6.1 (docs/ebpf.md, "What we learned"). Set before
+/// the association: the socket takes the device's features when it connects.
 struct LoopbackGuard;
 
 impl LoopbackGuard {
     fn new() -> Result<Self> {
         run(
             "ethtool",
-            &["-K", "lo", "gso", "off", "tx-sctp-segmentation", "off"],
+            &["-K", "lo", "gso", "on", "tx-sctp-segmentation", "off"],
         )?;
         Ok(Self)
     }
@@ -257,9 +259,18 @@ async fn slow_reader_moves_the_depth() -> Result<()> {
     }
     let stats = counters.egress_stats()?;
     println!(
-        "reader caught up: stream 1 depth 0; tc_sctp egress saw {} SCTP packets, \
-         {} chunks, chunk limit {}, malformed {}",
-        stats.sctp_packets, stats.chunks, stats.chunk_limit, stats.malformed
+        "reader caught up: stream 1 depth 0; tc_sctp egress saw {} SCTP packets \
+         ({} of them GSO), {} chunks, chunk limit {}, malformed {}",
+        stats.sctp_packets, stats.gso_packets, stats.chunks, stats.chunk_limit, stats.malformed
+    );
+    // The point of the test: the figure survived GSO packets, walked whole.
+    ensure!(
+        stats.gso_packets > 0,
+        "no GSO packet passed tc_sctp: the test did not exercise GSO ({stats:?})"
+    );
+    ensure!(
+        stats.chunk_limit == 0 && stats.malformed == 0,
+        "tc_sctp walked packets only in part: {stats:?}"
     );
     gw.assoc.close().await?;
     tokio::time::timeout(DEADLINE, origin)

@@ -2,8 +2,9 @@
 //! shared helpers. Every report lands in bench/results/ (bench/README.md).
 //!
 //! - [`options`]: the command line ([`BenchOptions`], which benchmark).
-//! - `veth`: `transport`, `scheduler` and `static`, between two namespaces
-//!   joined by one veth pair (`scheduler --wan`: over the WAN emulator).
+//! - `veth`: `transport`, `scheduler`, `static` and `ebpf`, between two
+//!   namespaces joined by one veth pair (`scheduler --wan`: over the WAN
+//!   emulator).
 //! - `transport_wan`: `transport --wan`, one association over the WAN
 //!   emulator, alone and beside a CUBIC TCP connection.
 //! - `cache`, `wan`, `prefetch`, `pages`, `papers`: the benchmarks in the
@@ -46,6 +47,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         },
         Which::Scheduler => veth::scheduler(options),
         Which::Static => veth::static_files(),
+        Which::Ebpf => veth::ebpf(options),
         Which::Cache => cache::run(),
         Which::Wan => wan::run(&options.only),
         Which::Pages if options.from_csv => pages::rerender(&options.name),

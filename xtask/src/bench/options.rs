@@ -89,6 +89,10 @@ pub(crate) enum Which {
     /// cache) over the same emulated links (--rtt, --loss, --rate, --loads,
     /// --alternatives, --pages).
     Pages,
+    /// The eBPF programs: ns per packet of xdp_sctp and tc_sctp on crafted
+    /// frames (BPF_PROG_TEST_RUN), and userspace SCTP throughput over a veth
+    /// with them attached against detached, in alternating rounds.
+    Ebpf,
     /// The papers' experiments on our transport over the WAN emulator:
     /// head-of-line blocking after one drop (hol), cold-start object latency
     /// against the analytical model (model), time per object against object

@@ -3,7 +3,9 @@
 //! measured by `gateway-transport/examples/transport_bench.rs`), `bench
 //! scheduler` (the origin's schedulers on the wire) and `bench static` (the
 //! origin against nginx on the same file; both measured by
-//! `origin/examples/sched_bench.rs`). `bench scheduler --wan` runs the
+//! `origin/examples/sched_bench.rs`), and `bench ebpf` (the eBPF programs'
+//! cost per packet, and the userspace backend's throughput with them attached
+//! against detached; `gateway/examples/ebpf_bench.rs`). `bench scheduler --wan` runs the
 //! rate-limited sections over the WAN emulator instead (`link::WanPath`).
 //!
 //! Each builds its measuring program, creates the namespaces (removed on drop,
@@ -737,5 +739,206 @@ fn run_pair_wrapped(ns: &VethPair, server: &[String], client: &[String]) -> Resu
     if !status.success() {
         bail!("server failed ({status})");
     }
+    Ok(())
+}
+
+/// Repetitions of each crafted frame in `bench ebpf`'s cost table.
+const EBPF_REPEAT: u32 = 1_000_000;
+/// Rounds of each kind (detached, attached) in `bench ebpf`'s throughput
+/// table, alternating.
+const EBPF_ROUNDS: usize = 4;
+/// The throughput ratio (attached / detached) issue 17 asks for.
+const EBPF_TARGET_RATIO: f64 = 0.97;
+
+/// `ebpf_bench hold` in `netns`: `xdp_sctp` and `tc_sctp` on its veth0 until
+/// dropped (its stdin closes, it prints its counters and detaches; killed
+/// if it does not end).
+struct EbpfHold {
+    child: std::process::Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl EbpfHold {
+    fn start(netns: &str, binary: &Path, object: &Path) -> Result<Self> {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", netns])
+            .arg(binary)
+            .arg("hold")
+            .arg(object)
+            .arg("veth0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting ebpf_bench hold in {netns}"))?;
+        let mut out = BufReader::new(child.stdout.take().context("hold stdout")?);
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        let hold = Self { child, out };
+        if line.trim() != "attached" {
+            bail!("ebpf_bench hold in {netns} did not attach: {line:?}");
+        }
+        Ok(hold)
+    }
+
+    /// Detaches; returns the programs' counters (a JSON line).
+    fn stop(mut self) -> Result<String> {
+        drop(self.child.stdin.take());
+        let mut line = String::new();
+        self.out.read_line(&mut line)?;
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("ebpf_bench hold failed ({status})");
+        }
+        Ok(line.trim().to_owned())
+    }
+}
+
+impl Drop for EbpfHold {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub(super) fn ebpf(options: &BenchOptions) -> Result<()> {
+    let root = &workspace_root();
+    let object = crate::ebpf::build(&crate::ebpf::BuildOptions::default())?;
+    let probe = build_example("gateway", "ebpf_bench")?;
+    let transport = build_example_with(
+        "gateway-transport",
+        "transport_bench",
+        &["sctp-proto-baseline"],
+    )?;
+    let mut report = report_header("eBPF programs: cost per packet and throughput", "ebpf")?;
+    writeln!(
+        report,
+        "- load average at the start: {}\n",
+        super::common::load_average()
+    )?;
+
+    println!("==> cost per packet: BPF_PROG_TEST_RUN, {EBPF_REPEAT} repetitions per frame");
+    let out = Command::new(&probe)
+        .arg("cost")
+        .arg(&object)
+        .arg(EBPF_REPEAT.to_string())
+        .output()
+        .context("running ebpf_bench cost")?;
+    if !out.status.success() {
+        bail!(
+            "ebpf_bench cost failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    writeln!(
+        report,
+        "## Cost per packet (BPF_PROG_TEST_RUN, {EBPF_REPEAT} repetitions, the kernel's mean)\n"
+    )?;
+    writeln!(report, "| program | frame | frame bytes | ns per packet |")?;
+    writeln!(report, "|---|---|---|---|")?;
+    let mut verified = Vec::new();
+    for line in text.lines() {
+        let string = |key: &str| {
+            line.split(&format!("\"{key}\":\""))
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or("?")
+                .to_owned()
+        };
+        let program = string("program");
+        if let Some(count) = field(line, "verified_instructions") {
+            verified.push(format!("{program} {count:.0}"));
+            continue;
+        }
+        writeln!(
+            report,
+            "| {program} | {} | {:.0} | {:.0} |",
+            string("frame"),
+            field(line, "bytes").unwrap_or(f64::NAN),
+            field(line, "ns").unwrap_or(f64::NAN)
+        )?;
+    }
+    writeln!(
+        report,
+        "\nInstructions the verifier processed to accept each program (limit 1,000,000): {}.\n",
+        verified.join(", ")
+    )?;
+
+    let bytes = options.bytes / 2;
+    let (size, streams) = (16 * 1024, 8);
+    writeln!(
+        report,
+        "## Throughput, userspace SCTP over UDP (RFC 6951 port), attached against detached\n"
+    )?;
+    writeln!(
+        report,
+        "- path: two namespaces joined by one veth pair, no rate limit; `transport_bench` with the userspace backend (its defaults: UDP GSO/GRO on, BBR), {streams} streams of {} KiB messages, {} MiB per round",
+        size / 1024,
+        bytes >> 20
+    )?;
+    writeln!(
+        report,
+        "- attached: `xdp_sctp` at the ingress (auto mode: native on veth) and `tc_sctp` at the egress of veth0 in both namespaces, so every packet of both directions crosses both programs; rounds alternate detached, attached, {EBPF_ROUNDS} of each\n"
+    )?;
+    writeln!(report, "| round | programs | Mbit/s | walker counters |")?;
+    writeln!(report, "|---|---|---|---|")?;
+    let ns = namespaces()?;
+    let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..2 * EBPF_ROUNDS {
+        let attached = round % 2 == 1;
+        println!(
+            "==> round {}: {}",
+            round + 1,
+            if attached { "attached" } else { "detached" }
+        );
+        let holds = if attached {
+            vec![
+                EbpfHold::start(ns.server.name(), &probe, &object)?,
+                EbpfHold::start(ns.client.name(), &probe, &object)?,
+            ]
+        } else {
+            Vec::new()
+        };
+        let result = run_cell(&ns, &transport, "userspace", size, streams, bytes);
+        let mut counters = Vec::new();
+        for hold in holds {
+            counters.push(hold.stop()?);
+        }
+        let (measured, _) = result?;
+        println!("    {:.0} Mbit/s", measured.mbit_per_s);
+        rates[usize::from(attached)].push(measured.mbit_per_s);
+        writeln!(
+            report,
+            "| {} | {} | {:.0} | {} |",
+            round + 1,
+            if attached { "attached" } else { "detached" },
+            measured.mbit_per_s,
+            counters.join(" ")
+        )?;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let (detached, attached) = (mean(&rates[0]), mean(&rates[1]));
+    let ratio = attached / detached.max(1e-9);
+    writeln!(
+        report,
+        "\nMean detached {detached:.0} Mbit/s, attached {attached:.0} Mbit/s: ratio {ratio:.3} (target ≥ {EBPF_TARGET_RATIO}: {}).\n",
+        if ratio >= EBPF_TARGET_RATIO {
+            "met"
+        } else {
+            "NOT met"
+        }
+    )?;
+    writeln!(
+        report,
+        "- load average at the end: {}",
+        super::common::load_average()
+    )?;
+    let dir = root.join("bench/results");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("ebpf.md"), &report)?;
+    println!("\n{report}\nxtask: report written to bench/results/ebpf.md");
     Ok(())
 }
