@@ -818,10 +818,27 @@ pub(super) fn ebpf(options: &BenchOptions) -> Result<()> {
         super::common::load_average()
     )?;
 
+    ebpf_cost(&mut report, &probe, &object)?;
+    ebpf_throughput(&mut report, options, &probe, &object, &transport)?;
+    writeln!(
+        report,
+        "- load average at the end: {}",
+        super::common::load_average()
+    )?;
+    let dir = root.join("bench/results");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("ebpf.md"), &report)?;
+    println!("\n{report}\nxtask: report written to bench/results/ebpf.md");
+    Ok(())
+}
+
+/// The cost table: `ebpf_bench cost` runs each program on crafted frames
+/// through BPF_PROG_TEST_RUN and prints one JSON line per frame.
+fn ebpf_cost(report: &mut String, probe: &Path, object: &Path) -> Result<()> {
     println!("==> cost per packet: BPF_PROG_TEST_RUN, {EBPF_REPEAT} repetitions per frame");
-    let out = Command::new(&probe)
+    let out = Command::new(probe)
         .arg("cost")
-        .arg(&object)
+        .arg(object)
         .arg(EBPF_REPEAT.to_string())
         .output()
         .context("running ebpf_bench cost")?;
@@ -866,6 +883,18 @@ pub(super) fn ebpf(options: &BenchOptions) -> Result<()> {
         verified.join(", ")
     )?;
 
+    Ok(())
+}
+
+/// The throughput rounds: detached and attached alternately, then the ratio
+/// of their means against the target.
+fn ebpf_throughput(
+    report: &mut String,
+    options: &BenchOptions,
+    probe: &Path,
+    object: &Path,
+    transport: &Path,
+) -> Result<()> {
     let bytes = options.bytes / 2;
     let (size, streams) = (16 * 1024, 8);
     writeln!(
@@ -895,13 +924,13 @@ pub(super) fn ebpf(options: &BenchOptions) -> Result<()> {
         );
         let holds = if attached {
             vec![
-                EbpfHold::start(ns.server.name(), &probe, &object)?,
-                EbpfHold::start(ns.client.name(), &probe, &object)?,
+                EbpfHold::start(ns.server.name(), probe, object)?,
+                EbpfHold::start(ns.client.name(), probe, object)?,
             ]
         } else {
             Vec::new()
         };
-        let result = run_cell(&ns, &transport, "userspace", size, streams, bytes);
+        let result = run_cell(&ns, transport, "userspace", size, streams, bytes);
         let mut counters = Vec::new();
         for hold in holds {
             counters.push(hold.stop()?);
@@ -931,14 +960,5 @@ pub(super) fn ebpf(options: &BenchOptions) -> Result<()> {
             "NOT met"
         }
     )?;
-    writeln!(
-        report,
-        "- load average at the end: {}",
-        super::common::load_average()
-    )?;
-    let dir = root.join("bench/results");
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("ebpf.md"), &report)?;
-    println!("\n{report}\nxtask: report written to bench/results/ebpf.md");
     Ok(())
 }
