@@ -36,7 +36,7 @@ pub(crate) struct TestOptions {
 }
 
 /// Fuzz targets in fuzz/Cargo.toml, run in this order.
-const FUZZ_TARGETS: [&str; 7] = [
+const FUZZ_TARGETS: [&str; 8] = [
     "decode",
     "session",
     "sctp_packet",
@@ -44,6 +44,7 @@ const FUZZ_TARGETS: [&str; 7] = [
     "cache_headers",
     "extract",
     "origin_path",
+    "framing",
 ];
 
 pub(crate) fn run(options: &TestOptions) -> Result<()> {

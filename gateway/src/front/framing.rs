@@ -48,13 +48,13 @@ use tokio::sync::watch;
 /// The longest chunk-size line (size, extensions, CRLF) the core waits for,
 /// bytes. Longer lines are passed to hyper unwatched (hyper bounds extensions
 /// itself).
-pub(crate) const MAX_CHUNK_LINE_BYTES: usize = 4096;
+pub const MAX_CHUNK_LINE_BYTES: usize = 4096;
 /// How many bytes are read from the socket at a time while the core watches.
 const READ_BYTES: usize = 8192;
 
 /// What the core found about one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Finding {
+pub enum Finding {
     /// The request line named an HTTP major version other than 1: 505.
     UnsupportedVersion {
         /// The major version digit.
@@ -71,11 +71,11 @@ pub(crate) enum Finding {
 
 /// A finding and the request it is about (0 for a connection's first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Noted {
+pub struct Noted {
     /// The request's position on its connection, from 0.
-    pub(crate) request: u64,
+    pub request: u64,
     /// What was found.
-    pub(crate) finding: Finding,
+    pub finding: Finding,
 }
 
 /// Where the core is in the request stream.
@@ -109,7 +109,7 @@ enum Step {
 
 /// The I/O-free core: request framing as hyper applies it.
 #[derive(Debug)]
-pub(crate) struct RequestFraming {
+pub struct RequestFraming {
     state: State,
     /// hyper's limit on a head, bytes: a longer one is hyper's to refuse.
     max_head_bytes: usize,
@@ -124,7 +124,7 @@ pub(crate) struct RequestFraming {
 
 impl RequestFraming {
     /// A core for a new connection, with the front's limits.
-    pub(crate) fn new(max_head_bytes: usize, max_head_fields: usize, max_body_bytes: u64) -> Self {
+    pub fn new(max_head_bytes: usize, max_head_fields: usize, max_body_bytes: u64) -> Self {
         Self {
             state: State::Head,
             max_head_bytes,
@@ -136,12 +136,12 @@ impl RequestFraming {
     }
 
     /// The finding that ended the watch, if one did.
-    pub(crate) fn finding(&self) -> Option<Noted> {
+    pub fn finding(&self) -> Option<Noted> {
         self.finding
     }
 
     /// Whether every further byte passes through unexamined.
-    pub(crate) fn is_off(&self) -> bool {
+    pub fn is_off(&self) -> bool {
         self.state == State::Off
     }
 
@@ -149,7 +149,7 @@ impl RequestFraming {
     /// the next call the same bytes minus those settled, then the newer ones),
     /// may rewrite a request line's version in place, and returns how many
     /// bytes from the front may go to hyper now. The rest wait for more.
-    pub(crate) fn handle_input(&mut self, input: &mut [u8]) -> usize {
+    pub fn handle_input(&mut self, input: &mut [u8]) -> usize {
         let mut settled = 0;
         while settled < input.len() {
             match self.step(&mut input[settled..]) {

@@ -37,7 +37,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
-mod framing;
+pub mod framing;
 mod prefetch;
 
 use self::framing::{Finding, FramedStream, Noted, RequestFraming};
