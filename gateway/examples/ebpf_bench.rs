@@ -4,7 +4,7 @@
 //!   `tc_sctp` on crafted frames with `BPF_PROG_TEST_RUN`, `REPEAT` times each,
 //!   and prints one JSON line per (program, frame) with the kernel's mean run
 //!   time in ns, then one per program with the verifier's instruction count.
-//! - `ebpf_bench hold OBJECT INTERFACE`: loads the object, attaches `xdp_sctp`
+//! - `ebpf_bench hold OBJECT INTERFACE [MODE]`: loads the object, attaches `xdp_sctp` (in XDP MODE: auto, generic or driver)
 //!   to the ingress and `tc_sctp` to the egress of `INTERFACE` (in the
 //!   namespace it runs in), prints `attached`, and detaches when its standard
 //!   input closes (or it is killed: nothing is pinned, the links go with the
@@ -98,10 +98,10 @@ fn cost(object: &Path, repeat: u32) -> Result<()> {
     Ok(())
 }
 
-fn hold(object: &Path, interface: &str) -> Result<()> {
+fn hold(object: &Path, interface: &str, mode: XdpMode) -> Result<()> {
     let mut accounting = SctpAccounting::load_file(object, SctpAccountingConfig::default())
         .with_context(|| format!("loading {}", object.display()))?;
-    accounting.attach_ingress(interface, XdpMode::Auto)?;
+    accounting.attach_ingress(interface, mode)?;
     accounting.attach_egress(interface)?;
     println!("attached");
     // Until the caller closes our stdin (or kills us).
@@ -122,6 +122,15 @@ fn hold(object: &Path, interface: &str) -> Result<()> {
     Ok(())
 }
 
+fn xdp_mode(name: &str) -> Result<XdpMode> {
+    match name {
+        "auto" => Ok(XdpMode::Auto),
+        "generic" => Ok(XdpMode::Generic),
+        "driver" => Ok(XdpMode::Driver),
+        other => bail!("XDP mode `{other}`: auto, generic or driver"),
+    }
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
@@ -129,7 +138,10 @@ fn main() -> Result<()> {
             Path::new(object),
             repeat.parse().context("REPEAT: a count")?,
         ),
-        ["hold", object, interface] => hold(Path::new(object), interface),
-        _ => bail!("usage: ebpf_bench cost OBJECT REPEAT | ebpf_bench hold OBJECT INTERFACE"),
+        ["hold", object, interface] => hold(Path::new(object), interface, XdpMode::Auto),
+        ["hold", object, interface, mode] => hold(Path::new(object), interface, xdp_mode(mode)?),
+        _ => bail!(
+            "usage: ebpf_bench cost OBJECT REPEAT | ebpf_bench hold OBJECT INTERFACE [auto|generic|driver]"
+        ),
     }
 }
