@@ -18,6 +18,8 @@ pub use crate::prefetch::PrefetchConfig;
 
 /// Why the configuration cannot be used (shared with the other daemon).
 pub use daemon_config::ConfigError;
+/// `[log]`, alike in both daemons' files.
+pub use daemon_config::{LogConfig, LogFormat};
 
 /// Everything the gateway needs to run.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -41,6 +43,8 @@ pub struct GatewayConfig {
     pub admin: AdminConfig,
     /// The XDP cross-check of per-stream accounting (`[ebpf]`).
     pub ebpf: EbpfConfig,
+    /// How log lines are written: text or JSON (`[log]`).
+    pub log: LogConfig,
     /// SCTP origins and the destinations they serve (`[[origin]]`).
     #[serde(rename = "origin")]
     pub origins: Vec<OriginEntry>,

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use gateway::config::GatewayConfig;
+use gateway::config::{GatewayConfig, LogFormat};
 
 #[derive(Debug, Parser)]
 #[command(about = "Transparent HTTP gateway that carries web flows to SCTP origins")]
@@ -26,6 +26,9 @@ struct Cli {
     /// Intercept on this LAN interface (repeatable; replaces `intercept.lan_interfaces`).
     #[arg(long = "lan-interface", global = true)]
     lan_interfaces: Vec<String>,
+    /// Log lines as text or as JSON objects (replaces `log.format`).
+    #[arg(long, value_name = "text|json", global = true)]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -90,6 +93,9 @@ fn load_config(cli: &Cli) -> Result<GatewayConfig> {
     if !cli.lan_interfaces.is_empty() {
         config.intercept.lan_interfaces = cli.lan_interfaces.clone();
     }
+    if let Some(format) = cli.log_format {
+        config.log.format = format;
+    }
     config.validate()?;
     Ok(config)
 }
@@ -100,25 +106,11 @@ fn load_config(cli: &Cli) -> Result<GatewayConfig> {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> Result<()> {
-    // Log lines (one per request: the access log) are written by a thread of
-    // their own through a buffer flushed whenever the queue runs empty, so a
-    // busy gateway makes one write per batch instead of one per line. Not
-    // lossy: a full queue slows the request path rather than drop lines. The
-    // guard flushes at exit.
-    let stderr = std::io::stderr();
-    let colour = std::io::IsTerminal::is_terminal(&stderr);
-    let (writer, _flush_at_exit) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .finish(std::io::BufWriter::new(stderr));
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_ansi(colour)
-        .with_writer(writer)
-        .init();
     let cli = Cli::parse();
+    // A configuration error goes to stderr as it is: the log, whose format
+    // the configuration decides, is not installed yet.
     let config = load_config(&cli)?;
+    let _flush_at_exit = init_log(config.log.format);
     match cli.command.unwrap_or(Command::Run) {
         Command::Run => {
             tokio::runtime::Runtime::new()?.block_on(gateway::daemon::run(config, async {
@@ -143,6 +135,33 @@ fn main() -> Result<()> {
         }
         Command::Cache { action } => cache_command(&config, action),
     }
+}
+
+/// Installs the log on stderr: `RUST_LOG` (default `info`) decides what is
+/// written, `format` how. Colour only for a person at a terminal, never in
+/// JSON.
+///
+/// Log lines (one per request: the access log) are written by a thread of
+/// their own through a buffer flushed whenever the queue runs empty, so a busy
+/// gateway makes one write per batch instead of one per line. Not lossy: a full
+/// queue slows the request path rather than drop lines. The returned guard
+/// flushes at exit.
+fn init_log(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
+    let stderr = std::io::stderr();
+    let colour = std::io::IsTerminal::is_terminal(&stderr);
+    let (writer, flush_at_exit) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .finish(std::io::BufWriter::new(stderr));
+    let log = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(writer);
+    match format {
+        LogFormat::Text => log.with_ansi(colour).init(),
+        LogFormat::Json => log.with_ansi(false).json().init(),
+    }
+    flush_at_exit
 }
 
 fn cache_command(config: &GatewayConfig, action: CacheAction) -> Result<()> {

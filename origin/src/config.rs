@@ -16,6 +16,8 @@ use crate::scheduler::SchedulerConfig;
 
 /// Why the configuration cannot be used (shared with the other daemon).
 pub use daemon_config::ConfigError;
+/// `[log]`, alike in both daemons' files.
+pub use daemon_config::{LogConfig, LogFormat};
 
 /// Everything the origin needs to run.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -35,6 +37,8 @@ pub struct OriginConfig {
     pub upstream: Option<ProxyConfig>,
     /// Kernel SCTP: `tc_sctp` for the per-stream depth of the send queue.
     pub ebpf: EbpfConfig,
+    /// How log lines are written: text or JSON (`[log]`).
+    pub log: LogConfig,
 }
 
 /// `[listen]`.

@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use gateway_transport::{Association, BackendChoice, BackendKind, Listener};
 use origin::access::AccessLog;
-use origin::config::OriginConfig;
+use origin::config::{LogFormat, OriginConfig};
 use origin::ebpf::{EbpfConfig, EgressCounters};
 use origin::files::{FilesConfig, StaticFiles};
 use origin::proxy::Proxy;
@@ -61,6 +61,9 @@ struct Cli {
     /// instead of with the rest of the log on stderr.
     #[arg(long, value_name = "FILE", global = true)]
     access_log: Option<PathBuf>,
+    /// Log lines as text or as JSON objects (replaces `log.format`).
+    #[arg(long, value_name = "text|json", global = true)]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -109,23 +112,27 @@ fn load_config(cli: &Cli) -> Result<OriginConfig> {
     if let Some(chunk) = cli.chunk_size {
         config.limits.chunk_size = chunk;
     }
+    if let Some(format) = cli.log_format {
+        config.log.format = format;
+    }
     config.validate()?;
     Ok(config)
 }
 
-/// Installs the log: `RUST_LOG` (default `info`) decides what is written; it
-/// goes to stderr, as the gateway's does (stdout stays free), except the access
-/// log when `access_log` names a file. Colour only for a person at a terminal:
-/// redirected to a file or journald, escape codes would be noise in every line.
-fn init_log(access_log: Option<&Path>) -> Result<()> {
+/// Installs the log: `RUST_LOG` (default `info`) decides what is written,
+/// `format` how; it goes to stderr, as the gateway's does (stdout stays free),
+/// except the access log when `access_log` names a file, which gets the same
+/// format. Colour only for a person at a terminal, never in JSON: redirected
+/// to a file or journald, escape codes would be noise in every line.
+fn init_log(access_log: Option<&Path>, format: LogFormat) -> Result<()> {
     use tracing_subscriber::filter::filter_fn;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::{EnvFilter, Layer, fmt};
+    use tracing_subscriber::{EnvFilter, Layer};
 
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let levels = EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let stderr = fmt::layer().with_ansi(colour).with_writer(std::io::stderr);
+    let stderr = log_lines(format, colour, std::io::stderr);
     let Some(path) = access_log else {
         tracing_subscriber::registry()
             .with(levels)
@@ -143,13 +150,32 @@ fn init_log(access_log: Option<&Path>) -> Result<()> {
         .with(levels)
         .with(stderr.with_filter(filter_fn(move |m| !is_access(m.target()))))
         .with(
-            fmt::layer()
-                .with_ansi(false)
-                .with_writer(Mutex::new(file))
+            log_lines(format, false, Mutex::new(file))
                 .with_filter(filter_fn(move |m| is_access(m.target()))),
         )
         .try_init()?;
     Ok(())
+}
+
+/// One destination's log lines, as text (with colour if `colour`) or JSON.
+fn log_lines<S, W>(
+    format: LogFormat,
+    colour: bool,
+    writer: W,
+) -> Box<dyn tracing_subscriber::Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    use tracing_subscriber::{Layer, fmt};
+    match format {
+        LogFormat::Text => fmt::layer().with_ansi(colour).with_writer(writer).boxed(),
+        LogFormat::Json => fmt::layer()
+            .json()
+            .with_ansi(false)
+            .with_writer(writer)
+            .boxed(),
+    }
 }
 
 #[tokio::main]
@@ -161,8 +187,10 @@ async fn main() -> Result<()> {
         println!("{report}");
         std::process::exit(report.exit_code());
     }
-    init_log(cli.access_log.as_deref())?;
+    // A configuration error goes to stderr as it is: the log, whose format
+    // the configuration decides, is not installed yet.
     let config = load_config(&cli)?;
+    init_log(cli.access_log.as_deref(), config.log.format)?;
     let (service, source) = match (&config.files, &config.upstream) {
         (Some(files), _) => (
             Service::Files(

@@ -1,7 +1,8 @@
 //! The real `origin` binary with the shipped config/origin.toml, over userspace
 //! SCTP on loopback, driven by a test gateway speaking the real protocol: file
 //! bytes, HEAD, conditional and range requests, 404s, a traversal sample,
-//! reverse-proxy failure, and a clean stop on SIGTERM.
+//! reverse-proxy failure, a clean stop on SIGTERM, and the log as text
+//! without colour or as JSON lines.
 
 mod support;
 
@@ -281,6 +282,113 @@ async fn a_redirected_log_has_no_colour_codes() -> Result<()> {
             !log.as_bytes().contains(&0x1b),
             "escape bytes in the log file:\n{log:?}"
         );
+        Ok(())
+    })
+    .await
+    .context("test timed out")?
+}
+
+/// Log lines read from a child's stderr by a thread of their own, so that the
+/// test can wait for them with a deadline.
+struct LogLines(std::sync::mpsc::Receiver<String>);
+
+impl LogLines {
+    fn of(origin: &mut OriginProcess) -> Result<Self> {
+        let stderr = origin.child.stderr.take().context("stderr not piped")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Self(rx))
+    }
+
+    /// Lines parsed as JSON objects up to the first for which `done` holds,
+    /// that one included; an error for a line that is no JSON object, for
+    /// the end of the log, or at the deadline.
+    async fn json_until(
+        &self,
+        deadline: tokio::time::Instant,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<Vec<serde_json::Value>> {
+        let mut seen = Vec::new();
+        loop {
+            match self.0.try_recv() {
+                Ok(line) => {
+                    let value: serde_json::Value = serde_json::from_str(&line)
+                        .with_context(|| format!("not a JSON line: {line:?}"))?;
+                    ensure!(value.is_object(), "not a JSON object: {line}");
+                    let last = done(&value);
+                    seen.push(value);
+                    if last {
+                        return Ok(seen);
+                    }
+                }
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    bail!("the log ended after {seen:#?}")
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        bail!("the line waited for never came; seen: {seen:#?}");
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+}
+
+/// The string at `pointer` (`/fields/message`) in `line`, if there is one.
+fn json_str<'a>(line: &'a serde_json::Value, pointer: &str) -> Option<&'a str> {
+    line.pointer(pointer).and_then(serde_json::Value::as_str)
+}
+
+#[tokio::test]
+async fn log_format_json_writes_one_object_a_line_access_log_included() -> Result<()> {
+    let mut origin = start_origin_with(&["--log-format", "json"], Stdio::piped(), Some("info"))?;
+    let log = LogLines::of(&mut origin)?;
+    tokio::time::timeout(LIMIT, async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let start = log
+            .json_until(deadline, |l| {
+                json_str(l, "/fields/message").is_some_and(|m| m.starts_with("listening on"))
+            })
+            .await?;
+        for line in &start {
+            ensure!(json_str(line, "/level") == Some("INFO"), "{line}");
+            ensure!(json_str(line, "/target") == Some("origin"), "{line}");
+            ensure!(json_str(line, "/timestamp").is_some(), "{line}");
+        }
+        let first = json_str(&start[0], "/fields/message").unwrap_or_default();
+        ensure!(first.starts_with("transport: userspace"), "{first}");
+
+        let mut gw = gateway(&origin).await?;
+        let id = get(&mut gw, 1, simple("GET", "/nope.html", "")).await?;
+        ensure!(status(&gw, id)? == 404);
+        let lines = log
+            .json_until(deadline, |l| {
+                json_str(l, "/target") == Some(origin::access::TARGET)
+            })
+            .await?;
+        let access = lines.last().context("no lines")?;
+        ensure!(json_str(access, "/level") == Some("INFO"), "{access}");
+        let fields = access.get("fields").context("no fields")?;
+        ensure!(
+            fields["method"] == "GET" && fields["target"] == "/nope.html",
+            "{access}"
+        );
+        // Numbers stay numbers; `status` is a string, `-` when there was none.
+        ensure!(
+            fields["status"] == "404" && fields["stream"] == 1,
+            "{access}"
+        );
+        ensure!(fields["id"] == id && fields["bytes"].is_u64(), "{access}");
+        ensure!(fields["outcome"] == "complete", "{access}");
         Ok(())
     })
     .await
