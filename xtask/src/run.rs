@@ -5,6 +5,10 @@
 //! try, and on Ctrl-C (SIGINT, SIGTERM, SIGHUP) stops the gateway first, checks it
 //! removed its interception, and deletes everything it created.
 //!
+//! With `--site DIR` the origin (and the site's nginx) serve DIR instead of
+//! config/demo-site, and the Chromium check loads DIR's index.html through the
+//! gateway: your own pages carried over the association.
+//!
 //! With `--lan-interface IF --origin ADDR` it runs the gateway on this host's own
 //! interfaces instead (a real router): no namespaces, just the build, a generated
 //! config and the gateway in the foreground.
@@ -14,7 +18,7 @@
 
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -48,6 +52,10 @@ pub(crate) struct RunOptions {
     /// Skip the check that loads the page in headless Chromium once everything runs.
     #[arg(long)]
     pub no_check: bool,
+    /// Serve this directory (a static site with an index.html) as the origin's
+    /// document root instead of config/demo-site.
+    #[arg(long, value_name = "DIR", conflicts_with = "origin")]
+    pub site: Option<PathBuf>,
 }
 
 /// Namespace prefix of the demo (`gwdemo-<pid>-1-client`, ...).
@@ -66,6 +74,8 @@ const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(crate) fn run(options: &RunOptions) -> Result<()> {
+    // Before anything is installed or built: a wrong directory is a typo.
+    let site = options.site.as_deref().map(site_root).transpose()?;
     install_stop_handlers()?;
     if !options.no_setup {
         step("set-up (what is missing gets installed)");
@@ -79,11 +89,32 @@ pub(crate) fn run(options: &RunOptions) -> Result<()> {
     }
     match options.origin {
         Some(origin) => run_router(options, origin),
-        None => run_demo(options),
+        None => run_demo(options, site),
     }
 }
 
-fn run_demo(options: &RunOptions) -> Result<()> {
+/// The document root `--site DIR` names, absolute (the origin and nginx run
+/// elsewhere), once it is known to hold an index.html: without one `/` answers
+/// 404 and there is no page to check.
+fn site_root(dir: &Path) -> Result<PathBuf> {
+    let root = dir
+        .canonicalize()
+        .with_context(|| format!("--site {}: no such directory", dir.display()))?;
+    if !root.is_dir() {
+        bail!("--site {}: not a directory", dir.display());
+    }
+    if !root.join("index.html").is_file() {
+        bail!(
+            "--site {}: no index.html in it; the demo serves the site's index.html \
+             at / and checks it in Chromium",
+            dir.display()
+        );
+    }
+    Ok(root)
+}
+
+/// `site` (from `--site`) is the origin's document root; the demo site if `None`.
+fn run_demo(options: &RunOptions, site: Option<PathBuf>) -> Result<()> {
     let root = workspace_root();
     let binaries = build(&["gateway", "origin"])?;
     let binaries = Binaries {
@@ -98,15 +129,29 @@ fn run_demo(options: &RunOptions) -> Result<()> {
     let dir = testbed::target_dir().join("demo");
     // Logs of the previous run would be confusing next to this one's.
     let _ = std::fs::remove_dir_all(&dir);
-    let mut demo = Demo::start(binaries, DemoOptions::new(PREFIX, &root, &dir))
+    let served = site
+        .clone()
+        .unwrap_or_else(|| root.join("config/demo-site"));
+    let demo_options = DemoOptions {
+        origin_root: site.clone(),
+        ..DemoOptions::new(PREFIX, &root, &dir)
+    };
+    let mut demo = Demo::start(binaries, demo_options)
         .with_context(|| format!("starting the demo (logs in {})", dir.display()))?;
     println!("  namespaces: {}", demo.topology.namespaces().join(", "));
+    println!(
+        "  site served by the origin (and by nginx, for direct access): {}",
+        served.display()
+    );
 
     if !options.no_check {
-        step("check: the demo page in headless Chromium, from the client namespace");
-        check_page(&demo);
+        step(&format!(
+            "check: {} in headless Chromium, from the client namespace",
+            served.join("index.html").display()
+        ));
+        check_page(&demo, site.is_some());
     }
-    print_instructions(&demo);
+    print_instructions(&demo, &served);
 
     let outcome = watch(&mut demo);
     step("stopping");
@@ -194,8 +239,14 @@ fn stop_process(process: &mut NsProcess, grace: Duration) -> Result<()> {
     Ok(())
 }
 
-fn check_page(demo: &Demo) {
-    let shot = demo.dir().join("demo-site.png");
+/// Loads the site's index (`/`) in Chromium; `own_site` names the screenshot
+/// after the user's site rather than the demo's.
+fn check_page(demo: &Demo, own_site: bool) {
+    let shot = demo.dir().join(if own_site {
+        "site.png"
+    } else {
+        "demo-site.png"
+    });
     let url = format!("http://{SITE_V4}/");
     let result = (|| -> Result<String> {
         let mut browser = Browser::launch_in(demo.topology.client.name())?;
@@ -226,7 +277,7 @@ fn check_page(demo: &Demo) {
     }
 }
 
-fn print_instructions(demo: &Demo) {
+fn print_instructions(demo: &Demo, served: &Path) {
     let client = demo.topology.client.name();
     let gateway = demo.topology.gateway.name();
     let origin = demo.topology.origin.name();
@@ -237,7 +288,7 @@ fn print_instructions(demo: &Demo) {
 ==> the demo runs. The client namespace has nothing configured but its default
     routes via the gateway: the gateway intercepts its port-80 traffic.
 
-  The demo site, carried over SCTP from the origin (IPv4, IPv6):
+  The site ({served}), carried over SCTP from the origin (IPv4, IPv6):
     ip netns exec {client} curl -v http://{SITE_V4}/
     ip netns exec {client} curl -v http://[{SITE_V6}]/
   An unmapped destination, proxied over plain TCP:
@@ -259,6 +310,7 @@ fn print_instructions(demo: &Demo) {
   Ctrl-C stops everything and deletes the namespaces.",
         shot = dir.join("screenshot.png").display(),
         dir = dir.display(),
+        served = served.display(),
     );
 }
 
@@ -363,4 +415,65 @@ fn step(name: &str) {
 fn is_not_root() -> bool {
     // SAFETY: geteuid(2) cannot fail and has no preconditions.
     unsafe { libc::geteuid() != 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        options: RunOptions,
+    }
+
+    #[test]
+    fn a_site_without_an_index_is_refused_with_the_reason() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("about.html"), "<h1>about</h1>\n")?;
+        let args = ["run", "--site"].into_iter().chain(dir.path().to_str());
+        let site = Cli::try_parse_from(args)?.options.site.context("--site")?;
+        // What `run` checks first, before set-up and build.
+        let error = site_root(&site).expect_err("no index.html").to_string();
+        assert!(error.contains("no index.html in it"), "{error}");
+        assert!(error.contains(&dir.path().display().to_string()), "{error}");
+
+        let error = site_root(&dir.path().join("missing"))
+            .expect_err("no such directory")
+            .to_string();
+        assert!(error.contains("no such directory"), "{error}");
+        let error = site_root(&dir.path().join("about.html"))
+            .expect_err("a file")
+            .to_string();
+        assert!(error.contains("not a directory"), "{error}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_site_with_an_index_is_served_by_its_absolute_path() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("index.html"), "<h1>mine</h1>\n")?;
+        let root = site_root(dir.path())?;
+        assert!(root.is_absolute());
+        assert_eq!(root, dir.path().canonicalize()?);
+        Ok(())
+    }
+
+    #[test]
+    fn site_is_for_the_demo_not_for_a_real_router() {
+        let parsed = Cli::try_parse_from([
+            "run",
+            "--site",
+            "www",
+            "--lan-interface",
+            "eth1",
+            "--origin",
+            "192.0.2.66:9899",
+        ]);
+        assert!(parsed.is_err(), "{parsed:?}");
+        let parsed = Cli::try_parse_from(["run", "--site", "www"]).map(|c| c.options.site);
+        assert_eq!(parsed.ok().flatten(), Some(PathBuf::from("www")));
+    }
 }
