@@ -45,6 +45,9 @@ pub use config::{
     AssociationConfig, BackendChoice, BackendKind, SCTP_UDP_PORT, UdpOffload, duration_ms,
 };
 pub use error::TransportError;
+/// What [`Association::sctp_stats`] returns, nameable without depending on
+/// the `sctp` crate.
+pub use sctp::{Counters as SctpCounters, Stats as SctpStats};
 
 /// One received message and the stream it arrived on.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `GET /metrics` | OpenMetrics text (Prometheus), encoded by `prometheus-client` |
+//! | `GET /metrics` | OpenMetrics text (Prometheus), encoded by `prometheus-client`; docs/operations.md lists the metrics |
 //! | `GET /cache/stats` | [`CacheStats`](crate::cache::CacheStats) as JSON |
 //! | `POST /cache/purge?url=U` (or `prefix=P`, `host=H`) | `{"removed": N}` |
 //! | `GET /prefetch/stats` | [`PrefetchStats`] as JSON |

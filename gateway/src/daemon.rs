@@ -23,6 +23,7 @@ use crate::config::GatewayConfig;
 use crate::front::{Front, stopped};
 use crate::intercept::Interception;
 use crate::listener::{self, TransparentListener};
+use crate::metrics::TransportCollector;
 use crate::origin_link::OriginLink;
 
 /// How long browser connections get to finish their current request at stop.
@@ -51,7 +52,11 @@ pub async fn run(config: GatewayConfig, stop: impl Future<Output = ()>) -> Resul
             socket,
             cache.clone(),
             front.prefetcher().cloned(),
-            vec![Box::new(streams)],
+            vec![
+                Box::new(streams),
+                Box::new(TransportCollector::new(links.clone())),
+                front.metrics().collector(),
+            ],
             stop_rx.clone(),
         ));
     }

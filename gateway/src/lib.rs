@@ -28,9 +28,9 @@
 //! which the origin shares) and [`sync`] (the lock helper).
 //!
 //! Layering (docs/architecture.md): a module imports only modules to its right
-//! in `daemon` > `admin` > `front` > {`origin_link`, `intercept`, `route`,
-//! `listener`, `direct`} > `config` > `prefetch` > `cache` > {`body`, `sync`};
-//! [`ebpf`] stands apart.
+//! in `daemon` > `admin` > `front` > `metrics` > {`origin_link`, `intercept`,
+//! `route`, `listener`, `direct`} > `config` > `prefetch` > `cache` > {`body`,
+//! `sync`}; [`ebpf`] stands apart.
 //!
 //! What it never does: start anything on its own. Every socket, rule and
 //! attachment is made by an explicit call and undone by dropping what it returned
@@ -50,6 +50,7 @@ pub use ebpf_loader as ebpf;
 pub mod front;
 pub mod intercept;
 pub mod listener;
+pub mod metrics;
 pub mod origin_link;
 pub mod prefetch;
 pub mod route;

@@ -19,6 +19,7 @@ use gateway::cache::Cache;
 use gateway::config::{CacheConfig, GatewayConfig};
 use gateway::front::Front;
 use gateway::listener::Intercepted;
+use gateway::metrics::{RequestMetrics, Side};
 use gateway::sync::lock;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
@@ -180,6 +181,7 @@ fn answer(
 struct TestFront {
     addr: SocketAddr,
     cache: Cache,
+    metrics: Arc<RequestMetrics>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -202,6 +204,7 @@ async fn front(dst: SocketAddr, path: &Path) -> Result<TestFront> {
     };
     let cache = Cache::open(&config.cache).await?;
     let front = Arc::new(Front::new(&config, Vec::new(), cache.clone()));
+    let metrics = Arc::clone(front.metrics());
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -219,6 +222,7 @@ async fn front(dst: SocketAddr, path: &Path) -> Result<TestFront> {
     Ok(TestFront {
         addr,
         cache,
+        metrics,
         accept,
     })
 }
@@ -1137,5 +1141,96 @@ async fn the_admin_endpoint_reports_metrics_and_stats_and_purges() -> Result<()>
             .await?;
     assert_eq!(removed, 2);
     assert_eq!(cache.stats().entries, 0);
+    Ok(())
+}
+
+/// `GET /metrics` from the admin endpoint at `admin`.
+async fn scrape(admin: SocketAddr) -> Result<String> {
+    let mut stream = TcpStream::connect(admin).await?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n")
+        .await?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await?;
+    Ok(String::from_utf8_lossy(&raw).into_owned())
+}
+
+/// Whether `text` has a line `{name}{labels...}{rest}` whose labels contain
+/// `with`.
+fn has_series(text: &str, name: &str, with: &str, rest: &str) -> bool {
+    text.lines().any(|line| {
+        line.strip_prefix(name)
+            .and_then(|line| line.strip_prefix('{'))
+            .is_some_and(|line| line.contains(with) && line.ends_with(rest))
+    })
+}
+
+/// After a miss, a hit, a refused CONNECT and a malformed head, `/metrics`
+/// has the request durations per route and cache outcome and the errors by
+/// side; a destination that refuses connections counts on the origin side.
+#[tokio::test]
+async fn the_metrics_have_request_durations_and_errors_by_side() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let up = Upstream::start(|_| Reply::ok("d", &[("cache-control", "max-age=600")])).await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let gw = f.addr;
+    get(gw, "/d", up.addr).await?;
+    wait_for(|| f.cache.stats().stored == 1).await?;
+    get(gw, "/d", up.addr).await?;
+    let connect = request(gw, "CONNECT", &up.addr.to_string(), up.addr, "").await?;
+    assert_eq!(connect.status, 405);
+    let mut malformed = TcpStream::connect(gw).await?;
+    malformed
+        .write_all(b"GET / HTTP/1.1\r\nhost: x\r\nno colon here\r\n\r\n")
+        .await?;
+    let mut raw = Vec::new();
+    tokio::time::timeout(EXCHANGE_TIMEOUT, malformed.read_to_end(&mut raw)).await??;
+    assert!(
+        raw.starts_with(b"HTTP/1.1 400"),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+    // hyper's error reaches the front when the connection ends, after the 400.
+    wait_for(|| f.metrics.errors(Side::Browser) == 2).await?;
+
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let admin = listener.local_addr()?;
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(gateway::admin::serve_with(
+        listener,
+        f.cache.clone(),
+        None,
+        vec![f.metrics.collector()],
+        stop_rx,
+    ));
+    let text = scrape(admin).await?;
+    for line in [
+        "# TYPE gateway_request_duration_seconds histogram",
+        "gateway_request_errors_total{side=\"browser\"} 2",
+        "gateway_request_errors_total{side=\"origin\"} 0",
+        "gateway_request_errors_total{side=\"internal\"} 0",
+        "gateway_request_duration_seconds_count{route=\"cache\",cache=\"hit\"} 1",
+        "gateway_request_duration_seconds_count{route=\"refused\",cache=\"-\"} 1",
+        "gateway_request_duration_seconds_bucket{le=\"30.0\",route=\"cache\",cache=\"hit\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+    assert!(
+        has_series(
+            &text,
+            "gateway_request_duration_seconds_count",
+            "cache=\"miss\"",
+            "} 1"
+        ),
+        "no miss counted in:\n{text}"
+    );
+
+    // Nobody listens at the destination: 502, the origin side's failure.
+    let closed = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
+    let dead = front(closed, &dir.path().join("dead.redb")).await?;
+    let refused = get(dead.addr, "/x", closed).await?;
+    assert_eq!(refused.status, 502);
+    assert_eq!(dead.metrics.errors(Side::Origin), 1);
+    assert_eq!(dead.metrics.errors(Side::Browser), 0);
     Ok(())
 }

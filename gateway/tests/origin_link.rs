@@ -802,6 +802,150 @@ macro_rules! backend_tests {
     };
 }
 
+/// `/metrics`' transport figures of `link`, as the admin endpoint encodes them.
+fn transport_metrics(link: &OriginLink) -> Result<String> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(gateway::metrics::TransportCollector::new(vec![
+        link.clone(),
+    ])));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text)
+}
+
+/// The value of `name{origin="test"}` in `text`, if the series is there.
+fn series(text: &str, name: &str) -> Option<f64> {
+    let prefix = format!("{name}{{origin=\"test\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.parse().ok())
+}
+
+/// Scrapes until `ready` holds for the encoded text, or fails at `limit`
+/// with the last scrape.
+async fn scrape_until(
+    link: &OriginLink,
+    limit: Duration,
+    ready: impl Fn(&str) -> bool,
+) -> Result<String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let text = transport_metrics(link)?;
+        if ready(&text) {
+            return Ok(text);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "not there within {limit:?}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Over a real userspace SCTP association: after traffic the link's transport
+/// figures are on the metrics (RTT measured, packets counted); after the
+/// association dies the per-association gauges go and `up` turns 0, and the
+/// counters carry on from where they were across the reconnection.
+#[tokio::test]
+async fn userspace_sctp_figures_reach_the_metrics_and_counters_survive_a_reconnection() -> Result<()>
+{
+    bounded(TEST_LIMIT, async {
+        let kind = BackendKind::Userspace;
+        let (origin, link) = link_to_origin(kind).await?;
+        let pin = link.pin();
+        fetch(&link, &pin, 300_000).await?;
+        let text = scrape_until(&link, UP_LIMIT, |text| {
+            series(text, "gateway_origin_srtt_seconds").is_some_and(|v| v > 0.0)
+                && series(text, "gateway_origin_packets_sent_total").is_some_and(|v| v > 0.0)
+        })
+        .await?;
+        for name in [
+            "gateway_origin_up",
+            "gateway_origin_rto_seconds",
+            "gateway_origin_cwnd_bytes",
+            "gateway_origin_in_flight_bytes",
+            "gateway_origin_packets_received_total",
+            "gateway_origin_retransmitted_chunks_total",
+            "gateway_origin_chunks_lost_by_sack_total",
+            "gateway_origin_chunks_lost_by_reorder_timer_total",
+            "gateway_origin_tail_loss_probes_total",
+            "gateway_origin_rto_expirations_total",
+            "gateway_origin_spurious_recoveries_total",
+        ] {
+            ensure!(series(&text, name).is_some(), "no {name} in:\n{text}");
+        }
+        ensure!(series(&text, "gateway_origin_up") == Some(1.0), "{text}");
+        ensure!(
+            series(&text, "gateway_origin_cwnd_bytes").is_some_and(|v| v > 0.0),
+            "{text}"
+        );
+        ensure!(
+            series(&text, "gateway_origin_packets_received_total").is_some_and(|v| v > 0.0),
+            "{text}"
+        );
+        let sent = series(&text, "gateway_origin_packets_sent_total").unwrap_or_default();
+
+        let addr = origin.addr;
+        origin.kill();
+        drop(origin);
+        let down = scrape_until(&link, UP_LIMIT, |text| {
+            series(text, "gateway_origin_up") == Some(0.0)
+        })
+        .await?;
+        ensure!(
+            series(&down, "gateway_origin_srtt_seconds").is_none(),
+            "an RTT without an association:\n{down}"
+        );
+        let sent_down = series(&down, "gateway_origin_packets_sent_total").unwrap_or_default();
+        ensure!(
+            sent_down >= sent,
+            "packets sent went back: {sent} then {sent_down}"
+        );
+
+        let _origin = TestOrigin::start(kind, addr).await?;
+        ensure!(
+            link.wait_up(Duration::from_secs(3)).await,
+            "no reconnection"
+        );
+        fetch(&link, &pin, 1_000).await?;
+        let again = scrape_until(&link, UP_LIMIT, |text| {
+            series(text, "gateway_origin_up") == Some(1.0)
+                && series(text, "gateway_origin_packets_sent_total").is_some_and(|v| v > sent_down)
+        })
+        .await?;
+        ensure!(
+            series(&again, "gateway_origin_srtt_seconds").is_some(),
+            "{again}"
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// Framed TCP has no figures of ours: `up` only, no RTT, no counters.
+#[tokio::test]
+async fn other_backends_report_only_whether_they_are_up() -> Result<()> {
+    bounded(TEST_LIMIT, async {
+        let (_origin, link) = link_to_origin(BackendKind::FramedTcp).await?;
+        let pin = link.pin();
+        fetch(&link, &pin, 10_000).await?;
+        let text = transport_metrics(&link)?;
+        ensure!(series(&text, "gateway_origin_up") == Some(1.0), "{text}");
+        for name in [
+            "gateway_origin_srtt_seconds",
+            "gateway_origin_cwnd_bytes",
+            "gateway_origin_packets_sent_total",
+        ] {
+            ensure!(
+                series(&text, name).is_none(),
+                "{name} on framed TCP:\n{text}"
+            );
+        }
+        Ok(())
+    })
+    .await
+}
+
 backend_tests!(userspace, BackendKind::Userspace);
 backend_tests!(framed_tcp, BackendKind::FramedTcp);
 backend_tests!(quic, BackendKind::Quic);

@@ -16,7 +16,9 @@
 //!    plain TCP to the original destination ([`crate::direct`]);
 //! 5. failures: an unreachable origin fails open to direct TCP when configured,
 //!    otherwise the browser gets 502; a response that breaks after its first byte
-//!    closes the connection, so a truncated body never looks complete.
+//!    closes the connection, so a truncated body never looks complete. Each
+//!    answer the gateway makes itself records the [`Side`] that failed, for
+//!    `gateway_request_errors_total` ([`crate::metrics`]).
 //!
 //! Request bodies are read whole (bounded by `http.max_body_bytes`) before they
 //! are forwarded; responses stream.
@@ -47,7 +49,10 @@ use crate::cache::{Cache, CacheRequest, Filled, Lookup};
 use crate::config::{DEFAULT_MAX_HEADER_FIELDS, GatewayConfig, HttpConfig};
 use crate::direct::{DirectError, DirectSettings, DirectUpstream};
 use crate::listener::Intercepted;
-use crate::origin_link::{BrowserSocket, CountedStream, OriginLink, OriginRequest, StreamPin};
+use crate::metrics::{RequestMetrics, Side};
+use crate::origin_link::{
+    BrowserSocket, CountedStream, LinkError, OriginLink, OriginRequest, StreamPin,
+};
 use crate::route::{Decision, HostCheck, HostError, HostVerifier, RouteTable, Target, parse_host};
 
 /// The start of the gateway's `Via` pseudonym (RFC 9110, section 7.6.3); each
@@ -76,6 +81,8 @@ pub struct Front {
     via: HeaderValue,
     /// The received-by part of `via`: a request whose `Via` names it is a loop.
     via_received_by: String,
+    /// Request durations and errors by side, for `/metrics`.
+    metrics: Arc<RequestMetrics>,
 }
 
 #[derive(Debug)]
@@ -129,6 +136,8 @@ struct Refusal {
     message: String,
     /// Close the connection after answering (the request body was not read).
     close: bool,
+    /// Whose failure it is.
+    side: Side,
 }
 
 impl Flow {
@@ -178,19 +187,27 @@ impl Flow {
 }
 
 impl Refusal {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    fn new(side: Side, status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),
             close: false,
+            side,
         }
     }
 
-    fn closing(status: StatusCode, message: impl Into<String>) -> Self {
+    /// The browser's request cannot be served as sent; its body may be unread,
+    /// so the connection closes after the answer.
+    fn browser(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             close: true,
-            ..Self::new(status, message)
+            ..Self::new(Side::Browser, status, message)
         }
+    }
+
+    /// The origin or the original destination failed.
+    fn origin(status: StatusCode, message: impl Into<String>) -> Self {
+        Self::new(Side::Origin, status, message)
     }
 }
 
@@ -224,7 +241,15 @@ impl Front {
                 .then(|| Arc::new(Prefetcher::new(&config.prefetch))),
             via: via_value(&via_received_by),
             via_received_by,
+            metrics: Arc::new(RequestMetrics::default()),
         }
+    }
+
+    /// Request durations and errors by side (for
+    /// [`admin::serve_with`](crate::admin::serve_with), through
+    /// [`RequestMetrics::collector`]).
+    pub fn metrics(&self) -> &Arc<RequestMetrics> {
+        &self.metrics
     }
 
     /// The prefetch queue, if on.
@@ -284,6 +309,10 @@ impl Front {
             }
         };
         if let Err(e) = result {
+            if e.is_parse() {
+                // hyper answered a malformed or oversized head itself (400, 431).
+                self.metrics.error(Side::Browser);
+            }
             tracing::debug!(%client, dst = %original_dst, error = %e, "browser connection ended");
         }
         if let Some(prefetcher) = &self.prefetcher {
@@ -297,8 +326,13 @@ impl Front {
         let target = request.uri().clone();
         let (response, route, cache) = match self.forward(flow, request).await {
             Ok(answer) => answer,
-            Err(refusal) => (refusal_response(&refusal), "refused", "-"),
+            Err(refusal) => {
+                self.metrics.error(refusal.side);
+                (refusal_response(&refusal), "refused", "-")
+            }
         };
+        let elapsed = started.elapsed();
+        self.metrics.observe(route, cache, elapsed);
         tracing::info!(
             target: "gateway::access",
             client = %flow.client,
@@ -308,7 +342,7 @@ impl Front {
             status = response.status().as_u16(),
             route,
             cache,
-            ms = started.elapsed().as_millis() as u64,
+            ms = elapsed.as_millis() as u64,
         );
         response
     }
@@ -325,32 +359,32 @@ impl Front {
         let (parts, body) = request.into_parts();
         if let Some(Finding::UnsupportedVersion { major }) = flow.finding(number) {
             // RFC 9112, section 2.3 and RFC 9110, section 15.6.6.
-            return Err(Refusal::closing(
+            return Err(Refusal::browser(
                 StatusCode::HTTP_VERSION_NOT_SUPPORTED,
                 format!("HTTP/{major} is not served here; HTTP/1.1 is"),
             ));
         }
         if target_len(&parts.uri) > self.http.max_uri_bytes {
-            return Err(Refusal::closing(
+            return Err(Refusal::browser(
                 StatusCode::URI_TOO_LONG,
                 "request target too long",
             ));
         }
         if names_received_by(&parts.headers, &self.via_received_by) {
             // It would come back here again: the gateway calling itself.
-            return Err(Refusal::closing(
+            return Err(Refusal::browser(
                 StatusCode::LOOP_DETECTED,
                 "the request has already passed through this gateway",
             ));
         }
         if parts.method == Method::CONNECT {
-            return Err(Refusal::closing(
+            return Err(Refusal::browser(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "CONNECT is not served on intercepted connections",
             ));
         }
         let (host_value, host, port) = request_host(&parts, flow.dst)
-            .map_err(|e| Refusal::closing(StatusCode::BAD_REQUEST, e.to_string()))?;
+            .map_err(|e| Refusal::browser(StatusCode::BAD_REQUEST, e.to_string()))?;
         let check = self.verifier.check(&host, port, flow.dst).await;
         let decision = self.routes.decide(flow.dst.ip(), &check);
         if check == HostCheck::Mismatch {
@@ -544,7 +578,7 @@ impl Front {
             if origin.fail_open {
                 return self.direct(flow, request).await.map(|r| (r, "fail-open"));
             }
-            return Err(Refusal::new(
+            return Err(Refusal::origin(
                 StatusCode::BAD_GATEWAY,
                 format!("origin {} is unreachable", origin.link.name()),
             ));
@@ -565,7 +599,7 @@ impl Front {
         )
         .await
         .map_err(|_| {
-            Refusal::new(
+            Refusal::origin(
                 StatusCode::GATEWAY_TIMEOUT,
                 format!("origin {} did not answer in time", origin.link.name()),
             )
@@ -581,10 +615,18 @@ impl Front {
                 tracing::debug!(origin = origin.link.name(), error = %e, "origin request failed before sending: direct");
                 self.direct(flow, request).await.map(|r| (r, "fail-open"))
             }
-            Err(e) => Err(Refusal::new(
-                e.gateway_status(),
-                format!("origin {}: {e}", origin.link.name()),
-            )),
+            Err(e) => {
+                // A request the protocol cannot carry never left the gateway.
+                let side = match e {
+                    LinkError::Unsendable(_) => Side::Internal,
+                    _ => Side::Origin,
+                };
+                Err(Refusal::new(
+                    side,
+                    e.gateway_status(),
+                    format!("origin {}: {e}", origin.link.name()),
+                ))
+            }
         }
     }
 
@@ -607,7 +649,7 @@ impl Front {
         }
         let upstream_request = builder
             .body(Full::new(request.body))
-            .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.to_string()))?;
+            .map_err(|e| Refusal::new(Side::Internal, StatusCode::BAD_REQUEST, e.to_string()))?;
         let response = flow
             .direct
             .lock()
@@ -616,12 +658,13 @@ impl Front {
             .await
             .map_err(|e| match e {
                 DirectError::ResponseTimeout { .. } => {
-                    Refusal::new(StatusCode::GATEWAY_TIMEOUT, e.to_string())
+                    Refusal::origin(StatusCode::GATEWAY_TIMEOUT, e.to_string())
                 }
+                // The browser addressed this host itself.
                 DirectError::OwnAddress { .. } => {
-                    Refusal::new(StatusCode::LOOP_DETECTED, e.to_string())
+                    Refusal::new(Side::Browser, StatusCode::LOOP_DETECTED, e.to_string())
                 }
-                _ => Refusal::new(StatusCode::BAD_GATEWAY, e.to_string()),
+                _ => Refusal::origin(StatusCode::BAD_GATEWAY, e.to_string()),
             })?;
         let (mut parts, body) = response.into_parts();
         parts.headers = end_to_end(parts.headers);
@@ -644,7 +687,7 @@ impl Front {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|len| len > max) {
-            return Err(Refusal::closing(
+            return Err(Refusal::browser(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "request body too large",
             ));
@@ -659,7 +702,7 @@ impl Front {
         let collected = tokio::select! {
             collected = tokio::time::timeout(self.http.body_timeout, collect) => collected,
             () = declared_too_large => {
-                return Err(Refusal::closing(
+                return Err(Refusal::browser(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "request body too large (declared by its chunk sizes)",
                 ));
@@ -667,15 +710,15 @@ impl Front {
         };
         match collected {
             Ok(Ok(collected)) => Ok(collected.to_bytes()),
-            Ok(Err(e)) if e.is::<LengthLimitError>() => Err(Refusal::closing(
+            Ok(Err(e)) if e.is::<LengthLimitError>() => Err(Refusal::browser(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "request body too large",
             )),
-            Ok(Err(e)) => Err(Refusal::closing(
+            Ok(Err(e)) => Err(Refusal::browser(
                 StatusCode::BAD_REQUEST,
                 format!("request body: {e}"),
             )),
-            Err(_) => Err(Refusal::closing(
+            Err(_) => Err(Refusal::browser(
                 StatusCode::REQUEST_TIMEOUT,
                 "request body too slow",
             )),

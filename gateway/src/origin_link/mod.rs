@@ -55,7 +55,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_protocol::RequestClass;
-use gateway_transport::{AssociationConfig, BackendKind};
+use gateway_transport::{AssociationConfig, BackendKind, SctpCounters, SctpStats};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
@@ -86,6 +86,46 @@ pub enum LinkState {
     Down,
     /// [`OriginLink::shutdown`] ran or every handle was dropped.
     ShutDown,
+}
+
+/// [`OriginLink::transport`]'s answer.
+#[derive(Debug, Clone)]
+pub struct TransportFigures {
+    /// An association is established and its HELLO answered.
+    pub up: bool,
+    /// Our SCTP stack's state of the current association (smoothed RTT,
+    /// congestion window, bytes in flight, ...): `None` while down and for
+    /// the backends whose stacks do not say (kernel SCTP, framed TCP, QUIC).
+    pub sctp: Option<SctpStats>,
+    /// Our SCTP stack's counters since the link started, every association
+    /// summed; `None` for the other backends.
+    pub counters: Option<SctpCounters>,
+}
+
+/// `a + b`, field by field (saturating).
+pub(crate) fn sum_counters(a: &SctpCounters, b: &SctpCounters) -> SctpCounters {
+    let SctpCounters {
+        packets_sent,
+        packets_received,
+        retransmitted_chunks,
+        lost_by_sack,
+        lost_by_reorder_timer,
+        tail_probes,
+        rto_expirations,
+        spurious_recoveries,
+    } = *b;
+    SctpCounters {
+        packets_sent: a.packets_sent.saturating_add(packets_sent),
+        packets_received: a.packets_received.saturating_add(packets_received),
+        retransmitted_chunks: a.retransmitted_chunks.saturating_add(retransmitted_chunks),
+        lost_by_sack: a.lost_by_sack.saturating_add(lost_by_sack),
+        lost_by_reorder_timer: a
+            .lost_by_reorder_timer
+            .saturating_add(lost_by_reorder_timer),
+        tail_probes: a.tail_probes.saturating_add(tail_probes),
+        rto_expirations: a.rto_expirations.saturating_add(rto_expirations),
+        spurious_recoveries: a.spurious_recoveries.saturating_add(spurious_recoveries),
+    }
 }
 
 /// One request for an origin.
@@ -182,6 +222,10 @@ struct Shared {
     feedback: FeedbackConfig,
     /// Browser sockets by pinned stream, measured by the feedback driver.
     sockets: Mutex<Vec<(u16, Weak<BrowserSocket>)>>,
+    /// Our SCTP stack's counts of the associations that have ended, summed,
+    /// so that [`OriginLink::transport`]'s counters never go back at a
+    /// reconnection. Locked after `current`, never before.
+    ended_counters: Mutex<SctpCounters>,
 }
 
 /// Dropped with the last [`OriginLink`] clone.
@@ -257,6 +301,7 @@ impl OriginLink {
             shutdown: watch::Sender::new(false),
             feedback: entry.feedback,
             sockets: Mutex::new(Vec::new()),
+            ended_counters: Mutex::new(SctpCounters::default()),
         });
         let task = tokio::spawn(supervisor::supervise(Arc::clone(&shared)));
         OriginLink {
@@ -320,6 +365,29 @@ impl OriginLink {
             let backlog = conn.backlog();
             (backlog.figures(), backlog.feedback_sent())
         })
+    }
+
+    /// What the transport says about this link now, for the metrics: our
+    /// SCTP stack's figures for the current association (none while down, or
+    /// on another backend), and its counters summed over every association
+    /// this link has had (none on another backend).
+    pub fn transport(&self) -> TransportFigures {
+        let shared = &self.inner.shared;
+        let current = lock(&shared.current);
+        let sctp = current
+            .as_ref()
+            .and_then(|conn| conn.association().sctp_stats());
+        let counters = (shared.kind == BackendKind::Userspace).then(|| {
+            let ended = *lock(&shared.ended_counters);
+            sctp.as_ref()
+                .map_or(ended, |stats| sum_counters(&ended, &stats.counters))
+        });
+        drop(current);
+        TransportFigures {
+            up: self.is_up(),
+            sctp,
+            counters,
+        }
     }
 
     /// Whether FEEDBACK goes to the current association's origin (on in the

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::backoff::Backoff;
 use super::conn::{CLOSE_LIMIT, Conn, ConnStatus, describe};
 use super::feedback;
-use super::{LinkState, Shared};
+use super::{LinkState, Shared, sum_counters};
 use crate::sync::lock;
 
 /// An association that lived at least this long was healthy: the next
@@ -74,6 +74,12 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
                 {
                     let mut current = lock(&shared.current);
                     if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &conn)) {
+                        // Under the same lock as the removal, so that a scrape
+                        // never counts this association twice or not at all.
+                        if let Some(sctp) = conn.association().sctp_stats() {
+                            let mut ended = lock(&shared.ended_counters);
+                            *ended = sum_counters(&ended, &sctp.counters);
+                        }
                         *current = None;
                     }
                 }

@@ -1,0 +1,360 @@
+//! The figures `/metrics` adds beside the cache's, the prefetch queue's and
+//! the per-stream ones ([`crate::accounting`]): how long requests take and
+//! which side failed them ([`RequestMetrics`], fed by the front), and what our
+//! SCTP stack says about each origin's association ([`TransportCollector`],
+//! read at each scrape). docs/operations.md lists every metric.
+//!
+//! Names follow Prometheus conventions: the unit last (`_seconds`, `_bytes`,
+//! added by the encoder from the descriptor's unit), `_total` on counters
+//! (added by the encoder too).
+//!
+//! Errors by side: the front answers a request itself when it cannot forward
+//! it ([`Side`] says whose fault that was, decided where the refusal is
+//! made), and hyper answers a malformed request before the front sees it
+//! (counted as `browser` when the connection ends with a parse error). A
+//! response that breaks after its head is not counted here: the browser's
+//! connection is closed and the access log says so.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Unit;
+
+use crate::origin_link::{OriginLink, TransportFigures};
+
+/// Upper bounds of `gateway_request_duration_seconds`' buckets, seconds: a
+/// cache hit on loopback (1 ms) to the origins' default response time-out
+/// (30 s); a time-out itself lands in `+Inf`.
+pub const REQUEST_DURATION_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Which side a request failed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The browser's request cannot be served as sent: malformed, too large,
+    /// too slow, a loop, a method not served on intercepted connections.
+    Browser,
+    /// The origin (over its association) or the original destination (direct
+    /// TCP) is unreachable, silent past its time-out, reset the request or
+    /// broke the protocol.
+    Origin,
+    /// The gateway itself could not build or send the request.
+    Internal,
+}
+
+impl Side {
+    /// Every side, in the order of the label values.
+    pub const ALL: [Side; 3] = [Side::Browser, Side::Origin, Side::Internal];
+
+    /// The `side` label's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Browser => "browser",
+            Side::Origin => "origin",
+            Side::Internal => "internal",
+        }
+    }
+}
+
+/// `gateway_request_duration_seconds`' labels: the access log's `route=` and
+/// `cache=` (both from fixed sets of words, so the series stay few).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RouteLabels {
+    route: &'static str,
+    cache: &'static str,
+}
+
+/// `gateway_request_errors_total`'s label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct SideLabel {
+    side: &'static str,
+}
+
+type DurationFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
+
+/// Request durations by route and cache outcome, and errors by side. Shared
+/// by the front (which records) and the admin endpoint (which encodes it
+/// through [`collector`](Self::collector)).
+#[derive(Debug)]
+pub struct RequestMetrics {
+    durations: DurationFamily,
+    errors: Family<SideLabel, Counter>,
+}
+
+impl Default for RequestMetrics {
+    fn default() -> Self {
+        let errors = Family::default();
+        for side in Side::ALL {
+            // Every side from the start, so that a graph shows 0, not nothing.
+            drop(errors.get_or_create(&SideLabel {
+                side: side.as_str(),
+            }));
+        }
+        Self {
+            durations: Family::new_with_constructor(|| Histogram::new(REQUEST_DURATION_BUCKETS)),
+            errors,
+        }
+    }
+}
+
+impl RequestMetrics {
+    /// One request answered (its head handed to hyper) after `elapsed`.
+    pub fn observe(&self, route: &'static str, cache: &'static str, elapsed: Duration) {
+        self.durations
+            .get_or_create(&RouteLabels { route, cache })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// One request failed on `side`.
+    pub fn error(&self, side: Side) {
+        self.errors
+            .get_or_create(&SideLabel {
+                side: side.as_str(),
+            })
+            .inc();
+    }
+
+    /// Errors counted on `side` so far.
+    pub fn errors(&self, side: Side) -> u64 {
+        self.errors
+            .get_or_create(&SideLabel {
+                side: side.as_str(),
+            })
+            .get()
+    }
+
+    /// For [`admin::serve_with`](crate::admin::serve_with).
+    pub fn collector(self: &Arc<Self>) -> Box<dyn Collector> {
+        Box::new(RequestCollector(Arc::clone(self)))
+    }
+}
+
+#[derive(Debug)]
+struct RequestCollector(Arc<RequestMetrics>);
+
+impl Collector for RequestCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let metrics = &self.0;
+        metrics.durations.encode(encoder.encode_descriptor(
+            "gateway_request_duration",
+            "Time from the request head to the response head (the body's streaming excluded), by route and cache outcome as in the access log",
+            Some(&Unit::Seconds),
+            metrics.durations.metric_type(),
+        )?)?;
+        metrics.errors.encode(encoder.encode_descriptor(
+            "gateway_request_errors",
+            "Requests the gateway could not serve, by the side that failed: browser, origin or internal",
+            None,
+            metrics.errors.metric_type(),
+        )?)?;
+        Ok(())
+    }
+}
+
+/// The transport figures of every origin link, read at each scrape.
+#[derive(Debug)]
+pub struct TransportCollector {
+    links: Vec<OriginLink>,
+}
+
+impl TransportCollector {
+    /// Figures of `links`.
+    pub fn new(links: Vec<OriginLink>) -> Self {
+        Self { links }
+    }
+}
+
+/// One time of the current association, seconds: name, help and the figure.
+type SecondsPick = fn(&gateway_transport::SctpStats) -> Option<f64>;
+
+/// One size of the current association, bytes: name, help and the figure.
+type BytesPick = fn(&gateway_transport::SctpStats) -> u64;
+
+/// One counter of our SCTP stack: name, help and the figure.
+type CounterPick = fn(&gateway_transport::SctpCounters) -> u64;
+
+const TRANSPORT_SECONDS: [(&str, &str, SecondsPick); 2] = [
+    (
+        "gateway_origin_srtt",
+        "Our SCTP stack's smoothed round-trip time on the current association (absent until measured)",
+        |s| s.srtt.map(|d| d.as_secs_f64()),
+    ),
+    (
+        "gateway_origin_rto",
+        "Our SCTP stack's retransmission time-out on the current association, back-off included",
+        |s| Some(s.rto.as_secs_f64()),
+    ),
+];
+
+const TRANSPORT_BYTES: [(&str, &str, BytesPick); 2] = [
+    (
+        "gateway_origin_cwnd",
+        "Our SCTP stack's congestion window on the current association",
+        |s| s.cwnd,
+    ),
+    (
+        "gateway_origin_in_flight",
+        "Our SCTP stack's bytes sent and not yet acknowledged on the current association",
+        |s| s.flight,
+    ),
+];
+
+const TRANSPORT_COUNTERS: [(&str, &str, CounterPick); 8] = [
+    (
+        "gateway_origin_packets_sent",
+        "SCTP packets our stack handed to the network, every association of the link summed",
+        |c| c.packets_sent,
+    ),
+    (
+        "gateway_origin_packets_received",
+        "SCTP packets our stack received with the right verification tag",
+        |c| c.packets_received,
+    ),
+    (
+        "gateway_origin_retransmitted_chunks",
+        "DATA chunks sent again, whatever marked them",
+        |c| c.retransmitted_chunks,
+    ),
+    (
+        "gateway_origin_chunks_lost_by_sack",
+        "DATA chunks declared lost from SACKs (gap reports, RACK's time rule)",
+        |c| c.lost_by_sack,
+    ),
+    (
+        "gateway_origin_chunks_lost_by_reorder_timer",
+        "DATA chunks declared lost when RACK's reordering timer fired",
+        |c| c.lost_by_reorder_timer,
+    ),
+    (
+        "gateway_origin_tail_loss_probes",
+        "Tail-loss probes sent (RFC 8985)",
+        |c| c.tail_probes,
+    ),
+    (
+        "gateway_origin_rto_expirations",
+        "Retransmission time-outs with data outstanding",
+        |c| c.rto_expirations,
+    ),
+    (
+        "gateway_origin_spurious_recoveries",
+        "Fast recoveries undone: every chunk they retransmitted had arrived",
+        |c| c.spurious_recoveries,
+    ),
+];
+
+impl Collector for TransportCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let figures: Vec<(&str, TransportFigures)> = self
+            .links
+            .iter()
+            .map(|link| (link.name(), link.transport()))
+            .collect();
+        let mut up = encoder.encode_descriptor(
+            "gateway_origin_up",
+            "1 when the origin's association is established and its HELLO answered, else 0",
+            None,
+            ConstGauge::new(0i64).metric_type(),
+        )?;
+        for (origin, f) in &figures {
+            ConstGauge::new(i64::from(f.up)).encode(up.encode_family(&[("origin", *origin)])?)?;
+        }
+        for (name, help, pick) in TRANSPORT_SECONDS {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                Some(&Unit::Seconds),
+                ConstGauge::new(0.0f64).metric_type(),
+            )?;
+            for (origin, f) in &figures {
+                if let Some(value) = f.sctp.as_ref().and_then(pick) {
+                    ConstGauge::new(value).encode(family.encode_family(&[("origin", *origin)])?)?;
+                }
+            }
+        }
+        for (name, help, pick) in TRANSPORT_BYTES {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                Some(&Unit::Bytes),
+                ConstGauge::new(0i64).metric_type(),
+            )?;
+            for (origin, f) in &figures {
+                if let Some(stats) = &f.sctp {
+                    let value = i64::try_from(pick(stats)).unwrap_or(i64::MAX);
+                    ConstGauge::new(value).encode(family.encode_family(&[("origin", *origin)])?)?;
+                }
+            }
+        }
+        for (name, help, pick) in TRANSPORT_COUNTERS {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                ConstCounter::new(0u64).metric_type(),
+            )?;
+            for (origin, f) in &figures {
+                if let Some(counters) = &f.counters {
+                    ConstCounter::new(pick(counters))
+                        .encode(family.encode_family(&[("origin", *origin)])?)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(metrics: &Arc<RequestMetrics>) -> String {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(metrics.collector());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        text
+    }
+
+    #[test]
+    fn durations_land_in_their_bucket_per_route_and_cache() {
+        let metrics = Arc::new(RequestMetrics::default());
+        metrics.observe("origin-host", "miss", Duration::from_millis(30));
+        metrics.observe("origin-host", "miss", Duration::from_millis(3));
+        metrics.observe("cache", "hit", Duration::from_micros(500));
+        let text = encoded(&metrics);
+        for line in [
+            "# TYPE gateway_request_duration_seconds histogram",
+            "# UNIT gateway_request_duration_seconds seconds",
+            "gateway_request_duration_seconds_count{route=\"origin-host\",cache=\"miss\"} 2",
+            "gateway_request_duration_seconds_bucket{le=\"0.005\",route=\"origin-host\",cache=\"miss\"} 1",
+            "gateway_request_duration_seconds_bucket{le=\"0.05\",route=\"origin-host\",cache=\"miss\"} 2",
+            "gateway_request_duration_seconds_bucket{le=\"0.001\",route=\"cache\",cache=\"hit\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn every_side_is_there_from_the_start() {
+        let metrics = Arc::new(RequestMetrics::default());
+        metrics.error(Side::Origin);
+        metrics.error(Side::Origin);
+        assert_eq!(metrics.errors(Side::Origin), 2);
+        let text = encoded(&metrics);
+        for line in [
+            "# TYPE gateway_request_errors counter",
+            "gateway_request_errors_total{side=\"browser\"} 0",
+            "gateway_request_errors_total{side=\"origin\"} 2",
+            "gateway_request_errors_total{side=\"internal\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+    }
+}
