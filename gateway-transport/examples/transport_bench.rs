@@ -115,7 +115,9 @@ fn kind(backend: &str) -> Result<Option<BackendKind>> {
         // `userspace-cubic`: with RFC 9438's.
         "userspace" | "userspace-reno" | "userspace-cubic" => Some(BackendKind::Userspace),
         "kernel" => Some(BackendKind::Kernel),
-        "quic" => Some(BackendKind::Quic),
+        // `quic`: quinn's default CUBIC, the anchor; `quic-bbr`: quinn's
+        // experimental BBR, the same kind of controller as our default.
+        "quic" | "quic-bbr" => Some(BackendKind::Quic),
         #[cfg(feature = "sctp-proto-baseline")]
         "sctp-proto" => Some(BackendKind::SctpProto),
         other => bail!("unknown backend {other}"),
@@ -129,7 +131,8 @@ fn config(backend: &str, streams: u16) -> AssociationConfig {
         max_inbound_streams: streams + 1,
         congestion: match backend {
             "userspace-reno" => "reno".to_owned(),
-            "userspace-cubic" => "cubic".to_owned(),
+            "userspace-cubic" | "quic" => "cubic".to_owned(),
+            "quic-bbr" => "bbr".to_owned(),
             _ => defaults.congestion.clone(),
         },
         ..defaults

@@ -61,23 +61,25 @@ const TCP_CONGESTION: &str = "cubic";
 /// Rows measured alone, in report order, with the congestion controller each
 /// stands for. `sctp-proto` is the former userspace backend, the row that was
 /// replaced.
-const ALONE: [(&str, &str); 6] = [
+const ALONE: [(&str, &str); 7] = [
     ("tcp", "CUBIC (kernel)"),
     ("userspace", "BBR (the default)"),
     ("userspace-cubic", "CUBIC (RFC 9438)"),
     ("userspace-reno", "Reno (RFC 9260)"),
     ("sctp-proto", "Reno (sctp-proto, the former backend)"),
     ("quic", "CUBIC (quinn's default)"),
+    ("quic-bbr", "BBR (quinn's, experimental)"),
 ];
 
 /// Rows measured beside one CUBIC TCP connection; `tcp` beside it is the
 /// reference: two CUBIC flows.
-const BESIDE_TCP: [&str; 5] = [
+const BESIDE_TCP: [&str; 6] = [
     "tcp",
     "userspace",
     "userspace-cubic",
     "userspace-reno",
     "quic",
+    "quic-bbr",
 ];
 
 pub(super) fn run(options: &BenchOptions, cell: WanCell) -> Result<()> {
