@@ -2,6 +2,8 @@
 //!
 //! | request | answer |
 //! |---|---|
+//! | `GET /` | the status page: HTML that reads `/metrics` every 2 s (docs/operations.md, "Status page") |
+//! | `GET /status.js`, `GET /status.css`, `GET /favicon.svg` | its script, style sheet and icon |
 //! | `GET /metrics` | OpenMetrics text (Prometheus), encoded by `prometheus-client`; docs/operations.md lists the metrics |
 //! | `GET /cache/stats` | [`CacheStats`](crate::cache::CacheStats) as JSON |
 //! | `POST /cache/purge?url=U` (or `prefix=P`, `host=H`) | `{"removed": N}` |
@@ -9,6 +11,12 @@
 //!
 //! `gateway cache stats|purge` are its command-line clients. It listens on
 //! loopback by default: whoever can reach it can purge the cache.
+//!
+//! The status page is four files under `admin/status/`, built into the
+//! binary as they are (no front-end build step). It only reads `/metrics`;
+//! its script, not this server, computes ratios and rates. Its answers carry a
+//! Content-Security-Policy that lets it load nothing but itself
+//! ([`STATUS_PAGE_CSP`]), and `Cache-Control: no-store`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -33,6 +41,36 @@ use tokio::sync::watch;
 use crate::cache::{Cache, CacheStats, Purge};
 use crate::front::{Prefetcher, stopped};
 use crate::prefetch::PrefetchStats;
+
+/// The status page's Content-Security-Policy: scripts, styles and fetches
+/// from the admin endpoint itself, nothing inline, no frames, no forms.
+pub const STATUS_PAGE_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+     img-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; \
+     form-action 'none'; frame-ancestors 'none'";
+
+/// The status page's files: path, content type, text.
+const STATUS_PAGE: [(&str, &str, &str); 4] = [
+    (
+        "/",
+        "text/html; charset=utf-8",
+        include_str!("admin/status/index.html"),
+    ),
+    (
+        "/status.js",
+        "text/javascript; charset=utf-8",
+        include_str!("admin/status/status.js"),
+    ),
+    (
+        "/status.css",
+        "text/css; charset=utf-8",
+        include_str!("admin/status/status.css"),
+    ),
+    (
+        "/favicon.svg",
+        "image/svg+xml",
+        include_str!("admin/status/favicon.svg"),
+    ),
+];
 
 /// `POST /cache/purge`'s answer.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -104,6 +142,12 @@ async fn handle(
 ) -> Response<Full<Bytes>> {
     let path = request.uri().path();
     let query = request.uri().query().unwrap_or("");
+    if let Some((_, content_type, text)) = STATUS_PAGE.iter().find(|(p, _, _)| *p == path) {
+        return match *request.method() {
+            Method::GET | Method::HEAD => status_page_file(content_type, text),
+            _ => plain(StatusCode::METHOD_NOT_ALLOWED, "wrong method"),
+        };
+    }
     match (request.method(), path) {
         (&Method::GET, "/metrics") => {
             let mut text = String::new();
@@ -142,7 +186,7 @@ async fn handle(
         }
         _ => plain(
             StatusCode::NOT_FOUND,
-            "GET /metrics, GET /cache/stats, POST /cache/purge?url=|prefix=|host=, GET /prefetch/stats",
+            "GET / (status page), GET /metrics, GET /cache/stats, POST /cache/purge?url=|prefix=|host=, GET /prefetch/stats",
         ),
     }
 }
@@ -163,6 +207,33 @@ fn purge_from_query(query: &str) -> Result<Purge> {
         1 => Ok(found.remove(0)),
         _ => bail!("give exactly one of url=, prefix=, host="),
     }
+}
+
+/// One of the status page's files, with the headers that keep it to itself.
+fn status_page_file(content_type: &'static str, text: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static(STATUS_PAGE_CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        header::HeaderValue::from_static("no-referrer"),
+    );
+    response
 }
 
 fn json<T: Serialize>(value: &T) -> Response<Full<Bytes>> {

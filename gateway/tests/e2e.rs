@@ -546,15 +546,18 @@ fn one_browser_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     gateway::sync::lock(&BROWSER)
 }
 
-/// The admin endpoint's JSON at `path`, fetched inside the gateway's namespace.
-fn admin_json(demo: &Demo, path: &str) -> serde_json::Value {
+/// The demo gateway's admin endpoint, on its namespace's loopback.
+const ADMIN: &str = "http://127.0.0.1:3130";
+
+/// The admin endpoint's answer at `path`, fetched inside the gateway's namespace.
+fn admin_get(demo: &Demo, path: &str) -> Vec<u8> {
     let mut command = Command::new("curl");
     command.args([
         "-sS",
         "--fail",
         "--max-time",
         "5",
-        &format!("http://127.0.0.1:3130{path}"),
+        &format!("{ADMIN}{path}"),
     ]);
     let out = exec_in(demo.topology.gateway.name(), &command)
         .output()
@@ -564,7 +567,163 @@ fn admin_json(demo: &Demo, path: &str) -> serde_json::Value {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("JSON")
+    out.stdout
+}
+
+/// The admin endpoint's JSON at `path`.
+fn admin_json(demo: &Demo, path: &str) -> serde_json::Value {
+    serde_json::from_slice(&admin_get(demo, path)).expect("JSON")
+}
+
+/// `/metrics` as `name{labels}` to the value's text.
+fn admin_metrics(demo: &Demo) -> std::collections::HashMap<String, String> {
+    String::from_utf8(admin_get(demo, "/metrics"))
+        .expect("UTF-8")
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.rsplit_once(' '))
+        .map(|(series, value)| (series.to_owned(), value.to_owned()))
+        .collect()
+}
+
+/// Series that move while nobody uses the gateway: the association's timers,
+/// window and packets (heartbeats).
+fn moves_when_idle(series: &str) -> bool {
+    series.starts_with("gateway_origin_") && !series.starts_with("gateway_origin_up{")
+}
+
+#[test]
+fn the_status_page_in_chromium_shows_what_metrics_says() {
+    let _one_browser = one_browser_at_a_time();
+    let demo = start(options("status-page"));
+    // Traffic first, so that the streams, the cache and the prefetch queue
+    // have figures.
+    curl(&demo, "http://203.0.113.10/").expect("the demo page through the gateway");
+    // The admin endpoint listens on the gateway's loopback: Chromium runs there.
+    let mut browser = Browser::launch_in(demo.topology.gateway.name()).expect("chromium starts");
+    let mut page = browser.new_page().expect("new tab");
+    let load = page
+        .load(&format!("{ADMIN}/"), Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}\n(logs in {})", demo.dir().display()));
+    assert!(load.failures().is_empty(), "{:#?}", load.failures());
+    let urls: Vec<&str> = load.requests.iter().map(|r| r.url.as_str()).collect();
+    assert!(
+        urls.iter().all(|u| u.starts_with(ADMIN)),
+        "the page loaded something from elsewhere: {urls:?}"
+    );
+    for file in ["/status.js", "/status.css"] {
+        assert!(
+            urls.contains(&format!("{ADMIN}{file}").as_str()),
+            "{file} not loaded: {urls:?}"
+        );
+    }
+
+    // Two reads of /metrics: the tables are filled and the chart has a point.
+    wait_until(
+        "the status page read /metrics twice",
+        Duration::from_secs(20),
+        || {
+            Ok(page.evaluate(
+                "Number(document.body.dataset.reads || 0) >= 2 \
+             && document.querySelector('#origins [data-value]') !== null \
+             && document.querySelector('#streams [data-value]') !== null \
+             && document.getElementById('chart-line').getAttribute('points') !== ''",
+            )? == testbed::serde_json::json!(true))
+        },
+    )
+    .unwrap_or_else(|e| {
+        let _ = page.screenshot(&demo.dir().join("status-page-unfilled.png"));
+        panic!(
+            "{e}: the page's numbers stayed empty (screenshot in {})",
+            demo.dir().display()
+        )
+    });
+
+    // Every named series on the page against /metrics read right after; the
+    // page reads every 2 s, so a figure that just moved (a prefetch finishing)
+    // matches at a later try.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (shown, mismatches) = loop {
+        let shown = page
+            .evaluate(
+                "[...document.querySelectorAll('[data-metric]:not([data-derived])')]\
+                 .map(e => [e.dataset.metric, e.dataset.value ?? null])",
+            )
+            .expect("evaluate");
+        let shown: Vec<(String, Option<String>)> =
+            testbed::serde_json::from_value(shown).expect("pairs of series and value");
+        let metrics = admin_metrics(&demo);
+        let mismatches: Vec<String> = shown
+            .iter()
+            .filter(|(series, _)| !moves_when_idle(series))
+            .filter(|(series, value)| metrics.get(series) != value.as_ref())
+            .map(|(series, value)| {
+                format!(
+                    "{series}: page {value:?}, /metrics {:?}",
+                    metrics.get(series)
+                )
+            })
+            .collect();
+        if mismatches.is_empty() || Instant::now() >= deadline {
+            break (shown, mismatches);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    if !mismatches.is_empty() {
+        let _ = page.screenshot(&demo.dir().join("status-page.png"));
+        panic!("the page and /metrics differ:\n{mismatches:#?}");
+    }
+
+    let value = |prefix: &str| -> Vec<&str> {
+        shown
+            .iter()
+            .filter(|(series, _)| series.starts_with(prefix))
+            .filter_map(|(_, value)| value.as_deref())
+            .collect()
+    };
+    assert_eq!(value("gateway_origin_up{"), ["1"], "one origin, up");
+    assert!(
+        !value("gateway_stream_backlog_bytes{").is_empty(),
+        "the streams"
+    );
+    assert!(
+        value("gateway_stream_delivered_bytes_total{")
+            .iter()
+            .any(|v| *v != "0"),
+        "the demo page's bytes on some stream"
+    );
+    for side in ["browser", "origin", "internal"] {
+        assert_eq!(
+            value(&format!("gateway_request_errors_total{{side=\"{side}\"}}")),
+            ["0"]
+        );
+    }
+    assert_eq!(value("gateway_cache_entries").len(), 1);
+    assert_eq!(value("gateway_prefetch_issued_total").len(), 1);
+
+    // Traffic over the association while the page is open (a new URL each
+    // time, so that the cache does not answer): the chart draws a rate above 0.
+    let peak = "Number(document.getElementById('chart-max').dataset.value || 0)";
+    let mut sent = 0;
+    wait_until(
+        "the chart shows the traffic",
+        Duration::from_secs(20),
+        || {
+            sent += 1;
+            curl(&demo, &format!("http://203.0.113.10/?status-page={sent}"))
+                .map_err(testbed::TestbedError::DevTools)?;
+            std::thread::sleep(Duration::from_millis(250));
+            Ok(page.evaluate(peak)?.as_f64() > Some(0.0))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}: the throughput chart stayed flat"));
+    let shot = demo.dir().join("status-page.png");
+    page.screenshot(&shot).expect("screenshot");
+    println!(
+        "screenshot: {} ({} named figures on the page)",
+        shot.display(),
+        shown.len()
+    );
 }
 
 #[test]
