@@ -7,14 +7,17 @@
 //! stay in `target/e2e-artifacts/<test>/`.
 //!
 //! Needs root, iproute2, nftables, nginx and chromium (`cargo xtask setup`), and
-//! the `origin` binary beside the gateway's: `cargo test --workspace` builds both,
-//! `cargo test -p gateway` alone does not (then build it with `cargo build -p
-//! origin`). These tests fail, never skip, when something is missing.
+//! the `origin` and `wanem` binaries beside the gateway's: `cargo test
+//! --workspace` builds them, `cargo test -p gateway` alone does not (then build
+//! them with `cargo build -p origin -p wanem`). These tests fail, never skip,
+//! when something is missing.
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use gateway::config::{
@@ -25,8 +28,8 @@ use gateway_transport::AssociationConfig;
 use serde::Serialize;
 use testbed::topology::{LAN, SITE_V4, WAN, WEB_LINK};
 use testbed::{
-    Binaries, Browser, Demo, DemoOptions, GatewayConfig, GatewayConfigOverrides, Signal, WEB_PAGE,
-    exec_in, in_netns, wait_until,
+    Binaries, Browser, Demo, DemoOptions, DemoWan, GatewayConfig, GatewayConfigOverrides,
+    LinkParams, Loss, Signal, WEB_PAGE, WanEmulator, WanParams, exec_in, in_netns, wait_until,
 };
 
 /// Namespace prefix of these tests.
@@ -415,6 +418,498 @@ fn origin_killed_mid_response_then_restarted() {
         .expect("gateway")
         .ensure_running("the request after the origin's restart")
         .expect("the gateway kept running");
+}
+
+/// Size of the file whose response the association's abort cuts: below
+/// `cache.max_object_bytes` (so its fill is a candidate for storing) and well
+/// above everything buffered between the origin and the client (the
+/// gateway's receive window and response queue, hyper's write buffer, both
+/// TCP socket buffers: about 16 MB).
+const ABORTED_FILE_BYTES: u64 = 40 << 20;
+
+/// What the client reading the response cut by the abort saw.
+struct ResponseEnd {
+    received: u64,
+    how: String,
+    at: Instant,
+}
+
+/// Issue 14, faults: the association aborted by the peer. The origin is
+/// SIGKILLed in the middle of a response and started again at once, as a
+/// supervisor would: the new process knows nothing of the association, and
+/// answers the gateway's next packet (a HEARTBEAT, a window update) with an
+/// ABORT whose T bit is set (RFC 9260 8.4, rule 8); the gateway must log the
+/// abort, not a peer that stopped answering.
+/// The browser's response ends truncated, nothing partial is stored, the
+/// gateway logs the abort and reconnects, and requests succeed again.
+#[test]
+fn association_aborted_by_the_restarted_origin_mid_response() {
+    let root = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        testbed::demo_site().join("index.html"),
+        root.path().join("index.html"),
+    )
+    .expect("copy index.html");
+    std::fs::File::create(root.path().join("big.bin"))
+        .and_then(|f| f.set_len(ABORTED_FILE_BYTES))
+        .expect("big file");
+    let mut options = options("association-aborted");
+    options.origin_root = Some(root.path().to_owned());
+    options.gateway = GatewayConfigOverrides {
+        fail_open: Some(false),
+        reconnect_max_ms: Some(1000),
+        // Unanswered, the gateway's heartbeats end the association after
+        // about 3 s + 11 x RTO (8.5 s); the restarted origin's ABORT comes
+        // long before unless its start takes more than 8 s.
+        heartbeat_interval_ms: Some(3000),
+        idle_timeout_ms: Some(60_000),
+        // Nothing but the browser's own requests reaches the cache.
+        prefetch_enabled: Some(false),
+        ..GatewayConfigOverrides::default()
+    };
+    let mut demo = start(options);
+
+    let response = raw_get(&demo, SocketAddr::new(SITE_V4.into(), 80), "/big.bin");
+    assert_eq!(response.status, 200);
+    assert_eq!(response.content_length, ABORTED_FILE_BYTES);
+    // A reader that keeps taking, at about 3 MB/s: never idle long enough
+    // for the gateway to cancel it as stalled, never fast enough to finish
+    // before the kill.
+    let progress = Arc::new(AtomicU64::new(0));
+    let (ended_tx, ended_rx) = mpsc::channel();
+    let reader = {
+        let progress = Arc::clone(&progress);
+        let mut reader = response.reader;
+        std::thread::spawn(move || {
+            let mut buf = vec![0; 64 * 1024];
+            let mut received = 0u64;
+            let how = loop {
+                match read_retrying(&mut reader, &mut buf) {
+                    Ok(0) => break "closed".to_owned(),
+                    Ok(n) => {
+                        received += n as u64;
+                        progress.store(received, Ordering::Relaxed);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                        break format!("{e}");
+                    }
+                    // The read time-out: the gateway neither sent nor closed.
+                    Err(e) => break format!("hung: {e}"),
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let _ = ended_tx.send(ResponseEnd {
+                received,
+                how,
+                at: Instant::now(),
+            });
+        })
+    };
+    wait_until("1 MiB of the body", Duration::from_secs(30), || {
+        Ok(progress.load(Ordering::Relaxed) >= 1 << 20)
+    })
+    .expect("the response flows");
+
+    demo.origin
+        .as_mut()
+        .expect("origin")
+        .signal(Signal::Kill)
+        .expect("kill origin");
+    let killed = Instant::now();
+    demo.start_origin().expect("origin restarts");
+    let end = ended_rx
+        .recv_timeout(Duration::from_secs(45))
+        .unwrap_or_else(|_| {
+            panic!(
+                "the response neither ended nor failed within 45 s of the kill ({} bytes so far)",
+                progress.load(Ordering::Relaxed)
+            )
+        });
+    reader.join().expect("reader thread");
+    assert!(
+        !end.how.starts_with("hung"),
+        "the gateway held the browser's connection: {}",
+        end.how
+    );
+    assert!(
+        end.received < ABORTED_FILE_BYTES,
+        "the whole body arrived although the association was aborted"
+    );
+    println!(
+        "response ended ({}) after {} of {ABORTED_FILE_BYTES} bytes, {:.1} s after the kill",
+        end.how,
+        end.received,
+        end.at.duration_since(killed).as_secs_f64()
+    );
+
+    let mut down = String::new();
+    wait_until(
+        "the gateway to log the association's abort",
+        Duration::from_secs(30),
+        || {
+            let log = demo.gateway.as_ref().map(|g| g.log()).unwrap_or_default();
+            if let Some(line) = log
+                .lines()
+                .find(|l| l.contains(": down (") && l.contains("abort"))
+            {
+                down = line.to_owned();
+                return Ok(true);
+            }
+            Ok(false)
+        },
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}; gateway log:\n{}",
+            demo.gateway
+                .as_ref()
+                .map(|g| g.log_tail())
+                .unwrap_or_default()
+        )
+    });
+    println!("gateway: {down}");
+    wait_until(
+        "gateway_origin_up 1 on /metrics",
+        Duration::from_secs(30),
+        || {
+            Ok(admin_text(&demo, "/metrics")
+                .lines()
+                .any(|l| l.starts_with("gateway_origin_up{") && l.ends_with(" 1")))
+        },
+    )
+    .expect("the gateway reconnects");
+    assert!(
+        origin_log(&demo).contains("association up"),
+        "the restarted origin saw no association"
+    );
+    let stats = cache_stats(&demo);
+    assert_eq!(
+        stats["stored"].as_u64(),
+        Some(0),
+        "something was stored from the aborted response: {stats}"
+    );
+
+    let index = demo_file("index.html");
+    let mut last = String::new();
+    wait_until(
+        "a request to succeed after the abort",
+        Duration::from_secs(30),
+        || {
+            match curl(&demo, "http://203.0.113.10/index.html") {
+                Ok(body) if body == index => return Ok(true),
+                Ok(body) => last = format!("{} wrong bytes", body.len()),
+                Err(e) => last = e,
+            }
+            Ok(false)
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}; last attempt: {last}"));
+    // The same file whole: from the origin (no partial entry answered it),
+    // and stored this time, which shows the aborted fill could have been.
+    let mut command = Command::new("curl");
+    command.args([
+        "-sS",
+        "--fail",
+        "--max-time",
+        "60",
+        "-o",
+        "/dev/null",
+        "-D",
+        "-",
+        "-w",
+        "size=%{size_download}",
+        "http://203.0.113.10/big.bin",
+    ]);
+    let out = exec_in(demo.topology.client.name(), &command)
+        .output()
+        .expect("run curl");
+    let said = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    assert!(
+        out.status.success(),
+        "big.bin after the abort: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.ends_with(&format!("size={ABORTED_FILE_BYTES}")),
+        "{said}"
+    );
+    assert!(
+        !said.contains("\r\nage: "),
+        "big.bin answered from the cache:\n{said}"
+    );
+    wait_until("both responses stored", Duration::from_secs(30), || {
+        Ok(cache_stats(&demo)["stored"].as_u64() >= Some(2))
+    })
+    .expect("the cache stores whole responses");
+    demo.gateway
+        .as_mut()
+        .expect("gateway")
+        .ensure_running("the requests after the abort")
+        .expect("the gateway kept running");
+}
+
+/// The `wanem` executable beside the gateway's (`cargo build -p wanem`;
+/// `cargo test --workspace` builds it).
+fn wanem() -> PathBuf {
+    let wanem = binaries().gateway.with_file_name("wanem");
+    assert!(
+        wanem.is_file(),
+        "{} is missing: run `cargo build -p wanem` first",
+        wanem.display()
+    );
+    wanem
+}
+
+/// The WAN emulator's settings: no delay, `loss` both ways, normal
+/// scheduling (the tests share two cores with everything else).
+fn wan_params(loss: Loss) -> WanParams {
+    let mut params = WanParams::symmetric(LinkParams {
+        loss,
+        ..LinkParams::default()
+    });
+    params.rt_priority = Some(0);
+    params
+}
+
+/// Stops the demo's WAN emulator and starts it again with `loss`, logging to
+/// `log` in the demo's directory; returns the stopped one's final counters.
+fn replace_wan(demo: &mut Demo, loss: Loss, log: &str) -> testbed::WanStats {
+    let stats = demo
+        .wan
+        .take()
+        .expect("the demo's WAN emulator")
+        .stop()
+        .expect("wanem stops cleanly");
+    demo.wan = Some(
+        WanEmulator::start(
+            &demo.topology,
+            &wanem(),
+            &wan_params(loss),
+            &demo.dir().join(log),
+        )
+        .expect("wanem starts"),
+    );
+    stats
+}
+
+/// A child process killed and reaped on drop, also when the test fails.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// How long the WAN link is down.
+const OUTAGE: Duration = Duration::from_secs(10);
+
+/// Issue 14, faults: the WAN link down for 10 s (wanem at 100 % loss both
+/// ways) and back, with the shipped time-outs and `fail_open` on. What the
+/// browser sees does not depend on which side of the association's failure
+/// detection the outage falls (docs/gateway-origin-link.md, "A silent
+/// link"): a request made during the outage is not answered during it, then
+/// gets its whole 200 after the link returns, over the association that
+/// outlived the outage or failed open to direct TCP when it did not (never a
+/// 502 or 504). The association is up again, new requests are served by the
+/// origin, SIGTERM then leaves no nftables table, and dropping the demo no
+/// namespace.
+#[test]
+fn wan_link_down_for_10_s_then_back() {
+    let mut options = options("wan-outage");
+    options.gateway.prefetch_enabled = Some(false);
+    options.wan = Some(DemoWan {
+        wanem: wanem(),
+        params: wan_params(Loss::None),
+    });
+    let mut demo = start(options);
+    let index = demo_file("index.html");
+    assert_eq!(
+        curl(&demo, "http://203.0.113.10/index.html").expect("before the outage"),
+        index
+    );
+
+    let dropped_before = replace_wan(&mut demo, Loss::Random(100.0), "wanem-down.log");
+    assert_eq!(dropped_before.a_to_b.dropped_loss, 0);
+    let down = Instant::now();
+    // A URL neither cached nor prefetched: it must cross the link.
+    let asset = "/assets/tile-05.svg";
+    let expected = demo_file("assets/tile-05.svg");
+    let during_body = demo.dir().join("during-outage.body");
+    let mut command = Command::new("curl");
+    command
+        .args(["-sS", "--max-time", "120", "-w", "%{http_code}", "-o"])
+        .arg(&during_body)
+        .arg(format!("http://203.0.113.10{asset}?during-outage"));
+    let mut during = ChildGuard(
+        exec_in(demo.topology.client.name(), &command)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn curl"),
+    );
+    // The outage itself: meanwhile the request must not have been answered.
+    while down.elapsed() < OUTAGE {
+        if let Some(status) = during.0.try_wait().expect("curl's status") {
+            panic!(
+                "the request made during the outage ended ({status}) {:.1} s into it",
+                down.elapsed().as_secs_f64()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let outage = replace_wan(&mut demo, Loss::None, "wanem-up.log");
+    let up = Instant::now();
+    assert!(
+        outage.a_to_b.dropped_loss > 0,
+        "the outage dropped nothing toward the origin: {:?}",
+        outage.a_to_b
+    );
+
+    let status = wait_until(
+        "the request made during the outage to end",
+        Duration::from_secs(60),
+        || {
+            Ok(during
+                .0
+                .try_wait()
+                .map_err(|e| io_error("curl", e))?
+                .is_some())
+        },
+    )
+    .map(|()| during.0.wait().expect("curl's status"))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let answered = up.elapsed();
+    let mut code = String::new();
+    let mut stderr = String::new();
+    if let Some(mut out) = during.0.stdout.take() {
+        std::io::Read::read_to_string(&mut out, &mut code).expect("curl's output");
+    }
+    if let Some(mut err) = during.0.stderr.take() {
+        std::io::Read::read_to_string(&mut err, &mut stderr).expect("curl's errors");
+    }
+    assert!(status.success(), "curl: {status} {stderr}");
+    assert_eq!(code, "200", "the request made during the outage");
+    assert!(
+        std::fs::read(&during_body).expect("its body") == expected,
+        "the request made during the outage got other bytes"
+    );
+    println!(
+        "the request made during the outage: 200 after {:.1} s, {:.1} s after the link returned",
+        down.elapsed().as_secs_f64(),
+        answered.as_secs_f64()
+    );
+
+    // Over the association, or failed open to direct TCP once an association
+    // that died was found unusable: either way after the link returned.
+    let target = format!("target={asset}?during-outage ");
+    let access = gateway_access_log(&demo, |lines| lines.iter().any(|l| l.contains(&target)));
+    let line = access
+        .iter()
+        .find(|l| l.contains(&target))
+        .unwrap_or_else(|| panic!("no access-log line for {target}: {access:#?}"));
+    assert!(line.contains(" status=200 "), "{line}");
+    assert!(
+        line.contains("route=\"origin-destination\"") || line.contains("route=\"fail-open\""),
+        "{line}"
+    );
+    let gateway_log = demo.gateway.as_ref().map(|g| g.log()).unwrap_or_default();
+    match gateway_log.lines().find(|l| l.contains(": down (")) {
+        None => println!("the association outlived the outage"),
+        Some(down) => println!("the association did not outlive the outage: {down}"),
+    }
+    let route = line
+        .split_whitespace()
+        .find(|w| w.starts_with("route="))
+        .unwrap_or_default();
+    println!("the request made during the outage went {route}");
+
+    wait_until(
+        "gateway_origin_up 1 on /metrics",
+        Duration::from_secs(60),
+        || {
+            Ok(admin_text(&demo, "/metrics")
+                .lines()
+                .any(|l| l.starts_with("gateway_origin_up{") && l.ends_with(" 1")))
+        },
+    )
+    .expect("the association is up after the outage");
+    let mut last = String::new();
+    let mut attempt = 0;
+    wait_until(
+        "a new request served by the origin after the outage",
+        Duration::from_secs(60),
+        || {
+            attempt += 1;
+            let target = format!("/index.html?after-outage-{attempt}");
+            match curl(&demo, &format!("http://203.0.113.10{target}")) {
+                Ok(body) if body == index => {
+                    return Ok(!origin_streams(&origin_log(&demo), &target).is_empty());
+                }
+                Ok(body) => last = format!("{} wrong bytes", body.len()),
+                Err(e) => last = e,
+            }
+            Ok(false)
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}; last attempt: {last}"));
+    println!(
+        "a new request was served over the association {:.1} s after the link returned",
+        up.elapsed().as_secs_f64()
+    );
+
+    let gateway = demo.gateway.as_mut().expect("gateway");
+    let (status, killed) = gateway.stop(Duration::from_secs(10)).expect("stop");
+    assert!(!killed && status.success(), "gateway: {status}");
+    let left = demo.gateway_leftovers().expect("inspect");
+    assert!(left.is_empty(), "left after SIGTERM: {left:#?}");
+    let names: Vec<String> = demo
+        .topology
+        .namespaces()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    drop(demo);
+    let list = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    let list = String::from_utf8_lossy(&list.stdout);
+    let leaked: Vec<&String> = names
+        .iter()
+        .filter(|n| list.split_whitespace().any(|w| w == n.as_str()))
+        .collect();
+    assert!(leaked.is_empty(), "namespaces left: {leaked:?}");
+}
+
+fn io_error(context: &str, source: std::io::Error) -> testbed::TestbedError {
+    testbed::TestbedError::Io {
+        context: context.to_owned(),
+        source,
+    }
+}
+
+/// The admin endpoint's text at `path` (`/metrics`), fetched inside the
+/// gateway's namespace.
+fn admin_text(demo: &Demo, path: &str) -> String {
+    let mut command = Command::new("curl");
+    command.args([
+        "-sS",
+        "--fail",
+        "--max-time",
+        "5",
+        &format!("http://127.0.0.1:3130{path}"),
+    ]);
+    let out = exec_in(demo.topology.gateway.name(), &command)
+        .output()
+        .expect("run curl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `curl -D -` in the client namespace: the response head (lower-case) and body.
