@@ -871,7 +871,7 @@ impl Association {
         }
         if self.heartbeat_wait.is_some_and(|(_, at)| at <= now) {
             self.heartbeat_wait = None;
-            self.count_error(now);
+            self.on_heartbeat_timeout();
         }
         if self.heartbeat_due.is_some_and(|t| t <= now) {
             self.send_heartbeat(now);
@@ -887,13 +887,19 @@ impl Association {
         }
     }
 
-    fn count_error(&mut self, now: Instant) {
+    /// A HEARTBEAT went unanswered for an RTO (RFC 9260 section 8.3): one more
+    /// error, and the RTO backs off. The next HEARTBEAT stays where
+    /// `send_heartbeat` put it, `heartbeat_interval` + RTO after this one, so a
+    /// silent path is probed once per interval with a growing RTO (not at once
+    /// with the same RTO, which gave up on an idle association after about
+    /// `heartbeat_interval` + 11 RTOs: 10.5 s with the defaults, a shorter
+    /// outage than `idle_timeout` says it tolerates).
+    fn on_heartbeat_timeout(&mut self) {
+        self.rtt.back_off();
         self.error_count += 1;
         if self.error_count > self.shared.config.max_retransmits {
             debug!(remote = %self.remote, "retransmission limit reached");
             self.end(Event::Lost(AssociationError::Unreachable));
-        } else {
-            self.heartbeat_due = Some(now);
         }
     }
 

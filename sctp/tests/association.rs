@@ -287,6 +287,41 @@ fn a_silent_peer_becomes_unreachable() {
 }
 
 #[test]
+fn an_idle_association_outlives_an_outage_shorter_than_the_idle_limit() {
+    // The gateway's settings: a heartbeat every 5 s, 30 s of silence allowed.
+    let cfg = Config {
+        heartbeat_interval: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(30),
+        ..config()
+    };
+    let mut sim = Sim::new(cfg.clone(), cfg, Link::default(), 17);
+    sim.connect();
+    assert!(sim.run_until(SECOND, |s| s.saw(SERVER, &Event::Connected)));
+    sim.run_for(Duration::from_secs(12));
+    // 15 s of total loss: unanswered heartbeats back off instead of
+    // exhausting the error limit at the same RTO.
+    sim.link.loss = 1.0;
+    sim.run_for(Duration::from_secs(15));
+    sim.link.loss = 0.0;
+    sim.run_for(Duration::from_secs(12));
+    for side in [CLIENT, SERVER] {
+        assert_eq!(sim.sides[side].assoc().state(), State::Established);
+        assert!(
+            !sim.sides[side]
+                .events
+                .iter()
+                .any(|(_, e)| matches!(e, Event::Lost(_))),
+            "side {side} lost the association"
+        );
+    }
+    // And a path that stays silent is still given up, by the idle limit.
+    sim.link.loss = 1.0;
+    assert!(sim.run_until(Duration::from_secs(40), |s| {
+        s.saw(CLIENT, &Event::Lost(AssociationError::Unreachable))
+    }));
+}
+
+#[test]
 fn an_unanswered_init_fails_the_handshake() {
     let link = Link {
         loss: 1.0,
