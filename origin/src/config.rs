@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ebpf::EbpfConfig;
 use crate::files::FilesConfig;
+use crate::metrics::MetricsConfig;
 use crate::proxy::{ProxyConfig, ProxyConfigError};
 use crate::scheduler::SchedulerConfig;
 
@@ -39,6 +40,8 @@ pub struct OriginConfig {
     pub ebpf: EbpfConfig,
     /// How log lines are written: text or JSON (`[log]`).
     pub log: LogConfig,
+    /// The origin's own `/metrics` endpoint; absent, none.
+    pub metrics: Option<MetricsConfig>,
 }
 
 /// `[listen]`.
@@ -170,6 +173,14 @@ impl OriginConfig {
         if l.response_timeout.is_zero() {
             return invalid("limits.response_timeout", "must be above zero");
         }
+        if let Some(metrics) = &self.metrics
+            && metrics.listen.port() == 0
+        {
+            return invalid(
+                "metrics.listen",
+                "needs a port other than 0: Prometheus must know where to scrape",
+            );
+        }
         Ok(())
     }
 }
@@ -210,6 +221,9 @@ mod tests {
                 "[scheduler]\nprefetch_weight = 0\n",
                 "scheduler.prefetch_weight",
             ),
+            ("[metrics]\nlisten = \"127.0.0.1:0\"\n", "metrics.listen"),
+            ("[metrics]\nlisten = \"localhost\"\n", "listen"),
+            ("[metrics]\n", "listen"),
         ];
         for (text, key) in cases {
             let text = format!("{text}[files]\nroot = \"/srv/www\"\n");

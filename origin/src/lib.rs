@@ -22,11 +22,13 @@
 //!
 //! Beside the path: [`config`] (the TOML file, overrides, one `validate()`);
 //! [`ebpf`] and [`egress`], the per-stream depth of kernel SCTP's send queue
-//! measured by `tc_sctp` (loaded only with the kernel backend).
+//! measured by `tc_sctp` (loaded only with the kernel backend); [`metrics`],
+//! the figures the driver counts into and their `/metrics` endpoint
+//! (`[metrics]`).
 //!
 //! Layering (docs/architecture.md): a module imports only modules to its right
 //! in `config` > `service` > {`proxy`, `synthetic`, `files`} > {`server`,
-//! `http`} > {`scheduler`, `ebpf` > `egress`}.
+//! `http`} > {`scheduler`, `metrics`, `ebpf` > `egress`}.
 
 pub mod access;
 pub mod config;
@@ -35,6 +37,7 @@ pub mod ebpf;
 pub mod egress;
 pub mod files;
 pub mod http;
+pub mod metrics;
 pub mod proxy;
 pub mod scheduler;
 pub mod server;

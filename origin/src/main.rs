@@ -18,9 +18,10 @@ use origin::access::AccessLog;
 use origin::config::{LogFormat, OriginConfig};
 use origin::ebpf::{EbpfConfig, EgressCounters};
 use origin::files::{FilesConfig, StaticFiles};
+use origin::metrics::OriginMetrics;
 use origin::proxy::Proxy;
 use origin::scheduler::PolicyKind;
-use origin::server::{DriverConfig, drive};
+use origin::server::{DriverConfig, drive_counted};
 use origin::service::Service;
 use origin::sync::lock;
 use tokio::sync::{Semaphore, watch};
@@ -246,11 +247,28 @@ async fn main() -> Result<()> {
     let slots = Arc::new(Semaphore::new(config.limits.max_associations));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
+    let metrics = match &config.metrics {
+        Some(m) => {
+            let endpoint = tokio::net::TcpListener::bind(m.listen)
+                .await
+                .with_context(|| format!("metrics.listen: cannot listen on {}", m.listen))?;
+            tracing::info!("metrics on http://{}/metrics", endpoint.local_addr()?);
+            let metrics = OriginMetrics::default();
+            tasks.spawn(origin::metrics::serve(
+                endpoint,
+                metrics.clone(),
+                stop_rx.clone(),
+            ));
+            Some(metrics)
+        }
+        None => None,
+    };
     for listener in listeners {
         tasks.spawn(accept_loop(
             listener,
             Arc::clone(&service),
             driver_config.clone(),
+            metrics.clone(),
             Arc::clone(&slots),
             stop_rx.clone(),
         ));
@@ -298,6 +316,7 @@ async fn accept_loop(
     listener: Listener,
     service: Arc<Service>,
     config: DriverConfig,
+    metrics: Option<OriginMetrics>,
     slots: Arc<Semaphore>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -330,10 +349,10 @@ async fn accept_loop(
         next_key += 1;
         lock(&live).insert(key, assoc.clone());
         let handler = Arc::new(AccessLog::new(Arc::clone(&service), peer));
-        let (config, live) = (config.clone(), Arc::clone(&live));
+        let (config, live, metrics) = (config.clone(), Arc::clone(&live), metrics.clone());
         let transport = assoc.clone();
         associations.spawn(async move {
-            match drive(assoc, handler, config).await {
+            match drive_counted(assoc, handler, config, metrics).await {
                 Ok(stats) => tracing::info!(%peer, ?stats, "association closed"),
                 Err(e) => tracing::warn!(%peer, "association ended: {e}"),
             }

@@ -35,6 +35,7 @@ use tokio::task::AbortHandle;
 
 use crate::ebpf::EgressCounters;
 use crate::egress::{EgressDepth, Learned};
+use crate::metrics::{OriginMetrics, Tally};
 use crate::scheduler::{JobSpec, Scheduler, SchedulerConfig};
 
 /// Chunks a producer may have queued ahead of the sender, per request.
@@ -145,6 +146,28 @@ pub struct AssociationStats {
     pub body_bytes: u64,
 }
 
+/// One association's counters, and the origin's when it keeps figures.
+struct Counts {
+    association: AssociationStats,
+    origin: Option<OriginMetrics>,
+}
+
+impl Counts {
+    fn add(&mut self, tally: Tally) {
+        let s = &mut self.association;
+        match tally {
+            Tally::Request => s.requests += 1,
+            Tally::Completed => s.completed += 1,
+            Tally::Cancelled => s.cancelled += 1,
+            Tally::Reset => s.reset += 1,
+            Tally::BodyBytes(n) => s.body_bytes += n,
+        }
+        if let Some(origin) = &self.origin {
+            origin.count(tally);
+        }
+    }
+}
+
 /// Why the association ended.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -190,6 +213,18 @@ pub async fn drive<H: Handler>(
     handler: Arc<H>,
     config: DriverConfig,
 ) -> Result<AssociationStats, DriverError> {
+    drive_counted(assoc, handler, config, None).await
+}
+
+/// [`drive`], also counting into the origin's figures (`[metrics]`) as
+/// things happen, so that an association ending in an error still counts.
+pub async fn drive_counted<H: Handler>(
+    assoc: Association,
+    handler: Arc<H>,
+    config: DriverConfig,
+    metrics: Option<OriginMetrics>,
+) -> Result<AssociationStats, DriverError> {
+    let _open = metrics.as_ref().map(OriginMetrics::association_opened);
     let streams = assoc.streams();
     let data_streams = streams
         .outbound
@@ -220,7 +255,10 @@ pub async fn drive<H: Handler>(
         jobs: HashMap::new(),
         pending_bodies: HashMap::new(),
         events_tx,
-        stats: AssociationStats::default(),
+        counts: Counts {
+            association: AssociationStats::default(),
+            origin: metrics,
+        },
         stall: None,
         egress,
     };
@@ -234,7 +272,7 @@ pub async fn drive<H: Handler>(
             producer.abort();
         }
     }
-    result.map(|()| driver.stats)
+    result.map(|()| driver.counts.association)
 }
 
 async fn read_loop(assoc: Association, events: mpsc::Sender<Event>) {
@@ -259,7 +297,7 @@ struct Driver<H: Handler> {
     jobs: HashMap<RequestId, Job>,
     pending_bodies: HashMap<RequestId, PendingBody>,
     events_tx: mpsc::Sender<Event>,
-    stats: AssociationStats,
+    counts: Counts,
     /// Since when, and at what depth, the transport has been full.
     stall: Option<(tokio::time::Instant, u64)>,
     /// Kernel SCTP with `tc_sctp`: the per-stream send-queue depth.
@@ -533,7 +571,7 @@ impl<H: Handler> Driver<H> {
             Err(Reaction::Ignore) => return Ok(None),
             Err(Reaction::Reset { id, code }) => {
                 self.pending_bodies.remove(&id);
-                self.stats.reset += 1;
+                self.counts.add(Tally::Reset);
                 self.send_reset(stream, id, code, "malformed or unexpected message")
                     .await?;
                 return Ok(None);
@@ -571,10 +609,10 @@ impl<H: Handler> Driver<H> {
             Message::Cancel { id } => self.cancel(id, true).await?,
             Message::Reset { id, .. } => self.cancel(id, false).await?,
             Message::Request(request) => {
-                self.stats.requests += 1;
+                self.counts.add(Tally::Request);
                 if self.jobs.len() + self.pending_bodies.len() >= self.config.max_open_requests {
                     self.session.handle_request_finished(request.id);
-                    self.stats.reset += 1;
+                    self.counts.add(Tally::Reset);
                     self.send_reset(
                         stream,
                         request.id,
@@ -602,7 +640,7 @@ impl<H: Handler> Driver<H> {
                 if pending.body.len() as u64 + data.len() as u64 > self.config.max_request_body {
                     self.pending_bodies.remove(&id);
                     self.session.handle_request_finished(id);
-                    self.stats.reset += 1;
+                    self.counts.add(Tally::Reset);
                     self.send_reset(stream, id, ErrorCode::TooLarge, "request body too large")
                         .await?;
                     return Ok(None);
@@ -685,7 +723,7 @@ impl<H: Handler> Driver<H> {
         }
         self.scheduler.handle_done(id);
         self.session.handle_request_finished(id);
-        self.stats.cancelled += 1;
+        self.counts.add(Tally::Cancelled);
         if answer {
             self.send_reset(job.stream, id, ErrorCode::Cancelled, "cancelled")
                 .await?;
@@ -769,7 +807,7 @@ impl<H: Handler> Driver<H> {
             Produced::Body(data) => {
                 let len = data.len() as u64;
                 job.body_sent += len;
-                self.stats.body_bytes += len;
+                self.counts.add(Tally::BodyBytes(len));
                 (Message::ResponseBody { id, data }, len, false)
             }
             Produced::End => (
@@ -812,9 +850,9 @@ impl<H: Handler> Driver<H> {
             self.scheduler.handle_done(id);
             self.session.handle_request_finished(id);
             if is_reset {
-                self.stats.reset += 1;
+                self.counts.add(Tally::Reset);
             } else {
-                self.stats.completed += 1;
+                self.counts.add(Tally::Completed);
             }
         }
         Ok(())

@@ -1,8 +1,8 @@
 //! The real `origin` binary with the shipped config/origin.toml, over userspace
 //! SCTP on loopback, driven by a test gateway speaking the real protocol: file
 //! bytes, HEAD, conditional and range requests, 404s, a traversal sample,
-//! reverse-proxy failure, a clean stop on SIGTERM, and the log as text
-//! without colour or as JSON lines.
+//! reverse-proxy failure, a clean stop on SIGTERM, the log as text
+//! without colour or as JSON lines, and the `[metrics]` endpoint.
 
 mod support;
 
@@ -51,12 +51,27 @@ fn start_origin(extra: &[&str]) -> Result<OriginProcess> {
 /// The origin with its stderr going to `stderr` and `RUST_LOG` set to `filter`
 /// (when given).
 fn start_origin_with(extra: &[&str], stderr: Stdio, filter: Option<&str>) -> Result<OriginProcess> {
+    start_origin_config(
+        &workspace().join("config/origin.toml"),
+        extra,
+        stderr,
+        filter,
+    )
+}
+
+/// [`start_origin_with`], with the configuration file `config`.
+fn start_origin_config(
+    config: &Path,
+    extra: &[&str],
+    stderr: Stdio,
+    filter: Option<&str>,
+) -> Result<OriginProcess> {
     let port = free_udp_port()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut command = Command::new(env!("CARGO_BIN_EXE_origin"));
     command
         .arg("--config")
-        .arg(workspace().join("config/origin.toml"))
+        .arg(config)
         .args(["--listen", &addr.to_string(), "--transport", "userspace"])
         .args(extra)
         .stdout(Stdio::null())
@@ -580,4 +595,77 @@ async fn access_log_to_a_file_of_its_own() -> Result<()> {
     })
     .await
     .context("test timed out")?
+}
+
+/// `method path` over a new TCP connection to `addr`: the status code and
+/// the body (the connection is closed after one answer).
+async fn http_get(addr: SocketAddr, method: &str, path: &str) -> Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!("{method} {path} HTTP/1.1\r\nHost: metrics\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await?;
+    let answer = String::from_utf8(answer)?;
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("no end of head in {answer:?}"))?;
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("bad status line in {head:?}"))?;
+    Ok((code, body.to_owned()))
+}
+
+#[tokio::test]
+async fn the_metrics_endpoint_counts_requests_over_associations() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let config = dir.path().join("origin.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[files]\nroot = {:?}\n\n[metrics]\nlisten = \"{metrics}\"\n",
+            workspace().join("config/demo-site")
+        ),
+    )?;
+    let origin = start_origin_config(&config, &[], Stdio::inherit(), None)?;
+    tokio::time::timeout(LIMIT, async {
+        let mut gw = gateway(&origin).await?;
+        let index = get(&mut gw, 1, simple("GET", "/", "")).await?;
+        ensure!(status(&gw, index)? == 200);
+        let length = gw.seen[&index].body.len();
+
+        // The driver counts as it goes; the scrape may still race the count.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let text = loop {
+            let (code, text) = http_get(metrics, "GET", "/metrics").await?;
+            ensure!(code == 200, "/metrics answered {code}: {text}");
+            if text.contains("origin_requests_total 1\n")
+                && text.contains("origin_responses_completed_total 1\n")
+            {
+                break text;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("the request was never counted:\n{text}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        for line in [
+            "origin_associations_open 1\n".to_owned(),
+            "origin_associations_total 1\n".to_owned(),
+            "origin_responses_cancelled_total 0\n".to_owned(),
+            "origin_responses_reset_total 0\n".to_owned(),
+            format!("origin_body_bytes_total {length}\n"),
+        ] {
+            ensure!(text.contains(&line), "{line:?} missing from\n{text}");
+        }
+        ensure!(text.ends_with("# EOF\n"), "not OpenMetrics:\n{text}");
+
+        ensure!(http_get(metrics, "GET", "/").await?.0 == 404);
+        ensure!(http_get(metrics, "POST", "/metrics").await?.0 == 405);
+        Ok(())
+    })
+    .await?
 }

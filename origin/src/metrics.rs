@@ -1,0 +1,259 @@
+//! The origin's own figures for Prometheus (`[metrics]` in origin.toml): a
+//! small HTTP/1.1 server on a configured address, loopback by convention.
+//!
+//! | request | answer |
+//! |---|---|
+//! | `GET /metrics` | OpenMetrics text, encoded by `prometheus-client` |
+//! | another method on `/metrics` | 405 |
+//! | any other path | 404 |
+//!
+//! | name | type | meaning |
+//! |---|---|---|
+//! | `origin_associations_open` | gauge | associations being served now |
+//! | `origin_associations_total` | counter | associations accepted since start |
+//! | `origin_requests_total` | counter | REQUESTs received |
+//! | `origin_responses_completed_total` | counter | responses ended with RESPONSE_END |
+//! | `origin_responses_cancelled_total` | counter | responses stopped by the gateway's CANCEL |
+//! | `origin_responses_reset_total` | counter | requests answered with RESET (refused, malformed, failed) |
+//! | `origin_body_bytes_total` | counter | response body bytes handed to the transport |
+//!
+//! The counters are the per-association [`AssociationStats`] summed over every
+//! association since the origin started, and move as things happen (the
+//! driver counts into both), not when an association ends: an association
+//! that ends in an error still counts. The open gauge is not called
+//! `origin_associations`: OpenMetrics names the counter's family
+//! `origin_associations` too, and two families may not share a name.
+//!
+//! What it never does: answer anything but `/metrics`, or hold a lock a
+//! driver waits on (the figures are atomics).
+//!
+//! [`AssociationStats`]: crate::server::AssociationStats
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// The content type of `/metrics`' answer.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `[metrics]`: absent, no endpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// TCP address of the endpoint. Whoever reaches it reads the figures:
+    /// keep it on loopback.
+    pub listen: SocketAddr,
+}
+
+/// The origin's counters, shared by every association's driver and the
+/// endpoint. Clones count into the same figures.
+#[derive(Debug, Clone, Default)]
+pub struct OriginMetrics {
+    associations_open: Gauge,
+    associations: Counter,
+    requests: Counter,
+    completed: Counter,
+    cancelled: Counter,
+    reset: Counter,
+    body_bytes: Counter,
+}
+
+/// One association's place in `origin_associations_open`, given back on drop
+/// (also when the driver's task is aborted).
+#[derive(Debug)]
+pub struct OpenAssociation(Gauge);
+
+impl Drop for OpenAssociation {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// What a driver counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tally {
+    /// A REQUEST arrived.
+    Request,
+    /// A response ended with RESPONSE_END.
+    Completed,
+    /// A response was cancelled.
+    Cancelled,
+    /// A request was answered with RESET.
+    Reset,
+    /// This many body bytes were sent.
+    BodyBytes(u64),
+}
+
+impl OriginMetrics {
+    /// Counts an association accepted; it stays open until the guard drops.
+    pub fn association_opened(&self) -> OpenAssociation {
+        self.associations.inc();
+        self.associations_open.inc();
+        OpenAssociation(self.associations_open.clone())
+    }
+
+    pub(crate) fn count(&self, tally: Tally) {
+        match tally {
+            Tally::Request => self.requests.inc(),
+            Tally::Completed => self.completed.inc(),
+            Tally::Cancelled => self.cancelled.inc(),
+            Tally::Reset => self.reset.inc(),
+            Tally::BodyBytes(n) => self.body_bytes.inc_by(n),
+        };
+    }
+
+    /// A registry of these figures (clones: they go on counting).
+    pub fn registry(&self) -> Registry {
+        let mut r = Registry::default();
+        r.register(
+            "origin_associations_open",
+            "Associations being served now",
+            self.associations_open.clone(),
+        );
+        r.register(
+            "origin_associations",
+            "Associations accepted",
+            self.associations.clone(),
+        );
+        r.register(
+            "origin_requests",
+            "REQUESTs received",
+            self.requests.clone(),
+        );
+        r.register(
+            "origin_responses_completed",
+            "Responses ended with RESPONSE_END",
+            self.completed.clone(),
+        );
+        r.register(
+            "origin_responses_cancelled",
+            "Responses stopped by the gateway's CANCEL",
+            self.cancelled.clone(),
+        );
+        r.register(
+            "origin_responses_reset",
+            "Requests answered with RESET (refused, malformed, failed)",
+            self.reset.clone(),
+        );
+        r.register_with_unit(
+            "origin_body",
+            "Response body bytes handed to the transport",
+            Unit::Bytes,
+            self.body_bytes.clone(),
+        );
+        r
+    }
+}
+
+/// Serves `/metrics` on `listener` until `shutdown` turns true.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: OriginMetrics,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let registry = Arc::new(metrics.registry());
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        let Ok((stream, _)) = accepted else {
+            continue;
+        };
+        let registry = Arc::clone(&registry);
+        tokio::spawn(async move {
+            let service = service_fn(move |request| {
+                let answer = handle(&registry, &request);
+                async move { Ok::<_, Infallible>(answer) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn handle(registry: &Registry, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    match (request.method(), request.uri().path()) {
+        (&Method::GET, "/metrics") => {
+            let mut text = String::new();
+            match prometheus_client::encoding::text::encode(&mut text, registry) {
+                Ok(()) => reply(StatusCode::OK, OPENMETRICS, text),
+                Err(e) => plain(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+            }
+        }
+        (_, "/metrics") => plain(StatusCode::METHOD_NOT_ALLOWED, "GET only"),
+        _ => plain(StatusCode::NOT_FOUND, "GET /metrics"),
+    }
+}
+
+fn plain(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+    reply(status, "text/plain; charset=utf-8", format!("{message}\n"))
+}
+
+fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_has_every_figure_summed_and_the_gauge_follows_guards() {
+        let metrics = OriginMetrics::default();
+        let first = metrics.association_opened();
+        let second = metrics.clone().association_opened();
+        drop(first);
+        for tally in [
+            Tally::Request,
+            Tally::Request,
+            Tally::Completed,
+            Tally::Cancelled,
+            Tally::Reset,
+            Tally::BodyBytes(100),
+            Tally::BodyBytes(23),
+        ] {
+            metrics.count(tally);
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry()).expect("encodes");
+        for line in [
+            "# TYPE origin_associations_open gauge",
+            "origin_associations_open 1\n",
+            "# TYPE origin_associations counter",
+            "origin_associations_total 2\n",
+            "origin_requests_total 2\n",
+            "origin_responses_completed_total 1\n",
+            "origin_responses_cancelled_total 1\n",
+            "origin_responses_reset_total 1\n",
+            "# UNIT origin_body_bytes bytes",
+            "origin_body_bytes_total 123\n",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from\n{text}");
+        }
+        drop(second);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry()).expect("encodes");
+        assert!(text.contains("origin_associations_open 0\n"), "{text}");
+    }
+}
