@@ -247,19 +247,26 @@ pub enum Purge {
 }
 
 impl Purge {
-    /// Whether the effective URI `uri` (`http://host[:port]/path?query`, the
-    /// form of the cache's keys) is one this purge removes.
-    pub fn matches(&self, uri: &str) -> bool {
+    /// The key prefixes a prefix or host purge removes (the store scans each
+    /// as a range); `None` for a single URL, which is removed by its key.
+    pub fn prefixes(&self) -> Option<Vec<String>> {
         match self {
-            Purge::Url(url) => uri == url,
-            Purge::Prefix(prefix) => uri.starts_with(prefix.as_str()),
+            Purge::Url(_) => None,
+            Purge::Prefix(prefix) => Some(vec![prefix.clone()]),
             Purge::Host(host) => {
                 let host = host.to_ascii_lowercase();
-                let uri = uri.to_ascii_lowercase();
-                uri.strip_prefix("http://")
-                    .and_then(|rest| rest.strip_prefix(host.as_str()))
-                    .is_some_and(|rest| rest.starts_with('/') || rest.starts_with(':'))
+                Some(vec![format!("http://{host}/"), format!("http://{host}:")])
             }
+        }
+    }
+
+    /// Whether the effective URI `uri` (`http://host[:port]/path?query`, the
+    /// form of the cache's keys) is one this purge removes: the same rule the
+    /// store applies.
+    pub fn matches(&self, uri: &str) -> bool {
+        match self.prefixes() {
+            Some(prefixes) => prefixes.iter().any(|p| uri.starts_with(p.as_str())),
+            None => matches!(self, Purge::Url(url) if url == uri),
         }
     }
 }
@@ -827,13 +834,10 @@ impl Store {
 
     /// Purges by URL, prefix or host; returns how many entries went.
     pub fn purge(&self, purge: &Purge) -> Result<u64, StoreError> {
-        let prefixes: Vec<String> = match purge {
-            Purge::Url(url) => return self.remove_primaries(std::slice::from_ref(url)),
-            Purge::Prefix(prefix) => vec![prefix.clone()],
-            Purge::Host(host) => {
-                let host = host.to_ascii_lowercase();
-                vec![format!("http://{host}/"), format!("http://{host}:")]
-            }
+        let prefixes = match (purge, purge.prefixes()) {
+            (Purge::Url(url), _) => return self.remove_primaries(std::slice::from_ref(url)),
+            (_, Some(prefixes)) => prefixes,
+            (_, None) => return Ok(0),
         };
         let mut primaries = Vec::new();
         {
