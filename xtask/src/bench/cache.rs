@@ -44,7 +44,22 @@ struct Load {
     errors: u64,
 }
 
-pub(crate) fn run() -> Result<()> {
+/// Connections wrk holds while callgrind counts: enough that requests
+/// overlap, few enough that the requests still in flight when the count is
+/// dumped are noise.
+const CALLGRIND_CONNECTIONS: u32 = 10;
+/// How long wrk loads the gateway under callgrind (about 50 times slower
+/// than natively).
+const CALLGRIND_SECONDS: u32 = 20;
+/// Functions listed with their inclusive cost in the callgrind report.
+const CALLGRIND_TOP: usize = 40;
+
+/// `bench cache`, or with `callgrind` only the gateway's instructions per
+/// cache hit ([`run_callgrind`]).
+pub(crate) fn run(callgrind: bool) -> Result<()> {
+    if callgrind {
+        return run_callgrind();
+    }
     let built = crate::run::build(&["gateway", "origin"])?;
     let binaries = Binaries {
         gateway: built[0].clone(),
@@ -129,6 +144,123 @@ pub(crate) fn run() -> Result<()> {
         let _ = gateway.stop(Duration::from_secs(10));
     }
     Ok(())
+}
+
+/// The gateway's instructions per cache hit: the gateway under `valgrind
+/// --tool=callgrind` in the demo topology, the file in its cache, wrk
+/// loading it for a warm-up; then the counters are zeroed, wrk loads it for
+/// [`CALLGRIND_SECONDS`], the counters are dumped, and their total is divided
+/// by the requests wrk completed. Writes bench/results/cache-callgrind.md and
+/// keeps the dump in bench/results/cache-callgrind/.
+fn run_callgrind() -> Result<()> {
+    let built = crate::run::build(&["gateway", "origin"])?;
+    let dir = testbed::target_dir().join("bench-cache-callgrind");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let out = dir.join("gateway.callgrind");
+    let wrapper = dir.join("gateway-under-callgrind");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file={} {} \"$@\"\n",
+            out.display(),
+            built[0].display()
+        ),
+    )?;
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )?;
+    testbed::cleanup_stale(PREFIX)?;
+    println!("==> starting the demo topology, the gateway under callgrind");
+    let mut demo = Demo::start(
+        Binaries {
+            gateway: wrapper,
+            origin: built[1].clone(),
+        },
+        DemoOptions::new(PREFIX, &workspace_root(), &dir),
+    )?;
+    let client_ns = demo.topology.client.name().to_owned();
+    let url = format!("http://{SITE_V4}{FILE}");
+    println!("==> filling the cache with {url}");
+    curl(&client_ns, &url)?;
+    let stats = |demo: &Demo| cache_stats(&built[0], demo);
+    for _ in 0..100 {
+        if stats(&demo)?["stored"].as_u64() >= Some(1) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!("==> warm-up: wrk, {CALLGRIND_CONNECTIONS} connections, 3 s");
+    wrk(&client_ns, &url, CALLGRIND_CONNECTIONS, 3)?;
+    let pid = demo.gateway.as_ref().context("gateway")?.pid();
+    callgrind_control(pid, "--zero")?;
+    let hits_before = stats(&demo)?["hits"].as_u64().unwrap_or(0);
+    println!("==> counting: wrk, {CALLGRIND_CONNECTIONS} connections, {CALLGRIND_SECONDS} s");
+    let load = wrk(&client_ns, &url, CALLGRIND_CONNECTIONS, CALLGRIND_SECONDS)?;
+    callgrind_control(pid, "--dump=counted")?;
+    let hits = stats(&demo)?["hits"].as_u64().unwrap_or(0) - hits_before;
+    if let Some(gateway) = demo.gateway.as_mut() {
+        let _ = gateway.stop(Duration::from_secs(30));
+    }
+    let dump = counted_dump(&dir, &out)?;
+    let instructions = super::common::callgrind_total(&dump)?;
+    let per_request = instructions as f64 / load.requests.max(1) as f64;
+    println!(
+        "    {} requests ({hits} hits counted by the cache), {per_request:.0} instructions per request",
+        load.requests
+    );
+    let kept = workspace_root().join("bench/results/cache-callgrind");
+    std::fs::create_dir_all(&kept)?;
+    std::fs::copy(&dump, kept.join("gateway.callgrind"))?;
+    let mut r = super::common::report_header(
+        "Cache hits: the gateway's instructions per request (callgrind)",
+        "cache --callgrind",
+    )?;
+    writeln!(
+        r,
+        "- path: the demo topology; the gateway under `valgrind --tool=callgrind`, config/demo-site{FILE} in its cache; \
+         wrk -t1 -c{CALLGRIND_CONNECTIONS} in the client namespace through TPROXY; counters zeroed after a 3 s warm-up, dumped after {CALLGRIND_SECONDS} s of load\n\
+         - {} requests completed by wrk, {hits} hits counted by the cache; user space only (the kernel's share of each system call is not counted)\n",
+        load.requests
+    )?;
+    writeln!(
+        r,
+        "| | instructions per request |\n|---|---|\n| cache hit (all threads of the gateway) | {per_request:.0} |"
+    )?;
+    writeln!(
+        r,
+        "\n## Top inclusive costs (% of the counted instructions)\n\n| % | function |\n|---|---|"
+    )?;
+    r.push_str(&super::common::callgrind_top(&dump, CALLGRIND_TOP)?);
+    let path = workspace_root().join("bench/results/cache-callgrind.md");
+    std::fs::write(&path, &r).with_context(|| format!("writing {}", path.display()))?;
+    println!("{r}\n==> report written to bench/results/cache-callgrind.md");
+    Ok(())
+}
+
+/// Runs `callgrind_control ACTION PID` (zeroing or dumping the counters of
+/// the process under callgrind).
+fn callgrind_control(pid: u32, action: &str) -> Result<()> {
+    let status = Command::new("callgrind_control")
+        .arg(action)
+        .arg(pid.to_string())
+        .status()
+        .context("running callgrind_control (package valgrind)")?;
+    if !status.success() {
+        bail!("callgrind_control {action} {pid} failed: {status}");
+    }
+    Ok(())
+}
+
+/// The dump `callgrind_control --dump` wrote beside `out` (callgrind numbers
+/// dumps `out.1`, `out.2`, ...; the first one is the counted load).
+fn counted_dump(dir: &Path, out: &Path) -> Result<std::path::PathBuf> {
+    let first = std::path::PathBuf::from(format!("{}.1", out.display()));
+    if first.is_file() {
+        return Ok(first);
+    }
+    bail!("no callgrind dump {} in {}", first.display(), dir.display())
 }
 
 /// nginx as configured for production on this machine: a master, one worker

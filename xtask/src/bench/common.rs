@@ -2,10 +2,10 @@
 //! and the header its report starts with. A leaf: it imports no other benchmark.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::cmd::{run_command, workspace_root};
 
@@ -94,4 +94,74 @@ pub(super) fn build_wanem() -> Result<PathBuf> {
         "wanem",
     ]))?;
     Ok(testbed::target_dir().join("release/wanem"))
+}
+
+/// A fresh scratch directory under the system's temporary directory.
+pub(super) fn tempfile_dir(prefix: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// The total instruction count of a callgrind output file (its `summary:`
+/// or `totals:` line).
+pub(super) fn callgrind_total(path: &Path) -> Result<u64> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .with_context(|| format!("no summary in {}", path.display()))
+}
+
+/// The `lines` functions of a callgrind output file with the highest
+/// inclusive cost, as `callgrind_annotate --inclusive=yes` lists them, each
+/// with its share of the total: where the instructions of a path go.
+pub(super) fn callgrind_top(path: &Path, lines: usize) -> Result<String> {
+    let out = Command::new("callgrind_annotate")
+        .args(["--inclusive=yes", "--threshold=100"])
+        .arg(path)
+        .output()
+        .context("running callgrind_annotate (package valgrind)")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "callgrind_annotate {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let total = callgrind_total(path)? as f64;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut top = String::new();
+    for line in text.lines().filter_map(annotate_row).take(lines) {
+        let (count, function) = line;
+        writeln!(
+            top,
+            "| {:.1} | {} |",
+            count as f64 / total * 100.0,
+            function.replace('|', "\\|")
+        )?;
+    }
+    Ok(top)
+}
+
+/// One function row of callgrind_annotate's listing: its count and its
+/// name (without the file and object `callgrind_annotate` prefixes).
+fn annotate_row(line: &str) -> Option<(u64, String)> {
+    let line = line.trim();
+    let (count, rest) = line.split_once(' ')?;
+    let count: u64 = count.replace(',', "").parse().ok()?;
+    let rest = rest.trim();
+    // `(12.34%)  file:function [object]` in valgrind 3.19's output.
+    let rest = rest
+        .strip_prefix('(')
+        .and_then(|r| r.split_once(')'))
+        .map_or(rest, |(_, r)| r.trim());
+    let function = rest.split_once(':').map_or(rest, |(_, f)| f);
+    let function = function.rsplit_once(" [").map_or(function, |(f, _)| f);
+    Some((count, function.trim().to_owned()))
 }

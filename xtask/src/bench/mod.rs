@@ -46,9 +46,9 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
             None => veth::transport(options),
         },
         Which::Scheduler => veth::scheduler(options),
-        Which::Static => veth::static_files(),
+        Which::Static => veth::static_files(options),
         Which::Ebpf => veth::ebpf(options),
-        Which::Cache => cache::run(),
+        Which::Cache => cache::run(options.callgrind),
         Which::Wan => wan::run(&options.only),
         Which::Pages if options.from_csv => pages::rerender(&options.name),
         Which::Pages => pages::run(&pages::PagesBench {

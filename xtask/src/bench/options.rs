@@ -12,8 +12,10 @@ pub(crate) struct BenchOptions {
     /// Also run every cell over a 100 Mbit/s token-bucket link (transport).
     #[arg(long)]
     pub rate_limited: bool,
-    /// Also count instructions per payload byte of every backend with
-    /// callgrind (transport; needs valgrind).
+    /// Count instructions with callgrind (needs valgrind). transport: also
+    /// instructions per payload byte of every backend; cache and static:
+    /// only instructions per request of the gateway's cache hit or the
+    /// origin's static file, reported in bench/results/{cache,static}-callgrind.md.
     #[arg(long)]
     pub callgrind: bool,
     /// Run over the WAN emulator instead of a veth: RTT_MS,LOSS_PERCENT,RATE_MBIT,

@@ -15,14 +15,16 @@
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use testbed::{Nginx, VethPair};
 
-use super::common::{build_example, build_example_with, report_header};
+use super::common::{
+    build_example, build_example_with, callgrind_total, report_header, tempfile_dir,
+};
 use super::link::{Sides, WanPath, field, run_pair, with_pin};
 use super::options::BenchOptions;
 use crate::cmd::workspace_root;
@@ -431,9 +433,12 @@ fn start_nginx(ns: &VethPair, root: &Path, listen: SocketAddr, dir: &Path) -> Re
         .context("starting nginx (package nginx-light)")
 }
 
-pub(super) fn static_files() -> Result<()> {
+pub(super) fn static_files(options: &BenchOptions) -> Result<()> {
     let root = &workspace_root();
     let binary = build_example("origin", "sched_bench")?;
+    if options.callgrind {
+        return static_callgrind(&binary);
+    }
     let site = root.join("config/demo-site");
     let ns = namespaces()?;
     let mut rows = Vec::new();
@@ -515,6 +520,104 @@ pub(super) fn static_files() -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("static.md"), &report)?;
     println!("\n{report}\nxtask: report written to bench/results/static.md");
+    Ok(())
+}
+
+/// Requests of the two callgrind runs of `bench static --callgrind`: the
+/// difference of their counts, divided by the difference of these, is the
+/// cost of one request without the start-up and the association's set-up.
+const STATIC_CALLGRIND_COUNTS: [usize; 2] = [500, 4500];
+
+/// Functions listed with their inclusive cost in the callgrind reports.
+const CALLGRIND_TOP: usize = 40;
+
+/// `bench static --callgrind`: the origin's instructions per static-file
+/// request, over each backend: the server side of `sched_bench` under
+/// callgrind (the load generator runs natively), two runs of different
+/// request counts. Writes bench/results/static-callgrind.md and keeps the
+/// larger run's callgrind files in bench/results/static-callgrind/.
+fn static_callgrind(binary: &Path) -> Result<()> {
+    let root = workspace_root();
+    let site = root.join("config/demo-site");
+    let kept = root.join("bench/results/static-callgrind");
+    std::fs::create_dir_all(&kept)?;
+    let ns = namespaces()?;
+    let scratch = tempfile_dir("gwb-static-callgrind")?;
+    let mut report = report_header(
+        "Static-file requests: the origin's instructions per request (callgrind)",
+        "static --callgrind",
+    )?;
+    let [small, large] = STATIC_CALLGRIND_COUNTS;
+    writeln!(
+        report,
+        "- path: `sched_bench --workload static` (the origin's association driver and file service) under `valgrind --tool=callgrind` in one namespace, its load generator natively in the other, one veth; 64 requests outstanding\n\
+         - file: config/demo-site{STATIC_PATH}\n\
+         - instructions per request: (instructions of a {large}-request run - those of a {small}-request run) / {}, user space only (the kernel's share of each system call is not counted)\n",
+        large - small
+    )?;
+    writeln!(report, "| backend | instructions per request |")?;
+    writeln!(report, "|---|---|")?;
+    let mut tops = String::new();
+    for backend in ["userspace", "framed-tcp"] {
+        let mut totals = Vec::new();
+        for count in STATIC_CALLGRIND_COUNTS {
+            println!("==> callgrind: origin over {backend}, {count} requests for {STATIC_PATH}");
+            let out = scratch.join(format!("{backend}-{count}.out"));
+            let args = |role: &str| -> Vec<String> {
+                let mut v: Vec<String> = [
+                    role,
+                    "--addr",
+                    "10.78.0.1:9899",
+                    "--backend",
+                    backend,
+                    "--workload",
+                    "static",
+                    "--path",
+                    STATIC_PATH,
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+                v.extend([
+                    "--root".into(),
+                    site.display().to_string(),
+                    "--count".into(),
+                    count.to_string(),
+                ]);
+                v
+            };
+            let mut server = vec![
+                "valgrind".to_owned(),
+                "--tool=callgrind".into(),
+                format!("--callgrind-out-file={}", out.display()),
+                binary.display().to_string(),
+            ];
+            server.extend(args("--server"));
+            let mut client = vec![binary.display().to_string()];
+            client.extend(args("--client"));
+            run_pair_wrapped(&ns, &server, &client)?;
+            totals.push(callgrind_total(&out)?);
+            if count == large {
+                let keep = kept.join(format!("{backend}.callgrind"));
+                std::fs::copy(&out, &keep)
+                    .with_context(|| format!("keeping {}", keep.display()))?;
+                writeln!(
+                    tops,
+                    "\n## {backend}: top inclusive costs of the {large}-request run (% of its instructions)\n\n\
+                     | % | function |\n|---|---|"
+                )?;
+                tops.push_str(&super::common::callgrind_top(&out, CALLGRIND_TOP)?);
+            }
+        }
+        let per_request = (totals[1] as f64 - totals[0] as f64) / (large - small) as f64;
+        println!("    {per_request:.0} instructions per request");
+        writeln!(report, "| {backend} | {per_request:.0} |")?;
+    }
+    report.push_str(&tops);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let path = root.join("bench/results/static-callgrind.md");
+    std::fs::write(&path, &report)?;
+    println!("\n{report}\nxtask: report written to bench/results/static-callgrind.md");
     Ok(())
 }
 
@@ -685,28 +788,6 @@ fn callgrind_section(report: &mut String, binary: &Path) -> Result<()> {
     writeln!(report)?;
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
-}
-
-/// A fresh scratch directory under the system's temporary directory.
-fn tempfile_dir(prefix: &str) -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
-}
-
-/// The total instruction count of a callgrind output file (its `summary:`
-/// or `totals:` line).
-fn callgrind_total(path: &std::path::Path) -> Result<u64> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix("summary:")
-                .or_else(|| l.strip_prefix("totals:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        })
-        .with_context(|| format!("no summary in {}", path.display()))
 }
 
 /// As `run_pair`, with each side's whole command line given (a wrapper such
