@@ -155,7 +155,9 @@ pub struct Scheduler {
     gateway_backlog: HashMap<u16, u64>,
     /// The gateway announced FEEDBACK: sent bytes count toward the backlog.
     gateway_reports: bool,
-    stream_in_transport: HashMap<u16, u64>,
+    /// Bytes in the transport per stream where known, sorted by stream: looked up for every job on every decision, so a binary
+    /// search over a few entries rather than a hashed map.
+    stream_in_transport: Vec<(u16, u64)>,
     transport_queued: u64,
     /// Every policy but FCFS skips a stream with this many bytes or more in the
     /// transport (FCFS waits for it): the transport's own per-stream limit, beyond
@@ -174,7 +176,7 @@ impl Scheduler {
             class_virtual: [0; 2],
             gateway_backlog: HashMap::new(),
             gateway_reports: false,
-            stream_in_transport: HashMap::new(),
+            stream_in_transport: Vec::new(),
             transport_queued: 0,
             stream_limit: u64::MAX,
         }
@@ -342,7 +344,10 @@ impl Scheduler {
     pub fn handle_transport_queued(&mut self, total: u64, per_stream: &[(u16, u64)]) {
         self.transport_queued = total;
         self.stream_in_transport.clear();
-        self.stream_in_transport.extend(per_stream.iter().copied());
+        self.stream_in_transport.extend_from_slice(per_stream);
+        if !self.stream_in_transport.is_sorted() {
+            self.stream_in_transport.sort_unstable();
+        }
     }
 
     /// The job whose next chunk should be sent now, if any may be.
@@ -350,11 +355,17 @@ impl Scheduler {
         if self.transport_queued >= self.config.transport_target {
             return None;
         }
-        let (in_transport, limit) = (&self.stream_in_transport, self.stream_limit);
+        let limit = self.stream_limit;
+        let in_transport = |stream: u16| {
+            self.stream_in_transport
+                .binary_search_by_key(&stream, |&(s, _)| s)
+                .ok()
+                .map(|i| self.stream_in_transport[i].1)
+        };
         let ready = self
             .jobs
             .values()
-            .filter(|j| j.ready && in_transport.get(&j.spec.stream).is_none_or(|t| *t < limit));
+            .filter(|j| j.ready && in_transport(j.spec.stream).is_none_or(|t| t < limit));
         let chosen = match self.config.policy {
             // Strictly in order: while the oldest job has no chunk yet or its
             // stream is full, FCFS waits rather than let a later job pass (that is
@@ -362,9 +373,7 @@ impl Scheduler {
             PolicyKind::Fcfs => {
                 let oldest = self.jobs.values().min_by_key(|j| j.seq);
                 return oldest
-                    .filter(|j| {
-                        j.ready && in_transport.get(&j.spec.stream).is_none_or(|t| *t < limit)
-                    })
+                    .filter(|j| j.ready && in_transport(j.spec.stream).is_none_or(|t| t < limit))
                     .map(|j| j.spec.id);
             }
             PolicyKind::Scf => ready.min_by_key(|j| scf_key(j)),
@@ -389,7 +398,7 @@ impl Scheduler {
                 ready
                     .filter(|j| {
                         backlog.get(&j.spec.stream).is_none_or(|b| *b <= window)
-                            && in_transport.get(&j.spec.stream).is_none_or(|t| *t < target)
+                            && in_transport(j.spec.stream).is_none_or(|t| t < target)
                     })
                     .min_by_key(|j| scf_key(j))
             }

@@ -19,7 +19,7 @@
 //! What produces a response is a [`Handler`]; the origin binary's handler serves
 //! files or proxies, tests use their own.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -261,6 +261,8 @@ pub async fn drive_counted<H: Handler>(
         },
         stall: None,
         egress,
+        depths: Vec::new(),
+        job_streams: BTreeMap::new(),
     };
     let result = driver.run(events_rx).await;
     if let Some(egress) = &driver.egress {
@@ -302,6 +304,12 @@ struct Driver<H: Handler> {
     stall: Option<(tokio::time::Instant, u64)>,
     /// Kernel SCTP with `tc_sctp`: the per-stream send-queue depth.
     egress: Option<EgressInput>,
+    /// (stream, bytes in the transport) of the streams with jobs, rebuilt
+    /// before each decision; kept to reuse its allocation.
+    depths: Vec<(u16, u64)>,
+    /// How many of `jobs` each stream carries: the streams whose depth is
+    /// read, in order and once each however many jobs share one.
+    job_streams: BTreeMap<u16, usize>,
 }
 
 /// One association's use of `tc_sctp`'s counters: the depth core and when the
@@ -437,13 +445,16 @@ impl EgressInput {
 impl<H: Handler> Driver<H> {
     async fn run(&mut self, mut events: mpsc::Receiver<Event>) -> Result<(), DriverError> {
         loop {
-            // Drain everything that is already waiting before deciding what to send.
-            let first = if self.has_sendable() {
-                match events.try_recv() {
-                    Ok(event) => Some(event),
-                    Err(mpsc::error::TryRecvError::Empty) => None,
-                    Err(mpsc::error::TryRecvError::Disconnected) => return Ok(()),
-                }
+            // Drain everything that is already waiting before deciding what to
+            // send: the transport depth is then read once per decision, not
+            // once per event.
+            let first = match events.try_recv() {
+                Ok(event) => Some(event),
+                Err(mpsc::error::TryRecvError::Disconnected) => return Ok(()),
+                Err(mpsc::error::TryRecvError::Empty) => None,
+            };
+            let first = if first.is_some() || self.has_sendable() {
+                first
             } else if !self.scheduler.has_ready() {
                 match events.recv().await {
                     Some(event) => Some(event),
@@ -515,19 +526,15 @@ impl<H: Handler> Driver<H> {
             self.scheduler.handle_transport_queued(total, &per_stream);
             return total;
         }
-        let mut total = 0;
-        let mut per_stream = Vec::new();
-        for job in self.jobs.values() {
-            if let Some(depth) = self.assoc.buffered(job.stream) {
-                per_stream.push((job.stream, depth as u64));
-            }
-        }
-        per_stream.sort_unstable();
-        per_stream.dedup();
-        for (_, depth) in &per_stream {
-            total += depth;
-        }
+        let mut per_stream = std::mem::take(&mut self.depths);
+        per_stream.clear();
+        per_stream.extend(self.job_streams.keys().filter_map(|&stream| {
+            let depth = self.assoc.buffered(stream)?;
+            Some((stream, depth as u64))
+        }));
+        let total = per_stream.iter().map(|(_, depth)| depth).sum();
         self.scheduler.handle_transport_queued(total, &per_stream);
+        self.depths = per_stream;
         total
     }
 
@@ -684,7 +691,7 @@ impl<H: Handler> Driver<H> {
             Arc::clone(&permits),
             self.config.chunk_size,
         ));
-        self.jobs.insert(
+        self.insert_job(
             id,
             Job {
                 stream,
@@ -695,6 +702,29 @@ impl<H: Handler> Driver<H> {
                 head_len: 0,
             },
         );
+    }
+
+    fn insert_job(&mut self, id: RequestId, job: Job) {
+        *self.job_streams.entry(job.stream).or_default() += 1;
+        if let Some(old) = self.jobs.insert(id, job) {
+            self.forget_stream(old.stream);
+        }
+    }
+
+    fn remove_job(&mut self, id: RequestId) -> Option<Job> {
+        let job = self.jobs.remove(&id)?;
+        self.forget_stream(job.stream);
+        Some(job)
+    }
+
+    /// One job fewer on `stream`.
+    fn forget_stream(&mut self, stream: u16) {
+        if let Some(count) = self.job_streams.get_mut(&stream) {
+            *count -= 1;
+            if *count == 0 {
+                self.job_streams.remove(&stream);
+            }
+        }
     }
 
     /// PRIORITY: the request is served at `urgency` and `class` from its next
@@ -715,7 +745,7 @@ impl<H: Handler> Driver<H> {
     /// CANCEL); a RESET from the gateway needs no answer.
     async fn cancel(&mut self, id: RequestId, answer: bool) -> Result<(), DriverError> {
         self.pending_bodies.remove(&id);
-        let Some(job) = self.jobs.remove(&id) else {
+        let Some(job) = self.remove_job(id) else {
             return Ok(());
         };
         if let Some(producer) = job.producer {
@@ -846,7 +876,7 @@ impl<H: Handler> Driver<H> {
                 reset = is_reset,
                 "response done"
             );
-            self.jobs.remove(&id);
+            self.remove_job(id);
             self.scheduler.handle_done(id);
             self.session.handle_request_finished(id);
             if is_reset {
