@@ -14,9 +14,12 @@
 //! for the access log and a sentence for the operator, logged with the request
 //! (target `origin::files`; 403 at info, 5xx at warn, the rest at debug).
 //!
-//! The body is a [`FileBody`]: nothing, a small generated text, or a region of an
-//! open file read in chunks of the caller's size ([`FileBody::read_chunk`]), so a
-//! large file is never held in memory. The caller (the server driver) turns the
+//! The body is a [`FileBody`]: nothing, a small generated text or file, or a
+//! region of an open file read in chunks of the caller's size
+//! ([`FileBody::read_chunk`]), so a large file is never held in memory. A file
+//! of at most [`WHOLE_FILE_MAX_BYTES`] is read whole by the blocking call that
+//! finds it, so that a small file costs one trip to the blocking pool, not one
+//! for the lookup and another per read. The caller (the server driver) turns the
 //! head into RESPONSE_HEAD, each chunk into RESPONSE_BODY and the byte count into
 //! RESPONSE_END.
 //!
@@ -48,6 +51,11 @@ use self::conditional::{
     Precondition, RangeRequest, Validators, evaluate_preconditions, if_range_allows, parse_range,
 };
 use self::path::{PathError, UrlPath};
+
+/// A GET of a file of at most this many bytes reads it whole in the lookup's
+/// blocking call (the file is open there already); a larger one is read in
+/// chunks as the scheduler sends them.
+pub const WHOLE_FILE_MAX_BYTES: u64 = 64 * 1024;
 use crate::http::{RequestHead, ResponseHead, http_date};
 
 /// The `[files]` section of the origin's configuration.
@@ -540,13 +548,20 @@ impl StaticFiles {
         let (url_path, query) = UrlPath::from_target(&request.target).map_err(Refusal::Path)?;
         let inner = Arc::clone(&self.inner);
         let lookup_path = url_path.clone();
-        let resolved = tokio::task::spawn_blocking(move || inner.resolve(&lookup_path))
-            .await
-            .map_err(|e| Refusal::Io(format!("static file lookup task failed: {e}")))?;
-        match resolved? {
-            Resolved::File { file, meta, url } => {
-                self.file_response(request, file, &meta, &url).await
+        let whole = request.method == Method::GET;
+        let resolved = tokio::task::spawn_blocking(move || {
+            let mut resolved = inner.resolve(&lookup_path)?;
+            if let Resolved::File(opened) = &mut resolved
+                && whole
+            {
+                opened.read_if_small()?;
             }
+            Ok(resolved)
+        })
+        .await
+        .map_err(|e| Refusal::Io(format!("static file lookup task failed: {e}")))?;
+        match resolved? {
+            Resolved::File(opened) => self.file_response(request, opened).await,
             Resolved::Directory => redirect(&url_path, query),
         }
     }
@@ -554,10 +569,15 @@ impl StaticFiles {
     async fn file_response(
         &self,
         request: &RequestHead,
-        file: std::fs::File,
-        meta: &Metadata,
-        url: &str,
+        opened: Opened,
     ) -> Result<FileResponse, Refusal> {
+        let Opened {
+            file,
+            meta,
+            url,
+            contents,
+        } = opened;
+        let url = url.as_str();
         let len = meta.len();
         let validators = Validators::new(meta.mtime(), meta.mtime_nsec(), len, meta.ino());
         let etag = HeaderValue::from_str(&validators.etag);
@@ -616,6 +636,20 @@ impl StaticFiles {
             return Ok(FileResponse {
                 head,
                 body: FileBody::Empty,
+            });
+        }
+        if let Some(contents) = contents {
+            let range = usize::try_from(start)
+                .ok()
+                .zip(usize::try_from(start + count).ok());
+            let Some(body) = range
+                .and_then(|(from, to)| contents.get(from..to).map(|_| contents.slice(from..to)))
+            else {
+                return Err(Refusal::Io(format!("{url} changed size while read")));
+            };
+            return Ok(FileResponse {
+                head,
+                body: FileBody::Bytes(body),
             });
         }
         let mut file = tokio::fs::File::from_std(file);
@@ -722,15 +756,39 @@ fn header_value(text: String) -> HeaderValue {
     reason = "returned once per request and consumed at once"
 )]
 enum Resolved {
-    /// A regular file, opened, with its metadata (from the open handle) and its URL
-    /// path (the index file's for a directory URL).
-    File {
-        file: std::fs::File,
-        meta: Metadata,
-        url: String,
-    },
+    /// A regular file, opened.
+    File(Opened),
     /// A directory named without the trailing slash.
     Directory,
+}
+
+/// A regular file, opened, with its metadata (from the open handle), its URL
+/// path (the index file's for a directory URL) and, once read, its contents.
+#[derive(Debug)]
+struct Opened {
+    file: std::fs::File,
+    meta: Metadata,
+    url: String,
+    /// The whole file, when [`Opened::read_if_small`] read it.
+    contents: Option<Bytes>,
+}
+
+impl Opened {
+    /// Blocking: reads the file whole if it has at most
+    /// [`WHOLE_FILE_MAX_BYTES`]. A file shorter than its metadata said (cut
+    /// since it was opened) is an I/O error: its length is what the head
+    /// will promise.
+    fn read_if_small(&mut self) -> Result<(), Refusal> {
+        let len = self.meta.len();
+        if len > WHOLE_FILE_MAX_BYTES {
+            return Ok(());
+        }
+        let mut contents = vec![0; usize::try_from(len).unwrap_or_default()];
+        std::io::Read::read_exact(&mut self.file, &mut contents)
+            .map_err(|e| Refusal::Io(format!("reading {}: {e}", self.url)))?;
+        self.contents = Some(Bytes::from(contents));
+        Ok(())
+    }
 }
 
 impl Inner {
@@ -771,7 +829,12 @@ impl Inner {
         if !meta.is_file() {
             return Err(Refusal::NotRegularFile);
         }
-        Ok(Resolved::File { file, meta, url })
+        Ok(Resolved::File(Opened {
+            file,
+            meta,
+            url,
+            contents: None,
+        }))
     }
 
     /// The canonical form of `joined` (the root and checked segments), if the
