@@ -419,19 +419,16 @@ impl Front {
         };
         let (mut response, route, cache) = if decision.cacheable && self.cache.is_enabled() {
             // The page and its subresources, for the prefetch queue: what it
-            // claims before the request goes, and the request as it went.
-            let watched =
-                (forwarded.method == Method::GET && self.prefetcher.is_some()).then(|| {
-                    (
-                        self.prefetch_demand(&context, &forwarded.path),
-                        forwarded.clone(),
-                    )
-                });
-            let (response, route, cache) = self.through_cache(&context, forwarded).await?;
+            // claims before the request goes; the request itself is kept here
+            // (the cache borrows it) for a page the answer turns out to open.
+            let watched = if forwarded.method == Method::GET {
+                self.prefetch_demand(&context, &forwarded.path)
+            } else {
+                None
+            };
+            let (response, route, cache) = self.through_cache(&context, &forwarded).await?;
             let response = match watched {
-                Some((claimed, request)) => {
-                    self.prefetch_watch(&context, &request, claimed, response)
-                }
+                Some(watched) => self.prefetch_watch(&context, &forwarded, watched, response),
                 None => response,
             };
             (response, route, cache)
@@ -444,11 +441,12 @@ impl Front {
     }
 
     /// Serves a cacheable request: from the cache, through a fill, or passed
-    /// on (then invalidating what an unsafe method changed).
+    /// on (then invalidating what an unsafe method changed). A hit copies
+    /// nothing of `request`; what goes upstream is a copy.
     async fn through_cache(
         self: &Arc<Self>,
         context: &RequestContext<'_>,
-        request: Forwarded,
+        request: &Forwarded,
     ) -> Result<(Response<Body>, &'static str, &'static str), Refusal> {
         let RequestContext {
             flow,
@@ -474,8 +472,7 @@ impl Front {
                 } else {
                     "miss"
                 };
-                let original = request.clone();
-                let mut prepared = request;
+                let mut prepared = request.clone();
                 fill.prepare(&mut prepared.headers);
                 let (response, route) = match self.dispatch(flow, decision, prepared).await {
                     Ok(answer) => answer,
@@ -490,13 +487,14 @@ impl Front {
                 match fill.respond(response).await {
                     Filled::Answer(response) => Ok((response, route, label)),
                     Filled::Refetch => {
-                        let (response, route) = self.dispatch(flow, decision, original).await?;
+                        let (response, route) =
+                            self.dispatch(flow, decision, request.clone()).await?;
                         Ok((response, route, "pass"))
                     }
                 }
             }
             Lookup::StaleWhileRevalidate(response, fill) => {
-                let mut prepared = request;
+                let mut prepared = request.clone();
                 fill.prepare(&mut prepared.headers);
                 // Its own connection upstream, so that the browser's next
                 // request on this one does not wait behind the validation.
@@ -516,13 +514,12 @@ impl Front {
                 Ok((response, "cache", "stale-while-revalidate"))
             }
             Lookup::Pass => {
-                let (method, path) = (request.method.clone(), request.path.clone());
-                let (response, route) = self.dispatch(flow, decision, request).await?;
+                let (response, route) = self.dispatch(flow, decision, request.clone()).await?;
                 let key = CacheRequest {
-                    method: &method,
+                    method: &request.method,
                     host,
                     port,
-                    target: &path,
+                    target: &request.path,
                     headers: &HeaderMap::new(),
                 };
                 self.cache

@@ -55,6 +55,16 @@ struct PageContext {
     flow: Arc<Flow>,
 }
 
+/// What [`Front::prefetch_demand`] learned of a browser GET, for
+/// [`Front::prefetch_watch`] once the answer is there.
+#[derive(Debug)]
+pub(super) struct Watched {
+    /// The request's URL: the page's, if the answer is one.
+    document: Url,
+    /// The queued prefetch the request claimed, and how to scan its body.
+    claimed: Option<(FetchId, Scan)>,
+}
+
 /// A prefetch in progress.
 #[derive(Debug)]
 struct Running {
@@ -145,13 +155,13 @@ impl Front {
         &self,
         context: &RequestContext<'_>,
         path: &str,
-    ) -> Option<(FetchId, Scan)> {
+    ) -> Option<Watched> {
         let prefetcher = self.prefetcher.as_ref()?;
         if !prefetcher.enabled_for(&context.decision) {
             return None;
         }
-        let url = document_url(&context.host, context.port, path)?;
-        match prefetcher.with(|s| s.queue.on_demand(Instant::now(), &url)) {
+        let document = document_url(&context.host, context.port, path)?;
+        let claimed = match prefetcher.with(|s| s.queue.on_demand(Instant::now(), &document)) {
             Demand::Claimed {
                 fetch,
                 scan: Some(scan),
@@ -159,7 +169,8 @@ impl Front {
             Demand::Claimed { .. } | Demand::Alone | Demand::Join(_) | Demand::Prefetched(_) => {
                 None
             }
-        }
+        };
+        Some(Watched { document, claimed })
     }
 
     /// The browser's response to a cacheable GET: an HTML page opens a page
@@ -169,14 +180,12 @@ impl Front {
         &self,
         context: &RequestContext<'_>,
         request: &Forwarded,
-        claimed: Option<(FetchId, Scan)>,
+        watched: Watched,
         response: Response<Body>,
     ) -> Response<Body> {
+        let Watched { document, claimed } = watched;
         let RequestContext {
-            flow,
-            ref host,
-            port,
-            ref decision,
+            flow, ref decision, ..
         } = *context;
         let Some(prefetcher) = self.prefetcher.as_ref() else {
             return response;
@@ -188,9 +197,6 @@ impl Front {
             return response;
         }
         let content_type = content_type(response.headers());
-        let Some(document) = document_url(host, port, &request.path) else {
-            return response;
-        };
         if let Some((fetch, scan)) = claimed {
             let (tx, rx) = mpsc::channel(PAGE_CHUNKS);
             tokio::spawn(scan_fetch(
