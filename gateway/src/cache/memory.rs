@@ -29,6 +29,20 @@ pub(super) const MAX_OBJECT_BYTES: u64 = 256 * 1024;
 pub(super) struct Hot {
     pub(super) entry: EntryMeta,
     pub(super) body: Bytes,
+    /// What the entry's own fields say of its freshness, parsed once here
+    /// rather than on every hit.
+    pub(super) freshness: policy::Freshness,
+}
+
+impl Hot {
+    pub(super) fn new(entry: EntryMeta, body: Bytes) -> Self {
+        let freshness = policy::Freshness::of(&entry.response);
+        Self {
+            entry,
+            body,
+            freshness,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -227,8 +241,8 @@ mod tests {
     use crate::cache::policy::StoredResponse;
 
     fn hot(body: &'static [u8]) -> Hot {
-        Hot {
-            entry: EntryMeta {
+        Hot::new(
+            EntryMeta {
                 id: 1,
                 response: StoredResponse {
                     status: StatusCode::OK,
@@ -241,8 +255,8 @@ mod tests {
                 body_crc: 0,
                 stored_at: 0,
             },
-            body: Bytes::from_static(body),
-        }
+            Bytes::from_static(body),
+        )
     }
 
     #[test]

@@ -520,10 +520,10 @@ impl Shared {
         request: &CacheRequest<'_>,
     ) -> Option<(Vec<u8>, Arc<Hot>, std::time::Duration)> {
         let (key, hot) = self.memory.get(primary, request.headers)?;
-        let decision = policy::decide_lookup(
+        let decision = policy::decide_lookup_with(
             request.method,
             request.headers,
-            Some(&hot.entry.response),
+            Some((&hot.entry.response, &hot.freshness)),
             SystemTime::now(),
         );
         let LookupDecision::Fresh { age } = decision else {
@@ -708,15 +708,8 @@ impl Shared {
         body: Bytes,
         changes: u64,
     ) {
-        self.memory.insert(
-            primary,
-            vary,
-            key.to_vec(),
-            Hot {
-                entry: entry.clone(),
-                body,
-            },
-        );
+        self.memory
+            .insert(primary, vary, key.to_vec(), Hot::new(entry.clone(), body));
         if self.changes.load(Ordering::SeqCst) != changes {
             self.memory.remove(key);
         }

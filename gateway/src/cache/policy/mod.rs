@@ -46,20 +46,23 @@ const UNDERSTOOD: [u16; 16] = [
 /// reflect them into a response the cache would then hand every other browser
 /// (cache poisoning). A request carrying one is passed on and nothing of its
 /// response is stored (docs/cache.md, "Unkeyed inputs").
-pub const UNKEYED_REQUEST_FIELDS: [&str; 13] = [
-    "forwarded",
-    "x-forwarded-host",
-    "x-forwarded-port",
-    "x-forwarded-prefix",
-    "x-forwarded-proto",
-    "x-forwarded-scheme",
-    "x-host",
-    "x-http-method",
-    "x-http-method-override",
-    "x-method-override",
-    "x-original-host",
-    "x-original-url",
-    "x-rewrite-url",
+///
+/// Field names rather than strings: every lookup tests each of them, and a
+/// string would be parsed into a name on every test.
+pub static UNKEYED_REQUEST_FIELDS: [HeaderName; 13] = [
+    HeaderName::from_static("forwarded"),
+    HeaderName::from_static("x-forwarded-host"),
+    HeaderName::from_static("x-forwarded-port"),
+    HeaderName::from_static("x-forwarded-prefix"),
+    HeaderName::from_static("x-forwarded-proto"),
+    HeaderName::from_static("x-forwarded-scheme"),
+    HeaderName::from_static("x-host"),
+    HeaderName::from_static("x-http-method"),
+    HeaderName::from_static("x-http-method-override"),
+    HeaderName::from_static("x-method-override"),
+    HeaderName::from_static("x-original-host"),
+    HeaderName::from_static("x-original-url"),
+    HeaderName::from_static("x-rewrite-url"),
 ];
 
 /// The first input of `request` that the cache key leaves out, if any: one of
@@ -68,9 +71,9 @@ pub const UNKEYED_REQUEST_FIELDS: [&str; 13] = [
 pub fn unkeyed_input(request: &HeaderMap) -> Option<&'static str> {
     if let Some(name) = UNKEYED_REQUEST_FIELDS
         .iter()
-        .find(|name| request.contains_key(**name))
+        .find(|name| request.contains_key(*name))
     {
-        return Some(name);
+        return Some(name.as_str());
     }
     let has_body = request.contains_key(header::TRANSFER_ENCODING)
         || request
@@ -349,6 +352,21 @@ pub fn freshness_lifetime(
 
 /// The current age of a stored response at `now` (section 4.2.3), whole seconds.
 pub fn current_age(stored: &StoredResponse, now: SystemTime) -> Duration {
+    age_at(stored, corrected_initial_age(stored), now)
+}
+
+/// The age of `stored` at `now`, given its `corrected_initial_age`
+/// (section 4.2.3), whole seconds.
+fn age_at(stored: &StoredResponse, corrected_initial_age: Duration, now: SystemTime) -> Duration {
+    let resident_time = now
+        .duration_since(stored.response_time)
+        .unwrap_or(Duration::ZERO);
+    Duration::from_secs((corrected_initial_age + resident_time).as_secs())
+}
+
+/// Section 4.2.3's `corrected_initial_age`: what `stored` says of its age
+/// when it arrived, from its own fields and the times it was fetched.
+fn corrected_initial_age(stored: &StoredResponse) -> Duration {
     let date = date_value(&stored.headers).unwrap_or(stored.response_time);
     let age_value = stored
         .headers
@@ -365,11 +383,29 @@ pub fn current_age(stored: &StoredResponse, now: SystemTime) -> Duration {
         .duration_since(stored.request_time)
         .unwrap_or(Duration::ZERO);
     let corrected_age_value = age_value + response_delay;
-    let corrected_initial_age = apparent_age.max(corrected_age_value);
-    let resident_time = now
-        .duration_since(stored.response_time)
-        .unwrap_or(Duration::ZERO);
-    Duration::from_secs((corrected_initial_age + resident_time).as_secs())
+    apparent_age.max(corrected_age_value)
+}
+
+/// What [`decide_lookup`] reads of a stored response's own fields, worked out
+/// once: its freshness lifetime, its initial age and its `Cache-Control`.
+/// The memory tier keeps one beside each entry, so that a hit on it parses
+/// none of the stored fields again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Freshness {
+    lifetime: Duration,
+    corrected_initial_age: Duration,
+    cache_control: CacheControl,
+}
+
+impl Freshness {
+    /// `stored`'s figures.
+    pub fn of(stored: &StoredResponse) -> Self {
+        Self {
+            lifetime: freshness_lifetime(stored.status, &stored.headers, stored.response_time).0,
+            corrected_initial_age: corrected_initial_age(stored),
+            cache_control: CacheControl::parse(&stored.headers),
+        }
+    }
 }
 
 /// What to do with a request, given what is stored under its key.
@@ -415,6 +451,18 @@ pub fn decide_lookup(
     stored: Option<&StoredResponse>,
     now: SystemTime,
 ) -> LookupDecision {
+    let freshness = stored.map(Freshness::of);
+    decide_lookup_with(method, request, stored.zip(freshness.as_ref()), now)
+}
+
+/// [`decide_lookup`] with the stored response's [`Freshness`] worked out
+/// already.
+pub fn decide_lookup_with(
+    method: &Method,
+    request: &HeaderMap,
+    stored: Option<(&StoredResponse, &Freshness)>,
+    now: SystemTime,
+) -> LookupDecision {
     if method != Method::GET && method != Method::HEAD {
         return LookupDecision::Pass;
     }
@@ -436,9 +484,9 @@ pub fn decide_lookup(
         }
         return LookupDecision::Fetch;
     };
-    let age = current_age(stored, now);
-    let (lifetime, _) = freshness_lifetime(stored.status, &stored.headers, stored.response_time);
-    let res_cc = CacheControl::parse(&stored.headers);
+    let (stored, freshness) = stored;
+    let age = age_at(stored, freshness.corrected_initial_age, now);
+    let (lifetime, res_cc) = (freshness.lifetime, &freshness.cache_control);
     let reusable = !req_cc.no_cache
         && !res_cc.no_cache
         && if lifetime > age {
@@ -469,7 +517,7 @@ pub fn decide_lookup(
         return LookupDecision::Pass;
     }
     let conditional = conditional_headers(stored);
-    if stale_while_revalidate_allows(&req_cc, &res_cc, age, lifetime) {
+    if stale_while_revalidate_allows(&req_cc, res_cc, age, lifetime) {
         return LookupDecision::StaleWhileRevalidate { age, conditional };
     }
     if conditional.is_empty() {
