@@ -54,11 +54,15 @@ const CALLGRIND_SECONDS: u32 = 20;
 /// Functions listed with their inclusive cost in the callgrind report.
 const CALLGRIND_TOP: usize = 40;
 
-/// `bench cache`, or with `callgrind` only the gateway's instructions per
-/// cache hit ([`run_callgrind`]).
-pub(crate) fn run(callgrind: bool) -> Result<()> {
+/// `bench cache`; with `callgrind` only the gateway's instructions per
+/// cache hit ([`run_callgrind`]), with `flamegraph` only a flame graph of
+/// its hits ([`run_flamegraph`]).
+pub(crate) fn run(callgrind: bool, flamegraph: bool) -> Result<()> {
     if callgrind {
         return run_callgrind();
+    }
+    if flamegraph {
+        return run_flamegraph();
     }
     let built = crate::run::build(&["gateway", "origin"])?;
     let binaries = Binaries {
@@ -171,26 +175,13 @@ fn run_callgrind() -> Result<()> {
         &wrapper,
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )?;
-    testbed::cleanup_stale(PREFIX)?;
     println!("==> starting the demo topology, the gateway under callgrind");
-    let mut demo = Demo::start(
-        Binaries {
-            gateway: wrapper,
-            origin: built[1].clone(),
-        },
-        DemoOptions::new(PREFIX, &workspace_root(), &dir),
-    )?;
-    let client_ns = demo.topology.client.name().to_owned();
-    let url = format!("http://{SITE_V4}{FILE}");
-    println!("==> filling the cache with {url}");
-    curl(&client_ns, &url)?;
+    let binaries = Binaries {
+        gateway: wrapper,
+        origin: built[1].clone(),
+    };
+    let (mut demo, client_ns, url) = start_filled(binaries, &built[0], &dir)?;
     let stats = |demo: &Demo| cache_stats(&built[0], demo);
-    for _ in 0..100 {
-        if stats(&demo)?["stored"].as_u64() >= Some(1) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
     println!("==> warm-up: wrk, {CALLGRIND_CONNECTIONS} connections, 3 s");
     wrk(&client_ns, &url, CALLGRIND_CONNECTIONS, 3)?;
     let pid = demo.gateway.as_ref().context("gateway")?.pid();
@@ -236,6 +227,72 @@ fn run_callgrind() -> Result<()> {
     let path = workspace_root().join("bench/results/cache-callgrind.md");
     std::fs::write(&path, &r).with_context(|| format!("writing {}", path.display()))?;
     println!("{r}\n==> report written to bench/results/cache-callgrind.md");
+    Ok(())
+}
+
+/// The demo topology started with `binaries` in `dir`, the file in the
+/// gateway's cache (`gateway` is the real executable, for `cache stats`);
+/// returns it with the client namespace and the file's URL.
+fn start_filled(binaries: Binaries, gateway: &Path, dir: &Path) -> Result<(Demo, String, String)> {
+    testbed::cleanup_stale(PREFIX)?;
+    let demo = Demo::start(binaries, DemoOptions::new(PREFIX, &workspace_root(), dir))?;
+    let client_ns = demo.topology.client.name().to_owned();
+    let url = format!("http://{SITE_V4}{FILE}");
+    println!("==> filling the cache with {url}");
+    curl(&client_ns, &url)?;
+    for _ in 0..100 {
+        if cache_stats(gateway, &demo)?["stored"].as_u64() >= Some(1) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok((demo, client_ns, url))
+}
+
+/// Seconds perf samples the gateway for the flame graph.
+const FLAMEGRAPH_SECONDS: u32 = 10;
+
+/// A flame graph of the gateway answering cache hits: perf samples its
+/// stacks (DWARF unwinding) while wrk loads it with 100 connections; written
+/// to bench/results/cache-flamegraph.svg.
+fn run_flamegraph() -> Result<()> {
+    let built = crate::run::build(&["gateway", "origin"])?;
+    let dir = testbed::target_dir().join("bench-cache-flamegraph");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let binaries = Binaries {
+        gateway: built[0].clone(),
+        origin: built[1].clone(),
+    };
+    let (mut demo, client_ns, url) = start_filled(binaries, &built[0], &dir)?;
+    wrk(&client_ns, &url, 100, 2)?;
+    let pid = demo.gateway.as_ref().context("gateway")?.pid();
+    let perf_data = dir.join("perf.data");
+    println!("==> perf record on the gateway while wrk loads it, {FLAMEGRAPH_SECONDS} s");
+    let mut perf = super::common::perf_record(
+        &perf_data,
+        Some(pid),
+        &["sleep", &FLAMEGRAPH_SECONDS.to_string()],
+    )?;
+    let load = wrk(&client_ns, &url, 100, FLAMEGRAPH_SECONDS);
+    let recorded = perf.wait();
+    if let Some(gateway) = demo.gateway.as_mut() {
+        let _ = gateway.stop(Duration::from_secs(10));
+    }
+    let load = load?;
+    if !recorded?.success() {
+        bail!("perf record failed");
+    }
+    let svg = workspace_root().join("bench/results/cache-flamegraph.svg");
+    super::common::flamegraph(
+        &perf_data,
+        &svg,
+        &format!(
+            "gateway: cache hits, wrk -c100, {:.0} requests/s under perf",
+            load.rps
+        ),
+    )?;
+    println!("==> flame graph written to bench/results/cache-flamegraph.svg");
     Ok(())
 }
 

@@ -2,8 +2,9 @@
 //! and the header its report starts with. A leaf: it imports no other benchmark.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result};
 
@@ -164,4 +165,58 @@ fn annotate_row(line: &str) -> Option<(u64, String)> {
     let function = rest.split_once(':').map_or(rest, |(_, f)| f);
     let function = function.rsplit_once(" [").map_or(function, |(f, _)| f);
     Some((count, function.trim().to_owned()))
+}
+
+/// Starts `perf record` with DWARF call stacks into `out`: of process `pid`
+/// for as long as `command` runs, or of `command` itself.
+pub(super) fn perf_record(out: &Path, pid: Option<u32>, command: &[&str]) -> Result<Child> {
+    let mut perf = Command::new("perf");
+    perf.args(["record", "-F", "499", "--call-graph", "dwarf", "-o"])
+        .arg(out);
+    if let Some(pid) = pid {
+        perf.args(["-p", &pid.to_string()]);
+    }
+    perf.arg("--")
+        .args(command)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("running perf record (package linux-perf)")
+}
+
+/// Renders `perf_data` as a flame graph at `svg`: `perf script`, then
+/// inferno's collapse and flame graph (`cargo install inferno`).
+pub(super) fn flamegraph(perf_data: &Path, svg: &Path, title: &str) -> Result<()> {
+    let script = Command::new("perf")
+        .args(["script", "-i"])
+        .arg(perf_data)
+        .stderr(Stdio::null())
+        .output()
+        .context("running perf script (package linux-perf)")?;
+    if !script.status.success() {
+        anyhow::bail!("perf script -i {} failed", perf_data.display());
+    }
+    let folded = filter("inferno-collapse-perf", &[], script.stdout)?;
+    let graph = filter("inferno-flamegraph", &["--title", title], folded)?;
+    std::fs::write(svg, graph).with_context(|| format!("writing {}", svg.display()))
+}
+
+/// `program` with `args`, fed `input`; its output.
+fn filter(program: &str, args: &[&str], input: Vec<u8>) -> Result<Vec<u8>> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {program} (cargo install inferno)"))?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let feeder = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output()?;
+    feeder
+        .join()
+        .map_err(|_| anyhow::anyhow!("feeding {program} panicked"))??;
+    if !out.status.success() {
+        anyhow::bail!("{program} failed ({})", out.status);
+    }
+    Ok(out.stdout)
 }

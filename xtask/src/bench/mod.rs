@@ -48,7 +48,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Scheduler => veth::scheduler(options),
         Which::Static => veth::static_files(options),
         Which::Ebpf => veth::ebpf(options),
-        Which::Cache => cache::run(options.callgrind),
+        Which::Cache => cache::run(options.callgrind, options.flamegraph),
         Which::Wan => wan::run(&options.only),
         Which::Pages if options.from_csv => pages::rerender(&options.name),
         Which::Pages => pages::run(&pages::PagesBench {

@@ -18,6 +18,10 @@ pub(crate) struct BenchOptions {
     /// origin's static file, reported in bench/results/{cache,static}-callgrind.md.
     #[arg(long)]
     pub callgrind: bool,
+    /// cache and static: only a flame graph of the path (perf with DWARF
+    /// stacks, inferno), bench/results/{cache,static}-flamegraph.svg.
+    #[arg(long)]
+    pub flamegraph: bool,
     /// Run over the WAN emulator instead of a veth: RTT_MS,LOSS_PERCENT,RATE_MBIT,
     /// e.g. 80,1,100 (transport: timed bulk cells alone and beside a CUBIC TCP
     /// flow, report transport-wan.md; scheduler: the rate-limited sections,

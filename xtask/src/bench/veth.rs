@@ -439,6 +439,9 @@ pub(super) fn static_files(options: &BenchOptions) -> Result<()> {
     if options.callgrind {
         return static_callgrind(&binary);
     }
+    if options.flamegraph {
+        return static_flamegraph(&binary);
+    }
     let site = root.join("config/demo-site");
     let ns = namespaces()?;
     let mut rows = Vec::new();
@@ -531,6 +534,80 @@ const STATIC_CALLGRIND_COUNTS: [usize; 2] = [500, 4500];
 /// Functions listed with their inclusive cost in the callgrind reports.
 const CALLGRIND_TOP: usize = 40;
 
+/// `sched_bench`'s arguments for `role` in the static workload: `count`
+/// requests for [`STATIC_PATH`] under `site` over `backend`.
+fn static_args(role: &str, backend: &str, site: &Path, count: usize) -> Vec<String> {
+    let mut v: Vec<String> = [
+        role,
+        "--addr",
+        "10.78.0.1:9899",
+        "--backend",
+        backend,
+        "--workload",
+        "static",
+        "--path",
+        STATIC_PATH,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.extend([
+        "--root".into(),
+        site.display().to_string(),
+        "--count".into(),
+        count.to_string(),
+    ]);
+    v
+}
+
+/// Requests of `bench static --flamegraph`'s run.
+const FLAMEGRAPH_COUNT: usize = 20_000;
+
+/// `bench static --flamegraph`: a flame graph of the origin serving the
+/// static file over userspace SCTP, the server side of `sched_bench` under
+/// `perf record` (DWARF stacks), the load generator natively; written to
+/// bench/results/static-flamegraph.svg.
+fn static_flamegraph(binary: &Path) -> Result<()> {
+    let root = workspace_root();
+    let site = root.join("config/demo-site");
+    let ns = namespaces()?;
+    let scratch = tempfile_dir("gwb-static-flamegraph")?;
+    let perf_data = scratch.join("perf.data");
+    println!("==> perf record on the origin: {FLAMEGRAPH_COUNT} requests over userspace");
+    let mut server: Vec<String> = ["perf", "record", "-F", "499", "--call-graph", "dwarf", "-o"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    server.extend([
+        perf_data.display().to_string(),
+        "--".into(),
+        binary.display().to_string(),
+    ]);
+    server.extend(static_args(
+        "--server",
+        "userspace",
+        &site,
+        FLAMEGRAPH_COUNT,
+    ));
+    let mut client = vec![binary.display().to_string()];
+    client.extend(static_args(
+        "--client",
+        "userspace",
+        &site,
+        FLAMEGRAPH_COUNT,
+    ));
+    run_pair_wrapped(&ns, &server, &client)?;
+    let svg = root.join("bench/results/static-flamegraph.svg");
+    super::common::flamegraph(
+        &perf_data,
+        &svg,
+        "origin: static file over userspace SCTP, 64 outstanding, under perf",
+    )?;
+    let _ = std::fs::remove_dir_all(&scratch);
+    println!("xtask: flame graph written to bench/results/static-flamegraph.svg");
+    Ok(())
+}
+
 /// `bench static --callgrind`: the origin's instructions per static-file
 /// request, over each backend: the server side of `sched_bench` under
 /// callgrind (the load generator runs natively), two runs of different
@@ -563,29 +640,7 @@ fn static_callgrind(binary: &Path) -> Result<()> {
         for count in STATIC_CALLGRIND_COUNTS {
             println!("==> callgrind: origin over {backend}, {count} requests for {STATIC_PATH}");
             let out = scratch.join(format!("{backend}-{count}.out"));
-            let args = |role: &str| -> Vec<String> {
-                let mut v: Vec<String> = [
-                    role,
-                    "--addr",
-                    "10.78.0.1:9899",
-                    "--backend",
-                    backend,
-                    "--workload",
-                    "static",
-                    "--path",
-                    STATIC_PATH,
-                ]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-                v.extend([
-                    "--root".into(),
-                    site.display().to_string(),
-                    "--count".into(),
-                    count.to_string(),
-                ]);
-                v
-            };
+            let args = |role: &str| static_args(role, backend, &site, count);
             let mut server = vec![
                 "valgrind".to_owned(),
                 "--tool=callgrind".into(),
