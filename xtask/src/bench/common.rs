@@ -121,7 +121,9 @@ pub(super) fn callgrind_total(path: &Path) -> Result<u64> {
 
 /// The `lines` functions of a callgrind output file with the highest
 /// inclusive cost, as `callgrind_annotate --inclusive=yes` lists them, each
-/// with its share of the total: where the instructions of a path go.
+/// with its share of the total: where the instructions of a path go. A
+/// function listed again (inlined into several places) is shown once, and
+/// those above 95% (the thread's and the runtime's entry points) not at all.
 pub(super) fn callgrind_top(path: &Path, lines: usize) -> Result<String> {
     let out = Command::new("callgrind_annotate")
         .args(["--inclusive=yes", "--threshold=100"])
@@ -138,8 +140,13 @@ pub(super) fn callgrind_top(path: &Path, lines: usize) -> Result<String> {
     let total = callgrind_total(path)? as f64;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut top = String::new();
-    for line in text.lines().filter_map(annotate_row).take(lines) {
-        let (count, function) = line;
+    let mut seen = std::collections::HashSet::new();
+    let rows = text
+        .lines()
+        .filter_map(annotate_row)
+        .filter(|(count, _)| (*count as f64) < 0.95 * total)
+        .filter(|(_, function)| seen.insert(function.clone()));
+    for (count, function) in rows.take(lines) {
         writeln!(
             top,
             "| {:.1} | {} |",
