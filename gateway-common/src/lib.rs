@@ -9,12 +9,20 @@
 //! Where to start: [`StreamKey`] → [`StreamCounters`] (DATA and I-DATA bytes per
 //! SCTP stream), [`AssocKey`] → [`AssocCounters`] (SACKs per association),
 //! [`SctpConfig`] (the UDP encapsulation port) and [`WalkerStats`] (what the
-//! chunk walker saw). docs/ebpf.md describes the programs that fill them.
+//! chunk walker saw). [`TcpFlowKey`] → [`TcpFlowCounters`] are the browser
+//! flows the LAN-side TCP programs count. docs/ebpf.md describes the programs
+//! that fill them.
 //!
 //! All multi-byte fields are in host byte order: the programs convert from
 //! network order when they build a key or value.
 
 #![no_std]
+
+mod tcp;
+
+pub use tcp::{
+    TCP_CONFIG_PORTS, TCP_PORT_DEFAULT, TcpConfig, TcpFlowCounters, TcpFlowKey, TcpStats,
+};
 
 /// Per-interface packet and byte counters kept by the minimal XDP program.
 #[repr(C)]

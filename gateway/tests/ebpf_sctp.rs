@@ -15,6 +15,7 @@
 //! variable or without root, they FAIL saying so; they never pass vacuously.
 
 #[path = "support/frames.rs"]
+#[allow(dead_code, reason = "ebpf_tcp.rs uses the TCP builders")]
 mod frames;
 #[path = "support/ebpf.rs"]
 mod support;
