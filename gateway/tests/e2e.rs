@@ -1488,6 +1488,7 @@ fn generated_configs_validate() {
         cache_path: Some("/tmp/elsewhere/c.redb".into()),
         cache_enabled: Some(false),
         prefetch_enabled: Some(false),
+        feedback_enabled: Some(false),
         backend: Some("quic".into()),
         quic_server_cert_sha256: Some("ab".repeat(32)),
     };
@@ -1503,6 +1504,7 @@ fn generated_configs_validate() {
     assert!(!config.prefetch.enabled_for_origins);
     let origin = &config.origins[0];
     assert!(!origin.fail_open);
+    assert!(!origin.feedback.enabled);
     assert_eq!(origin.reconnect_max, Duration::from_millis(100));
     assert_eq!(origin.reconnect_min, Duration::from_millis(100));
     assert_eq!(origin.transport.idle_timeout, Duration::from_secs(3));

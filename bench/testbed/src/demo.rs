@@ -65,6 +65,8 @@ pub struct GatewayConfigOverrides {
     pub cache_enabled: Option<bool>,
     /// `prefetch.enabled_for_origins`.
     pub prefetch_enabled: Option<bool>,
+    /// The first `[[origin]]`'s `feedback.enabled`.
+    pub feedback_enabled: Option<bool>,
     /// The first `[[origin]]`'s `backend` (auto, kernel, userspace, framed-tcp, quic).
     pub backend: Option<String>,
     /// The first `[[origin]]`'s `transport.quic_server_cert_sha256`: the pin a
@@ -260,6 +262,11 @@ fn override_origin(
     if let Some(fail_open) = overrides.fail_open {
         origin.insert("fail_open".into(), fail_open.into());
     }
+    if let Some(enabled) = overrides.feedback_enabled {
+        section(origin, "feedback")
+            .ok_or_else(|| "origin.feedback is not a table".to_owned())?
+            .insert("enabled".into(), enabled.into());
+    }
     if let Some(ms) = overrides.reconnect_max_ms {
         origin.insert("reconnect_max".into(), (ms as i64).into());
         let min = origin
@@ -323,6 +330,8 @@ pub struct DemoOptions {
     /// The origin's transport (`--transport`: auto, kernel, userspace,
     /// framed-tcp); the origin's config file decides if `None`.
     pub origin_transport: Option<String>,
+    /// The origin's configuration file; `config/origin.toml` if `None`.
+    pub origin_config: Option<PathBuf>,
     /// Changes to the shipped gateway config (the origin address and LAN
     /// interface are set to the topology's unless given here).
     pub gateway: GatewayConfigOverrides,
@@ -353,6 +362,7 @@ impl DemoOptions {
             workspace: workspace.to_owned(),
             origin_root: None,
             origin_transport: None,
+            origin_config: None,
             gateway: GatewayConfigOverrides::default(),
             start_origin: true,
             start_gateway: true,
@@ -470,10 +480,12 @@ impl Demo {
             old.kill()?;
         }
         self.origin_starts += 1;
+        let config = (self.options.origin_config.clone())
+            .unwrap_or_else(|| self.options.workspace.join("config/origin.toml"));
         let mut command = Command::new(&self.binaries.origin);
         command
             .arg("--config")
-            .arg(self.options.workspace.join("config/origin.toml"))
+            .arg(config)
             .arg("--listen")
             .arg(origin_sctp_v4().to_string())
             .arg("--listen")

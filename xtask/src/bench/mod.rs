@@ -7,7 +7,7 @@
 //!   emulator).
 //! - `transport_wan`: `transport --wan`, one association over the WAN
 //!   emulator, alone and beside a CUBIC TCP connection.
-//! - `cache`, `wan`, `prefetch`, `pages`, `papers`: the benchmarks in the
+//! - `cache`, `wan`, `prefetch`, `pages`, `papers`, `slow_consumer`: the benchmarks in the
 //!   testbed's demo topology (with the WAN emulator where a link matters).
 //! - `common`: release builds of the measuring programs and the report
 //!   header; `link`: the path between a benchmark's two processes (a veth
@@ -26,6 +26,7 @@ mod options;
 mod pages;
 mod papers;
 mod prefetch;
+mod slow_consumer;
 mod transport_wan;
 mod veth;
 mod wan;
@@ -35,10 +36,12 @@ use self::options::Which;
 
 /// Runs the benchmark `options` name.
 pub(crate) fn run(options: &BenchOptions) -> Result<()> {
-    if !matches!(options.which, Which::Transport | Which::Scheduler)
-        && (options.wan.is_some() || options.seconds.is_some())
+    if !matches!(
+        options.which,
+        Which::Transport | Which::Scheduler | Which::SlowConsumer
+    ) && (options.wan.is_some() || options.seconds.is_some())
     {
-        bail!("--wan and --seconds are for the transport and scheduler benchmarks");
+        bail!("--wan and --seconds are for the transport, scheduler and slow-consumer benchmarks");
     }
     match options.which {
         Which::Transport => match options.wan {
@@ -64,6 +67,10 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Papers => papers::run(&options.only),
         Which::Prefetch => prefetch::run(prefetch::PrefetchBench {
             rtt_ms: options.rtt_ms,
+        }),
+        Which::SlowConsumer => slow_consumer::run(slow_consumer::SlowConsumerBench {
+            cell: options.wan.unwrap_or(slow_consumer::DEFAULT_CELL),
+            seconds: options.seconds.unwrap_or(20.0),
         }),
     }
 }

@@ -19,7 +19,7 @@ pub(crate) struct BenchOptions {
     /// Run over the WAN emulator instead of a veth: RTT_MS,LOSS_PERCENT,RATE_MBIT,
     /// e.g. 80,1,100 (transport: timed bulk cells alone and beside a CUBIC TCP
     /// flow, report transport-wan.md; scheduler: the rate-limited sections,
-    /// report scheduler-wan.md).
+    /// report scheduler-wan.md; slow-consumer: the link, default 80,0,20).
     #[arg(long, value_name = "RTT_MS,LOSS_PERCENT,RATE_MBIT")]
     pub wan: Option<super::link::WanCell>,
     /// Seconds each timed cell runs (transport --wan: 20; scheduler: its
@@ -98,4 +98,8 @@ pub(crate) enum Which {
     /// against the analytical model (model), time per object against object
     /// count (objects).
     Papers,
+    /// One browser reading at 1 Mbit/s beside three fast downloads through
+    /// the gateway and one association over the WAN emulator (--wan, default
+    /// 80,0,20; --seconds per phase, default 20), FEEDBACK off against on.
+    SlowConsumer,
 }
