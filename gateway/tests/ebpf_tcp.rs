@@ -326,6 +326,83 @@ fn on_a_real_connection_the_flow_matches_what_the_client_read() {
     drop(netns);
 }
 
+/// The gateway's side (`gateway::accounting`): started with a LAN interface,
+/// it attaches both programs there and says so, and finds the connections it
+/// serves in their map by the socket's own addresses, through a dual-stack
+/// listener as the gateway's is (IPv4 peers as IPv4-mapped addresses) and over
+/// IPv6; a socket the programs never saw as a browser flow is not found.
+#[test]
+#[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
+fn the_gateway_finds_the_connections_it_serves_in_the_flow_map() {
+    use gateway::accounting::{Accounting, BrowserFlows, EbpfConfig, LanSide};
+    use gateway::origin_link::BrowserSocket;
+    use std::sync::Arc;
+
+    let object = object_path();
+    require_root();
+    let name = format!("gw-ebpf-tcp-gw-{}", std::process::id());
+    let netns = testbed::Netns::create(&name).unwrap_or_else(|e| panic!("creating {name}: {e}"));
+    testbed::ip(&["-n", netns.name(), "link", "set", "lo", "up"]).unwrap_or_else(|e| panic!("{e}"));
+    testbed::in_netns(netns.name(), move || {
+        let lan = LanSide {
+            interfaces: vec!["lo".into()],
+            ports: vec![80],
+        };
+        let config = EbpfConfig {
+            object: Some(object),
+            ..EbpfConfig::default()
+        };
+        let accounting = Accounting::start(&config, &lan);
+        assert!(
+            accounting
+                .describe()
+                .ends_with("; browser flows: eBPF (tc_tcp_egress and tc_tcp_ingress on lo)"),
+            "{}",
+            accounting.describe()
+        );
+        for connect in ["127.0.0.1:80", "[::1]:80"] {
+            let listener = TcpListener::bind("[::]:80").expect("a dual-stack listener on port 80");
+            let mut client = TcpStream::connect(connect).expect("connecting");
+            let (mut served, _) = listener.accept().expect("accepting");
+            served.write_all(&[7; 100_000]).expect("serving");
+            let mut read = vec![0_u8; 100_000];
+            client.read_exact(&mut read).expect("reading");
+            let served = Arc::new(BrowserSocket::of(&served).expect("the served socket"));
+            let unrelated = Arc::new(BrowserSocket::of(&client).expect("the client's socket"));
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let flows = accounting
+                    .browser_in_flight(&[(7, Arc::clone(&served)), (9, Arc::clone(&unrelated))]);
+                let expected = BTreeMap::from([
+                    (
+                        7,
+                        BrowserFlows {
+                            connections: 1,
+                            seen: 1,
+                            in_flight: 0,
+                        },
+                    ),
+                    (
+                        9,
+                        BrowserFlows {
+                            connections: 1,
+                            seen: 0,
+                            in_flight: 0,
+                        },
+                    ),
+                ]);
+                if flows.as_ref() == Some(&expected) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "{connect}: {flows:?}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    })
+    .unwrap_or_else(|e| panic!("entering the namespace: {e}"));
+    drop(netns);
+}
+
 /// Serves `bytes` from `server` to one client that reads nothing at first,
 /// then everything; checks the flow at both moments.
 fn one_connection(accounting: &TcpFlowAccounting, server: SocketAddr, bytes: usize) {

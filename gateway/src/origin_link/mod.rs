@@ -367,6 +367,16 @@ impl OriginLink {
         })
     }
 
+    /// The live browser connections pinned to the current association, by
+    /// data stream (empty while down): what the eBPF browser-flow figures are
+    /// looked up for.
+    pub fn browser_sockets(&self) -> Vec<(u16, Arc<BrowserSocket>)> {
+        let conn = lock(&self.inner.shared.current).clone();
+        conn.map_or_else(Vec::new, |conn| {
+            feedback::live_sockets(&self.inner.shared, conn.data_streams())
+        })
+    }
+
     /// What the transport says about this link now, for the metrics: our
     /// SCTP stack's figures for the current association (none while down, or
     /// on another backend), and its counters summed over every association

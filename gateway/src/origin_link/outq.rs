@@ -57,6 +57,20 @@ impl BrowserSocket {
         Ok(pending + self.unacknowledged()?)
     }
 
+    /// The connection's (local, peer) addresses: for an intercepted flow, the
+    /// original destination and the browser.
+    pub fn addresses(&self) -> io::Result<(std::net::SocketAddr, std::net::SocketAddr)> {
+        let socket = socket2::SockRef::from(&self.fd);
+        let as_inet = |addr: socket2::SockAddr| {
+            addr.as_socket()
+                .ok_or_else(|| io::Error::other("not an IP socket"))
+        };
+        Ok((
+            as_inet(socket.local_addr()?)?,
+            as_inet(socket.peer_addr()?)?,
+        ))
+    }
+
     /// Bytes written to the socket and not yet acknowledged by the peer: those
     /// still unsent plus those in flight.
     pub fn unacknowledged(&self) -> io::Result<u64> {

@@ -50,6 +50,12 @@ const SAMPLE: Duration = Duration::from_millis(500);
 const BACKLOG_WINDOW: u64 = 1_048_576;
 /// The gateway's admin endpoint (config/gateway.toml).
 const ADMIN: &str = "http://127.0.0.1:3130/metrics";
+/// How to read the table, under it.
+const NOTES: &str = "How to read it:
+- **ratio**: the fast downloads' aggregate rate beside the slow browser over their rate alone. With FEEDBACK off the origin keeps sending the slow browser's stream; its bytes fill the gateway's queue for it, the gateway stops taking that stream from the association, and the association's receive window, which every stream shares, fills with them: the other streams stall too (head-of-line blocking one level up). The gateway cancels a response whose reader stalls for 5 s.
+- **each**: the origin's queue-aware policy is shortest-remaining-first among the streams it may send on, so of three equal, endless downloads it serves the ones ahead and starves the last (0.0): that is SCF's rule, not a fault of the feedback; the aggregate is what the table compares.
+- **largest backlog** above the window: FEEDBACK misses the bytes in flight on the WAN when the gateway measures (docs/protocol.md, \"FEEDBACK: per-stream backlog\"), so a stream can exceed its window by about one round trip at the link's rate (80 ms at 20 Mbit/s: 200 KB), plus what the origin keeps in the transport per stream (64 KiB) and one chunk (16 KiB).";
+
 /// Rounds; each runs feedback off and on, in alternating order.
 const ROUNDS: usize = 2;
 /// The link when `--wan` is not given: the scheduler benchmark's round trip
@@ -77,8 +83,17 @@ struct Cell {
     alone: f64,
     /// The same beside the slow browser.
     beside_slow: f64,
-    /// The slow browser's bytes per second.
+    /// Each fast download's bytes per second, alone and beside the slow one.
+    alone_flows: Vec<f64>,
+    beside_flows: Vec<f64>,
+    /// The slow browser's bytes per second over its whole run (curl's
+    /// `--limit-rate` keeps the average: it reads in bursts, then pauses).
     slow: f64,
+    /// Seconds after its start at which the gateway ended the slow
+    /// browser's response, if it did (curl: "transfer closed").
+    slow_cut_at: Option<f64>,
+    /// Fast downloads whose response the gateway ended early.
+    fast_cut: usize,
     /// Largest per-stream backlog the gateway reported, bytes.
     peak_backlog: u64,
     /// (seconds since the phase began, bytes per second) per flow, slow first.
@@ -116,13 +131,16 @@ pub(crate) fn run(options: SlowConsumerBench) -> Result<()> {
             demo.restart_gateway(overrides(feedback))?;
             let cell = run_cell(&demo, feedback, options.seconds)?;
             println!(
-                "    round {}/{ROUNDS}, feedback {}: fast {:.1} Mbit/s alone, {:.1} beside the slow browser ({:.2}); slow {:.2} Mbit/s; largest backlog {} KiB",
+                "    round {}/{ROUNDS}, feedback {}: fast {:.1} Mbit/s alone, {:.1} beside the slow browser ({:.2}); slow {:.2} Mbit/s{}; largest backlog {} KiB",
                 round + 1,
                 if feedback { "on " } else { "off" },
                 mbit(cell.alone),
                 mbit(cell.beside_slow),
                 cell.beside_slow / cell.alone,
                 mbit(cell.slow),
+                cell.slow_cut_at
+                    .map(|at| format!(", cut by the gateway after {at:.1} s"))
+                    .unwrap_or_default(),
                 cell.peak_backlog / 1024,
             );
             cells.push(cell);
@@ -136,6 +154,12 @@ pub(crate) fn run(options: SlowConsumerBench) -> Result<()> {
 
 fn mbit(bytes_per_second: f64) -> f64 {
     bytes_per_second * 8.0 / 1e6
+}
+
+/// Per-flow rates in Mbit/s, `a / b / c`.
+fn each(rates: &[f64]) -> String {
+    let parts: Vec<String> = rates.iter().map(|r| format!("{:.1}", mbit(*r))).collect();
+    parts.join(" / ")
 }
 
 /// The gateway's configuration for a cell: no cache and no prefetch, so that
@@ -197,48 +221,67 @@ fn queue_aware_origin_config(dir: &Path) -> Result<PathBuf> {
 /// Both phases of one cell on the running gateway.
 fn run_cell(demo: &Demo, feedback: bool, seconds: f64) -> Result<Cell> {
     let client = demo.topology.client.name();
-    let phase = Duration::from_secs_f64(seconds);
-    warm_up(client)?;
-    let fast: Vec<Download> = (0..FAST_FLOWS)
-        .map(|_| Download::start(client, None, phase))
-        .collect::<Result<_>>()?;
-    let alone = aggregate_rate(fast)?;
     let gateway = demo.topology.gateway.name();
+    let phase = Duration::from_secs_f64(seconds);
+    wait_origin_up(gateway)?;
+    let alone = finish_all(start_fast(client, phase)?)?;
     let sampler = BacklogSampler::start(gateway);
     let started = Instant::now();
     let slow = Download::start(client, Some(SLOW_RATE), phase + FAST_DELAY)?;
     std::thread::sleep(FAST_DELAY);
-    let fast: Vec<Download> = (0..FAST_FLOWS)
-        .map(|_| Download::start(client, None, phase))
-        .collect::<Result<_>>()?;
-    let fast: Vec<Received> = fast
-        .into_iter()
-        .map(Download::finish)
-        .collect::<Result<_>>()?;
+    let beside = finish_all(start_fast(client, phase)?)?;
     let slow = slow.finish()?;
     let peak_backlog = sampler.stop();
     let mut timelines = vec![slow.timeline(started)];
-    timelines.extend(fast.iter().map(|f| f.timeline(started)));
+    timelines.extend(beside.iter().map(|f| f.timeline(started)));
+    let rates = |flows: &[Received]| flows.iter().map(|f| f.bytes() as f64 / seconds).collect();
+    let alone_flows: Vec<f64> = rates(&alone);
+    let beside_flows: Vec<f64> = rates(&beside);
     Ok(Cell {
         feedback,
-        alone,
-        beside_slow: fast.iter().map(Received::bytes).sum::<u64>() as f64 / seconds,
-        slow: slow.rate(),
+        alone: alone_flows.iter().sum(),
+        beside_slow: beside_flows.iter().sum(),
+        alone_flows,
+        beside_flows,
+        slow: slow.bytes() as f64 / (seconds + FAST_DELAY.as_secs_f64()),
+        slow_cut_at: slow.cut.is_some().then(|| slow.span()),
+        fast_cut: alone
+            .iter()
+            .chain(&beside)
+            .filter(|f| f.cut.is_some())
+            .count(),
         peak_backlog,
         timelines,
     })
 }
 
-/// The downloads' summed bytes over the phase.
-fn aggregate_rate(downloads: Vec<Download>) -> Result<f64> {
-    let mut bytes = 0;
-    let mut seconds: f64 = 0.0;
-    for download in downloads {
-        let received = download.finish()?;
-        bytes += received.bytes();
-        seconds = seconds.max(received.span());
+fn start_fast(client: &str, phase: Duration) -> Result<Vec<Download>> {
+    (0..FAST_FLOWS)
+        .map(|_| Download::start(client, None, phase))
+        .collect()
+}
+
+fn finish_all(downloads: Vec<Download>) -> Result<Vec<Received>> {
+    downloads.into_iter().map(Download::finish).collect()
+}
+
+/// Waits until the gateway's `/metrics` says its origin is up, so that no
+/// download of a cell falls back to direct TCP while the association opens.
+fn wait_origin_up(ns: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = admin_metrics(ns).unwrap_or_default();
+        if metrics
+            .lines()
+            .any(|l| l.starts_with("gateway_origin_up{") && l.ends_with(" 1"))
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the gateway's origin was not up within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
-    Ok(bytes as f64 / seconds.max(f64::EPSILON))
 }
 
 /// One curl in the client namespace whose body this process reads and
@@ -253,6 +296,8 @@ struct Download {
 struct Received {
     started: Instant,
     reads: Vec<(Instant, u64)>,
+    /// curl's message if the response ended before curl's time limit.
+    cut: Option<String>,
 }
 
 impl Download {
@@ -306,36 +351,24 @@ impl Download {
         }
         let status = self.child.wait()?;
         let reads = (self.reader.join()).map_err(|_| anyhow::anyhow!("the reader panicked"))?;
-        // 28: curl's "operation timed out", the planned end of a timed download.
-        if !status.success() && status.code() != Some(28) {
-            bail!(
+        let cut = match status.code() {
+            // 28: "operation timed out", the planned end of a timed download
+            // (0: the whole file came first, which `file_bytes` prevents).
+            Some(0 | 28) => None,
+            // 18: "transfer closed with bytes remaining", 56: "failure in
+            // receiving": the gateway ended the response early.
+            Some(18 | 56) => Some(said.trim().to_owned()),
+            _ => bail!(
                 "curl in the client namespace failed ({status}): {}",
                 said.trim()
-            );
-        }
-        if reads.is_empty() {
-            bail!(
-                "curl in the client namespace read nothing of large.bin: {}",
-                said.trim()
-            );
-        }
+            ),
+        };
         Ok(Received {
             started: self.started,
             reads,
+            cut,
         })
     }
-}
-
-/// One small request, so the association is up before anything is timed.
-fn warm_up(ns: &str) -> Result<()> {
-    let mut curl = Command::new("curl");
-    curl.args(["-sS", "--fail", "--max-time", "20", "-o", "/dev/null"])
-        .arg(format!("http://{SITE_V4}/index.html"));
-    let status = exec_in(ns, &curl).status()?;
-    if !status.success() {
-        bail!("the warm-up request through the gateway failed: {status}");
-    }
-    Ok(())
 }
 
 impl Received {
@@ -348,10 +381,6 @@ impl Received {
         self.reads
             .last()
             .map_or(0.0, |r| r.0.duration_since(self.started).as_secs_f64())
-    }
-
-    fn rate(&self) -> f64 {
-        self.bytes() as f64 / self.span().max(f64::EPSILON)
     }
 
     /// Bytes per second in each [`SAMPLE`] interval since `origin`.
@@ -403,12 +432,17 @@ impl BacklogSampler {
     }
 }
 
-/// The largest per-stream backlog on the gateway's `/metrics` now.
-fn largest_backlog(ns: &str) -> Result<u64> {
+/// The gateway's `/metrics` now.
+fn admin_metrics(ns: &str) -> Result<String> {
     let mut curl = Command::new("curl");
     curl.args(["-sS", "--max-time", "2", ADMIN]);
     let out = exec_in(ns, &curl).output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The largest per-stream backlog on the gateway's `/metrics` now.
+fn largest_backlog(ns: &str) -> Result<u64> {
+    let text = admin_metrics(ns)?;
     Ok(text
         .lines()
         .filter(|l| l.starts_with("gateway_stream_backlog_bytes{"))
@@ -445,23 +479,29 @@ fn write_report(cells: &[Cell], options: SlowConsumerBench) -> Result<()> {
     )?;
     writeln!(
         r,
-        "| cell | feedback | fast alone, Mbit/s | fast beside slow, Mbit/s | ratio | target | slow, Mbit/s | largest backlog, KiB |"
+        "| cell | feedback | fast alone, Mbit/s (each) | fast beside slow, Mbit/s (each) | ratio | target | slow, Mbit/s | slow cut by the gateway | fast cut | largest backlog, KiB |"
     )?;
-    writeln!(r, "|---|---|---|---|---|---|---|---|")?;
+    writeln!(r, "|---|---|---|---|---|---|---|---|---|---|")?;
     for (i, c) in cells.iter().enumerate() {
         writeln!(
             r,
-            "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {:.2} | {} |",
+            "| {} | {} | {:.1} ({}) | {:.1} ({}) | {:.2} | {} | {:.2} | {} | {} | {} |",
             i + 1,
             if c.feedback { "on" } else { "off" },
             mbit(c.alone),
+            each(&c.alone_flows),
             mbit(c.beside_slow),
+            each(&c.beside_flows),
             c.beside_slow / c.alone,
             if c.feedback { "≥ 0.90" } else { "" },
             mbit(c.slow),
+            c.slow_cut_at
+                .map_or_else(|| "no".to_owned(), |at| format!("after {at:.1} s")),
+            c.fast_cut,
             c.peak_backlog / 1024
         )?;
     }
+    writeln!(r, "\n{NOTES}")?;
     for feedback in [false, true] {
         let Some(cell) = cells.iter().find(|c| c.feedback == feedback) else {
             continue;
