@@ -331,7 +331,7 @@ impl Default for SctpAccountingConfig {
 pub enum SctpHook {
     /// `xdp_sctp`: frames arriving on an interface.
     Ingress,
-    /// `tc_sctp`: packets leaving an interface, after its qdisc.
+    /// `tc_sctp`: packets leaving through an interface, ahead of its root qdisc.
     Egress,
 }
 

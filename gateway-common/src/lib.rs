@@ -42,7 +42,7 @@ pub const SCTP_UDP_PORT_DEFAULT: u16 = 9899;
 /// ingress hook (XDP): they arrived at this host.
 pub const DIRECTION_INGRESS: u8 = 0;
 /// [`AssocKey::direction`] / [`StreamKey::direction`] of packets counted by the
-/// egress hook (TC): they left this host, after its qdisc.
+/// egress hook (TC): handed to the interface, ahead of its root qdisc.
 pub const DIRECTION_EGRESS: u8 = 1;
 
 /// Index of the ingress entry in the walker's statistics array.

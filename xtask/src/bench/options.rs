@@ -9,7 +9,8 @@ pub(crate) struct BenchOptions {
     /// Bytes per bulk cell.
     #[arg(long, default_value_t = 1 << 30)]
     pub bytes: u64,
-    /// Also run every cell over a 100 Mbit/s token-bucket link (transport).
+    /// Also run every cell over a 100 Mbit/s token-bucket link (transport);
+    /// also run the throughput rounds over a 1 Gbit/s one (ebpf).
     #[arg(long)]
     pub rate_limited: bool,
     /// Also count instructions per payload byte of every backend with
