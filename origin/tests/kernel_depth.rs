@@ -284,3 +284,98 @@ async fn slow_reader_moves_the_depth() -> Result<()> {
 async fn a_slow_reader_moves_the_per_stream_depth_and_the_scheduler_bounds_it() -> Result<()> {
     slow_reader_moves_the_depth().await
 }
+
+/// Without CAP_BPF the origin on kernel SCTP still starts, says once that it
+/// has no per-stream depth and why (the kernel's refusal), and serves. The
+/// real binary under `setpriv --bounding-set -bpf,-sys_admin,-perfmon` (root
+/// keeps CAP_NET_ADMIN; loading BPF needs CAP_BPF or CAP_SYS_ADMIN), a request
+/// over a kernel SCTP association, the file's bytes back.
+#[tokio::test]
+#[ignore = "needs kernel SCTP, root and GATEWAY_EBPF_OBJECT: run by cargo xtask vm-test --test origin:kernel_depth"]
+async fn without_cap_bpf_the_origin_says_so_once_and_serves() -> Result<()> {
+    let object = object_path()?;
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("the workspace")?
+        .to_owned();
+    let site = workspace.join("config/demo-site");
+    let dir = std::env::temp_dir().join(format!("origin-nobpf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let port = {
+        let socket = std::net::TcpListener::bind("127.0.0.1:0")?;
+        socket.local_addr()?.port()
+    };
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let config = dir.join("origin.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[listen]\naddresses = [\"{addr}\"]\nbackend = \"kernel\"\n\
+             [ebpf]\nobject = \"{}\"\ninterface = \"lo\"\n\
+             [files]\nroot = \"{}\"\n",
+            object.display(),
+            site.display()
+        ),
+    )?;
+    let log_path = dir.join("origin.log");
+    let log = std::fs::File::create(&log_path)?;
+    let child = Command::new("setpriv")
+        .args(["--bounding-set", "-bpf,-sys_admin,-perfmon"])
+        .arg(env!("CARGO_BIN_EXE_origin"))
+        .arg("--config")
+        .arg(&config)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .context("starting the origin under setpriv")?;
+    let _origin = KillOnDrop(child);
+    let served = tokio::time::timeout(DEADLINE, async {
+        let mut gw = loop {
+            let config = AssociationConfig {
+                connect_timeout: Duration::from_millis(500),
+                ..AssociationConfig::default()
+            };
+            match connect(BackendKind::Kernel, addr, &config).await {
+                Ok(assoc) => break TestGateway::open(assoc).await?,
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        let head = "GET /index.html HTTP/1.1\r\nHost: demo\r\n\r\n".to_owned();
+        let id = gw.request_head(1, head, RequestClass::Demand).await?;
+        gw.until_finished(1).await?;
+        anyhow::Ok(gw.seen.remove(&id).context("no response")?)
+    })
+    .await
+    .context("no answer within the deadline")??;
+    let head = String::from_utf8_lossy(served.head.as_deref().unwrap_or_default()).into_owned();
+    ensure!(head.starts_with("HTTP/1.1 200"), "{head}");
+    ensure!(
+        served.body == std::fs::read(site.join("index.html"))?,
+        "the body differs from the file"
+    );
+    let text = std::fs::read_to_string(&log_path)?;
+    let said: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("per-stream transport depth:"))
+        .collect();
+    ensure!(said.len() == 1, "said {said:?}\n{text}");
+    ensure!(
+        said[0].contains("unknown for kernel SCTP (loading")
+            && said[0].contains("Operation not permitted"),
+        "{}",
+        said[0]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// A child process killed (and reaped) when the test ends, also on failure.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
