@@ -44,10 +44,12 @@ const FILE: &str = "/assets/tile-01.svg";
 const BUDGET_PER_CONNECTION_KIB: u64 = 48;
 /// Open files the gateway may hold beyond one per held connection.
 const BUDGET_EXTRA_FDS: u64 = 256;
-/// Open-file limit given to this process and to the gateway.
+/// Open-file limit asked for this process and the gateway.
 const NOFILE: u64 = 65_536;
 /// Each connect, write and read of the hold phase ends within this long.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Threads that open the held connections.
+const OPENERS: usize = 8;
 /// wrk's connections during the soak.
 const SOAK_CONNECTIONS: u32 = 200;
 /// The soak's default length, in seconds.
@@ -125,8 +127,16 @@ pub(super) fn run(connections: usize, soak_seconds: Option<f64>) -> Result<()> {
     let client_ns = demo.topology.client.name().to_owned();
     let gateway_pid = demo.gateway.as_ref().context("gateway")?.pid();
     let origin_pid = demo.origin.as_ref().context("origin")?.pid();
-    raise_nofile(std::process::id())?;
-    raise_nofile(gateway_pid)?;
+    let own_limit = raise_nofile(std::process::id())?;
+    let gateway_limit = raise_nofile(gateway_pid)?;
+    println!("    open-file limits: this process {own_limit}, the gateway {gateway_limit}");
+    if (gateway_limit.min(own_limit) as usize) < connections + BUDGET_EXTRA_FDS as usize {
+        bail!(
+            "{connections} connections need an open-file limit above {}; the hard limit is \
+             {gateway_limit} and cannot be raised here",
+            connections + BUDGET_EXTRA_FDS as usize
+        );
+    }
 
     let url = format!("http://{SITE_V4}{FILE}");
     println!("==> filling the cache with {url}");
@@ -141,7 +151,10 @@ pub(super) fn run(connections: usize, soak_seconds: Option<f64>) -> Result<()> {
     let (load, samples) = soak(&client_ns, &dir, soak_seconds, [gateway_pid, origin_pid])?;
     let stats_after = cache_stats(&binaries.gateway, &demo)?;
     let counted = |key: &str| {
-        stats_after[key].as_u64().unwrap_or(0) - stats_before[key].as_u64().unwrap_or(0)
+        stats_after[key]
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(stats_before[key].as_u64().unwrap_or(0))
     };
     let cache_line = format!(
         "hits {}, misses {}, revalidated {}, stored {}",
@@ -168,20 +181,44 @@ pub(super) fn run(connections: usize, soak_seconds: Option<f64>) -> Result<()> {
     Ok(())
 }
 
-/// Gives `pid` an open-file limit of [`NOFILE`] (util-linux `prlimit`).
-fn raise_nofile(pid: u32) -> Result<()> {
-    let status = Command::new("prlimit")
-        .args([
-            "--pid",
-            &pid.to_string(),
-            &format!("--nofile={NOFILE}:{NOFILE}"),
-        ])
-        .status()
-        .context("running prlimit (util-linux)")?;
-    if !status.success() {
-        bail!("prlimit --pid {pid} --nofile={NOFILE} failed: {status}");
+/// Raises `pid`'s open-file limit to [`NOFILE`] or, where the hard limit is
+/// lower and cannot be raised (no CAP_SYS_RESOURCE, as in a container), to
+/// that hard limit (util-linux `prlimit`); returns the soft limit set.
+fn raise_nofile(pid: u32) -> Result<u64> {
+    let set = |limit: u64| {
+        Command::new("prlimit")
+            .args([
+                "--pid",
+                &pid.to_string(),
+                &format!("--nofile={limit}:{limit}"),
+            ])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .context("running prlimit (util-linux)")
+    };
+    if set(NOFILE)?.success() {
+        return Ok(NOFILE);
     }
-    Ok(())
+    let hard = hard_nofile(pid)?;
+    let status = set(hard)?;
+    if !status.success() {
+        bail!("prlimit --pid {pid} --nofile={hard}:{hard} failed: {status}");
+    }
+    Ok(hard)
+}
+
+/// The hard open-file limit of `pid`, from /proc/PID/limits.
+fn hard_nofile(pid: u32) -> Result<u64> {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits"))?;
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .context("no open-file limit in /proc/PID/limits")?;
+    let hard = line
+        .split_whitespace()
+        .nth(4)
+        .context("unexpected /proc/PID/limits")?;
+    Ok(hard.parse().unwrap_or(NOFILE))
 }
 
 fn wait_stored(binaries: &Binaries, demo: &Demo) -> Result<()> {
@@ -204,17 +241,26 @@ fn hold(connections: usize, gateway_pid: u32) -> Result<Hold> {
         ..Hold::default()
     };
     let start = Instant::now();
+    // Opened by several threads at once (they inherit this thread's
+    // namespace): one by one, 10,000 take long enough on a loaded machine for
+    // the first to reach the gateway's 30 s idle time-out.
+    let per_thread = connections.div_ceil(OPENERS);
+    let opened: Vec<Vec<Result<(TcpStream, bool)>>> = std::thread::scope(|scope| {
+        let openers: Vec<_> = (0..OPENERS)
+            .map(|i| {
+                let count = per_thread.min(connections.saturating_sub(i * per_thread));
+                let request = &request;
+                scope.spawn(move || (0..count).map(|_| open(target, request)).collect())
+            })
+            .collect();
+        openers
+            .into_iter()
+            .map(|o| o.join().unwrap_or_default())
+            .collect()
+    });
     let mut streams = Vec::with_capacity(connections);
-    for _ in 0..connections {
-        let opened = TcpStream::connect_timeout(&target, IO_TIMEOUT)
-            .map_err(anyhow::Error::from)
-            .and_then(|mut stream| {
-                stream.set_read_timeout(Some(IO_TIMEOUT))?;
-                stream.set_write_timeout(Some(IO_TIMEOUT))?;
-                let hit = ask(&mut stream, &request)?;
-                Ok((stream, hit))
-            });
-        match opened {
+    for outcome in opened.into_iter().flatten() {
+        match outcome {
             Ok((stream, hit)) => {
                 result.hits += usize::from(hit);
                 streams.push(stream);
@@ -246,6 +292,16 @@ fn hold(connections: usize, gateway_pid: u32) -> Result<Hold> {
     std::thread::sleep(Duration::from_secs(2));
     result.after_close = Usage::of(gateway_pid);
     Ok(result)
+}
+
+/// One connection to `target` that asked `request` once and got a 200;
+/// `true` when it came from the cache.
+fn open(target: SocketAddr, request: &str) -> Result<(TcpStream, bool)> {
+    let mut stream = TcpStream::connect_timeout(&target, IO_TIMEOUT)?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let hit = ask(&mut stream, request)?;
+    Ok((stream, hit))
 }
 
 /// Sends `request` on `stream` and reads one response with a Content-Length
