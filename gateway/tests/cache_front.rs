@@ -1234,3 +1234,180 @@ async fn the_metrics_have_request_durations_and_errors_by_side() -> Result<()> {
     assert_eq!(dead.metrics.errors(Side::Browser), 0);
     Ok(())
 }
+
+/// The Age a hit carries, as a number.
+fn age_of(answer: &Answer) -> Result<u64> {
+    Ok(answer.header("age").context("no Age")?.parse()?)
+}
+
+#[tokio::test]
+async fn rfc9111_field_edge_cases_through_the_front() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let far = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(3600));
+    let up = Upstream::start(move |seen| {
+        let etag = ("etag", "\"v\"");
+        match seen.path.as_str() {
+            "/age-list" => Reply::ok(
+                "x",
+                &[("cache-control", "max-age=600"), ("age", "100, 300")],
+            ),
+            "/age-bad" => Reply::ok("x", &[("cache-control", "max-age=600"), ("age", "-100")]),
+            "/expires-twice" => Reply::ok("x", &[("expires", &far), ("expires", &far)]),
+            "/expires-zero" => Reply::ok("x", &[("expires", "0")]),
+            "/upper" => Reply::ok("x", &[("cache-control", "MAX-AGE=60")]),
+            "/quoted" => Reply::ok("x", &[("cache-control", "max-age=\"60\"")]),
+            "/cdn" => Reply::ok(
+                "x",
+                &[
+                    ("cache-control", "no-store"),
+                    ("cdn-cache-control", "max-age=600"),
+                ],
+            ),
+            "/no-cache-fields" => Reply::ok(
+                "x",
+                &[
+                    ("cache-control", "no-cache=\"set-cookie\", max-age=60"),
+                    etag,
+                ],
+            ),
+            "/599" | "/403" => Reply {
+                status: seen.path[1..].parse().unwrap_or(500),
+                ..Reply::ok("status", &[("cache-control", "max-age=60")])
+            },
+            _ => Reply::ok("x", &[]),
+        }
+    })
+    .await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let (gw, cache) = (f.addr, &f.cache);
+    let paths = [
+        "/age-list",
+        "/age-bad",
+        "/expires-twice",
+        "/expires-zero",
+        "/upper",
+        "/quoted",
+        "/cdn",
+        "/no-cache-fields",
+        "/599",
+        "/403",
+    ];
+    for path in paths {
+        get(gw, path, up.addr).await?;
+    }
+    // Everything but /cdn (no-store) is stored, fresh or not.
+    wait_for(|| cache.stats().stored == paths.len() as u64 - 1).await?;
+    let mut second = HashMap::new();
+    for path in paths {
+        second.insert(path, get(gw, path, up.addr).await?);
+    }
+    let hits = ["/age-list", "/age-bad", "/upper", "/quoted", "/599", "/403"];
+    for path in hits {
+        assert_eq!(up.count(path), 1, "{path} must be a hit");
+    }
+    // RFC 9111, section 5.1: the first member of a list-based Age counts; an
+    // invalid Age is ignored.
+    let listed = age_of(&second["/age-list"])?;
+    assert!((100..300).contains(&listed), "Age {listed}");
+    assert!(age_of(&second["/age-bad"])? < 100);
+    assert_eq!((second["/599"].status, second["/403"].status), (599, 403));
+    // Section 5.3: a repeated or invalid Expires is already expired; RFC 9213:
+    // CDN-Cache-Control does not override Cache-Control here.
+    for path in ["/expires-twice", "/expires-zero", "/cdn"] {
+        assert_eq!(up.count(path), 2, "{path} must go upstream again");
+    }
+    // Section 5.2.2.4: a qualified no-cache validates every time.
+    assert_eq!(up.count("/no-cache-fields"), 2);
+    let validation = up.last("/no-cache-fields").context("no validation")?;
+    assert_eq!(
+        validation.headers.get("if-none-match").map(String::as_str),
+        Some("\"v\"")
+    );
+    Ok(())
+}
+
+/// An upstream written by hand, since hyper cannot send an interim response:
+/// each request is answered with `103 Early Hints`, then `200` with `max-age`.
+async fn early_hints_upstream() -> Result<(SocketAddr, Arc<std::sync::atomic::AtomicUsize>)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&requests);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let count = Arc::clone(&count);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n\
+                          HTTP/1.1 200 OK\r\ncache-control: max-age=60\r\n\
+                          content-length: 5\r\nconnection: close\r\n\r\nhello",
+                    )
+                    .await;
+            });
+        }
+    });
+    Ok((addr, requests))
+}
+
+#[tokio::test]
+async fn an_interim_response_is_never_stored_and_100_continue_reaches_the_browser() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (origin, requests) = early_hints_upstream().await?;
+    let f = front(origin, &dir.path().join("c.redb")).await?;
+    let (gw, cache) = (f.addr, &f.cache);
+    // The final response is what the browser gets and what is stored; the
+    // 103's fields are not folded into it.
+    let first = get(gw, "/page", origin).await?;
+    assert_eq!((first.status, first.text().as_str()), (200, "hello"));
+    assert_eq!(first.header("link"), None);
+    wait_for(|| cache.stats().stored == 1).await?;
+    let second = get(gw, "/page", origin).await?;
+    assert_eq!((second.status, second.text().as_str()), (200, "hello"));
+    assert_eq!(second.header("link"), None);
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(cache.stats().entries, 1);
+
+    // A browser that waits for 100 Continue before its body gets it, then the
+    // final answer (RFC 9110, section 10.1.1).
+    let up = Upstream::start(|_| Reply::ok("posted", &[])).await?;
+    let f = front(up.addr, &dir.path().join("d.redb")).await?;
+    let mut browser = TcpStream::connect(f.addr).await?;
+    let head = format!(
+        "POST /form HTTP/1.1\r\nhost: {}\r\nexpect: 100-continue\r\n\
+         content-length: 5\r\nconnection: close\r\n\r\n",
+        up.addr
+    );
+    browser.write_all(head.as_bytes()).await?;
+    let interim = b"HTTP/1.1 100 Continue\r\n\r\n";
+    let mut got = vec![0u8; interim.len()];
+    tokio::time::timeout(EXCHANGE_TIMEOUT, browser.read_exact(&mut got))
+        .await
+        .context("no 100 Continue before the body")??;
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(interim)
+    );
+    browser.write_all(b"a=b&c").await?;
+    let mut rest = Vec::new();
+    tokio::time::timeout(EXCHANGE_TIMEOUT, browser.read_to_end(&mut rest))
+        .await
+        .context("no final answer")??;
+    let answers = http_support::parse_responses(&rest)?;
+    assert_eq!(answers.len(), 1);
+    assert_eq!(
+        (answers[0].status, answers[0].text().as_str()),
+        (200, "posted")
+    );
+    assert_eq!(up.count("/form"), 1);
+    Ok(())
+}

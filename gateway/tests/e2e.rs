@@ -1487,6 +1487,7 @@ fn generated_configs_validate() {
         connect_timeout_ms: Some(1000),
         cache_path: Some("/tmp/elsewhere/c.redb".into()),
         cache_enabled: Some(false),
+        max_connections: Some(20_000),
         prefetch_enabled: Some(false),
         feedback_enabled: Some(false),
         backend: Some("quic".into()),
@@ -1501,6 +1502,7 @@ fn generated_configs_validate() {
         std::path::Path::new("/tmp/elsewhere/c.redb")
     );
     assert!(!config.cache.enabled);
+    assert_eq!(config.http.max_connections, 20_000);
     assert!(!config.prefetch.enabled_for_origins);
     let origin = &config.origins[0];
     assert!(!origin.fail_open);

@@ -63,6 +63,9 @@ pub struct GatewayConfigOverrides {
     pub cache_path: Option<PathBuf>,
     /// `cache.enabled`.
     pub cache_enabled: Option<bool>,
+    /// `http.max_connections` (the load benchmark holds more than the
+    /// shipped 4,096).
+    pub max_connections: Option<u64>,
     /// `prefetch.enabled_for_origins`.
     pub prefetch_enabled: Option<bool>,
     /// The first `[[origin]]`'s `feedback.enabled`.
@@ -104,6 +107,7 @@ impl GatewayConfig {
         override_intercept(&mut table, overrides);
         override_prefetch(&mut table, overrides).map_err(bad)?;
         override_cache(&mut table, overrides).map_err(bad)?;
+        override_http(&mut table, overrides).map_err(bad)?;
         override_origin(&mut table, overrides).map_err(bad)?;
         Self::from_table(&table).map_err(bad)
     }
@@ -216,6 +220,19 @@ fn override_prefetch(
         let prefetch =
             section(table, "prefetch").ok_or_else(|| "prefetch is not a table".to_owned())?;
         prefetch.insert("enabled_for_origins".into(), enabled.into());
+    }
+    Ok(())
+}
+
+/// `http.max_connections`.
+fn override_http(
+    table: &mut toml::Table,
+    overrides: &GatewayConfigOverrides,
+) -> Result<(), String> {
+    if let Some(max) = overrides.max_connections {
+        let http = section(table, "http").ok_or_else(|| "http is not a table".to_owned())?;
+        let max = i64::try_from(max).map_err(|_| format!("max_connections {max}"))?;
+        http.insert("max_connections".into(), max.into());
     }
     Ok(())
 }

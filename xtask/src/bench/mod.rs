@@ -22,6 +22,7 @@ use anyhow::{Result, bail};
 mod cache;
 mod common;
 mod link;
+mod load;
 mod options;
 mod pages;
 mod papers;
@@ -38,10 +39,15 @@ use self::options::Which;
 pub(crate) fn run(options: &BenchOptions) -> Result<()> {
     if !matches!(
         options.which,
-        Which::Transport | Which::Scheduler | Which::SlowConsumer
+        Which::Transport | Which::Scheduler | Which::SlowConsumer | Which::Load
     ) && (options.wan.is_some() || options.seconds.is_some())
     {
-        bail!("--wan and --seconds are for the transport, scheduler and slow-consumer benchmarks");
+        bail!(
+            "--wan and --seconds are for the transport, scheduler, slow-consumer and load benchmarks"
+        );
+    }
+    if matches!(options.which, Which::Load) && options.wan.is_some() {
+        bail!("--wan is not for the load benchmark");
     }
     match options.which {
         Which::Transport => match options.wan {
@@ -52,6 +58,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Static => veth::static_files(),
         Which::Ebpf => veth::ebpf(options),
         Which::Cache => cache::run(),
+        Which::Load => load::run(options.connections, options.seconds),
         Which::Wan => wan::run(&options.only),
         Which::Pages if options.from_csv => pages::rerender(&options.name),
         Which::Pages => pages::run(&pages::PagesBench {

@@ -24,8 +24,8 @@ pub(crate) struct BenchOptions {
     #[arg(long, value_name = "RTT_MS,LOSS_PERCENT,RATE_MBIT")]
     pub wan: Option<super::link::WanCell>,
     /// Seconds each timed cell runs (transport --wan: 20; scheduler: its
-    /// sections' own, 40 for zipf and 6 for prefetch). Shorter runs are for
-    /// checking the set-up, not for figures.
+    /// sections' own, 40 for zipf and 6 for prefetch; load: the soak, 600).
+    /// Shorter runs are for checking the set-up, not for figures.
     #[arg(long)]
     pub seconds: Option<f64>,
     /// Run only the sections whose workload is named here (scheduler: zipf,
@@ -33,6 +33,9 @@ pub(crate) struct BenchOptions {
     /// all by default.
     #[arg(long)]
     pub only: Vec<String>,
+    /// Browser connections held open at once (load).
+    #[arg(long, default_value_t = 10_000)]
+    pub connections: usize,
     /// Round-trip time of the emulated WAN, in ms (prefetch).
     #[arg(long, default_value_t = 80)]
     pub rtt_ms: u64,
@@ -94,6 +97,11 @@ pub(crate) enum Which {
     /// frames (BPF_PROG_TEST_RUN), and userspace SCTP throughput over a veth
     /// with them attached against detached, in alternating rounds.
     Ebpf,
+    /// Load: 10,000 concurrent keep-alive browser connections held through
+    /// the gateway (RSS and fds against a stated budget), then a soak at
+    /// sustained load through the cache and the association (--seconds, 600)
+    /// sampling RSS and fds for growth.
+    Load,
     /// The papers' experiments on our transport over the WAN emulator:
     /// head-of-line blocking after one drop (hol), cold-start object latency
     /// against the analytical model (model), time per object against object
