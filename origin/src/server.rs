@@ -651,9 +651,13 @@ impl<H: Handler> Driver<H> {
                 }
             }
             Message::Priority { id, urgency, class } => self.reprioritize(id, urgency, class),
+            Message::TunnelOpen(_) | Message::TunnelData { .. } => {
+                // The session refuses tunnels: this origin does not announce them.
+            }
             Message::ResponseHead { .. }
             | Message::ResponseBody { .. }
-            | Message::ResponseEnd { .. } => {
+            | Message::ResponseEnd { .. }
+            | Message::TunnelCredit { .. } => {
                 // The session refuses these at the origin; nothing reaches here.
             }
         }
