@@ -236,6 +236,14 @@ async fn main() -> Result<()> {
     }
 
     let egress = egress_counters(backend, &config.ebpf);
+    let tunnels = match &config.tls {
+        Some(tls) => {
+            let tunnels = origin::tls::Tunnels::load(tls)?;
+            tracing::info!("TLS tunnels: {tunnels:?}");
+            Some(tunnels)
+        }
+        None => None,
+    };
     let driver_config = DriverConfig {
         scheduler: config.scheduler.clone(),
         chunk_size: config.limits.chunk_size,
@@ -243,6 +251,7 @@ async fn main() -> Result<()> {
         max_request_body: config.limits.max_request_body,
         stream_queue_limit: config.transport.max_buffered_per_stream as u64,
         egress,
+        tunnels,
     };
     let slots = Arc::new(Semaphore::new(config.limits.max_associations));
     let (stop_tx, stop_rx) = watch::channel(false);
