@@ -92,8 +92,9 @@ pub struct InterceptConfig {
     pub rule_priority: u32,
     /// `SO_MARK` on the gateway's own upstream sockets; the rules let it pass.
     pub upstream_mark: u32,
-    /// The intercepted port whose flows are TLS (443 on a real LAN): they are
-    /// tunnelled to the origin by SNI, never parsed as HTTP
+    /// The intercepted port whose flows are TLS (443 on a real LAN): the table
+    /// intercepts it only for the `destinations` of the `[[origin]]`s, and
+    /// those flows are tunnelled to the origin by SNI, never parsed as HTTP
     /// (docs/gateway.md, "HTTPS"). None: every intercepted port is HTTP.
     /// It must be one of `ports`.
     pub tls_port: Option<u16>,
