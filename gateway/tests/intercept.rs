@@ -598,8 +598,9 @@ fn tproxy_counters(ns: &NetNsGuard, table: &str) -> Result<(u64, u64)> {
 /// reaches the server from the client's own address (routed, not proxied), the
 /// transparent listener sees nothing and the TPROXY counters stay at zero;
 /// HTTPS to an origin's destination lands on the listener and counts.
-#[test]
-fn https_is_intercepted_only_for_the_origins_destinations() -> Result<()> {
+/// Client, gateway and server namespaces, the gateway routing between the
+/// other two; the server holds the unmapped 198.51.100.9 and 2001:db8:51::9.
+fn client_gateway_server() -> Result<[NetNsGuard; 3]> {
     let client = NetNsGuard::new("gwc")?;
     let gateway = NetNsGuard::new("gwg")?;
     let server = NetNsGuard::new("gws")?;
@@ -634,6 +635,12 @@ fn https_is_intercepted_only_for_the_origins_destinations() -> Result<()> {
     gateway.exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
     gateway.exec("sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"])?;
 
+    Ok([client, gateway, server])
+}
+
+#[test]
+fn https_is_intercepted_only_for_the_origins_destinations() -> Result<()> {
+    let [client, gateway, server] = client_gateway_server()?;
     let config = tls_config()?;
     let table = config.intercept.table.clone();
     let port = config.listen.port;

@@ -650,47 +650,9 @@ impl<H: Handler> Driver<H> {
             }
             Message::Cancel { id } => self.cancel(id, true).await?,
             Message::Reset { id, .. } => self.cancel(id, false).await?,
-            Message::Request(request) => {
-                self.counts.add(Tally::Request);
-                if self.jobs.len() + self.pending_bodies.len() >= self.config.max_open_requests {
-                    self.session.handle_request_finished(request.id);
-                    self.counts.add(Tally::Reset);
-                    self.send_reset(
-                        stream,
-                        request.id,
-                        ErrorCode::Refused,
-                        "too many open requests",
-                    )
-                    .await?;
-                } else if request.end {
-                    self.start(stream, request, Bytes::new());
-                } else {
-                    self.pending_bodies.insert(
-                        request.id,
-                        PendingBody {
-                            request,
-                            stream,
-                            body: BytesMut::new(),
-                        },
-                    );
-                }
-            }
+            Message::Request(request) => self.handle_request(stream, request).await?,
             Message::RequestBody { id, end, data } => {
-                let Some(pending) = self.pending_bodies.get_mut(&id) else {
-                    return Ok(None);
-                };
-                if pending.body.len() as u64 + data.len() as u64 > self.config.max_request_body {
-                    self.pending_bodies.remove(&id);
-                    self.session.handle_request_finished(id);
-                    self.counts.add(Tally::Reset);
-                    self.send_reset(stream, id, ErrorCode::TooLarge, "request body too large")
-                        .await?;
-                    return Ok(None);
-                }
-                pending.body.extend_from_slice(&data);
-                if end && let Some(p) = self.pending_bodies.remove(&id) {
-                    self.start(p.stream, p.request, p.body.freeze());
-                }
+                self.handle_request_body(stream, id, end, data).await?;
             }
             Message::Priority { id, urgency, class } => self.reprioritize(id, urgency, class),
             Message::TunnelOpen(open) => self.open_tunnel(stream, open).await?,
@@ -703,6 +665,62 @@ impl<H: Handler> Driver<H> {
             }
         }
         Ok(None)
+    }
+
+    /// A REQUEST: refused beyond `max_open_requests`, started when it has no
+    /// body, else held until its body is complete.
+    async fn handle_request(&mut self, stream: u16, request: Request) -> Result<(), DriverError> {
+        self.counts.add(Tally::Request);
+        if self.jobs.len() + self.pending_bodies.len() >= self.config.max_open_requests {
+            self.session.handle_request_finished(request.id);
+            self.counts.add(Tally::Reset);
+            self.send_reset(
+                stream,
+                request.id,
+                ErrorCode::Refused,
+                "too many open requests",
+            )
+            .await?;
+        } else if request.end {
+            self.start(stream, request, Bytes::new());
+        } else {
+            self.pending_bodies.insert(
+                request.id,
+                PendingBody {
+                    request,
+                    stream,
+                    body: BytesMut::new(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// A REQUEST_BODY: appended within `max_request_body` (beyond it, the
+    /// request is reset); the last one starts the request.
+    async fn handle_request_body(
+        &mut self,
+        stream: u16,
+        id: RequestId,
+        end: bool,
+        data: Bytes,
+    ) -> Result<(), DriverError> {
+        let Some(pending) = self.pending_bodies.get_mut(&id) else {
+            return Ok(());
+        };
+        if pending.body.len() as u64 + data.len() as u64 > self.config.max_request_body {
+            self.pending_bodies.remove(&id);
+            self.session.handle_request_finished(id);
+            self.counts.add(Tally::Reset);
+            self.send_reset(stream, id, ErrorCode::TooLarge, "request body too large")
+                .await?;
+            return Ok(());
+        }
+        pending.body.extend_from_slice(&data);
+        if end && let Some(p) = self.pending_bodies.remove(&id) {
+            self.start(p.stream, p.request, p.body.freeze());
+        }
+        Ok(())
     }
 
     fn start(&mut self, stream: u16, request: Request, body: Bytes) {

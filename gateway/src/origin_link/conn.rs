@@ -672,24 +672,7 @@ impl Conn {
                 }
             }
             Message::TunnelData { id, end, data } => {
-                let Some(slot) = state.open.get_mut(&id) else {
-                    return Step::Nothing;
-                };
-                slot.head_seen = true;
-                lock(&self.backlog).handle_received(id, data.len() as u64);
-                self.activity.notify_one();
-                let tx = slot.tx.clone();
-                let outcome = Arc::clone(&slot.outcome);
-                if end && slot.tunnel_sent_end {
-                    // Both halves closed: the session has forgotten it too.
-                    state.open.remove(&id);
-                }
-                return Step::Deliver {
-                    id,
-                    tx,
-                    outcome,
-                    event: Event::Tunnel { data, end },
-                };
+                return self.handle_tunnel_data(&mut state, id, end, data);
             }
             Message::TunnelCredit { id, bytes } => {
                 if let Some(slot) = state.open.get(&id) {
@@ -711,6 +694,36 @@ impl Conn {
             _ => {}
         }
         Step::Nothing
+    }
+
+    /// TUNNEL_DATA from the origin: counted like response bytes (the backlog
+    /// and FEEDBACK see tunnels as they see responses) and delivered; the slot
+    /// goes once both halves have ended.
+    fn handle_tunnel_data(
+        &self,
+        state: &mut ConnState,
+        id: RequestId,
+        end: bool,
+        data: Bytes,
+    ) -> Step {
+        let Some(slot) = state.open.get_mut(&id) else {
+            return Step::Nothing;
+        };
+        slot.head_seen = true;
+        lock(&self.backlog).handle_received(id, data.len() as u64);
+        self.activity.notify_one();
+        let tx = slot.tx.clone();
+        let outcome = Arc::clone(&slot.outcome);
+        if end && slot.tunnel_sent_end {
+            // Both halves closed: the session has forgotten it too.
+            state.open.remove(&id);
+        }
+        Step::Deliver {
+            id,
+            tx,
+            outcome,
+            event: Event::Tunnel { data, end },
+        }
     }
 
     /// The origin takes no new requests; those above `last_request` were not
