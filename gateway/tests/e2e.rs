@@ -1478,6 +1478,7 @@ fn shipped_config_shows_every_key_with_its_default_and_validates() {
 fn generated_configs_validate() {
     let overrides = GatewayConfigOverrides {
         lan_interfaces: Some(vec!["eth1".into(), "eth2".into()]),
+        tls_port: Some(443),
         origin_address: Some("[2001:db8::9]:9899".parse().expect("addr")),
         destinations: Some(vec!["198.51.100.0/24".into()]),
         fail_open: Some(false),
@@ -1497,6 +1498,8 @@ fn generated_configs_validate() {
     let config = DaemonConfig::from_toml(&generated.text).expect("parses");
     config.validate().expect("validates");
     assert_eq!(config.intercept.lan_interfaces, ["eth1", "eth2"]);
+    assert_eq!(config.intercept.tls_port, Some(443));
+    assert_eq!(config.intercept.ports, [80, 443]);
     assert_eq!(
         config.cache.path,
         std::path::Path::new("/tmp/elsewhere/c.redb")

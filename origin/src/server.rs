@@ -27,7 +27,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use gateway_protocol::{
     Capabilities, ErrorCode, GoAway, Message, Reaction, Request, RequestClass, RequestId, Role,
-    Session, SessionConfig, Urgency,
+    Session, SessionConfig, TunnelOpen, Urgency,
 };
 use gateway_transport::{Association, TransportError};
 use tokio::sync::{Semaphore, mpsc};
@@ -37,6 +37,10 @@ use crate::ebpf::EgressCounters;
 use crate::egress::{EgressDepth, Learned};
 use crate::metrics::{OriginMetrics, Tally};
 use crate::scheduler::{JobSpec, Scheduler, SchedulerConfig};
+use crate::tls::Tunnels;
+
+mod tunnel;
+use tunnel::{Inbound, TunnelSink, TunnelTask};
 
 /// Chunks a producer may have queued ahead of the sender, per request.
 const CHUNKS_AHEAD: usize = 4;
@@ -129,6 +133,9 @@ pub struct DriverConfig {
     /// stream's send queue is derived (`crate::egress`); none, or another
     /// backend: the transport's own `buffered()`, if it has one.
     pub egress: Option<Arc<EgressCounters>>,
+    /// `[tls]` loaded: the origin announces TUNNEL and serves tunnels; `None`,
+    /// it refuses them.
+    pub tunnels: Option<Tunnels>,
 }
 
 /// Counters for one association, reported when it ends.
@@ -183,13 +190,22 @@ enum Event {
     Received(u16, Bytes),
     ReceiveEnded(TransportError),
     Produced(RequestId, Produced),
+    /// A tunnel wrote this many of the gateway's bytes: grant them again.
+    Credit(RequestId, u32),
 }
 
 enum Produced {
-    Head { head: Bytes, body_len: Option<u64> },
+    Head {
+        head: Bytes,
+        body_len: Option<u64>,
+    },
     Body(Bytes),
     End,
     Failed(String),
+    /// Tunnel bytes toward the gateway.
+    TunnelData(Bytes),
+    /// The tunnel's far end closed its half.
+    TunnelEnd,
 }
 
 struct Job {
@@ -199,6 +215,12 @@ struct Job {
     permits: Arc<Semaphore>,
     body_sent: u64,
     head_len: u64,
+    /// A tunnel's input queue (bounded by the gateway's window); `None` for a
+    /// request.
+    tunnel_in: Option<mpsc::UnboundedSender<Inbound>>,
+    /// Tunnel: END sent / received.
+    sent_end: bool,
+    received_end: bool,
 }
 
 struct PendingBody {
@@ -238,7 +260,8 @@ pub async fn drive_counted<H: Handler>(
             max_chunk: gateway_protocol::MAX_CHUNK as u32,
             capabilities: Capabilities::FEEDBACK
                 | Capabilities::PREFETCH_CLASS
-                | Capabilities::PRIORITY,
+                | Capabilities::PRIORITY
+                | tunnel_capability(&config),
         },
     );
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
@@ -273,6 +296,14 @@ pub async fn drive_counted<H: Handler>(
         }
     }
     result.map(|()| driver.counts.association)
+}
+
+fn tunnel_capability(config: &DriverConfig) -> Capabilities {
+    if config.tunnels.is_some() {
+        Capabilities::TUNNEL
+    } else {
+        Capabilities::default()
+    }
 }
 
 async fn read_loop(assoc: Association, events: mpsc::Sender<Event>) {
@@ -558,6 +589,17 @@ impl<H: Handler> Driver<H> {
                 }
                 Ok(None)
             }
+            Event::Credit(id, bytes) => {
+                if let Some(job) = self.jobs.get(&id) {
+                    let stream = job.stream;
+                    self.session.handle_credit_sent(id, bytes);
+                    let credit = Message::TunnelCredit { id, bytes }.to_bytes();
+                    let len = credit.len();
+                    self.send_watched(stream, credit).await?;
+                    self.note_written(stream, len);
+                }
+                Ok(None)
+            }
         }
     }
 
@@ -608,56 +650,77 @@ impl<H: Handler> Driver<H> {
             }
             Message::Cancel { id } => self.cancel(id, true).await?,
             Message::Reset { id, .. } => self.cancel(id, false).await?,
-            Message::Request(request) => {
-                self.counts.add(Tally::Request);
-                if self.jobs.len() + self.pending_bodies.len() >= self.config.max_open_requests {
-                    self.session.handle_request_finished(request.id);
-                    self.counts.add(Tally::Reset);
-                    self.send_reset(
-                        stream,
-                        request.id,
-                        ErrorCode::Refused,
-                        "too many open requests",
-                    )
-                    .await?;
-                } else if request.end {
-                    self.start(stream, request, Bytes::new());
-                } else {
-                    self.pending_bodies.insert(
-                        request.id,
-                        PendingBody {
-                            request,
-                            stream,
-                            body: BytesMut::new(),
-                        },
-                    );
-                }
-            }
+            Message::Request(request) => self.handle_request(stream, request).await?,
             Message::RequestBody { id, end, data } => {
-                let Some(pending) = self.pending_bodies.get_mut(&id) else {
-                    return Ok(None);
-                };
-                if pending.body.len() as u64 + data.len() as u64 > self.config.max_request_body {
-                    self.pending_bodies.remove(&id);
-                    self.session.handle_request_finished(id);
-                    self.counts.add(Tally::Reset);
-                    self.send_reset(stream, id, ErrorCode::TooLarge, "request body too large")
-                        .await?;
-                    return Ok(None);
-                }
-                pending.body.extend_from_slice(&data);
-                if end && let Some(p) = self.pending_bodies.remove(&id) {
-                    self.start(p.stream, p.request, p.body.freeze());
-                }
+                self.handle_request_body(stream, id, end, data).await?;
             }
             Message::Priority { id, urgency, class } => self.reprioritize(id, urgency, class),
+            Message::TunnelOpen(open) => self.open_tunnel(stream, open).await?,
+            Message::TunnelData { id, end, data } => self.tunnel_input(id, end, data),
             Message::ResponseHead { .. }
             | Message::ResponseBody { .. }
-            | Message::ResponseEnd { .. } => {
+            | Message::ResponseEnd { .. }
+            | Message::TunnelCredit { .. } => {
                 // The session refuses these at the origin; nothing reaches here.
             }
         }
         Ok(None)
+    }
+
+    /// A REQUEST: refused beyond `max_open_requests`, started when it has no
+    /// body, else held until its body is complete.
+    async fn handle_request(&mut self, stream: u16, request: Request) -> Result<(), DriverError> {
+        self.counts.add(Tally::Request);
+        if self.jobs.len() + self.pending_bodies.len() >= self.config.max_open_requests {
+            self.session.handle_request_finished(request.id);
+            self.counts.add(Tally::Reset);
+            self.send_reset(
+                stream,
+                request.id,
+                ErrorCode::Refused,
+                "too many open requests",
+            )
+            .await?;
+        } else if request.end {
+            self.start(stream, request, Bytes::new());
+        } else {
+            self.pending_bodies.insert(
+                request.id,
+                PendingBody {
+                    request,
+                    stream,
+                    body: BytesMut::new(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// A REQUEST_BODY: appended within `max_request_body` (beyond it, the
+    /// request is reset); the last one starts the request.
+    async fn handle_request_body(
+        &mut self,
+        stream: u16,
+        id: RequestId,
+        end: bool,
+        data: Bytes,
+    ) -> Result<(), DriverError> {
+        let Some(pending) = self.pending_bodies.get_mut(&id) else {
+            return Ok(());
+        };
+        if pending.body.len() as u64 + data.len() as u64 > self.config.max_request_body {
+            self.pending_bodies.remove(&id);
+            self.session.handle_request_finished(id);
+            self.counts.add(Tally::Reset);
+            self.send_reset(stream, id, ErrorCode::TooLarge, "request body too large")
+                .await?;
+            return Ok(());
+        }
+        pending.body.extend_from_slice(&data);
+        if end && let Some(p) = self.pending_bodies.remove(&id) {
+            self.start(p.stream, p.request, p.body.freeze());
+        }
+        Ok(())
     }
 
     fn start(&mut self, stream: u16, request: Request, body: Bytes) {
@@ -693,8 +756,106 @@ impl<H: Handler> Driver<H> {
                 permits,
                 body_sent: 0,
                 head_len: 0,
+                tunnel_in: None,
+                sent_end: false,
+                received_end: false,
             },
         );
+    }
+
+    /// TUNNEL_OPEN: starts the tunnel's task as a demand job, or refuses a
+    /// name `[tls]` does not know (RESET REFUSED: the gateway can still take
+    /// the browser to the original destination).
+    async fn open_tunnel(&mut self, stream: u16, open: TunnelOpen) -> Result<(), DriverError> {
+        let id = open.id;
+        self.counts.add(Tally::Request);
+        let route = self
+            .config
+            .tunnels
+            .as_ref()
+            .and_then(|t| t.route(&open.server_name).map(|route| (route, t.clone())));
+        let full = self.jobs.len() + self.pending_bodies.len() >= self.config.max_open_requests;
+        let Some((route, tunnels)) = route.filter(|_| !full) else {
+            tracing::debug!(id, stream, name = %open.server_name, full, "tunnel refused");
+            self.session.handle_request_finished(id);
+            self.counts.add(Tally::Reset);
+            let why = if full {
+                "too many open requests"
+            } else {
+                "no certificate or passthrough for this name"
+            };
+            return self.send_reset(stream, id, ErrorCode::Refused, why).await;
+        };
+        tracing::debug!(id, stream, name = %open.server_name, dst = %open.destination, ?route, "tunnel");
+        let permits = Arc::new(Semaphore::new(CHUNKS_AHEAD));
+        self.scheduler.handle_arrival(JobSpec {
+            id,
+            stream,
+            class: RequestClass::Demand,
+            urgency: Urgency::DEFAULT,
+            remaining: None,
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = TunnelTask {
+            route,
+            tunnels,
+            handler: Arc::clone(&self.handler),
+            stream,
+            chunk_size: self.config.chunk_size,
+            max_request_body: self.config.max_request_body,
+        };
+        let sink = TunnelSink {
+            id,
+            events: self.events_tx.clone(),
+            permits: Arc::clone(&permits),
+        };
+        let producer = tokio::spawn(tunnel::run(task, rx, sink));
+        self.jobs.insert(
+            id,
+            Job {
+                stream,
+                ready: VecDeque::new(),
+                producer: Some(producer.abort_handle()),
+                permits,
+                body_sent: 0,
+                head_len: 0,
+                tunnel_in: Some(tx),
+                sent_end: false,
+                received_end: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// TUNNEL_DATA from the gateway (the session checked it against the
+    /// window): into the tunnel's queue; with END, the tunnel is over once
+    /// this side's END went out too.
+    fn tunnel_input(&mut self, id: RequestId, end: bool, data: Bytes) {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if let Some(tx) = &job.tunnel_in {
+            if !data.is_empty() {
+                let _ = tx.send(Inbound::Data(data));
+            }
+            if end {
+                let _ = tx.send(Inbound::End);
+            }
+        }
+        if end {
+            job.received_end = true;
+            if job.sent_end {
+                self.finish_tunnel(id);
+            }
+        }
+    }
+
+    /// Both halves of a tunnel are closed: forget it.
+    fn finish_tunnel(&mut self, id: RequestId) {
+        self.jobs.remove(&id);
+        self.scheduler.handle_done(id);
+        self.session.handle_request_finished(id);
+        self.counts.add(Tally::Completed);
     }
 
     /// PRIORITY: the request is served at `urgency` and `class` from its next
@@ -799,6 +960,7 @@ impl<H: Handler> Driver<H> {
         };
         job.permits.add_permits(1);
         let stream = job.stream;
+        let tunnel_end = matches!(produced, Produced::TunnelEnd);
         let (message, sent, finished) = match produced {
             Produced::Head { head, .. } => {
                 let len = head.len() as u64;
@@ -827,6 +989,26 @@ impl<H: Handler> Driver<H> {
                 0,
                 true,
             ),
+            Produced::TunnelData(data) => {
+                let len = data.len() as u64;
+                job.body_sent += len;
+                self.counts.add(Tally::BodyBytes(len));
+                let message = Message::TunnelData {
+                    id,
+                    end: false,
+                    data,
+                };
+                (message, len, false)
+            }
+            Produced::TunnelEnd => {
+                job.sent_end = true;
+                let message = Message::TunnelData {
+                    id,
+                    end: true,
+                    data: Bytes::new(),
+                };
+                (message, 0, false)
+            }
         };
         if job.ready.is_empty() {
             self.scheduler.handle_ready(id, false);
@@ -838,6 +1020,13 @@ impl<H: Handler> Driver<H> {
         self.send_watched(stream, bytes).await?;
         self.note_written(stream, len);
         self.scheduler.handle_sent(id, sent);
+        if tunnel_end {
+            let received_end = self.jobs.get(&id).is_some_and(|job| job.received_end);
+            if self.session.handle_tunnel_end_sent(id) || received_end {
+                self.finish_tunnel(id);
+            }
+            return Ok(());
+        }
         if finished {
             tracing::debug!(
                 id,

@@ -162,6 +162,7 @@ async fn slow_reader_moves_the_depth() -> Result<()> {
         max_request_body: 1 << 20,
         stream_queue_limit: STREAM_LIMIT,
         egress: Some(Arc::clone(&counters)),
+        tunnels: None,
     };
     let origin_handler = Arc::clone(&handler);
     let origin = tokio::spawn(async move {

@@ -45,6 +45,9 @@ pub fn daemon_log_filter() -> String {
 pub struct GatewayConfigOverrides {
     /// `intercept.lan_interfaces`.
     pub lan_interfaces: Option<Vec<String>>,
+    /// `intercept.tls_port`, also added to `intercept.ports`: HTTPS to the
+    /// origin's destinations is tunnelled (docs/gateway.md, "HTTPS").
+    pub tls_port: Option<u16>,
     /// The first `[[origin]]`'s `address`.
     pub origin_address: Option<SocketAddr>,
     /// The first `[[origin]]`'s `destinations` (CIDRs).
@@ -202,12 +205,26 @@ fn section<'a>(table: &'a mut toml::Table, name: &str) -> Option<&'a mut toml::T
         .as_table_mut()
 }
 
-/// `intercept.lan_interfaces`; left alone if `intercept` is not a table.
+/// `intercept.lan_interfaces` and `intercept.tls_port` (with its port added
+/// to `intercept.ports`); left alone if `intercept` is not a table.
 fn override_intercept(table: &mut toml::Table, overrides: &GatewayConfigOverrides) {
-    if let Some(interfaces) = &overrides.lan_interfaces
-        && let Some(intercept) = section(table, "intercept")
-    {
+    let Some(intercept) = section(table, "intercept") else {
+        return;
+    };
+    if let Some(interfaces) = &overrides.lan_interfaces {
         intercept.insert("lan_interfaces".into(), interfaces.clone().into());
+    }
+    if let Some(port) = overrides.tls_port {
+        let port = toml::Value::Integer(port.into());
+        let ports = intercept
+            .entry("ports")
+            .or_insert_with(|| toml::Value::Array(vec![80.into()]));
+        if let Some(list) = ports.as_array_mut()
+            && !list.contains(&port)
+        {
+            list.push(port.clone());
+        }
+        intercept.insert("tls_port".into(), port);
     }
 }
 

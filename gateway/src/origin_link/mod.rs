@@ -47,6 +47,7 @@ mod head;
 mod outq;
 mod pin;
 mod supervisor;
+mod tunnel;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -69,6 +70,7 @@ pub use body::ResponseBody;
 pub use error::LinkError;
 pub use head::MAX_RESPONSE_HEADERS;
 pub use outq::{BrowserSocket, CountedStream};
+pub use tunnel::{OriginTunnel, TunnelEvent};
 
 /// Longest wait in [`OriginLink::shutdown`] for open requests to finish after
 /// GOAWAY before the association is aborted.
