@@ -814,7 +814,12 @@ pub(super) fn ebpf(options: &BenchOptions) -> Result<()> {
         "transport_bench",
         &["sctp-proto-baseline"],
     )?;
-    let mut report = report_header("eBPF programs: cost per packet and throughput", "ebpf")?;
+    let subcommand = if options.rate_limited {
+        "ebpf --rate-limited"
+    } else {
+        "ebpf"
+    };
+    let mut report = report_header("eBPF programs: cost per packet and throughput", subcommand)?;
     writeln!(
         report,
         "- load average at the start: {}\n",
