@@ -5,6 +5,10 @@
 //! kernel a bounded amount, instead of filling its multi-megabyte send
 //! buffer), and it returns to zero once the reader has caught up.
 //!
+//! Beside it: `tc_sctp`'s per-stream counts equal what each stream carried over
+//! kernel SCTP, exactly; and the real origin binary without CAP_BPF says once
+//! why it has no per-stream depth, and serves.
+//!
 //! Needs kernel SCTP, root and the built object (`GATEWAY_EBPF_OBJECT`), so it
 //! is `#[ignore]`d and run inside the VM by `cargo xtask vm-test --test
 //! origin:kernel_depth`. It changes the guest's loopback (GSO on, SCTP
@@ -125,8 +129,13 @@ fn depth(counters: &EgressCounters, peer: SocketAddr, stream: u16) -> Option<u64
     )
 }
 
+/// The two tests that change the loopback take turns: one's clean-up (the
+/// clsact qdisc on kernels without TCX) would detach the other's program.
+static LOOPBACK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn slow_reader_moves_the_depth() -> Result<()> {
     let object = object_path()?;
+    let _turn = LOOPBACK.lock().await;
     let _loopback = LoopbackGuard::new()?;
     let counters = Arc::new(
         EgressCounters::start(&EbpfConfig {
@@ -284,6 +293,78 @@ async fn slow_reader_moves_the_depth() -> Result<()> {
 #[ignore = "needs kernel SCTP, root and GATEWAY_EBPF_OBJECT: run by cargo xtask vm-test --test origin:kernel_depth"]
 async fn a_slow_reader_moves_the_per_stream_depth_and_the_scheduler_bounds_it() -> Result<()> {
     slow_reader_moves_the_depth().await
+}
+
+/// `tc_sctp` over kernel SCTP counts, per stream, exactly the bytes each
+/// stream carried (no loss on the loopback, so nothing is sent twice), with
+/// kernel GSO on as the other test has it: 20 messages of 3,000 bytes on
+/// stream 3 and one of 100,000 on stream 5, both directions of the
+/// association leaving through `lo`'s egress; nothing walked in part.
+#[tokio::test]
+#[ignore = "needs kernel SCTP, root and GATEWAY_EBPF_OBJECT: run by cargo xtask vm-test --test origin:kernel_depth"]
+async fn per_stream_counts_equal_what_each_stream_carried_over_kernel_sctp() -> Result<()> {
+    use ebpf_loader::{SctpAccounting, SctpAccountingConfig};
+    use gateway_common::DIRECTION_EGRESS;
+    use std::collections::BTreeMap;
+
+    let object = object_path()?;
+    let _turn = LOOPBACK.lock().await;
+    let _loopback = LoopbackGuard::new()?;
+    let mut accounting = SctpAccounting::load_file(&object, SctpAccountingConfig::default())?;
+    accounting.attach_egress("lo")?;
+    let config = AssociationConfig {
+        streams: 8,
+        max_inbound_streams: 8,
+        ..AssociationConfig::default()
+    };
+    let listener = Listener::bind(BackendKind::Kernel, "127.0.0.1:0".parse()?, &config).await?;
+    let client = connect(BackendKind::Kernel, listener.local_addr()?, &config).await?;
+    let server = listener.accept().await?;
+    let sent: BTreeMap<u16, u64> = [(3, 60_000), (5, 100_000)].into();
+    for _ in 0..20 {
+        server.send(3, bytes::Bytes::from(vec![3u8; 3000])).await?;
+    }
+    server
+        .send(5, bytes::Bytes::from(vec![5u8; 100_000]))
+        .await?;
+    let mut received: BTreeMap<u16, u64> = BTreeMap::new();
+    tokio::time::timeout(DEADLINE, async {
+        while received.values().sum::<u64>() < 160_000 {
+            let message = client.recv().await?;
+            *received.entry(message.stream).or_default() += message.data.len() as u64;
+        }
+        anyhow::Ok(())
+    })
+    .await
+    .context("the messages did not arrive")??;
+    ensure!(received == sent, "received {received:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let snapshot = accounting.snapshot()?;
+        let mut counted: BTreeMap<u16, u64> = BTreeMap::new();
+        for (key, counters) in &snapshot.streams {
+            if key.direction == DIRECTION_EGRESS {
+                *counted.entry(key.stream_id).or_default() += counters.data_bytes;
+            }
+        }
+        ensure!(
+            snapshot.egress.malformed == 0 && snapshot.egress.chunk_limit == 0,
+            "walked in part: {:?}",
+            snapshot.egress
+        );
+        if counted == sent {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "tc_sctp counted {counted:?}, the streams carried {sent:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    client.abort();
+    server.abort();
+    accounting.detach()?;
+    Ok(())
 }
 
 /// Without CAP_BPF the origin on kernel SCTP still starts, says once that it
