@@ -150,6 +150,12 @@ struct HttpsDemo {
 }
 
 fn start(name: &str, start_origin: bool) -> HttpsDemo {
+    start_with(name, start_origin, |_| {})
+}
+
+/// [`start`], with `tweak` applied to the demo's options last (transport,
+/// time-outs, document root).
+fn start_with(name: &str, start_origin: bool, tweak: impl FnOnce(&mut DemoOptions)) -> HttpsDemo {
     testbed::cleanup_stale(PREFIX).expect("removing namespaces of killed runs");
     let dir = artifacts(name);
     let (site_cert, site_key) = site_certificate(&dir);
@@ -164,6 +170,7 @@ fn start(name: &str, start_origin: bool) -> HttpsDemo {
         connect_timeout_ms: Some(1000),
         ..GatewayConfigOverrides::default()
     };
+    tweak(&mut options);
     let mut demo = Demo::start(binaries(), options)
         .unwrap_or_else(|e| panic!("demo did not start: {e}\n(logs in {})", dir.display()));
     let (direct_tls, _) = Nginx::start_tls(
@@ -425,4 +432,166 @@ fn https_fails_open_to_the_original_destination_when_the_origin_is_down() {
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert!(seen[0].request.contains("/index.html"), "{seen:?}");
     println!("failed open in {:?}", started.elapsed());
+}
+
+#[test]
+fn https_is_tunnelled_to_an_origin_on_framed_tcp() {
+    let https = start_with("framed-tcp", true, |options| {
+        options.origin_transport = Some("framed-tcp".into());
+        options.gateway.backend = Some("framed-tcp".into());
+    });
+    let demo = &https.demo;
+    let origin_log = demo.origin.as_ref().map(|o| o.log()).unwrap_or_default();
+    assert!(
+        origin_log.contains("transport: framed-tcp"),
+        "the origin is not on framed TCP:\n{origin_log}"
+    );
+    let cases: [(IpAddr, &str); 2] = [
+        (SITE_V4.into(), "/index.html"),
+        (SITE_V6.into(), "/assets/app.js"),
+    ];
+    for (ip, path) in cases {
+        let dial = Dial::Named {
+            ip,
+            name: SITE_NAME,
+            cert: &https.site_cert,
+        };
+        let body = curl(demo, &dial, path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            body == demo_file(path),
+            "https://{SITE_NAME}{path} via {ip}: {} bytes that are not the file's",
+            body.len()
+        );
+        let line = https_line(demo, SocketAddr::new(ip, 443));
+        assert!(
+            line.contains(&format!("peeked=ServerName(\"{SITE_NAME}\")"))
+                && line.contains("outcome=Some(Closed)"),
+            "not a tunnel that ended cleanly: {line}"
+        );
+        let streams = origin_streams(demo, path);
+        assert!(
+            !streams.is_empty() && streams.iter().all(|&s| s > 0),
+            "{path}: the origin's request lines name streams {streams:?}"
+        );
+    }
+    assert!(
+        https.direct_tls.access_log().is_empty() && demo.site.access_log().is_empty(),
+        "nginx served what the origin should have"
+    );
+}
+
+/// Bound of a raw exchange's reads: what the peer sends back, or its close,
+/// must come within this.
+const RAW_WAIT: Duration = Duration::from_secs(10);
+
+/// A plain TCP connection from the client namespace to `dst`: writes each of
+/// `chunks` after its delay, then reads until the peer closes or
+/// [`RAW_WAIT`] passes. `Ok((reply, closed))`, or why it could not connect
+/// or write.
+fn raw_exchange(
+    demo: &Demo,
+    dst: SocketAddr,
+    chunks: &[(Duration, &[u8])],
+) -> Result<(Vec<u8>, bool), String> {
+    use std::io::{Read, Write};
+    testbed::in_netns(demo.topology.client.name(), || {
+        let mut stream = std::net::TcpStream::connect_timeout(&dst, Duration::from_secs(5))
+            .map_err(|e| format!("connecting to {dst}: {e}"))?;
+        for (delay, bytes) in chunks {
+            std::thread::sleep(*delay);
+            stream
+                .write_all(bytes)
+                .map_err(|e| format!("writing to {dst}: {e}"))?;
+        }
+        let deadline = Instant::now() + RAW_WAIT;
+        let mut reply = Vec::new();
+        let mut buf = [0; 4096];
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .map_err(|e| format!("{e}"))?;
+            match stream.read(&mut buf) {
+                Ok(0) => return Ok((reply, true)),
+                Ok(n) => reply.extend_from_slice(&buf[..n]),
+                // A reset after the reply is a close too.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return Ok((reply, true));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break,
+                Err(e) => return Err(format!("reading from {dst}: {e}")),
+            }
+        }
+        Ok((reply, false))
+    })
+    .map_err(|e| format!("{e}"))?
+}
+
+/// The gateway's `https` line that contains `needle`, waited for.
+fn https_line_with(demo: &Demo, needle: &str) -> String {
+    gateway_https_lines(demo, |lines| lines.iter().any(|l| l.contains(needle)))
+        .into_iter()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("the gateway logged no https line with {needle}"))
+}
+
+#[test]
+fn https_garbage_instead_of_a_client_hello_goes_to_the_original_destination() {
+    let https = start("garbage", true);
+    let demo = &https.demo;
+    let dst = SocketAddr::new(SITE_V4.into(), 443);
+    // Plain HTTP on the TLS port: not a handshake record at all.
+    let plain = b"GET /index.html HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n";
+    let (reply, closed) =
+        raw_exchange(demo, dst, &[(Duration::ZERO, plain)]).unwrap_or_else(|e| panic!("{e}"));
+    let text = String::from_utf8_lossy(&reply);
+    assert!(
+        closed
+            && text.starts_with("HTTP/1.1 400")
+            && text.contains("The plain HTTP request was sent to HTTPS port"),
+        "not nginx's answer to plain HTTP on its TLS port (closed: {closed}): {text:?}"
+    );
+    let line = https_line_with(demo, "peeked=NotTls");
+    assert!(line.contains("outcome=None"), "not passed through: {line}");
+    let seen = direct_tls_log(&https, 1);
+    assert!(
+        seen.len() == 1
+            && seen[0].status == 400
+            && seen[0].request == "GET /index.html HTTP/1.1"
+            && seen[0].remote_addr == IpAddr::from(WAN.gateway_v4),
+        "nginx did not get the bytes from the gateway: {seen:?}"
+    );
+
+    // A handshake record header followed by bytes that are no ClientHello
+    // (a fixed pseudo-random run): rustls refuses it, nginx gets it and
+    // answers with an alert or a close.
+    let mut junk = vec![0x16, 0x03, 0x01, 0x00, 0x40];
+    let mut x: u32 = 0x2545_f491;
+    junk.extend((0..0x40).map(|_| {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        x as u8
+    }));
+    let (reply, closed) =
+        raw_exchange(demo, dst, &[(Duration::ZERO, &junk)]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        closed && (reply.is_empty() || reply.starts_with(&[0x15, 0x03])),
+        "junk ClientHello: not closed with at most an alert (closed: {closed}): {reply:02x?}"
+    );
+    let lines = gateway_https_lines(demo, |l| {
+        l.iter().filter(|l| l.contains("NotTls")).count() == 2
+    });
+    let not_tls: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("peeked=NotTls"))
+        .collect();
+    assert!(
+        not_tls.len() == 2 && not_tls.iter().all(|l| l.contains("outcome=None")),
+        "the junk ClientHello was not passed through: {lines:#?}"
+    );
+    assert!(
+        origin_streams(demo, "/index.html").is_empty(),
+        "the origin served what was not for it"
+    );
 }
