@@ -21,7 +21,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use testbed::topology::{SITE_V4, SITE_V6, WAN, WEB_V4};
@@ -485,13 +486,14 @@ fn https_is_tunnelled_to_an_origin_on_framed_tcp() {
 const RAW_WAIT: Duration = Duration::from_secs(10);
 
 /// A plain TCP connection from the client namespace to `dst`: writes each of
-/// `chunks` after its delay, then reads until the peer closes or
-/// [`RAW_WAIT`] passes. `Ok((reply, closed))`, or why it could not connect
-/// or write.
+/// `chunks` after its delay, then reads until the peer closes, `enough`
+/// holds for what came, or [`RAW_WAIT`] passes. `Ok((reply, closed))`, or
+/// why it could not connect or write.
 fn raw_exchange(
     demo: &Demo,
     dst: SocketAddr,
     chunks: &[(Duration, &[u8])],
+    enough: impl Fn(&[u8]) -> bool + Sync,
 ) -> Result<(Vec<u8>, bool), String> {
     use std::io::{Read, Write};
     testbed::in_netns(demo.topology.client.name(), || {
@@ -512,7 +514,12 @@ fn raw_exchange(
                 .map_err(|e| format!("{e}"))?;
             match stream.read(&mut buf) {
                 Ok(0) => return Ok((reply, true)),
-                Ok(n) => reply.extend_from_slice(&buf[..n]),
+                Ok(n) => {
+                    reply.extend_from_slice(&buf[..n]);
+                    if enough(&reply) {
+                        return Ok((reply, false));
+                    }
+                }
                 // A reset after the reply is a close too.
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
                     return Ok((reply, true));
@@ -543,7 +550,7 @@ fn https_garbage_instead_of_a_client_hello_goes_to_the_original_destination() {
     // Plain HTTP on the TLS port: not a handshake record at all.
     let plain = b"GET /index.html HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n";
     let (reply, closed) =
-        raw_exchange(demo, dst, &[(Duration::ZERO, plain)]).unwrap_or_else(|e| panic!("{e}"));
+        raw_exchange(demo, dst, &[(Duration::ZERO, plain)], |_| false).unwrap_or_else(|e| panic!("{e}"));
     let text = String::from_utf8_lossy(&reply);
     assert!(
         closed
@@ -574,7 +581,7 @@ fn https_garbage_instead_of_a_client_hello_goes_to_the_original_destination() {
         x as u8
     }));
     let (reply, closed) =
-        raw_exchange(demo, dst, &[(Duration::ZERO, &junk)]).unwrap_or_else(|e| panic!("{e}"));
+        raw_exchange(demo, dst, &[(Duration::ZERO, &junk)], |_| false).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         closed && (reply.is_empty() || reply.starts_with(&[0x15, 0x03])),
         "junk ClientHello: not closed with at most an alert (closed: {closed}): {reply:02x?}"
@@ -593,5 +600,70 @@ fn https_garbage_instead_of_a_client_hello_goes_to_the_original_destination() {
     assert!(
         origin_streams(demo, "/index.html").is_empty(),
         "the origin served what was not for it"
+    );
+}
+
+/// A real ClientHello for `name`, as rustls's client sends it first.
+fn client_hello(name: &str) -> Vec<u8> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("rustls's default TLS versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(name.to_owned()).expect("a DNS name");
+    let mut client = rustls::ClientConnection::new(Arc::new(config), name).expect("a TLS client");
+    let mut hello = Vec::new();
+    while client.wants_write() {
+        client.write_tls(&mut hello).expect("writing to a Vec");
+    }
+    hello
+}
+
+#[test]
+fn https_slow_client_hello_goes_to_the_original_destination_after_the_header_timeout() {
+    let header_timeout = Duration::from_millis(1000);
+    let https = start_with("slow-hello", true, |options| {
+        options.gateway.header_timeout_ms = Some(header_timeout.as_millis() as u64);
+    });
+    let demo = &https.demo;
+    let hello = client_hello(SITE_NAME);
+    // The first 20 bytes one by one, 150 ms apart: 3 s, three time-outs'
+    // worth, before the rest of the ClientHello.
+    let step = Duration::from_millis(150);
+    let trickle = 20;
+    let mut chunks: Vec<(Duration, &[u8])> = (0..trickle)
+        .map(|i| (if i == 0 { Duration::ZERO } else { step }, &hello[i..=i]))
+        .collect();
+    chunks.push((step, &hello[trickle..]));
+    let started = Instant::now();
+    let (reply, _) = raw_exchange(
+        demo,
+        SocketAddr::new(SITE_V4.into(), 443),
+        &chunks,
+        |r| r.len() >= 5,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    println!("answered {:?} after the first byte", started.elapsed());
+    // A ClientHello that did not complete within the time-out can only be
+    // `Incomplete` if the gateway gave up on it before the trickle ended;
+    // the rest of it then reached nginx, which answers with a handshake
+    // record of its own.
+    let line = https_line_with(demo, "peeked=Incomplete");
+    assert!(
+        line.contains("outcome=None"),
+        "the slow ClientHello was not passed through: {line}"
+    );
+    assert!(
+        reply.starts_with(&[0x16, 0x03]),
+        "nginx's ServerHello did not come back: {reply:02x?}"
+    );
+    assert!(
+        origin_streams(demo, "/").is_empty()
+            && demo
+                .gateway
+                .as_ref()
+                .is_some_and(|g| !g.log().contains("ServerName(")),
+        "the slow ClientHello was tunnelled"
     );
 }
