@@ -549,8 +549,8 @@ fn https_garbage_instead_of_a_client_hello_goes_to_the_original_destination() {
     let dst = SocketAddr::new(SITE_V4.into(), 443);
     // Plain HTTP on the TLS port: not a handshake record at all.
     let plain = b"GET /index.html HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n";
-    let (reply, closed) =
-        raw_exchange(demo, dst, &[(Duration::ZERO, plain)], |_| false).unwrap_or_else(|e| panic!("{e}"));
+    let (reply, closed) = raw_exchange(demo, dst, &[(Duration::ZERO, plain)], |_| false)
+        .unwrap_or_else(|e| panic!("{e}"));
     let text = String::from_utf8_lossy(&reply);
     assert!(
         closed
@@ -580,8 +580,8 @@ fn https_garbage_instead_of_a_client_hello_goes_to_the_original_destination() {
         x ^= x << 5;
         x as u8
     }));
-    let (reply, closed) =
-        raw_exchange(demo, dst, &[(Duration::ZERO, &junk)], |_| false).unwrap_or_else(|e| panic!("{e}"));
+    let (reply, closed) = raw_exchange(demo, dst, &[(Duration::ZERO, &junk)], |_| false)
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(
         closed && (reply.is_empty() || reply.starts_with(&[0x15, 0x03])),
         "junk ClientHello: not closed with at most an alert (closed: {closed}): {reply:02x?}"
@@ -637,12 +637,9 @@ fn https_slow_client_hello_goes_to_the_original_destination_after_the_header_tim
         .collect();
     chunks.push((step, &hello[trickle..]));
     let started = Instant::now();
-    let (reply, _) = raw_exchange(
-        demo,
-        SocketAddr::new(SITE_V4.into(), 443),
-        &chunks,
-        |r| r.len() >= 5,
-    )
+    let (reply, _) = raw_exchange(demo, SocketAddr::new(SITE_V4.into(), 443), &chunks, |r| {
+        r.len() >= 5
+    })
     .unwrap_or_else(|e| panic!("{e}"));
     println!("answered {:?} after the first byte", started.elapsed());
     // A ClientHello that did not complete within the time-out can only be
@@ -666,4 +663,131 @@ fn https_slow_client_hello_goes_to_the_original_destination_after_the_header_tim
                 .is_some_and(|g| !g.log().contains("ServerName(")),
         "the slow ClientHello was tunnelled"
     );
+}
+
+/// A document root in `dir` with one file, `big.bin`, of `len` pseudo-random
+/// bytes: `(root, content)`.
+fn big_site(dir: &Path, len: usize) -> (PathBuf, Vec<u8>) {
+    let root = dir.join("big-root");
+    std::fs::create_dir_all(&root).expect("creating the big file's root");
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let content: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    std::fs::write(root.join("big.bin"), &content).expect("writing big.bin");
+    (root, content)
+}
+
+/// curl in the client namespace fetching `https://SITE_NAME/big.bin` through
+/// the site's IPv4 address into `out`, at most `rate` bytes a second.
+fn spawn_download(https: &HttpsDemo, out: &Path, rate: &str) -> Child {
+    let mut command = Command::new("curl");
+    command
+        .args(["-sS", "--fail", "--max-time", "60", "--limit-rate", rate])
+        .arg("--resolve")
+        .arg(format!("{SITE_NAME}:443:{SITE_V4}"))
+        .arg("--cacert")
+        .arg(&https.site_cert)
+        .arg("-o")
+        .arg(out)
+        .arg(format!("https://{SITE_NAME}/big.bin"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    exec_in(https.demo.topology.client.name(), &command)
+        .spawn()
+        .expect("starting curl")
+}
+
+/// Waits until `check` holds, at most `limit`; whether it did.
+fn wait_for(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    check()
+}
+
+/// The association's idle time-out in the origin-killed test.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+
+#[test]
+fn https_origin_killed_mid_tunnel_fails_the_download_and_the_gateway_stays_up() {
+    let mut content = Vec::new();
+    let mut https = start_with("origin-killed", true, |options| {
+        let (root, file) = big_site(&options.dir, 32 << 20);
+        options.origin_root = Some(root);
+        content = file;
+        // A killed origin sends no ABORT: the gateway learns of it when the
+        // association's idle time-out runs out (30 s as shipped).
+        options.gateway.heartbeat_interval_ms = Some(1000);
+        options.gateway.idle_timeout_ms = Some(IDLE_TIMEOUT.as_millis() as u64);
+    });
+    let dir = https.demo.dir().to_owned();
+    let out = https.demo.dir().join("big.bin.part");
+    let mut curl_child = spawn_download(&https, &out, "2M");
+    let started = wait_for(Duration::from_secs(15), || {
+        std::fs::metadata(&out).is_ok_and(|m| m.len() > 512 * 1024)
+    });
+    if !started {
+        let _ = curl_child.kill();
+        panic!(
+            "curl received no 512 KiB in 15 s (logs in {})",
+            dir.display()
+        );
+    }
+    let origin = https.demo.origin.as_mut().expect("the origin runs");
+    origin.kill().expect("killing the origin");
+    let killed = Instant::now();
+    let ended = wait_for(IDLE_TIMEOUT + Duration::from_secs(10), || {
+        curl_child.try_wait().ok().flatten().is_some()
+    });
+    if !ended {
+        let _ = curl_child.kill();
+    }
+    let output = curl_child.wait_with_output().expect("curl's output");
+    let received = std::fs::read(&out).unwrap_or_default();
+    println!(
+        "curl ended {:?} after the kill: {} {}",
+        killed.elapsed(),
+        output.status,
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    assert!(
+        ended,
+        "curl did not end within {:?} of the origin's death",
+        IDLE_TIMEOUT + Duration::from_secs(10)
+    );
+    assert!(
+        !output.status.success() && output.status.code() != Some(28),
+        "curl did not report the broken transfer: {} after {} of {} bytes",
+        output.status,
+        received.len(),
+        content.len()
+    );
+    assert!(
+        received.len() < content.len() && content.starts_with(&received),
+        "{} bytes received, not a prefix of the file",
+        received.len()
+    );
+    let gateway = https.demo.gateway.as_mut().expect("the gateway runs");
+    gateway
+        .ensure_running("after the origin's death")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let line = https_line(&https.demo, SocketAddr::new(SITE_V4.into(), 443));
+    assert!(
+        line.contains("outcome=Some(Failed("),
+        "the broken tunnel was not logged as failed: {line}"
+    );
+    // HTTPS through the gateway still works (no name: passed through).
+    let body = curl(&https.demo, &Dial::Address(SITE_V4.into()), "/index.html")
+        .unwrap_or_else(|e| panic!("after the origin's death: {e}"));
+    assert!(body == demo_file("/index.html"), "after the origin's death");
 }
