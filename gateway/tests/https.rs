@@ -279,6 +279,22 @@ fn origin_streams(demo: &Demo, target: &str) -> Vec<u16> {
         .collect()
 }
 
+/// Asserts that the origin's access line for each of `paths` says it came
+/// decrypted from a TLS tunnel (`via=tls`).
+fn assert_via_tls<'a>(demo: &Demo, paths: impl IntoIterator<Item = &'a &'a str>) {
+    let log = demo.origin.as_ref().map(|o| o.log()).unwrap_or_default();
+    for path in paths {
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("origin::access") && l.contains(&format!(" target={path} ")))
+            .collect();
+        assert!(
+            !lines.is_empty() && lines.iter().all(|l| l.ends_with(" via=tls")),
+            "{path}: the origin's access lines do not say via=tls: {lines:#?}"
+        );
+    }
+}
+
 /// The gateway's `https` lines (one per intercepted TLS connection, written
 /// when it ends) once `done` holds for them, or as they are after
 /// [`LOG_WAIT`].
@@ -356,6 +372,7 @@ fn https_by_name_is_tunnelled_to_the_origin_on_both_families() {
             "{path}: the origin's request lines name streams {streams:?} (none, or the control stream)"
         );
     }
+    assert_via_tls(demo, cases.iter().flat_map(|(_, p)| p));
     assert!(
         https.direct_tls.access_log().is_empty() && demo.site.access_log().is_empty(),
         "nginx served what the origin should have"
@@ -474,6 +491,7 @@ fn https_is_tunnelled_to_an_origin_on_framed_tcp() {
             !streams.is_empty() && streams.iter().all(|&s| s > 0),
             "{path}: the origin's request lines name streams {streams:?}"
         );
+        assert_via_tls(demo, &[path]);
     }
     assert!(
         https.direct_tls.access_log().is_empty() && demo.site.access_log().is_empty(),
@@ -695,10 +713,11 @@ fn spawn_download(https: &HttpsDemo, out: &Path, rate: &str) -> Child {
         .arg(&https.site_cert)
         .arg("-o")
         .arg(out)
-        .arg(format!("https://{SITE_NAME}/big.bin"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+        .arg(format!("https://{SITE_NAME}/big.bin"));
+    // `exec_in` builds a new command: the pipes are set on it.
     exec_in(https.demo.topology.client.name(), &command)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("starting curl")
 }
