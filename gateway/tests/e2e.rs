@@ -1489,6 +1489,7 @@ fn generated_configs_validate() {
         cache_path: Some("/tmp/elsewhere/c.redb".into()),
         cache_enabled: Some(false),
         max_connections: Some(20_000),
+        header_timeout_ms: Some(1500),
         prefetch_enabled: Some(false),
         feedback_enabled: Some(false),
         backend: Some("quic".into()),
@@ -1506,6 +1507,7 @@ fn generated_configs_validate() {
     );
     assert!(!config.cache.enabled);
     assert_eq!(config.http.max_connections, 20_000);
+    assert_eq!(config.http.header_timeout, Duration::from_millis(1500));
     assert!(!config.prefetch.enabled_for_origins);
     let origin = &config.origins[0];
     assert!(!origin.fail_open);

@@ -71,6 +71,10 @@ pub struct IncomingRequest {
     pub request: Request,
     /// The request body, complete.
     pub body: Bytes,
+    /// Decrypted from a TLS tunnel the origin terminates (then `id` and
+    /// `stream` are the tunnel's, shared by every request of that TLS
+    /// connection), not a REQUEST message: the access log's `via=tls`.
+    pub tunnelled: bool,
 }
 
 /// What a handler produces for one request.
@@ -739,6 +743,7 @@ impl<H: Handler> Driver<H> {
             stream,
             request,
             body,
+            tunnelled: false,
         };
         let producer = tokio::spawn(produce(
             Arc::clone(&self.handler),

@@ -455,7 +455,7 @@ fn check_access_line(line: &[(String, String)], expected: &Expected<'_>) -> Resu
     ensure!(
         keys == [
             "peer", "id", "stream", "method", "target", "status", "bytes", "ms", "outcome",
-            "reason"
+            "reason", "via"
         ],
         "fields {keys:?}"
     );
@@ -475,7 +475,7 @@ fn check_access_line(line: &[(String, String)], expected: &Expected<'_>) -> Resu
         "{line:?}"
     );
     ensure!(
-        value(8) == "complete" && value(9) == expected.reason,
+        value(8) == "complete" && value(9) == expected.reason && value(10) == "request",
         "{line:?}"
     );
     Ok(())

@@ -69,6 +69,9 @@ pub struct GatewayConfigOverrides {
     /// `http.max_connections` (the load benchmark holds more than the
     /// shipped 4,096).
     pub max_connections: Option<u64>,
+    /// `http.header_timeout`, in ms (also how long the gateway waits for a
+    /// whole ClientHello on the TLS port).
+    pub header_timeout_ms: Option<u64>,
     /// `prefetch.enabled_for_origins`.
     pub prefetch_enabled: Option<bool>,
     /// The first `[[origin]]`'s `feedback.enabled`.
@@ -241,15 +244,21 @@ fn override_prefetch(
     Ok(())
 }
 
-/// `http.max_connections`.
+/// `http.max_connections` and `http.header_timeout`.
 fn override_http(
     table: &mut toml::Table,
     overrides: &GatewayConfigOverrides,
 ) -> Result<(), String> {
-    if let Some(max) = overrides.max_connections {
-        let http = section(table, "http").ok_or_else(|| "http is not a table".to_owned())?;
-        let max = i64::try_from(max).map_err(|_| format!("max_connections {max}"))?;
-        http.insert("max_connections".into(), max.into());
+    let keys = [
+        ("max_connections", overrides.max_connections),
+        ("header_timeout", overrides.header_timeout_ms),
+    ];
+    for (key, value) in keys {
+        if let Some(value) = value {
+            let http = section(table, "http").ok_or_else(|| "http is not a table".to_owned())?;
+            let value = i64::try_from(value).map_err(|_| format!("{key} {value}"))?;
+            http.insert(key.into(), value.into());
+        }
     }
     Ok(())
 }

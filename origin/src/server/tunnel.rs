@@ -237,6 +237,7 @@ async fn answer<H: Handler>(
             stream,
             request,
             body,
+            tunnelled: true,
         })
         .await;
     response_from(reply)
