@@ -35,7 +35,7 @@ use crate::cache::{CacheRequest, Filled, Lookup, Purge};
 use crate::prefetch::queue::{ConnectionId, Scan};
 use crate::prefetch::{
     Action, Demand, FetchId, HtmlScanner, PageId, PrefetchConfig, PrefetchQueue, PrefetchStats,
-    Resource, extract_css, is_css, is_html, keep_prefetched, prefetch_request_headers,
+    RecentPage, Resource, extract_css, is_css, is_html, keep_prefetched, prefetch_request_headers,
 };
 use crate::route::{Decision, Target};
 
@@ -97,6 +97,12 @@ impl Prefetcher {
     /// Counters since start.
     pub fn stats(&self) -> PrefetchStats {
         self.lock().queue.stats()
+    }
+
+    /// The last pages scanned, newest first, with what became of their
+    /// prefetches (`GET /pages/recent`).
+    pub fn recent_pages(&self) -> Vec<RecentPage> {
+        self.lock().queue.recent_pages(Instant::now())
     }
 
     /// The cache was purged: what was fetched of the URLs `purge` removed is
