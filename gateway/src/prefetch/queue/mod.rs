@@ -471,8 +471,11 @@ impl PrefetchQueue {
 
     /// The page's HTML body reached the browser whole: closing its
     /// connection no longer abandons it.
+    /// Idempotent: the body's end and the scanner's both report it.
     pub fn handle_html_end(&mut self, now: Instant, page: PageId) {
-        if let Some(p) = self.pages.get_mut(&page) {
+        if let Some(p) = self.pages.get_mut(&page)
+            && !p.html_ended
+        {
             p.html_ended = true;
             self.note(page, now, TimelineEvent::HtmlEnded);
         }
