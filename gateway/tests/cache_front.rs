@@ -15,11 +15,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
+use gateway::admin::RecentPages;
 use gateway::cache::Cache;
 use gateway::config::{CacheConfig, GatewayConfig};
-use gateway::front::Front;
+use gateway::front::{Front, Prefetcher};
 use gateway::listener::Intercepted;
 use gateway::metrics::{RequestMetrics, Side};
+use gateway::prefetch::PageState;
 use gateway::sync::lock;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
@@ -182,6 +184,7 @@ struct TestFront {
     addr: SocketAddr,
     cache: Cache,
     metrics: Arc<RequestMetrics>,
+    prefetcher: Option<Arc<Prefetcher>>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -193,7 +196,17 @@ impl Drop for TestFront {
 
 /// A front with a cache at `path`, every connection claiming `dst`.
 async fn front(dst: SocketAddr, path: &Path) -> Result<TestFront> {
-    let config = GatewayConfig {
+    front_with(dst, path, |_| {}).await
+}
+
+/// [`front`], with `tweak` applied to its configuration; runs the prefetch
+/// queue's driver when prefetch is on.
+async fn front_with(
+    dst: SocketAddr,
+    path: &Path,
+    tweak: impl FnOnce(&mut GatewayConfig),
+) -> Result<TestFront> {
+    let mut config = GatewayConfig {
         cache: CacheConfig {
             path: path.to_owned(),
             max_bytes: 64 << 20,
@@ -202,12 +215,17 @@ async fn front(dst: SocketAddr, path: &Path) -> Result<TestFront> {
         },
         ..GatewayConfig::default()
     };
+    tweak(&mut config);
     let cache = Cache::open(&config.cache).await?;
     let front = Arc::new(Front::new(&config, Vec::new(), cache.clone()));
     let metrics = Arc::clone(front.metrics());
+    let prefetcher = front.prefetcher().cloned();
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    if prefetcher.is_some() {
+        tokio::spawn(Arc::clone(&front).prefetch_driver(stop_rx.clone()));
+    }
     let accept = tokio::spawn(async move {
         let _stop_tx = stop_tx;
         while let Ok((stream, client)) = listener.accept().await {
@@ -223,6 +241,7 @@ async fn front(dst: SocketAddr, path: &Path) -> Result<TestFront> {
         addr,
         cache,
         metrics,
+        prefetcher,
         accept,
     })
 }
@@ -1163,6 +1182,139 @@ fn has_series(text: &str, name: &str, with: &str, rest: &str) -> bool {
             .and_then(|line| line.strip_prefix('{'))
             .is_some_and(|line| line.contains(with) && line.ends_with(rest))
     })
+}
+
+/// Every byte the browser reads, heads included, is counted under its
+/// address in `gateway_client_sent_bytes_total`, a miss and a hit alike.
+#[tokio::test]
+async fn the_metrics_count_the_bytes_sent_to_each_client() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let body = "x".repeat(10_000);
+    let reply_body = body.clone();
+    let up = Upstream::start(move |_| Reply::ok(&reply_body, &[("cache-control", "max-age=600")]))
+        .await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let mut received = 0u64;
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(f.addr).await?;
+        let raw = format!(
+            "GET /b HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
+            up.addr
+        );
+        stream.write_all(raw.as_bytes()).await?;
+        let mut answer = Vec::new();
+        tokio::time::timeout(EXCHANGE_TIMEOUT, stream.read_to_end(&mut answer)).await??;
+        assert!(answer.ends_with(body.as_bytes()), "{}", answer.len());
+        received += answer.len() as u64;
+        wait_for(|| f.cache.stats().stored == 1).await?;
+    }
+    assert_eq!(up.count("/b"), 1, "the second was a hit");
+    let counted = || {
+        f.metrics
+            .clients()
+            .snapshot()
+            .0
+            .iter()
+            .find(|(ip, _)| ip.to_string() == "127.0.0.1")
+            .map_or(0, |(_, bytes)| *bytes)
+    };
+    wait_for(|| counted() == received).await?;
+
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let admin = listener.local_addr()?;
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(gateway::admin::serve_with(
+        listener,
+        f.cache.clone(),
+        None,
+        vec![f.metrics.collector()],
+        stop_rx,
+    ));
+    let text = scrape(admin).await?;
+    for line in [
+        "# TYPE gateway_client_sent_bytes counter".to_owned(),
+        format!("gateway_client_sent_bytes_total{{client=\"127.0.0.1\"}} {received}"),
+        "gateway_client_sent_bytes_total{client=\"other\"} 0".to_owned(),
+    ] {
+        assert!(text.contains(&line), "{line} missing from:\n{text}");
+    }
+    Ok(())
+}
+
+/// An HTML page through the front (prefetch on for direct routes) is listed
+/// by `GET /pages/recent` with its prefetches: two images issued, one of them
+/// asked for by the browser afterwards (used), although the page's connection
+/// closed right after it.
+#[tokio::test]
+async fn recent_pages_list_a_page_with_its_prefetches() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let up = Upstream::start(|seen| match seen.path.as_str() {
+        "/" => Reply::ok(
+            "<!DOCTYPE html><html><body><img src=\"/a.png\"><img src=\"/b.png\"></body></html>",
+            &[("content-type", "text/html"), ("cache-control", "no-cache")],
+        ),
+        _ => Reply::ok(
+            "png",
+            &[
+                ("content-type", "image/png"),
+                ("cache-control", "max-age=600"),
+            ],
+        ),
+    })
+    .await?;
+    let f = front_with(up.addr, &dir.path().join("c.redb"), |c| {
+        c.prefetch.enabled_for_direct = true;
+    })
+    .await?;
+    let prefetcher = f.prefetcher.clone().context("prefetch is on")?;
+    // Like curl, the client closes its connection as soon as it has the
+    // page: the page must count as loaded, not abandoned, or nothing would
+    // be prefetched for it.
+    let page = get(f.addr, "/", up.addr).await?;
+    assert_eq!(page.status, 200);
+    wait_for(|| prefetcher.stats().completed == 2)
+        .await
+        .with_context(|| format!("{:?}", prefetcher.stats()))?;
+    assert_eq!(get(f.addr, "/a.png", up.addr).await?.status, 200);
+    wait_for(|| prefetcher.stats().used == 1)
+        .await
+        .with_context(|| format!("{:?}", prefetcher.stats()))?;
+
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let admin = listener.local_addr()?;
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(gateway::admin::serve(
+        listener,
+        f.cache.clone(),
+        Some(Arc::clone(&prefetcher)),
+        stop_rx,
+    ));
+    let mut stream = TcpStream::connect(admin).await?;
+    stream
+        .write_all(b"GET /pages/recent HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n")
+        .await?;
+    let mut raw = Vec::new();
+    tokio::time::timeout(EXCHANGE_TIMEOUT, stream.read_to_end(&mut raw)).await??;
+    let text = String::from_utf8(raw)?;
+    let (_, body) = text.split_once("\r\n\r\n").context("no end of head")?;
+    let recent: RecentPages = serde_json::from_str(body)?;
+    assert!(recent.prefetch);
+    let [listed] = recent.pages.as_slice() else {
+        anyhow::bail!("one page expected: {body}");
+    };
+    assert_eq!(listed.url, format!("http://{}/", up.addr));
+    assert_eq!(listed.state, PageState::Loaded, "{body}");
+    assert_eq!(
+        (
+            listed.outcome.issued,
+            listed.outcome.used,
+            listed.outcome.wasted,
+            listed.outcome.failed
+        ),
+        (2, 1, 0, 0),
+        "{body}"
+    );
+    Ok(())
 }
 
 /// After a miss, a hit, a refused CONNECT and a malformed head, `/metrics`

@@ -1196,6 +1196,57 @@ fn the_status_page_in_chromium_shows_what_metrics_says() {
     assert_eq!(value("gateway_cache_entries").len(), 1);
     assert_eq!(value("gateway_prefetch_issued_total").len(), 1);
 
+    // The demo page fetched above is in the recent pages, with the figures
+    // /pages/recent gives for it.
+    let row = "[...document.querySelectorAll('#pages tr[data-url=\"http://203.0.113.10/\"]')]\
+               .map(r => Object.fromEntries([...r.querySelectorAll('[data-field]')]\
+               .map(c => [c.dataset.field, c.dataset.value])))";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (shown_row, listed) = loop {
+        let shown_row = page.evaluate(row).expect("evaluate");
+        let recent = admin_json(&demo, "/pages/recent");
+        let listed: Vec<serde_json::Value> = recent["pages"]
+            .as_array()
+            .expect("a list of pages")
+            .iter()
+            .filter(|p| p["url"] == "http://203.0.113.10/")
+            .cloned()
+            .collect();
+        let matches = listed.len() == 1
+            && shown_row.as_array().is_some_and(|rows| rows.len() == 1)
+            && ["state", "issued", "used", "wasted"].iter().all(|key| {
+                let json = &listed[0][key];
+                let text = json
+                    .as_str()
+                    .map_or_else(|| json.to_string(), str::to_owned);
+                shown_row[0][key].as_str() == Some(text.as_str())
+            });
+        if matches || Instant::now() >= deadline {
+            break (shown_row, listed);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let _ = page.screenshot(&demo.dir().join("status-page-recent.png"));
+    assert!(
+        listed.len() == 1 && shown_row.as_array().is_some_and(|rows| rows.len() == 1),
+        "the demo page is not listed once: /pages/recent {listed:?}, page {shown_row:?}"
+    );
+    for key in ["state", "issued", "used", "wasted"] {
+        let json = &listed[0][key];
+        let text = json
+            .as_str()
+            .map_or_else(|| json.to_string(), str::to_owned);
+        assert_eq!(
+            shown_row[0][key].as_str(),
+            Some(text.as_str()),
+            "{key}: page {shown_row:?}, /pages/recent {listed:?}"
+        );
+    }
+    assert!(
+        listed[0]["issued"].as_u64() > Some(0),
+        "the demo page's subresources were prefetched: {listed:?}"
+    );
+
     // Traffic over the association while the page is open (a new URL each
     // time, so that the cache does not answer): the chart draws a rate above 0.
     let peak = "Number(document.getElementById('chart-max').dataset.value || 0)";

@@ -266,7 +266,7 @@ async fn main() -> Result<()> {
                 .await
                 .with_context(|| format!("metrics.listen: cannot listen on {}", m.listen))?;
             tracing::info!("metrics on http://{}/metrics", endpoint.local_addr()?);
-            let metrics = OriginMetrics::default();
+            let metrics = OriginMetrics::for_policy(config.scheduler.policy);
             tasks.spawn(origin::metrics::serve(
                 endpoint,
                 metrics.clone(),

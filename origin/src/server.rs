@@ -35,7 +35,7 @@ use tokio::task::AbortHandle;
 
 use crate::ebpf::EgressCounters;
 use crate::egress::{EgressDepth, Learned};
-use crate::metrics::{OriginMetrics, Tally};
+use crate::metrics::{OriginMetrics, SchedulerCounters, Tally};
 use crate::scheduler::{JobSpec, Scheduler, SchedulerConfig};
 use crate::tls::Tunnels;
 
@@ -161,6 +161,8 @@ pub struct AssociationStats {
 struct Counts {
     association: AssociationStats,
     origin: Option<OriginMetrics>,
+    /// The origin's scheduler series for this association's policy.
+    scheduler: Option<SchedulerCounters>,
 }
 
 impl Counts {
@@ -175,6 +177,13 @@ impl Counts {
         }
         if let Some(origin) = &self.origin {
             origin.count(tally);
+        }
+    }
+
+    /// Brings the scheduler's series up to `tally`.
+    fn scheduler(&mut self, tally: crate::scheduler::SchedulerTally) {
+        if let Some(counters) = &mut self.scheduler {
+            counters.add(tally);
         }
     }
 }
@@ -273,6 +282,9 @@ pub async fn drive_counted<H: Handler>(
     let mut scheduler = Scheduler::new(config.scheduler.clone());
     scheduler.set_stream_limit(config.stream_queue_limit);
     let egress = EgressInput::start(&assoc, config.egress.as_ref());
+    let scheduler_counters = metrics
+        .as_ref()
+        .map(|m| m.scheduler(config.scheduler.policy));
     let mut driver = Driver {
         assoc,
         handler,
@@ -284,6 +296,7 @@ pub async fn drive_counted<H: Handler>(
         events_tx,
         counts: Counts {
             association: AssociationStats::default(),
+            scheduler: scheduler_counters,
             origin: metrics,
         },
         stall: None,
@@ -568,7 +581,9 @@ impl<H: Handler> Driver<H> {
 
     fn has_sendable(&mut self) -> bool {
         self.refresh_transport_depth();
-        self.scheduler.poll_next().is_some()
+        let sendable = self.scheduler.poll_next().is_some();
+        self.counts.scheduler(self.scheduler.tally());
+        sendable
     }
 
     /// `Some(result)` when the association is over.
@@ -1025,6 +1040,7 @@ impl<H: Handler> Driver<H> {
         self.send_watched(stream, bytes).await?;
         self.note_written(stream, len);
         self.scheduler.handle_sent(id, sent);
+        self.counts.scheduler(self.scheduler.tally());
         if tunnel_end {
             let received_end = self.jobs.get(&id).is_some_and(|job| job.received_end);
             if self.session.handle_tunnel_end_sent(id) || received_end {

@@ -338,8 +338,9 @@ impl Front {
             self.http.max_header_fields,
             self.http.max_body_bytes,
         );
-        let (stream, findings) =
-            FramedStream::new(CountedStream::new(stream, socket.clone()), framing);
+        let counted = CountedStream::new(stream, socket.clone())
+            .with_client(self.metrics.client_tally(client.ip()));
+        let (stream, findings) = FramedStream::new(counted, framing);
         let mut state = Flow::new(client, original_dst, self.direct, id, findings);
         state.socket = socket;
         let state = Arc::new(state);

@@ -98,6 +98,8 @@ impl BrowserSocket {
 pub struct CountedStream<S> {
     inner: S,
     socket: Option<Arc<BrowserSocket>>,
+    /// The per-client figure of `/metrics`, when counted.
+    client: Option<crate::metrics::ClientTally>,
 }
 
 impl<S> CountedStream<S> {
@@ -107,12 +109,27 @@ impl<S> CountedStream<S> {
         Self {
             inner: stream,
             socket,
+            client: None,
         }
     }
 
+    /// Also counts the writes into `client`'s bytes on `/metrics`.
+    pub fn with_client(mut self, client: crate::metrics::ClientTally) -> Self {
+        self.client = Some(client);
+        self
+    }
+
     fn count(&self, written: &Poll<io::Result<usize>>) {
-        if let (Some(socket), Poll::Ready(Ok(n))) = (&self.socket, written) {
+        let Poll::Ready(Ok(n)) = written else {
+            return;
+        };
+        if let Some(socket) = &self.socket {
             socket.written.fetch_add(*n as u64, Ordering::Relaxed);
+        }
+        if let Some(client) = &self.client
+            && *n > 0
+        {
+            client.add(*n as u64);
         }
     }
 }
