@@ -8,6 +8,9 @@
 //!   `tc_sctp` on egress, with per-stream and per-association counters
 //!   ([`SctpSnapshot`] for all of them, [`SctpAccounting::stream_counters`] for
 //!   one key; docs/ebpf.md describes the maps);
+//! - [`TcpFlowAccounting`]: `tc_tcp_egress` and `tc_tcp_ingress` on the
+//!   gateway's LAN side, per browser flow: bytes sent toward the browser and
+//!   its acknowledgements (the bytes in flight to each browser);
 //! - [`XdpCounter`]: the frame counter `xdp_count` (the load test's probe);
 //! - [`monotonic_ns`]: the clock the programs' timestamps are on.
 //!
@@ -50,9 +53,13 @@ use gateway_common::{
 };
 
 pub mod clock;
+mod tcp;
 pub mod test_run;
 
 pub use clock::monotonic_ns;
+pub use tcp::{
+    TC_TCP_EGRESS_PROGRAM, TC_TCP_INGRESS_PROGRAM, TCP_FLOWS_MAP, TcpFlowAccounting, TcpHook,
+};
 
 /// Name of the XDP program that accounts SCTP chunks arriving on an interface.
 pub const XDP_SCTP_PROGRAM: &str = "xdp_sctp";
@@ -127,13 +134,15 @@ pub enum EbpfError {
         #[source]
         source: Box<ProgramError>,
     },
-    /// Attaching the TC classifier to the interface's egress failed.
-    #[error("cannot attach {name} to the egress of {interface}")]
+    /// Attaching a TC classifier to the interface failed.
+    #[error("cannot attach {name} to the {hook} of {interface}")]
     AttachTc {
         /// The program.
         name: &'static str,
         /// The interface, in the calling thread's network namespace.
         interface: String,
+        /// `ingress` or `egress`.
+        hook: &'static str,
         /// aya's reason.
         #[source]
         source: Box<ProgramError>,
@@ -322,7 +331,7 @@ impl Default for SctpAccountingConfig {
 pub enum SctpHook {
     /// `xdp_sctp`: frames arriving on an interface.
     Ingress,
-    /// `tc_sctp`: packets leaving an interface, after its qdisc.
+    /// `tc_sctp`: packets leaving through an interface, ahead of its root qdisc.
     Egress,
 }
 
@@ -434,31 +443,12 @@ impl SctpAccounting {
     /// wherever it was attached before.
     pub fn attach_egress(&mut self, interface: &str) -> Result<(), EbpfError> {
         self.detach_egress()?;
-        let attach_error = |source| EbpfError::AttachTc {
-            name: TC_SCTP_PROGRAM,
-            interface: interface.to_owned(),
-            source: Box::new(source),
-        };
-        let program = tc_program(&mut self.ebpf)?;
-        let link = match program.attach(interface, TcAttachType::Egress) {
-            Ok(link) => link,
-            // Netlink attachment without a clsact qdisc: add one and retry. (TCX
-            // needs no qdisc and fails with a syscall error instead.)
-            Err(ProgramError::TcError(_)) => {
-                if let Err(source) = aya::programs::tc::qdisc_add_clsact(interface)
-                    && source.kind() != std::io::ErrorKind::AlreadyExists
-                {
-                    return Err(EbpfError::Clsact {
-                        interface: interface.to_owned(),
-                        source,
-                    });
-                }
-                program
-                    .attach(interface, TcAttachType::Egress)
-                    .map_err(attach_error)?
-            }
-            Err(source) => return Err(attach_error(source)),
-        };
+        let link = attach_tc(
+            tc_program(&mut self.ebpf)?,
+            TC_SCTP_PROGRAM,
+            interface,
+            TcAttachType::Egress,
+        )?;
         self.egress = Some((interface.to_owned(), link));
         Ok(())
     }
@@ -624,6 +614,48 @@ fn xdp_program_named<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a m
     ebpf.program_mut(name)
         .and_then(|program| <&mut Xdp>::try_from(program).ok())
         .ok_or(EbpfError::MissingProgram { name })
+}
+
+/// Attaches the loaded classifier `program` (named `name`) to `interface` at
+/// `hook`: TCX on kernels since 6.6, else through a `clsact` qdisc, added if
+/// missing and left in place.
+fn attach_tc(
+    program: &mut SchedClassifier,
+    name: &'static str,
+    interface: &str,
+    hook: TcAttachType,
+) -> Result<SchedClassifierLinkId, EbpfError> {
+    let attach_error = |source| EbpfError::AttachTc {
+        name,
+        interface: interface.to_owned(),
+        hook: tc_hook_name(hook),
+        source: Box::new(source),
+    };
+    match program.attach(interface, hook) {
+        Ok(link) => Ok(link),
+        // Netlink attachment without a clsact qdisc: add one and retry. (TCX
+        // needs no qdisc and fails with a syscall error instead.)
+        Err(ProgramError::TcError(_)) => {
+            if let Err(source) = aya::programs::tc::qdisc_add_clsact(interface)
+                && source.kind() != std::io::ErrorKind::AlreadyExists
+            {
+                return Err(EbpfError::Clsact {
+                    interface: interface.to_owned(),
+                    source,
+                });
+            }
+            program.attach(interface, hook).map_err(attach_error)
+        }
+        Err(source) => Err(attach_error(source)),
+    }
+}
+
+const fn tc_hook_name(hook: TcAttachType) -> &'static str {
+    match hook {
+        TcAttachType::Ingress => "ingress",
+        TcAttachType::Egress => "egress",
+        TcAttachType::Custom(_) => "custom hook",
+    }
 }
 
 /// The `tc_sctp` program of `ebpf`, as a [`SchedClassifier`].

@@ -9,12 +9,20 @@
 //! Where to start: [`StreamKey`] → [`StreamCounters`] (DATA and I-DATA bytes per
 //! SCTP stream), [`AssocKey`] → [`AssocCounters`] (SACKs per association),
 //! [`SctpConfig`] (the UDP encapsulation port) and [`WalkerStats`] (what the
-//! chunk walker saw). docs/ebpf.md describes the programs that fill them.
+//! chunk walker saw). [`TcpFlowKey`] → [`TcpFlowCounters`] are the browser
+//! flows the LAN-side TCP programs count. docs/ebpf.md describes the programs
+//! that fill them.
 //!
 //! All multi-byte fields are in host byte order: the programs convert from
 //! network order when they build a key or value.
 
 #![no_std]
+
+mod tcp;
+
+pub use tcp::{
+    TCP_CONFIG_PORTS, TCP_PORT_DEFAULT, TcpConfig, TcpFlowCounters, TcpFlowKey, TcpStats,
+};
 
 /// Per-interface packet and byte counters kept by the minimal XDP program.
 #[repr(C)]
@@ -34,7 +42,7 @@ pub const SCTP_UDP_PORT_DEFAULT: u16 = 9899;
 /// ingress hook (XDP): they arrived at this host.
 pub const DIRECTION_INGRESS: u8 = 0;
 /// [`AssocKey::direction`] / [`StreamKey::direction`] of packets counted by the
-/// egress hook (TC): they left this host, after its qdisc.
+/// egress hook (TC): handed to the interface, ahead of its root qdisc.
 pub const DIRECTION_EGRESS: u8 = 1;
 
 /// Index of the ingress entry in the walker's statistics array.

@@ -4,6 +4,10 @@
 //!   SCTP chunk walker ([`sctp`]) over native SCTP and SCTP over UDP (RFC 6951),
 //!   counting DATA/I-DATA user bytes per (association, stream) and SACKs per
 //!   association: what arrived at the gateway per stream, what left the origin.
+//! - `tc_tcp_egress` and `tc_tcp_ingress` (TC classifiers on the gateway's LAN
+//!   side): per intercepted browser flow, TCP payload sent toward the browser
+//!   and the browser's acknowledgements ([`tcp`]), so userspace knows the bytes
+//!   in flight to each browser.
 //! - `xdp_count`: counts every frame arriving on its interface (packets and
 //!   bytes, per CPU); the load test's probe.
 //!
@@ -25,14 +29,17 @@
 use core::mem;
 
 use aya_ebpf::{
-    bindings::{TC_ACT_PIPE, xdp_action},
+    bindings::{BPF_NOEXIST, TC_ACT_PIPE, xdp_action},
+    helpers::bpf_ktime_get_ns,
     macros::{classifier, map, xdp},
-    maps::PerCpuArray,
+    maps::{LruPerCpuHashMap, PerCpuArray},
     programs::{TcContext, XdpContext},
 };
 use gateway_common::{DIRECTION_EGRESS, DIRECTION_INGRESS, PacketCounters};
 
+mod ip;
 mod sctp;
+mod tcp;
 
 /// Why a program could not account for a packet. Never visible outside the
 /// program: the entry points map every error to their pass-through verdict.
@@ -58,12 +65,45 @@ pub fn xdp_sctp(ctx: XdpContext) -> u32 {
 /// classifier, or out, whatever happens.
 #[classifier]
 pub fn tc_sctp(ctx: TcContext) -> i32 {
-    // SAFETY: `skb` is the context pointer the kernel passed to this program,
-    // valid for its whole run; `gso_size` is a readable `__sk_buff` field for
-    // TC programs (the verifier rewrites the access).
-    let gso_size = unsafe { (*ctx.skb.skb).gso_size } as usize;
-    let _ = sctp::try_account(&Skb { ctx: &ctx, gso_size }, DIRECTION_EGRESS);
+    let _ = sctp::try_account(&Skb::new(&ctx), DIRECTION_EGRESS);
     TC_ACT_PIPE as i32
+}
+
+/// Accounts a packet toward a browser (TCP payload, sequence end) on the
+/// gateway's LAN side and hands it on, whatever happens.
+#[classifier]
+pub fn tc_tcp_egress(ctx: TcContext) -> i32 {
+    let _ = tcp::try_account(&Skb::new(&ctx), DIRECTION_EGRESS);
+    TC_ACT_PIPE as i32
+}
+
+/// Accounts a browser's acknowledgement on the gateway's LAN side and hands
+/// the packet on, whatever happens.
+#[classifier]
+pub fn tc_tcp_ingress(ctx: TcContext) -> i32 {
+    let _ = tcp::try_account(&Skb::new(&ctx), DIRECTION_INGRESS);
+    TC_ACT_PIPE as i32
+}
+
+/// This CPU's value for `key`, inserted as all zeros if absent; `None` if the
+/// insert failed.
+#[inline(always)]
+fn entry<K, V: Default>(map: &LruPerCpuHashMap<K, V>, key: &K) -> Option<*mut V> {
+    if let Some(value) = map.get_ptr_mut(key) {
+        return Some(value);
+    }
+    // NOEXIST: another CPU may have inserted it meanwhile; then this fails with
+    // EEXIST and the lookup below finds that entry.
+    let _ = map.insert(key, &V::default(), u64::from(BPF_NOEXIST));
+    map.get_ptr_mut(key)
+}
+
+/// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC, the clock of every timestamp in
+/// the maps.
+#[inline(always)]
+fn now_ns() -> u64 {
+    // SAFETY: bpf_ktime_get_ns takes no arguments and cannot fail.
+    unsafe { bpf_ktime_get_ns() }
 }
 
 /// The bytes of a packet at either hook: a frame of `len` bytes that starts
@@ -118,6 +158,17 @@ impl Packet for XdpContext {
 struct Skb<'a> {
     ctx: &'a TcContext,
     gso_size: usize,
+}
+
+impl<'a> Skb<'a> {
+    #[inline(always)]
+    fn new(ctx: &'a TcContext) -> Self {
+        // SAFETY: `skb` is the context pointer the kernel passed to this program,
+        // valid for its whole run; `gso_size` is a readable `__sk_buff` field for
+        // TC programs (the verifier rewrites the access).
+        let gso_size = unsafe { (*ctx.skb.skb).gso_size } as usize;
+        Self { ctx, gso_size }
+    }
 }
 
 impl Packet for Skb<'_> {

@@ -2,10 +2,7 @@
 //! (egress).
 //!
 //! ```text
-//! Ethernet [802.1Q/802.1ad tag]
-//!   ├─ IPv4 (options skipped by IHL; later fragments skipped)
-//!   └─ IPv6 (≤ MAX_IPV6_EXT_HEADERS of hop-by-hop, routing, destination options,
-//!            AH, fragment — only a first fragment goes on)
+//! Ethernet, IPv4 or IPv6 (crate::ip::locate)
 //!        ├─ IP protocol 132: SCTP common header
 //!        └─ UDP, source or destination port = SctpConfig::udp_port: SCTP common header
 //!             │  (UDP GSO at TC egress: one SCTP packet per gso_size bytes, each
@@ -25,7 +22,7 @@
 //!   integers from the frame's first byte, never pointers kept across a helper
 //!   call;
 //! - every loop has a constant trip count ([`MAX_WIRE_CHUNKS`] or
-//!   [`MAX_GSO_CHUNKS`], [`MAX_IPV6_EXT_HEADERS`]);
+//!   [`MAX_GSO_CHUNKS`], [`ip::MAX_IPV6_EXT_HEADERS`]);
 //! - nothing is ever written to the packet.
 //!
 //! The walk ends (and the packet still passes) at the first chunk that is
@@ -33,8 +30,6 @@
 //! chunks before it are counted, that one and the rest are not.
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
-    helpers::bpf_ktime_get_ns,
     macros::map,
     maps::{Array, LruPerCpuHashMap, PerCpuArray},
 };
@@ -43,7 +38,8 @@ use gateway_common::{
     WalkerStats, tsn_after,
 };
 
-use crate::{Packet, ProgramError};
+use crate::ip::{self, Transport, be16, be32};
+use crate::{Packet, ProgramError, entry, now_ns};
 
 /// Chunks looked at per packet at XDP (directly read): a 1500-byte packet holds
 /// at most 16 DATA chunks of 64 bytes or more. A packet with more (tiny
@@ -55,8 +51,6 @@ pub(crate) const MAX_WIRE_CHUNKS: u32 = 16;
 /// here and flagged in [`WalkerStats::chunk_limit`]. What it costs the
 /// verifier: see [`opaque`].
 pub(crate) const MAX_GSO_CHUNKS: u32 = 48;
-/// IPv6 extension headers skipped before giving up on a packet.
-pub(crate) const MAX_IPV6_EXT_HEADERS: u32 = 4;
 /// The largest packet offset read directly (`ptr_at`), in bytes. Bounds every
 /// variable offset for the verifier (which allows at most 0xffff) and covers
 /// jumbo frames; chunks beyond it are not counted. Reads through
@@ -87,22 +81,6 @@ static SCTP_CONFIG: Array<SctpConfig> = Array::with_max_entries(1, 0);
 #[map]
 static SCTP_STATS: PerCpuArray<WalkerStats> = PerCpuArray::with_max_entries(2, 0);
 
-const ETH_HEADER_LEN: usize = 14;
-const ETH_P_IPV4: u16 = 0x0800;
-const ETH_P_IPV6: u16 = 0x86dd;
-const ETH_P_8021Q: u16 = 0x8100;
-const ETH_P_8021AD: u16 = 0x88a8;
-const VLAN_TAG_LEN: usize = 4;
-
-const IPV4_MIN_HEADER_LEN: usize = 20;
-/// Fragment offset bits of the IPv4 flags/fragment-offset field.
-const IPV4_FRAG_OFFSET_MASK: u16 = 0x1fff;
-const IPV6_HEADER_LEN: usize = 40;
-const IPPROTO_HOPOPTS: u8 = 0;
-const IPPROTO_ROUTING: u8 = 43;
-const IPPROTO_FRAGMENT: u8 = 44;
-const IPPROTO_AH: u8 = 51;
-const IPPROTO_DSTOPTS: u8 = 60;
 const IPPROTO_UDP: u8 = 17;
 const IPPROTO_SCTP: u8 = 132;
 const UDP_HEADER_LEN: usize = 8;
@@ -195,51 +173,15 @@ fn common_header<P: Packet>(pkt: &P, offset: usize, direction: u8) -> Result<Ass
 /// (other protocols, a later fragment, too many IPv6 extension headers).
 #[inline(always)]
 fn find_sctp<P: Packet>(pkt: &P) -> Result<Option<SctpSpan>, ProgramError> {
-    let frame_len = pkt.len();
-    let eth: [u8; ETH_HEADER_LEN] = pkt.read(0)?;
-    let mut ethertype = be16(eth[12], eth[13]);
-    let mut l3 = ETH_HEADER_LEN;
-    if ethertype == ETH_P_8021Q || ethertype == ETH_P_8021AD {
-        let tag: [u8; VLAN_TAG_LEN] = pkt.read(l3)?;
-        ethertype = be16(tag[2], tag[3]);
-        l3 += VLAN_TAG_LEN;
-    }
-
-    let (protocol, l4, ip_end) = match ethertype {
-        ETH_P_IPV4 => {
-            let ip: [u8; IPV4_MIN_HEADER_LEN] = pkt.read(l3)?;
-            let header_len = usize::from(ip[0] & 0x0f) * 4;
-            let total_len = usize::from(be16(ip[2], ip[3]));
-            if ip[0] >> 4 != 4 || header_len < IPV4_MIN_HEADER_LEN || total_len < header_len {
-                return Ok(None);
-            }
-            if be16(ip[6], ip[7]) & IPV4_FRAG_OFFSET_MASK != 0 {
-                // A later fragment: no transport header here.
-                return Ok(None);
-            }
-            (ip[9], l3 + header_len, l3 + total_len)
-        }
-        ETH_P_IPV6 => {
-            let ip: [u8; IPV6_HEADER_LEN] = pkt.read(l3)?;
-            let payload_len = usize::from(be16(ip[4], ip[5]));
-            if ip[0] >> 4 != 6 || payload_len == 0 {
-                // Version mismatch, or a jumbogram (RFC 2675): not for us.
-                return Ok(None);
-            }
-            let Some((protocol, l4)) = skip_ipv6_extensions(pkt, ip[6], l3 + IPV6_HEADER_LEN)?
-            else {
-                return Ok(None);
-            };
-            (protocol, l4, l3 + IPV6_HEADER_LEN + payload_len)
-        }
-        _ => return Ok(None),
+    let Some(Transport {
+        protocol,
+        start: l4,
+        end: l4_end,
+        ..
+    }) = ip::locate(pkt)?
+    else {
+        return Ok(None);
     };
-    let l4_end = if ip_end < frame_len {
-        ip_end
-    } else {
-        frame_len
-    };
-
     match protocol {
         IPPROTO_SCTP => Ok(Some(SctpSpan {
             start: l4,
@@ -273,49 +215,6 @@ fn find_sctp<P: Packet>(pkt: &P) -> Result<Option<SctpSpan>, ProgramError> {
             }))
         }
         _ => Ok(None),
-    }
-}
-
-/// Skips IPv6 extension headers from `offset`, where a header of type `next`
-/// starts. Returns the upper-layer protocol and its offset, or `None` for a
-/// non-first fragment or more than [`MAX_IPV6_EXT_HEADERS`] extension headers.
-#[inline(always)]
-fn skip_ipv6_extensions<P: Packet>(
-    pkt: &P,
-    mut next: u8,
-    mut offset: usize,
-) -> Result<Option<(u8, usize)>, ProgramError> {
-    for _ in 0..MAX_IPV6_EXT_HEADERS {
-        match next {
-            IPPROTO_HOPOPTS | IPPROTO_ROUTING | IPPROTO_DSTOPTS => {
-                let header: [u8; 2] = pkt.read(offset)?;
-                next = header[0];
-                // Length in 8-octet units, not counting the first 8 (RFC 8200 §4.3).
-                offset += (usize::from(header[1]) + 1) * 8;
-            }
-            IPPROTO_AH => {
-                let header: [u8; 2] = pkt.read(offset)?;
-                next = header[0];
-                // Length in 4-octet units, minus 2 (RFC 4302 §2.2).
-                offset += (usize::from(header[1]) + 2) * 4;
-            }
-            IPPROTO_FRAGMENT => {
-                let header: [u8; 8] = pkt.read(offset)?;
-                if be16(header[2], header[3]) >> 3 != 0 {
-                    // Not the first fragment: no upper-layer header here.
-                    return Ok(None);
-                }
-                next = header[0];
-                offset += 8;
-            }
-            _ => return Ok(Some((next, offset))),
-        }
-    }
-    match next {
-        IPPROTO_HOPOPTS | IPPROTO_ROUTING | IPPROTO_DSTOPTS | IPPROTO_AH | IPPROTO_FRAGMENT => {
-            Ok(None)
-        }
-        _ => Ok(Some((next, offset))),
     }
 }
 
@@ -441,19 +340,6 @@ fn count_sack<P: Packet>(
     Ok(())
 }
 
-/// This CPU's value for `key`, inserted as all zeros if absent; `None` if the
-/// insert failed.
-#[inline(always)]
-fn entry<K, V: Default>(map: &LruPerCpuHashMap<K, V>, key: &K) -> Option<*mut V> {
-    if let Some(value) = map.get_ptr_mut(key) {
-        return Some(value);
-    }
-    // NOEXIST: another CPU may have inserted it meanwhile; then this fails with
-    // EEXIST and the lookup below finds that entry.
-    let _ = map.insert(key, &V::default(), u64::from(BPF_NOEXIST));
-    map.get_ptr_mut(key)
-}
-
 /// `value`, unknown to the verifier: written to and read back from a map
 /// value, whose contents it does not track.
 ///
@@ -485,20 +371,4 @@ fn udp_port() -> u16 {
         Some(config) if config.udp_port != 0 => config.udp_port,
         _ => SCTP_UDP_PORT_DEFAULT,
     }
-}
-
-#[inline(always)]
-fn now_ns() -> u64 {
-    // SAFETY: bpf_ktime_get_ns takes no arguments and cannot fail.
-    unsafe { bpf_ktime_get_ns() }
-}
-
-#[inline(always)]
-fn be16(high: u8, low: u8) -> u16 {
-    u16::from_be_bytes([high, low])
-}
-
-#[inline(always)]
-fn be32(bytes: [u8; 4]) -> u32 {
-    u32::from_be_bytes(bytes)
 }

@@ -27,6 +27,12 @@ pub enum MessageType {
     RequestBody = 0x11,
     /// Data: new urgency and class for a request in flight.
     Priority = 0x12,
+    /// Data: open a TLS tunnel to an original destination, by server name.
+    TunnelOpen = 0x13,
+    /// Data: tunnel bytes, either direction; END half-closes the sender's side.
+    TunnelData = 0x14,
+    /// Data: the origin grants the gateway more tunnel bytes.
+    TunnelCredit = 0x15,
     /// Data: an HTTP/1.1 response head.
     ResponseHead = 0x20,
     /// Data: a chunk of a response body.
@@ -49,6 +55,9 @@ impl MessageType {
             0x10 => Self::Request,
             0x11 => Self::RequestBody,
             0x12 => Self::Priority,
+            0x13 => Self::TunnelOpen,
+            0x14 => Self::TunnelData,
+            0x15 => Self::TunnelCredit,
             0x20 => Self::ResponseHead,
             0x21 => Self::ResponseBody,
             0x22 => Self::ResponseEnd,

@@ -16,7 +16,7 @@ pub mod session;
 pub use error::{DecodeError, ErrorCode, Reaction};
 pub use message::{
     Capabilities, GoAway, Hello, Message, MessageType, Request, RequestClass, RequestId,
-    StreamBacklog, Urgency,
+    StreamBacklog, TunnelOpen, Urgency,
 };
 pub use session::{Role, Session, SessionConfig};
 
@@ -35,6 +35,11 @@ pub const MAX_HEAD: usize = 64 * 1024;
 pub const MAX_REASON: usize = 1024;
 /// Most entries in one FEEDBACK message.
 pub const MAX_FEEDBACK_ENTRIES: usize = 4096;
+/// Tunnel bytes the gateway may send on a tunnel before the origin's first
+/// TUNNEL_CREDIT, and the most it may ever have unconsumed at the origin, bytes.
+pub const TUNNEL_WINDOW: u32 = 256 * 1024;
+/// Longest server name in TUNNEL_OPEN, bytes (a DNS name's limit).
+pub const MAX_SERVER_NAME: usize = 255;
 /// Largest message this protocol produces, bytes: transports size buffers by it.
 pub const MAX_MESSAGE: usize = HEADER_LEN + 4 + MAX_HEAD;
 

@@ -4,13 +4,16 @@
 //! framed-TCP backend adds its own length prefix below this layer. So a message is
 //! decoded from a complete byte slice; there is no "need more bytes" state here.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::error::{DecodeError, ErrorCode};
 pub use crate::kind::{MessageType, RequestId};
-use crate::{HEADER_LEN, MAX_CHUNK, MAX_FEEDBACK_ENTRIES, MAX_HEAD, MAX_REASON};
+use crate::{HEADER_LEN, MAX_CHUNK, MAX_FEEDBACK_ENTRIES, MAX_HEAD, MAX_REASON, MAX_SERVER_NAME};
 
-/// Flag bit: no more bytes follow for this request (REQUEST, REQUEST_BODY).
+/// Flag bit: no more bytes follow for this request (REQUEST, REQUEST_BODY), or
+/// from this side of a tunnel (TUNNEL_DATA).
 pub const FLAG_END: u8 = 0x01;
 /// Flag bit: this message answers one of the same type (HELLO, PING).
 pub const FLAG_ACK: u8 = 0x01;
@@ -92,6 +95,9 @@ impl Capabilities {
     /// The sender may send (gateway) or acts on (origin) PRIORITY. A gateway
     /// sends PRIORITY only to an origin that announced this bit.
     pub const PRIORITY: Capabilities = Capabilities(1 << 2);
+    /// The sender may open (gateway) or serves (origin) TLS tunnels. A gateway
+    /// sends TUNNEL_OPEN only to an origin that announced this bit.
+    pub const TUNNEL: Capabilities = Capabilities(1 << 3);
 
     /// True if every bit of `other` is set.
     pub fn contains(self, other: Capabilities) -> bool {
@@ -143,6 +149,17 @@ pub struct Request {
     pub head: Bytes,
 }
 
+/// TUNNEL_OPEN: carry one browser's TLS connection, ClientHello first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunnelOpen {
+    /// The tunnel's id (a request id).
+    pub id: RequestId,
+    /// The address and port the browser dialled.
+    pub destination: SocketAddr,
+    /// The ClientHello's server name (SNI), lower-case ASCII, 1..=255 bytes.
+    pub server_name: String,
+}
+
 /// One protocol message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
@@ -184,6 +201,24 @@ pub enum Message {
         urgency: Urgency,
         /// Demand or prefetch.
         class: RequestClass,
+    },
+    /// See [`TunnelOpen`].
+    TunnelOpen(TunnelOpen),
+    /// Tunnel bytes, in either direction.
+    TunnelData {
+        /// The tunnel's id.
+        id: RequestId,
+        /// The sender sends no more bytes on this tunnel (half-close).
+        end: bool,
+        /// At most the receiver's `max_chunk` bytes; empty only with `end`.
+        data: Bytes,
+    },
+    /// The gateway may send `bytes` more TUNNEL_DATA bytes on this tunnel.
+    TunnelCredit {
+        /// The tunnel's id.
+        id: RequestId,
+        /// Bytes granted, added to what is left of the window.
+        bytes: u32,
     },
     /// The response status line and header fields.
     ResponseHead {
@@ -229,6 +264,9 @@ impl Message {
             Message::Request(_) => MessageType::Request,
             Message::RequestBody { .. } => MessageType::RequestBody,
             Message::Priority { .. } => MessageType::Priority,
+            Message::TunnelOpen(_) => MessageType::TunnelOpen,
+            Message::TunnelData { .. } => MessageType::TunnelData,
+            Message::TunnelCredit { .. } => MessageType::TunnelCredit,
             Message::ResponseHead { .. } => MessageType::ResponseHead,
             Message::ResponseBody { .. } => MessageType::ResponseBody,
             Message::ResponseEnd { .. } => MessageType::ResponseEnd,
@@ -246,11 +284,14 @@ impl Message {
             Message::Cancel { id }
             | Message::RequestBody { id, .. }
             | Message::Priority { id, .. }
+            | Message::TunnelData { id, .. }
+            | Message::TunnelCredit { id, .. }
             | Message::ResponseHead { id, .. }
             | Message::ResponseBody { id, .. }
             | Message::ResponseEnd { id, .. }
             | Message::Reset { id, .. } => *id,
             Message::Request(r) => r.id,
+            Message::TunnelOpen(t) => t.id,
         }
     }
 
@@ -268,6 +309,14 @@ impl Message {
                     data.len()
                 }
                 Message::Priority { .. } => 4,
+                Message::TunnelOpen(t) => {
+                    4 + match t.destination {
+                        SocketAddr::V4(_) => 4,
+                        SocketAddr::V6(_) => 16,
+                    } + t.server_name.len()
+                }
+                Message::TunnelData { data, .. } => data.len(),
+                Message::TunnelCredit { .. } => 4,
                 Message::ResponseHead { head, .. } => head.len(),
                 Message::ResponseEnd { .. } => 8,
                 Message::Reset { reason, .. } => 2 + reason.len(),
@@ -290,6 +339,7 @@ impl Message {
             Message::Ping { ack: true, .. } => FLAG_ACK,
             Message::Request(r) if r.end => FLAG_END,
             Message::RequestBody { end: true, .. } => FLAG_END,
+            Message::TunnelData { end: true, .. } => FLAG_END,
             _ => 0,
         };
         out.put_u8(self.message_type() as u8);
@@ -331,6 +381,9 @@ impl Message {
                 out.put_u8(*class as u8);
                 out.put_u16(0);
             }
+            Message::TunnelOpen(t) => encode_tunnel_open(t, out),
+            Message::TunnelData { data, .. } => out.put_slice(data),
+            Message::TunnelCredit { bytes, .. } => out.put_u32(*bytes),
             Message::ResponseHead { head, .. } => out.put_slice(head),
             Message::ResponseEnd { body_len, .. } => out.put_u64(*body_len),
             Message::Reset { code, reason, .. } => {
@@ -362,6 +415,9 @@ impl Message {
             | MessageType::RequestBody
             | MessageType::Cancel
             | MessageType::Priority => header.decode_request(payload),
+            MessageType::TunnelOpen | MessageType::TunnelData | MessageType::TunnelCredit => {
+                header.decode_tunnel(payload)
+            }
             MessageType::ResponseHead
             | MessageType::ResponseBody
             | MessageType::ResponseEnd
@@ -387,10 +443,18 @@ impl Message {
             Message::ResponseHead { head, .. } if head.is_empty() || head.len() > MAX_HEAD => {
                 Err("response head empty or above MAX_HEAD")
             }
-            Message::RequestBody { data, .. } | Message::ResponseBody { data, .. }
+            Message::RequestBody { data, .. }
+            | Message::ResponseBody { data, .. }
+            | Message::TunnelData { data, .. }
                 if data.len() > MAX_CHUNK =>
             {
                 Err("chunk above MAX_CHUNK")
+            }
+            Message::TunnelOpen(t) if !valid_server_name(&t.server_name) => {
+                Err("server name empty, too long or not a DNS name")
+            }
+            Message::TunnelData { data, end, .. } if data.is_empty() && !end => {
+                Err("empty TUNNEL_DATA without END")
             }
             m if m.message_type() != MessageType::Hello
                 && !matches!(
@@ -573,6 +637,37 @@ impl Header {
         })
     }
 
+    /// TUNNEL_OPEN, TUNNEL_DATA, TUNNEL_CREDIT.
+    fn decode_tunnel(self, mut buf: Bytes) -> Result<Message, DecodeError> {
+        let (bad, id) = (|what| self.bad(what), self.id);
+        Ok(match self.kind {
+            MessageType::TunnelOpen => {
+                let (destination, server_name) = tunnel_open_fields(buf).map_err(bad)?;
+                Message::TunnelOpen(TunnelOpen {
+                    id,
+                    destination,
+                    server_name,
+                })
+            }
+            MessageType::TunnelData => {
+                self.at_most(&buf, MAX_CHUNK)?;
+                let end = self.flag(FLAG_END);
+                if buf.is_empty() && !end {
+                    return Err(bad("empty TUNNEL_DATA without END"));
+                }
+                Message::TunnelData { id, end, data: buf }
+            }
+            MessageType::TunnelCredit => {
+                self.exact(&buf, 4)?;
+                Message::TunnelCredit {
+                    id,
+                    bytes: buf.get_u32(),
+                }
+            }
+            _ => unreachable!("decode dispatches only tunnel types here"),
+        })
+    }
+
     /// RESPONSE_HEAD, RESPONSE_BODY, RESPONSE_END, RESET: the origin's side.
     fn decode_response(self, mut buf: Bytes) -> Result<Message, DecodeError> {
         let (bad, id) = (|what| self.bad(what), self.id);
@@ -625,4 +720,62 @@ fn reason(buf: Bytes) -> Result<String, &'static str> {
         return Err("reason longer than MAX_REASON");
     }
     String::from_utf8(buf.to_vec()).map_err(|_| "reason is not UTF-8")
+}
+
+/// TUNNEL_OPEN's payload: port u16, family u8 (4 or 6), reserved u8, the
+/// address (4 or 16 bytes), then the server name.
+fn encode_tunnel_open(t: &TunnelOpen, out: &mut BytesMut) {
+    out.put_u16(t.destination.port());
+    match t.destination.ip() {
+        IpAddr::V4(v4) => {
+            out.put_u8(4);
+            out.put_u8(0);
+            out.put_slice(&v4.octets());
+        }
+        IpAddr::V6(v6) => {
+            out.put_u8(6);
+            out.put_u8(0);
+            out.put_slice(&v6.octets());
+        }
+    }
+    out.put_slice(t.server_name.as_bytes());
+}
+
+fn tunnel_open_fields(mut buf: Bytes) -> Result<(SocketAddr, String), &'static str> {
+    if buf.len() < 4 {
+        return Err("TUNNEL_OPEN shorter than 4 bytes");
+    }
+    let port = buf.get_u16();
+    let family = buf.get_u8();
+    let _reserved = buf.get_u8();
+    let ip = match family {
+        4 if buf.len() >= 4 => {
+            let mut octets = [0; 4];
+            buf.copy_to_slice(&mut octets);
+            IpAddr::V4(Ipv4Addr::from(octets))
+        }
+        6 if buf.len() >= 16 => {
+            let mut octets = [0; 16];
+            buf.copy_to_slice(&mut octets);
+            IpAddr::V6(Ipv6Addr::from(octets))
+        }
+        4 | 6 => return Err("TUNNEL_OPEN address cut short"),
+        _ => return Err("TUNNEL_OPEN address family neither 4 nor 6"),
+    };
+    let name = String::from_utf8(buf.to_vec()).map_err(|_| "server name is not UTF-8")?;
+    if !valid_server_name(&name) {
+        return Err("server name empty, too long or not a DNS name");
+    }
+    Ok((SocketAddr::new(ip, port), name))
+}
+
+/// A server name as SNI carries it: 1..=255 bytes of lower-case letters,
+/// digits, `-`, `_` and `.` (RFC 6066 host names; upper case is folded by the
+/// sender).
+pub fn valid_server_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_SERVER_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
 }

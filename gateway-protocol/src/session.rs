@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use crate::error::{DecodeError, ErrorCode, Reaction};
 use crate::message::{Capabilities, Hello, Message, MessageType, RequestId};
-use crate::{CONTROL_STREAM, MAX_CHUNK, VERSION};
+use crate::{CONTROL_STREAM, MAX_CHUNK, TUNNEL_WINDOW, VERSION};
 
 /// Which end of the association this session is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +41,30 @@ impl Default for SessionConfig {
             max_chunk: MAX_CHUNK as u32,
             capabilities: Capabilities::FEEDBACK
                 | Capabilities::PREFETCH_CLASS
-                | Capabilities::PRIORITY,
+                | Capabilities::PRIORITY
+                | Capabilities::TUNNEL,
+        }
+    }
+}
+
+/// One open tunnel's half-closes and, at the origin, the gateway's window.
+#[derive(Debug, Clone, Copy)]
+struct TunnelState {
+    /// The peer sent TUNNEL_DATA with END.
+    received_end: bool,
+    /// This side sent TUNNEL_DATA with END.
+    sent_end: bool,
+    /// Origin: bytes the gateway may still send (TUNNEL_WINDOW, plus credit
+    /// granted, minus bytes received).
+    window: u64,
+}
+
+impl TunnelState {
+    fn new() -> Self {
+        Self {
+            received_end: false,
+            sent_end: false,
+            window: u64::from(TUNNEL_WINDOW),
         }
     }
 }
@@ -69,6 +92,8 @@ struct OpenRequest {
     stream: u16,
     phase: Phase,
     body_bytes: u64,
+    /// Set for a tunnel (TUNNEL_OPEN), `None` for a request.
+    tunnel: Option<TunnelState>,
 }
 
 /// The state of one association's protocol.
@@ -176,9 +201,51 @@ impl Session {
                 stream,
                 phase: Phase::Head,
                 body_bytes: 0,
+                tunnel: None,
             },
         );
         Ok(())
+    }
+
+    /// Gateway: whether the origin serves tunnels (announced
+    /// [`Capabilities::TUNNEL`]); TUNNEL_OPEN goes only to one that does.
+    pub fn may_open_tunnel(&self) -> bool {
+        self.role == Role::Gateway && self.peer_capabilities.contains(Capabilities::TUNNEL)
+    }
+
+    /// Gateway: records a TUNNEL_OPEN about to be sent on `stream`; the same
+    /// rules as [`Session::handle_request_sent`], and the origin must serve
+    /// tunnels.
+    pub fn handle_tunnel_sent(&mut self, id: RequestId, stream: u16) -> Result<(), ErrorCode> {
+        if !self.may_open_tunnel() {
+            return Err(ErrorCode::Refused);
+        }
+        self.handle_request_sent(id, stream)?;
+        if let Some(open) = self.open.get_mut(&id) {
+            open.tunnel = Some(TunnelState::new());
+        }
+        Ok(())
+    }
+
+    /// Either side: this side sent TUNNEL_DATA with END on tunnel `id`. Returns
+    /// true when the tunnel is over (the peer's END came too): it is forgotten.
+    pub fn handle_tunnel_end_sent(&mut self, id: RequestId) -> bool {
+        let Some(tunnel) = self.open.get_mut(&id).and_then(|o| o.tunnel.as_mut()) else {
+            return true;
+        };
+        tunnel.sent_end = true;
+        if tunnel.received_end {
+            self.open.remove(&id);
+            return true;
+        }
+        false
+    }
+
+    /// Origin: this side sent TUNNEL_CREDIT of `bytes` for tunnel `id`.
+    pub fn handle_credit_sent(&mut self, id: RequestId, bytes: u32) {
+        if let Some(tunnel) = self.open.get_mut(&id).and_then(|o| o.tunnel.as_mut()) {
+            tunnel.window = tunnel.window.saturating_add(u64::from(bytes));
+        }
     }
 
     /// Either side: forget a request that this side ended (origin sent
@@ -222,12 +289,18 @@ impl Session {
                 Role::Origin => Ok(message),
                 Role::Gateway => Err(protocol_error),
             },
-            Message::Request(_) | Message::RequestBody { .. } | Message::Priority { .. } => {
-                match self.role {
-                    Role::Origin => self.origin_receives(stream, message),
-                    Role::Gateway => Err(protocol_error),
-                }
-            }
+            Message::Request(_)
+            | Message::RequestBody { .. }
+            | Message::Priority { .. }
+            | Message::TunnelOpen(_) => match self.role {
+                Role::Origin => self.origin_receives(stream, message),
+                Role::Gateway => Err(protocol_error),
+            },
+            Message::TunnelData { .. } => self.tunnel_data_received(stream, message),
+            Message::TunnelCredit { .. } => match self.role {
+                Role::Gateway => self.gateway_receives(stream, message),
+                Role::Origin => Err(protocol_error),
+            },
             Message::ResponseHead { .. }
             | Message::ResponseBody { .. }
             | Message::ResponseEnd { .. }
@@ -316,6 +389,30 @@ impl Session {
                         stream,
                         phase,
                         body_bytes: 0,
+                        tunnel: None,
+                    },
+                );
+                Ok(message)
+            }
+            Message::TunnelOpen(open) => {
+                let id = open.id;
+                if self.state == State::PeerGoingAway
+                    || !self.config.capabilities.contains(Capabilities::TUNNEL)
+                {
+                    return reset(id, ErrorCode::Refused);
+                }
+                let last = self.last_id.entry(stream).or_insert(0);
+                if id <= *last || self.open.contains_key(&id) {
+                    return reset(id, ErrorCode::ProtocolError);
+                }
+                *last = id;
+                self.open.insert(
+                    id,
+                    OpenRequest {
+                        stream,
+                        phase: Phase::Body,
+                        body_bytes: 0,
+                        tunnel: Some(TunnelState::new()),
                     },
                 );
                 Ok(message)
@@ -330,7 +427,7 @@ impl Session {
                         reset(id, ErrorCode::ProtocolError)
                     };
                 };
-                if open.stream != stream || open.phase != Phase::Head {
+                if open.stream != stream || open.phase != Phase::Head || open.tunnel.is_some() {
                     self.open.remove(&id);
                     return reset(id, ErrorCode::ProtocolError);
                 }
@@ -356,13 +453,66 @@ impl Session {
                         reset(id, ErrorCode::ProtocolError)
                     };
                 };
-                if open.stream != stream {
+                if open.stream != stream || open.tunnel.is_some() {
                     self.open.remove(&id);
                     return reset(id, ErrorCode::ProtocolError);
                 }
                 Ok(message)
             }
             _ => unreachable!("origin_receives is only called with request messages"),
+        }
+    }
+
+    /// TUNNEL_DATA, at either side: on its tunnel's stream, within the
+    /// receiver's chunk limit, not after the sender's END, and at the origin
+    /// within the window it granted.
+    fn tunnel_data_received(&mut self, stream: u16, message: Message) -> Result<Message, Reaction> {
+        let Message::TunnelData { id, end, data } = &message else {
+            unreachable!("tunnel_data_received is only called with TUNNEL_DATA");
+        };
+        let (id, end, len) = (*id, *end, data.len());
+        let Some(open) = self.open.get_mut(&id) else {
+            let seen = self.last_id.get(&stream).is_some_and(|last| id <= *last);
+            return Err(match (seen, self.role) {
+                (true, _) => Reaction::Ignore,
+                (false, Role::Origin) => Reaction::Reset {
+                    id,
+                    code: ErrorCode::ProtocolError,
+                },
+                (false, Role::Gateway) => Reaction::GoAway {
+                    code: ErrorCode::ProtocolError,
+                },
+            });
+        };
+        let role = self.role;
+        let max_chunk = self.config.max_chunk as usize;
+        let verdict = match open.tunnel.as_mut() {
+            _ if open.stream != stream => Err(ErrorCode::ProtocolError),
+            None => Err(ErrorCode::ProtocolError),
+            Some(t) if t.received_end => Err(ErrorCode::ProtocolError),
+            Some(_) if len > max_chunk => Err(ErrorCode::TooLarge),
+            Some(t) if role == Role::Origin && len as u64 > t.window => {
+                Err(ErrorCode::ProtocolError)
+            }
+            Some(t) => {
+                if role == Role::Origin {
+                    t.window -= len as u64;
+                }
+                t.received_end = end;
+                Ok(end && t.sent_end)
+            }
+        };
+        match verdict {
+            Ok(over) => {
+                if over {
+                    self.open.remove(&id);
+                }
+                Ok(message)
+            }
+            Err(code) => {
+                self.open.remove(&id);
+                Err(Reaction::Reset { id, code })
+            }
         }
     }
 
@@ -382,6 +532,16 @@ impl Session {
         };
         let violation = |code| Reaction::Reset { id, code };
         let outcome = if open.stream != stream {
+            Err(violation(ErrorCode::ProtocolError))
+        } else if open.tunnel.is_some() {
+            // A tunnel stays open through credits; RESET ends it; a
+            // response message has no place on it.
+            match message {
+                Message::TunnelCredit { .. } => return Ok(message),
+                Message::Reset { .. } => Ok(message),
+                _ => Err(violation(ErrorCode::ProtocolError)),
+            }
+        } else if matches!(message, Message::TunnelCredit { .. }) {
             Err(violation(ErrorCode::ProtocolError))
         } else {
             match (&message, open.phase) {

@@ -102,7 +102,228 @@ fn every_kind() -> Vec<Message> {
             code: ErrorCode::Unknown(0xbeef),
             reason: String::new(),
         },
+        tunnel_open(6, "203.0.113.10:443", "www.example.test"),
+        tunnel_open(7, "[2001:db8::1]:8443", "a"),
+        Message::TunnelData {
+            id: 6,
+            end: false,
+            data: Bytes::from(vec![0x16; MAX_CHUNK]),
+        },
+        Message::TunnelData {
+            id: 6,
+            end: true,
+            data: Bytes::new(),
+        },
+        Message::TunnelCredit {
+            id: 6,
+            bytes: u32::MAX,
+        },
     ]
+}
+
+fn tunnel_open(id: RequestId, destination: &str, name: &str) -> Message {
+    Message::TunnelOpen(TunnelOpen {
+        id,
+        destination: destination.parse().expect("socket address literal"),
+        server_name: name.into(),
+    })
+}
+
+fn tunnel_data(id: RequestId, end: bool, data: &'static [u8]) -> Message {
+    Message::TunnelData {
+        id,
+        end,
+        data: Bytes::from_static(data),
+    }
+}
+
+#[test]
+fn tunnel_open_layout_is_exact() {
+    let bytes = tunnel_open(9, "192.0.2.7:443", "ab.c").to_bytes();
+    assert_eq!(
+        &bytes[..],
+        &[
+            0x13, 0, 0, 0, 0, 0, 0, 9, 0x01, 0xbb, 4, 0, 192, 0, 2, 7, b'a', b'b', b'.', b'c'
+        ]
+    );
+    let malformed = [
+        (&[0x13, 0, 0, 0, 0, 0, 0, 9, 0x01, 0xbb][..], "short"),
+        (
+            &[
+                0x13, 0, 0, 0, 0, 0, 0, 9, 0x01, 0xbb, 5, 0, 1, 2, 3, 4, b'a',
+            ][..],
+            "family 5",
+        ),
+        (
+            &[
+                0x13, 0, 0, 0, 0, 0, 0, 9, 0x01, 0xbb, 6, 0, 1, 2, 3, 4, b'a',
+            ][..],
+            "v6 cut",
+        ),
+        (
+            &[0x13, 0, 0, 0, 0, 0, 0, 9, 0x01, 0xbb, 4, 0, 1, 2, 3, 4][..],
+            "no name",
+        ),
+        (
+            &[
+                0x13, 0, 0, 0, 0, 0, 0, 9, 0x01, 0xbb, 4, 0, 1, 2, 3, 4, b'A',
+            ][..],
+            "upper case",
+        ),
+        (&[0x14, 0, 0, 0, 0, 0, 0, 9][..], "empty data without END"),
+        (
+            &[0x15, 0, 0, 0, 0, 0, 0, 9, 0, 0, 1][..],
+            "credit of 3 bytes",
+        ),
+    ];
+    for (bytes, name) in malformed {
+        let error = Message::decode(&Bytes::copy_from_slice(bytes)).expect_err(name);
+        assert_eq!(
+            error.reaction(),
+            Reaction::Reset {
+                id: 9,
+                code: ErrorCode::ProtocolError
+            },
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_tunnel_passes_both_sessions_and_ends_after_both_halves() {
+    let (mut gateway, mut origin) = open_pair(4, 4);
+    assert!(gateway.may_open_tunnel());
+    gateway.handle_tunnel_sent(1, 3).expect("valid tunnel");
+    let open = tunnel_open(1, "192.0.2.1:443", "site.test");
+    assert_eq!(origin.handle_message(3, &open.to_bytes()), Ok(open));
+    let hello = tunnel_data(1, false, b"\x16\x03\x01");
+    assert_eq!(origin.handle_message(3, &hello.to_bytes()), Ok(hello));
+    let credit = Message::TunnelCredit { id: 1, bytes: 3 };
+    origin.handle_credit_sent(1, 3);
+    assert_eq!(gateway.handle_message(3, &credit.to_bytes()), Ok(credit));
+    let answer = tunnel_data(1, true, b"\x16\x03\x03");
+    assert!(
+        !origin.handle_tunnel_end_sent(1),
+        "the gateway's half is open"
+    );
+    assert_eq!(gateway.handle_message(3, &answer.to_bytes()), Ok(answer));
+    // Data after the peer's END breaks the tunnel.
+    let late = tunnel_data(1, false, b"x");
+    assert_eq!(
+        gateway.handle_message(3, &late.to_bytes()),
+        Err(Reaction::Reset {
+            id: 1,
+            code: ErrorCode::ProtocolError
+        })
+    );
+    let reset = Message::Reset {
+        id: 1,
+        code: ErrorCode::ProtocolError,
+        reason: String::new(),
+    };
+    assert_eq!(origin.handle_message(3, &reset.to_bytes()), Ok(reset));
+    gateway.handle_tunnel_sent(2, 3).expect("second tunnel");
+    assert!(!gateway.handle_tunnel_end_sent(2));
+    let open = tunnel_open(2, "192.0.2.1:443", "site.test");
+    origin.handle_message(3, &open.to_bytes()).expect("opens");
+    let end = tunnel_data(2, true, b"");
+    assert_eq!(origin.handle_message(3, &end.to_bytes()), Ok(end.clone()));
+    assert!(origin.handle_tunnel_end_sent(2), "both halves closed");
+    assert_eq!(gateway.handle_message(3, &end.to_bytes()), Ok(end));
+    assert_eq!(gateway.open_requests(), 0);
+    assert_eq!(origin.open_requests(), 0);
+}
+
+#[test]
+fn tunnel_data_beyond_the_window_or_misplaced_resets_the_tunnel() {
+    let (_, mut origin) = open_pair(4, 4);
+    let open = tunnel_open(1, "192.0.2.1:443", "site.test");
+    origin.handle_message(1, &open.to_bytes()).expect("opens");
+    let chunk = Message::TunnelData {
+        id: 1,
+        end: false,
+        data: Bytes::from(vec![0; MAX_CHUNK]),
+    };
+    for _ in 0..(TUNNEL_WINDOW as usize / MAX_CHUNK) {
+        origin
+            .handle_message(1, &chunk.to_bytes())
+            .expect("within the window");
+    }
+    let over = tunnel_data(1, false, b"x");
+    assert_eq!(
+        origin.handle_message(1, &over.to_bytes()),
+        Err(Reaction::Reset {
+            id: 1,
+            code: ErrorCode::ProtocolError
+        }),
+        "one byte beyond the window"
+    );
+    let open = tunnel_open(2, "192.0.2.1:443", "site.test");
+    origin.handle_message(1, &open.to_bytes()).expect("opens");
+    assert_eq!(
+        origin.handle_message(2, &tunnel_data(2, false, b"x").to_bytes()),
+        Err(Reaction::Reset {
+            id: 2,
+            code: ErrorCode::ProtocolError
+        }),
+        "on another stream"
+    );
+    let body = Message::RequestBody {
+        id: 3,
+        end: true,
+        data: Bytes::new(),
+    };
+    let open = tunnel_open(3, "192.0.2.1:443", "site.test");
+    origin.handle_message(1, &open.to_bytes()).expect("opens");
+    assert_eq!(
+        origin.handle_message(1, &body.to_bytes()),
+        Err(Reaction::Reset {
+            id: 3,
+            code: ErrorCode::ProtocolError
+        }),
+        "REQUEST_BODY on a tunnel"
+    );
+}
+
+#[test]
+fn an_origin_without_the_capability_refuses_tunnels_and_the_gateway_never_opens_one() {
+    let (mut gateway, mut origin) = open_pair_offering(4, 4, Capabilities::FEEDBACK);
+    assert!(!gateway.may_open_tunnel());
+    assert_eq!(gateway.handle_tunnel_sent(1, 1), Err(ErrorCode::Refused));
+    let open = tunnel_open(1, "192.0.2.1:443", "site.test");
+    assert_eq!(
+        origin.handle_message(1, &open.to_bytes()),
+        Err(Reaction::Reset {
+            id: 1,
+            code: ErrorCode::Refused
+        })
+    );
+}
+
+#[test]
+fn a_response_on_a_tunnel_or_a_credit_on_a_request_resets_it() {
+    let (mut gateway, _) = open_pair(4, 4);
+    gateway.handle_tunnel_sent(1, 1).expect("tunnel");
+    let head = Message::ResponseHead {
+        id: 1,
+        head: Bytes::from_static(b"HTTP/1.1 200 OK\r\n\r\n"),
+    };
+    assert_eq!(
+        gateway.handle_message(1, &head.to_bytes()),
+        Err(Reaction::Reset {
+            id: 1,
+            code: ErrorCode::ProtocolError
+        })
+    );
+    gateway.handle_request_sent(2, 1).expect("request");
+    let credit = Message::TunnelCredit { id: 2, bytes: 1 };
+    assert_eq!(
+        gateway.handle_message(1, &credit.to_bytes()),
+        Err(Reaction::Reset {
+            id: 2,
+            code: ErrorCode::ProtocolError
+        })
+    );
 }
 
 #[test]

@@ -13,18 +13,19 @@
 //! per stream. Nothing depends on them.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Mutex;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use gateway_common::DIRECTION_INGRESS;
+use gateway_common::{DIRECTION_INGRESS, TcpFlowKey};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use serde::{Deserialize, Serialize};
 
-use crate::ebpf::{SctpAccounting, SctpAccountingConfig, XdpMode};
-use crate::origin_link::{OriginLink, StreamFigures};
+use crate::ebpf::{SctpAccounting, SctpAccountingConfig, TcpFlowAccounting, XdpMode};
+use crate::origin_link::{BrowserSocket, OriginLink, StreamFigures};
 
 /// `[ebpf]`: the optional kernel-side cross-check of per-stream accounting.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,46 +67,79 @@ impl From<XdpModeChoice> for XdpMode {
 pub struct Accounting {
     /// The loaded and attached programs, if any.
     ebpf: Option<Mutex<SctpAccounting>>,
+    /// The browser-flow programs on the LAN interfaces, if they run.
+    browsers: Option<Mutex<TcpFlowAccounting>>,
     /// The start-up line's explanation.
     how: String,
+}
+
+/// The LAN side the browser-flow programs attach to: the interfaces where
+/// browsers are intercepted, and the intercepted server ports.
+#[derive(Debug, Clone, Default)]
+pub struct LanSide {
+    /// `intercept.lan_interfaces`.
+    pub interfaces: Vec<String>,
+    /// `intercept.ports`.
+    pub ports: Vec<u16>,
 }
 
 impl Accounting {
     /// Loads and attaches `xdp_sctp` if `config` asks for it and the kernel
     /// allows it; otherwise userspace only. Never fails: the reason is in
     /// [`describe`](Self::describe).
-    pub fn start(config: &EbpfConfig) -> Self {
+    pub fn start(config: &EbpfConfig, lan: &LanSide) -> Self {
         let userspace = |why: String| Self {
             ebpf: None,
+            browsers: None,
             how: format!("userspace only ({why})"),
         };
         let Some(object) = &config.object else {
             return userspace("ebpf.object is not set".into());
         };
+        let (browsers, browsers_how) = start_browser_flows(object, lan);
+        let with_browsers = |how: String| format!("{how}; browser flows: {browsers_how}");
         let Some(interface) = &config.interface else {
-            return userspace("ebpf.interface is not set: no WAN interface for xdp_sctp".into());
+            return Self {
+                ebpf: None,
+                browsers,
+                how: with_browsers(
+                    "userspace only (ebpf.interface is not set: no WAN interface for xdp_sctp)"
+                        .into(),
+                ),
+            };
         };
         let mut loaded = match SctpAccounting::load_file(object, SctpAccountingConfig::default()) {
             Ok(loaded) => loaded,
             Err(e) => {
-                return userspace(format!(
-                    "loading {} failed: {}; BPF needs root or CAP_BPF with CAP_NET_ADMIN, \
-                     and a kernel with BTF",
-                    object.display(),
-                    chain(&e)
-                ));
+                return Self {
+                    ebpf: None,
+                    browsers,
+                    how: with_browsers(format!(
+                        "userspace only (loading {} failed: {}; BPF needs root or CAP_BPF \
+                         with CAP_NET_ADMIN, and a kernel with BTF)",
+                        object.display(),
+                        chain(&e)
+                    )),
+                };
             }
         };
         let mode = XdpMode::from(config.xdp_mode);
         if let Err(e) = loaded.attach_ingress(interface, mode) {
-            return userspace(format!(
-                "attaching xdp_sctp to {interface} failed: {}",
-                chain(&e)
-            ));
+            return Self {
+                ebpf: None,
+                browsers,
+                how: with_browsers(format!(
+                    "userspace only (attaching xdp_sctp to {interface} failed: {})",
+                    chain(&e)
+                )),
+            };
         }
         Self {
             ebpf: Some(Mutex::new(loaded)),
-            how: format!("userspace, cross-checked by eBPF (xdp_sctp on {interface}, {mode} mode)"),
+            browsers,
+            how: with_browsers(format!(
+                "userspace, cross-checked by eBPF (xdp_sctp on {interface}, {mode} mode)"
+            )),
         }
     }
 
@@ -113,6 +147,7 @@ impl Accounting {
     pub fn userspace_only(reason: &str) -> Self {
         Self {
             ebpf: None,
+            browsers: None,
             how: format!("userspace only ({reason})"),
         }
     }
@@ -144,6 +179,90 @@ impl Accounting {
             }
         }
         Some(arrived)
+    }
+
+    /// Bytes in flight toward the browsers of `sockets` (sent after the LAN
+    /// interface's qdisc and not yet acknowledged), per data stream; `None`
+    /// without the browser-flow programs. A connection the programs have not
+    /// seen in both directions counts in `connections` only.
+    pub fn browser_in_flight(
+        &self,
+        sockets: &[(u16, Arc<BrowserSocket>)],
+    ) -> Option<BTreeMap<u16, BrowserFlows>> {
+        let browsers = self.browsers.as_ref()?;
+        let browsers = browsers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut per_stream: BTreeMap<u16, BrowserFlows> = BTreeMap::new();
+        for (stream, socket) in sockets {
+            let flows = per_stream.entry(*stream).or_default();
+            flows.connections += 1;
+            let Ok((local, peer)) = socket.addresses() else {
+                continue;
+            };
+            let key = TcpFlowKey {
+                browser_addr: v6_octets(peer.ip()),
+                server_addr: v6_octets(local.ip()),
+                browser_port: peer.port(),
+                server_port: local.port(),
+                _pad: [0; 4],
+            };
+            if let Some(in_flight) = browsers
+                .flow(&key)
+                .ok()
+                .flatten()
+                .and_then(|f| f.in_flight())
+            {
+                flows.seen += 1;
+                flows.in_flight += u64::from(in_flight);
+            }
+        }
+        Some(per_stream)
+    }
+}
+
+/// What the browser-flow programs say about one data stream's connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BrowserFlows {
+    /// Pinned browser connections.
+    pub connections: u32,
+    /// Of those, the ones the programs saw both ways.
+    pub seen: u32,
+    /// Their bytes in flight, summed.
+    pub in_flight: u64,
+}
+
+/// Loads the browser-flow programs and attaches them to every LAN
+/// interface; the programs (if they run) and the start-up line's words.
+fn start_browser_flows(object: &Path, lan: &LanSide) -> (Option<Mutex<TcpFlowAccounting>>, String) {
+    if lan.interfaces.is_empty() {
+        return (None, "not counted (no LAN interface)".into());
+    }
+    let mut loaded = match TcpFlowAccounting::load_file(object, &lan.ports) {
+        Ok(loaded) => loaded,
+        Err(e) => return (None, format!("not counted (loading failed: {})", chain(&e))),
+    };
+    for interface in &lan.interfaces {
+        if let Err(e) = loaded.attach(interface) {
+            return (
+                None,
+                format!(
+                    "not counted (attaching to {interface} failed: {})",
+                    chain(&e)
+                ),
+            );
+        }
+    }
+    let how = format!(
+        "eBPF (tc_tcp_egress and tc_tcp_ingress on {})",
+        lan.interfaces.join(", ")
+    );
+    (Some(Mutex::new(loaded)), how)
+}
+
+/// `ip` as the browser-flow map keys it: IPv6, or IPv4-mapped IPv6.
+fn v6_octets(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
     }
 }
 
@@ -182,6 +301,7 @@ impl StreamCollector {
             None,
             ebpf.metric_type(),
         )?)?;
+        self.encode_browser_in_flight(encoder)?;
         if let Some(arrived) = self.accounting.arrived_per_stream() {
             let mut family = encoder.encode_descriptor(
                 "gateway_ebpf_stream_arrived_bytes",
@@ -200,6 +320,9 @@ impl StreamCollector {
 
 /// One figure of a data stream.
 type Pick = fn(&StreamFigures) -> u64;
+
+/// One figure of a data stream's browser flows.
+type FlowsPick = fn(&BrowserFlows) -> u64;
 
 /// The per-stream gauges: name, help and the figure each one exports.
 const STREAM_GAUGES: [(&str, &str, Pick); 4] = [
@@ -243,6 +366,51 @@ const STREAM_COUNTERS: [(&str, &str, Pick); 3] = [
         |f| f.discarded,
     ),
 ];
+
+impl StreamCollector {
+    /// Per origin and data stream, the bytes in flight toward its browsers
+    /// (the LAN-side TCP programs), when they run.
+    fn encode_browser_in_flight(&self, encoder: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        let per_link: Vec<(&str, BTreeMap<u16, BrowserFlows>)> = self
+            .links
+            .iter()
+            .filter_map(|link| {
+                let flows = self.accounting.browser_in_flight(&link.browser_sockets())?;
+                Some((link.name(), flows))
+            })
+            .collect();
+        if per_link.is_empty() {
+            return Ok(());
+        }
+        let families: [(&str, &str, FlowsPick); 2] = [
+            (
+                "gateway_ebpf_stream_browser_in_flight_bytes",
+                "Per data stream: bytes sent toward its pinned browsers and not yet acknowledged \
+                 by them, as tc_tcp_egress and tc_tcp_ingress saw them on the LAN interfaces",
+                |f| f.in_flight,
+            ),
+            (
+                "gateway_ebpf_stream_browser_flows",
+                "Per data stream: pinned browser connections the LAN-side TCP programs saw both ways",
+                |f| u64::from(f.seen),
+            ),
+        ];
+        for (name, help, pick) in families {
+            let mut family =
+                encoder.encode_descriptor(name, help, None, ConstGauge::new(0i64).metric_type())?;
+            for (origin, streams) in &per_link {
+                for (stream, flows) in streams {
+                    let stream = stream.to_string();
+                    ConstGauge::new(i64::try_from(pick(flows)).unwrap_or(i64::MAX)).encode(
+                        family
+                            .encode_family(&[("origin", *origin), ("stream", stream.as_str())])?,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
 
 impl Collector for StreamCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
@@ -306,16 +474,26 @@ mod tests {
 
     #[test]
     fn without_an_object_or_interface_it_says_userspace_only_and_why() {
-        let none = Accounting::start(&EbpfConfig::default());
+        let none = Accounting::start(&EbpfConfig::default(), &LanSide::default());
         assert!(!none.with_ebpf());
         assert_eq!(none.describe(), "userspace only (ebpf.object is not set)");
         assert_eq!(none.arrived_per_stream(), None);
 
-        let no_interface = Accounting::start(&EbpfConfig {
-            object: Some("gateway-ebpf.o".into()),
-            ..EbpfConfig::default()
-        });
+        let no_interface = Accounting::start(
+            &EbpfConfig {
+                object: Some("gateway-ebpf.o".into()),
+                ..EbpfConfig::default()
+            },
+            &LanSide::default(),
+        );
         assert!(!no_interface.with_ebpf());
+        assert!(
+            no_interface
+                .describe()
+                .ends_with("; browser flows: not counted (no LAN interface)"),
+            "{}",
+            no_interface.describe()
+        );
         assert!(
             no_interface
                 .describe()
@@ -327,15 +505,27 @@ mod tests {
 
     #[test]
     fn an_unloadable_object_falls_back_to_userspace() {
-        let missing = Accounting::start(&EbpfConfig {
-            object: Some("/nonexistent/gateway-ebpf".into()),
-            interface: Some("lo".into()),
-            xdp_mode: XdpModeChoice::Generic,
-        });
+        let lan = LanSide {
+            interfaces: vec!["lo".into()],
+            ports: vec![80],
+        };
+        let missing = Accounting::start(
+            &EbpfConfig {
+                object: Some("/nonexistent/gateway-ebpf".into()),
+                interface: Some("lo".into()),
+                xdp_mode: XdpModeChoice::Generic,
+            },
+            &lan,
+        );
         assert!(!missing.with_ebpf());
+        assert_eq!(missing.browser_in_flight(&[]), None);
         let how = missing.describe();
         assert!(
             how.starts_with("userspace only (loading /nonexistent/gateway-ebpf failed"),
+            "{how}"
+        );
+        assert!(
+            how.contains("; browser flows: not counted (loading failed: cannot load eBPF object"),
             "{how}"
         );
     }

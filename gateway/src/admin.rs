@@ -8,12 +8,14 @@
 //! | `GET /cache/stats` | [`CacheStats`](crate::cache::CacheStats) as JSON |
 //! | `POST /cache/purge?url=U` (or `prefix=P`, `host=H`) | `{"removed": N}` |
 //! | `GET /prefetch/stats` | [`PrefetchStats`] as JSON |
+//! | `GET /pages/recent` | [`RecentPages`]: the last pages scanned for prefetch, newest first, with their outcome (issued, used, wasted) |
 //!
 //! `gateway cache stats|purge` are its command-line clients. It listens on
 //! loopback by default: whoever can reach it can purge the cache.
 //!
 //! The status page is four files under `admin/status/`, built into the
-//! binary as they are (no front-end build step). It only reads `/metrics`;
+//! binary as they are (no front-end build step). It only reads `/metrics`
+//! and `/pages/recent`;
 //! its script, not this server, computes ratios and rates. Its answers carry a
 //! Content-Security-Policy that lets it load nothing but itself
 //! ([`STATUS_PAGE_CSP`]), and `Cache-Control: no-store`.
@@ -40,7 +42,7 @@ use tokio::sync::watch;
 
 use crate::cache::{Cache, CacheStats, Purge};
 use crate::front::{Prefetcher, stopped};
-use crate::prefetch::PrefetchStats;
+use crate::prefetch::{PrefetchStats, RecentPage};
 
 /// The status page's Content-Security-Policy: scripts, styles and fetches
 /// from the admin endpoint itself, nothing inline, no frames, no forms.
@@ -77,6 +79,18 @@ const STATUS_PAGE: [(&str, &str, &str); 4] = [
 pub struct Purged {
     /// Entries removed.
     pub removed: u64,
+}
+
+/// `GET /pages/recent`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RecentPages {
+    /// False when `[prefetch]` is off for every route: no page is scanned,
+    /// and `pages` stays empty.
+    pub prefetch: bool,
+    /// The last pages scanned (at most
+    /// [`MAX_RECENT_PAGES`](crate::prefetch::queue::MAX_RECENT_PAGES)), newest
+    /// first.
+    pub pages: Vec<RecentPage>,
 }
 
 /// Serves the endpoint on `listener` until `shutdown` turns true.
@@ -165,6 +179,10 @@ async fn handle(
             Some(p) => json(&p.stats()),
             None => plain(StatusCode::NOT_FOUND, "prefetch is off"),
         },
+        (&Method::GET, "/pages/recent") => status_page_json(&RecentPages {
+            prefetch: prefetcher.is_some(),
+            pages: prefetcher.map(Prefetcher::recent_pages).unwrap_or_default(),
+        }),
         (&Method::POST, "/cache/purge") => {
             let purge = match purge_from_query(query) {
                 Ok(purge) => purge,
@@ -181,12 +199,12 @@ async fn handle(
                 Err(e) => plain(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
             }
         }
-        (_, "/metrics" | "/cache/stats" | "/cache/purge" | "/prefetch/stats") => {
+        (_, "/metrics" | "/cache/stats" | "/cache/purge" | "/prefetch/stats" | "/pages/recent") => {
             plain(StatusCode::METHOD_NOT_ALLOWED, "wrong method")
         }
         _ => plain(
             StatusCode::NOT_FOUND,
-            "GET / (status page), GET /metrics, GET /cache/stats, POST /cache/purge?url=|prefix=|host=, GET /prefetch/stats",
+            "GET / (status page), GET /metrics, GET /cache/stats, POST /cache/purge?url=|prefix=|host=, GET /prefetch/stats, GET /pages/recent",
         ),
     }
 }
@@ -223,6 +241,16 @@ fn status_page_file(content_type: &'static str, text: &'static str) -> Response<
             .headers_mut()
             .insert(name, header::HeaderValue::from_static(value));
     }
+    response
+}
+
+/// JSON the status page reads: not stored by anything on the way.
+fn status_page_json<T: Serialize>(value: &T) -> Response<Full<Bytes>> {
+    let mut response = json(value);
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
     response
 }
 

@@ -92,6 +92,12 @@ pub struct InterceptConfig {
     pub rule_priority: u32,
     /// `SO_MARK` on the gateway's own upstream sockets; the rules let it pass.
     pub upstream_mark: u32,
+    /// The intercepted port whose flows are TLS (443 on a real LAN): the table
+    /// intercepts it only for the `destinations` of the `[[origin]]`s, and
+    /// those flows are tunnelled to the origin by SNI, never parsed as HTTP
+    /// (docs/gateway.md, "HTTPS"). None: every intercepted port is HTTP.
+    /// It must be one of `ports`.
+    pub tls_port: Option<u16>,
 }
 
 impl Default for InterceptConfig {
@@ -105,6 +111,7 @@ impl Default for InterceptConfig {
             route_table: 3129,
             rule_priority: 3129,
             upstream_mark: 0x5c7_0002,
+            tls_port: None,
         }
     }
 }
@@ -355,6 +362,11 @@ fn validate_intercept(i: &InterceptConfig, listen_port: u16) -> Result<(), Confi
     }
     if i.ports.contains(&listen_port) {
         return invalid("intercept.ports", "must not contain listen.port");
+    }
+    if let Some(port) = i.tls_port
+        && !i.ports.contains(&port)
+    {
+        return invalid("intercept.tls_port", "must be one of intercept.ports");
     }
     if i.table.is_empty()
         || !i

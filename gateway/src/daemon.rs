@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
-use crate::accounting::{Accounting, StreamCollector};
+use crate::accounting::{Accounting, LanSide, StreamCollector};
 use crate::cache::Cache;
 use crate::config::GatewayConfig;
 use crate::front::{Front, stopped};
@@ -134,7 +134,11 @@ async fn open_cache(config: &GatewayConfig) -> Result<Cache> {
 /// eBPF programs where they load; says once which it is and why.
 fn start_accounting(config: &GatewayConfig) -> Arc<Accounting> {
     let accounting = Arc::new(if config.origins.iter().any(|o| o.feedback.enabled) {
-        Accounting::start(&config.ebpf)
+        let lan = LanSide {
+            interfaces: config.intercept.lan_interfaces.clone(),
+            ports: config.intercept.ports.clone(),
+        };
+        Accounting::start(&config.ebpf, &lan)
     } else {
         Accounting::userspace_only("no origin has feedback.enabled; nothing is reported")
     });

@@ -153,7 +153,7 @@ impl DirectUpstream {
 /// thread's network namespace), loopback addresses aside (see the module doc).
 /// Asked anew on every connect, so that an address added at run time counts at
 /// once; the list is a netlink dump, small beside the connect it guards.
-fn is_own_address(ip: IpAddr) -> io::Result<bool> {
+pub(crate) fn is_own_address(ip: IpAddr) -> io::Result<bool> {
     if ip.is_loopback() {
         return Ok(false);
     }
@@ -165,7 +165,7 @@ fn is_own_address(ip: IpAddr) -> io::Result<bool> {
 }
 
 /// Opens a TCP connection to `dst` whose packets carry `mark`.
-async fn connect_marked(dst: SocketAddr, mark: u32) -> std::io::Result<TcpStream> {
+pub(crate) async fn connect_marked(dst: SocketAddr, mark: u32) -> std::io::Result<TcpStream> {
     let socket = Socket::new(Domain::for_address(dst), Type::STREAM, Some(Protocol::TCP))?;
     if mark != 0 {
         socket.set_mark(mark)?;

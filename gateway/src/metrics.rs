@@ -2,7 +2,9 @@
 //! the per-stream ones ([`crate::accounting`]): how long requests take and
 //! which side failed them ([`RequestMetrics`], fed by the front), and what our
 //! SCTP stack says about each origin's association ([`TransportCollector`],
-//! read at each scrape). docs/operations.md lists every metric.
+//! read at each scrape), and the bytes sent to each LAN client
+//! ([`ClientBytes`], at most [`MAX_CLIENT_SERIES`] clients by name).
+//! docs/operations.md lists every metric.
 //!
 //! Names follow Prometheus conventions: the unit last (`_seconds`, `_bytes`,
 //! added by the encoder from the descriptor's unit), `_total` on counters
@@ -15,7 +17,9 @@
 //! response that breaks after its head is not counted here: the browser's
 //! connection is closed and the access log says so.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -79,6 +83,116 @@ struct SideLabel {
 
 type DurationFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
 
+/// Most LAN clients `gateway_client_sent_bytes_total` names. A LAN may have
+/// hundreds of clients (and a scan or a guest network thousands of
+/// addresses): past this many, the client least recently sent to leaves the
+/// metric and its bytes are added to the `client="other"` series, so the sum
+/// over every series still counts every byte sent, and the series stay few
+/// enough for Prometheus.
+pub const MAX_CLIENT_SERIES: usize = 256;
+
+/// The `client` label of the bytes of clients no longer named.
+pub const OTHER_CLIENTS: &str = "other";
+
+/// Bytes written to browser connections, per client address, for at most
+/// a limited number of clients (least recently sent to evicted first).
+///
+/// A client that comes back after its eviction starts again at 0: Prometheus'
+/// `rate()` and `increase()` read that as a counter reset, as they should.
+#[derive(Debug)]
+pub struct ClientBytes {
+    limit: usize,
+    table: Mutex<ClientTable>,
+}
+
+#[derive(Debug, Default)]
+struct ClientTable {
+    clients: HashMap<IpAddr, ClientEntry>,
+    /// Ticks at every write: the recency order of the entries.
+    tick: u64,
+    /// Bytes of the clients evicted so far.
+    other: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ClientEntry {
+    bytes: u64,
+    last: u64,
+}
+
+impl Default for ClientBytes {
+    fn default() -> Self {
+        Self::with_limit(MAX_CLIENT_SERIES)
+    }
+}
+
+impl ClientBytes {
+    /// A table that names at most `limit` clients (at least 1).
+    pub fn with_limit(limit: usize) -> Self {
+        Self {
+            limit: limit.max(1),
+            table: Mutex::new(ClientTable::default()),
+        }
+    }
+
+    /// `bytes` were written to a connection of `client`. An IPv4 client on
+    /// an IPv6 socket (`::ffff:a.b.c.d`) counts as its IPv4 address.
+    pub fn add(&self, client: IpAddr, bytes: u64) {
+        let client = client.to_canonical();
+        let mut table = crate::sync::lock(&self.table);
+        table.tick += 1;
+        let tick = table.tick;
+        if let Some(entry) = table.clients.get_mut(&client) {
+            entry.bytes += bytes;
+            entry.last = tick;
+            return;
+        }
+        if table.clients.len() >= self.limit {
+            table.evict_least_recent();
+        }
+        table
+            .clients
+            .insert(client, ClientEntry { bytes, last: tick });
+    }
+
+    /// The clients named now with their bytes (in no particular order), and
+    /// the bytes of those no longer named.
+    pub fn snapshot(&self) -> (Vec<(IpAddr, u64)>, u64) {
+        let table = crate::sync::lock(&self.table);
+        let named = table.clients.iter().map(|(ip, e)| (*ip, e.bytes)).collect();
+        (named, table.other)
+    }
+}
+
+impl ClientTable {
+    /// O(clients), only when a new client arrives at a full table.
+    fn evict_least_recent(&mut self) {
+        let oldest = self
+            .clients
+            .iter()
+            .min_by_key(|(_, e)| e.last)
+            .map(|(ip, _)| *ip);
+        if let Some(entry) = oldest.and_then(|ip| self.clients.remove(&ip)) {
+            self.other += entry.bytes;
+        }
+    }
+}
+
+/// What one browser connection counts its writes into (see
+/// [`CountedStream`](crate::origin_link::CountedStream)).
+#[derive(Debug, Clone)]
+pub struct ClientTally {
+    table: Arc<ClientBytes>,
+    client: IpAddr,
+}
+
+impl ClientTally {
+    /// `bytes` were written to the client.
+    pub fn add(&self, bytes: u64) {
+        self.table.add(self.client, bytes);
+    }
+}
+
 /// Request durations by route and cache outcome, and errors by side. Shared
 /// by the front (which records) and the admin endpoint (which encodes it
 /// through [`collector`](Self::collector)).
@@ -86,6 +200,7 @@ type DurationFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
 pub struct RequestMetrics {
     durations: DurationFamily,
     errors: Family<SideLabel, Counter>,
+    clients: Arc<ClientBytes>,
 }
 
 impl Default for RequestMetrics {
@@ -100,6 +215,7 @@ impl Default for RequestMetrics {
         Self {
             durations: Family::new_with_constructor(|| Histogram::new(REQUEST_DURATION_BUCKETS)),
             errors,
+            clients: Arc::new(ClientBytes::default()),
         }
     }
 }
@@ -130,6 +246,19 @@ impl RequestMetrics {
             .get()
     }
 
+    /// Where a connection of `client` counts the bytes written to it.
+    pub fn client_tally(&self, client: IpAddr) -> ClientTally {
+        ClientTally {
+            table: Arc::clone(&self.clients),
+            client,
+        }
+    }
+
+    /// Bytes sent per client (see [`ClientBytes`]).
+    pub fn clients(&self) -> &ClientBytes {
+        &self.clients
+    }
+
     /// For [`admin::serve_with`](crate::admin::serve_with).
     pub fn collector(self: &Arc<Self>) -> Box<dyn Collector> {
         Box::new(RequestCollector(Arc::clone(self)))
@@ -154,8 +283,26 @@ impl Collector for RequestCollector {
             None,
             metrics.errors.metric_type(),
         )?)?;
-        Ok(())
+        encode_clients(&metrics.clients, &mut encoder)
     }
+}
+
+/// `gateway_client_sent_bytes_total{client}`: the named clients, busiest
+/// first, then `other` (always present, 0 until a client is evicted).
+fn encode_clients(clients: &ClientBytes, encoder: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+    let (mut named, other) = clients.snapshot();
+    named.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut family = encoder.encode_descriptor(
+        "gateway_client_sent",
+        "Bytes written to browser connections (heads and bodies), per LAN client address; past the most recent clients named, the rest are summed under client=\"other\"",
+        Some(&Unit::Bytes),
+        ConstCounter::new(0u64).metric_type(),
+    )?;
+    for (client, bytes) in named {
+        let client = client.to_string();
+        ConstCounter::new(bytes).encode(family.encode_family(&[("client", client.as_str())])?)?;
+    }
+    ConstCounter::new(other).encode(family.encode_family(&[("client", OTHER_CLIENTS)])?)
 }
 
 /// The transport figures of every origin link, read at each scrape.
@@ -339,6 +486,46 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
+    }
+
+    #[test]
+    fn client_bytes_are_per_address_and_the_least_recent_leaves_for_other() {
+        let metrics = Arc::new(RequestMetrics {
+            clients: Arc::new(ClientBytes::with_limit(2)),
+            ..RequestMetrics::default()
+        });
+        let ip = |s: &str| s.parse::<IpAddr>().expect("an address");
+        let a = metrics.client_tally(ip("192.168.1.10"));
+        a.add(100);
+        metrics.client_tally(ip("::ffff:192.168.1.10")).add(1);
+        metrics.client_tally(ip("192.168.1.11")).add(50);
+        a.add(10);
+        let text = encoded(&metrics);
+        for line in [
+            "# TYPE gateway_client_sent_bytes counter",
+            "# UNIT gateway_client_sent_bytes bytes",
+            "gateway_client_sent_bytes_total{client=\"192.168.1.10\"} 111",
+            "gateway_client_sent_bytes_total{client=\"192.168.1.11\"} 50",
+            "gateway_client_sent_bytes_total{client=\"other\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        // A third client: .11 was sent to least recently, so it goes.
+        metrics.client_tally(ip("2001:db8::7")).add(7);
+        let text = encoded(&metrics);
+        for line in [
+            "gateway_client_sent_bytes_total{client=\"192.168.1.10\"} 111",
+            "gateway_client_sent_bytes_total{client=\"2001:db8::7\"} 7",
+            "gateway_client_sent_bytes_total{client=\"other\"} 50",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert!(!text.contains("192.168.1.11"), "{text}");
+        // Busiest first.
+        let first = text.find("192.168.1.10").expect("named");
+        assert!(first < text.find("2001:db8::7").expect("named"), "{text}");
+        let (named, other) = metrics.clients().snapshot();
+        assert_eq!((named.len(), other), (2, 50));
     }
 
     #[test]

@@ -15,11 +15,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
+use gateway::admin::RecentPages;
 use gateway::cache::Cache;
 use gateway::config::{CacheConfig, GatewayConfig};
-use gateway::front::Front;
+use gateway::front::{Front, Prefetcher};
 use gateway::listener::Intercepted;
 use gateway::metrics::{RequestMetrics, Side};
+use gateway::prefetch::PageState;
 use gateway::sync::lock;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
@@ -182,6 +184,7 @@ struct TestFront {
     addr: SocketAddr,
     cache: Cache,
     metrics: Arc<RequestMetrics>,
+    prefetcher: Option<Arc<Prefetcher>>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -193,7 +196,17 @@ impl Drop for TestFront {
 
 /// A front with a cache at `path`, every connection claiming `dst`.
 async fn front(dst: SocketAddr, path: &Path) -> Result<TestFront> {
-    let config = GatewayConfig {
+    front_with(dst, path, |_| {}).await
+}
+
+/// [`front`], with `tweak` applied to its configuration; runs the prefetch
+/// queue's driver when prefetch is on.
+async fn front_with(
+    dst: SocketAddr,
+    path: &Path,
+    tweak: impl FnOnce(&mut GatewayConfig),
+) -> Result<TestFront> {
+    let mut config = GatewayConfig {
         cache: CacheConfig {
             path: path.to_owned(),
             max_bytes: 64 << 20,
@@ -202,12 +215,17 @@ async fn front(dst: SocketAddr, path: &Path) -> Result<TestFront> {
         },
         ..GatewayConfig::default()
     };
+    tweak(&mut config);
     let cache = Cache::open(&config.cache).await?;
     let front = Arc::new(Front::new(&config, Vec::new(), cache.clone()));
     let metrics = Arc::clone(front.metrics());
+    let prefetcher = front.prefetcher().cloned();
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    if prefetcher.is_some() {
+        tokio::spawn(Arc::clone(&front).prefetch_driver(stop_rx.clone()));
+    }
     let accept = tokio::spawn(async move {
         let _stop_tx = stop_tx;
         while let Ok((stream, client)) = listener.accept().await {
@@ -223,6 +241,7 @@ async fn front(dst: SocketAddr, path: &Path) -> Result<TestFront> {
         addr,
         cache,
         metrics,
+        prefetcher,
         accept,
     })
 }
@@ -1165,6 +1184,139 @@ fn has_series(text: &str, name: &str, with: &str, rest: &str) -> bool {
     })
 }
 
+/// Every byte the browser reads, heads included, is counted under its
+/// address in `gateway_client_sent_bytes_total`, a miss and a hit alike.
+#[tokio::test]
+async fn the_metrics_count_the_bytes_sent_to_each_client() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let body = "x".repeat(10_000);
+    let reply_body = body.clone();
+    let up = Upstream::start(move |_| Reply::ok(&reply_body, &[("cache-control", "max-age=600")]))
+        .await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let mut received = 0u64;
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(f.addr).await?;
+        let raw = format!(
+            "GET /b HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
+            up.addr
+        );
+        stream.write_all(raw.as_bytes()).await?;
+        let mut answer = Vec::new();
+        tokio::time::timeout(EXCHANGE_TIMEOUT, stream.read_to_end(&mut answer)).await??;
+        assert!(answer.ends_with(body.as_bytes()), "{}", answer.len());
+        received += answer.len() as u64;
+        wait_for(|| f.cache.stats().stored == 1).await?;
+    }
+    assert_eq!(up.count("/b"), 1, "the second was a hit");
+    let counted = || {
+        f.metrics
+            .clients()
+            .snapshot()
+            .0
+            .iter()
+            .find(|(ip, _)| ip.to_string() == "127.0.0.1")
+            .map_or(0, |(_, bytes)| *bytes)
+    };
+    wait_for(|| counted() == received).await?;
+
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let admin = listener.local_addr()?;
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(gateway::admin::serve_with(
+        listener,
+        f.cache.clone(),
+        None,
+        vec![f.metrics.collector()],
+        stop_rx,
+    ));
+    let text = scrape(admin).await?;
+    for line in [
+        "# TYPE gateway_client_sent_bytes counter".to_owned(),
+        format!("gateway_client_sent_bytes_total{{client=\"127.0.0.1\"}} {received}"),
+        "gateway_client_sent_bytes_total{client=\"other\"} 0".to_owned(),
+    ] {
+        assert!(text.contains(&line), "{line} missing from:\n{text}");
+    }
+    Ok(())
+}
+
+/// An HTML page through the front (prefetch on for direct routes) is listed
+/// by `GET /pages/recent` with its prefetches: two images issued, one of them
+/// asked for by the browser afterwards (used), although the page's connection
+/// closed right after it.
+#[tokio::test]
+async fn recent_pages_list_a_page_with_its_prefetches() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let up = Upstream::start(|seen| match seen.path.as_str() {
+        "/" => Reply::ok(
+            "<!DOCTYPE html><html><body><img src=\"/a.png\"><img src=\"/b.png\"></body></html>",
+            &[("content-type", "text/html"), ("cache-control", "no-cache")],
+        ),
+        _ => Reply::ok(
+            "png",
+            &[
+                ("content-type", "image/png"),
+                ("cache-control", "max-age=600"),
+            ],
+        ),
+    })
+    .await?;
+    let f = front_with(up.addr, &dir.path().join("c.redb"), |c| {
+        c.prefetch.enabled_for_direct = true;
+    })
+    .await?;
+    let prefetcher = f.prefetcher.clone().context("prefetch is on")?;
+    // Like curl, the client closes its connection as soon as it has the
+    // page: the page must count as loaded, not abandoned, or nothing would
+    // be prefetched for it.
+    let page = get(f.addr, "/", up.addr).await?;
+    assert_eq!(page.status, 200);
+    wait_for(|| prefetcher.stats().completed == 2)
+        .await
+        .with_context(|| format!("{:?}", prefetcher.stats()))?;
+    assert_eq!(get(f.addr, "/a.png", up.addr).await?.status, 200);
+    wait_for(|| prefetcher.stats().used == 1)
+        .await
+        .with_context(|| format!("{:?}", prefetcher.stats()))?;
+
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let admin = listener.local_addr()?;
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(gateway::admin::serve(
+        listener,
+        f.cache.clone(),
+        Some(Arc::clone(&prefetcher)),
+        stop_rx,
+    ));
+    let mut stream = TcpStream::connect(admin).await?;
+    stream
+        .write_all(b"GET /pages/recent HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n")
+        .await?;
+    let mut raw = Vec::new();
+    tokio::time::timeout(EXCHANGE_TIMEOUT, stream.read_to_end(&mut raw)).await??;
+    let text = String::from_utf8(raw)?;
+    let (_, body) = text.split_once("\r\n\r\n").context("no end of head")?;
+    let recent: RecentPages = serde_json::from_str(body)?;
+    assert!(recent.prefetch);
+    let [listed] = recent.pages.as_slice() else {
+        anyhow::bail!("one page expected: {body}");
+    };
+    assert_eq!(listed.url, format!("http://{}/", up.addr));
+    assert_eq!(listed.state, PageState::Loaded, "{body}");
+    assert_eq!(
+        (
+            listed.outcome.issued,
+            listed.outcome.used,
+            listed.outcome.wasted,
+            listed.outcome.failed
+        ),
+        (2, 1, 0, 0),
+        "{body}"
+    );
+    Ok(())
+}
+
 /// After a miss, a hit, a refused CONNECT and a malformed head, `/metrics`
 /// has the request durations per route and cache outcome and the errors by
 /// side; a destination that refuses connections counts on the origin side.
@@ -1232,5 +1384,182 @@ async fn the_metrics_have_request_durations_and_errors_by_side() -> Result<()> {
     assert_eq!(refused.status, 502);
     assert_eq!(dead.metrics.errors(Side::Origin), 1);
     assert_eq!(dead.metrics.errors(Side::Browser), 0);
+    Ok(())
+}
+
+/// The Age a hit carries, as a number.
+fn age_of(answer: &Answer) -> Result<u64> {
+    Ok(answer.header("age").context("no Age")?.parse()?)
+}
+
+#[tokio::test]
+async fn rfc9111_field_edge_cases_through_the_front() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let far = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(3600));
+    let up = Upstream::start(move |seen| {
+        let etag = ("etag", "\"v\"");
+        match seen.path.as_str() {
+            "/age-list" => Reply::ok(
+                "x",
+                &[("cache-control", "max-age=600"), ("age", "100, 300")],
+            ),
+            "/age-bad" => Reply::ok("x", &[("cache-control", "max-age=600"), ("age", "-100")]),
+            "/expires-twice" => Reply::ok("x", &[("expires", &far), ("expires", &far)]),
+            "/expires-zero" => Reply::ok("x", &[("expires", "0")]),
+            "/upper" => Reply::ok("x", &[("cache-control", "MAX-AGE=60")]),
+            "/quoted" => Reply::ok("x", &[("cache-control", "max-age=\"60\"")]),
+            "/cdn" => Reply::ok(
+                "x",
+                &[
+                    ("cache-control", "no-store"),
+                    ("cdn-cache-control", "max-age=600"),
+                ],
+            ),
+            "/no-cache-fields" => Reply::ok(
+                "x",
+                &[
+                    ("cache-control", "no-cache=\"set-cookie\", max-age=60"),
+                    etag,
+                ],
+            ),
+            "/599" | "/403" => Reply {
+                status: seen.path[1..].parse().unwrap_or(500),
+                ..Reply::ok("status", &[("cache-control", "max-age=60")])
+            },
+            _ => Reply::ok("x", &[]),
+        }
+    })
+    .await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let (gw, cache) = (f.addr, &f.cache);
+    let paths = [
+        "/age-list",
+        "/age-bad",
+        "/expires-twice",
+        "/expires-zero",
+        "/upper",
+        "/quoted",
+        "/cdn",
+        "/no-cache-fields",
+        "/599",
+        "/403",
+    ];
+    for path in paths {
+        get(gw, path, up.addr).await?;
+    }
+    // Everything but /cdn (no-store) is stored, fresh or not.
+    wait_for(|| cache.stats().stored == paths.len() as u64 - 1).await?;
+    let mut second = HashMap::new();
+    for path in paths {
+        second.insert(path, get(gw, path, up.addr).await?);
+    }
+    let hits = ["/age-list", "/age-bad", "/upper", "/quoted", "/599", "/403"];
+    for path in hits {
+        assert_eq!(up.count(path), 1, "{path} must be a hit");
+    }
+    // RFC 9111, section 5.1: the first member of a list-based Age counts; an
+    // invalid Age is ignored.
+    let listed = age_of(&second["/age-list"])?;
+    assert!((100..300).contains(&listed), "Age {listed}");
+    assert!(age_of(&second["/age-bad"])? < 100);
+    assert_eq!((second["/599"].status, second["/403"].status), (599, 403));
+    // Section 5.3: a repeated or invalid Expires is already expired; RFC 9213:
+    // CDN-Cache-Control does not override Cache-Control here.
+    for path in ["/expires-twice", "/expires-zero", "/cdn"] {
+        assert_eq!(up.count(path), 2, "{path} must go upstream again");
+    }
+    // Section 5.2.2.4: a qualified no-cache validates every time.
+    assert_eq!(up.count("/no-cache-fields"), 2);
+    let validation = up.last("/no-cache-fields").context("no validation")?;
+    assert_eq!(
+        validation.headers.get("if-none-match").map(String::as_str),
+        Some("\"v\"")
+    );
+    Ok(())
+}
+
+/// An upstream written by hand, since hyper cannot send an interim response:
+/// each request is answered with `103 Early Hints`, then `200` with `max-age`.
+async fn early_hints_upstream() -> Result<(SocketAddr, Arc<std::sync::atomic::AtomicUsize>)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&requests);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let count = Arc::clone(&count);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n\
+                          HTTP/1.1 200 OK\r\ncache-control: max-age=60\r\n\
+                          content-length: 5\r\nconnection: close\r\n\r\nhello",
+                    )
+                    .await;
+            });
+        }
+    });
+    Ok((addr, requests))
+}
+
+#[tokio::test]
+async fn an_interim_response_is_never_stored_and_100_continue_reaches_the_browser() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (origin, requests) = early_hints_upstream().await?;
+    let f = front(origin, &dir.path().join("c.redb")).await?;
+    let (gw, cache) = (f.addr, &f.cache);
+    // The final response is what the browser gets and what is stored; the
+    // 103's fields are not folded into it.
+    let first = get(gw, "/page", origin).await?;
+    assert_eq!((first.status, first.text().as_str()), (200, "hello"));
+    assert_eq!(first.header("link"), None);
+    wait_for(|| cache.stats().stored == 1).await?;
+    let second = get(gw, "/page", origin).await?;
+    assert_eq!((second.status, second.text().as_str()), (200, "hello"));
+    assert_eq!(second.header("link"), None);
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(cache.stats().entries, 1);
+
+    // A browser that waits for 100 Continue before its body gets it, then the
+    // final answer (RFC 9110, section 10.1.1).
+    let up = Upstream::start(|_| Reply::ok("posted", &[])).await?;
+    let f = front(up.addr, &dir.path().join("d.redb")).await?;
+    let mut browser = TcpStream::connect(f.addr).await?;
+    let head = format!(
+        "POST /form HTTP/1.1\r\nhost: {}\r\nexpect: 100-continue\r\n\
+         content-length: 5\r\nconnection: close\r\n\r\n",
+        up.addr
+    );
+    browser.write_all(head.as_bytes()).await?;
+    let interim = b"HTTP/1.1 100 Continue\r\n\r\n";
+    let mut got = vec![0u8; interim.len()];
+    tokio::time::timeout(EXCHANGE_TIMEOUT, browser.read_exact(&mut got))
+        .await
+        .context("no 100 Continue before the body")??;
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(interim)
+    );
+    browser.write_all(b"a=b&c").await?;
+    let mut rest = Vec::new();
+    tokio::time::timeout(EXCHANGE_TIMEOUT, browser.read_to_end(&mut rest))
+        .await
+        .context("no final answer")??;
+    let answers = http_support::parse_responses(&rest)?;
+    assert_eq!(answers.len(), 1);
+    assert_eq!(
+        (answers[0].status, answers[0].text().as_str()),
+        (200, "posted")
+    );
+    assert_eq!(up.count("/form"), 1);
     Ok(())
 }

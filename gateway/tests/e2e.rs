@@ -1196,6 +1196,57 @@ fn the_status_page_in_chromium_shows_what_metrics_says() {
     assert_eq!(value("gateway_cache_entries").len(), 1);
     assert_eq!(value("gateway_prefetch_issued_total").len(), 1);
 
+    // The demo page fetched above is in the recent pages, with the figures
+    // /pages/recent gives for it.
+    let row = "[...document.querySelectorAll('#pages tr[data-url=\"http://203.0.113.10/\"]')]\
+               .map(r => Object.fromEntries([...r.querySelectorAll('[data-field]')]\
+               .map(c => [c.dataset.field, c.dataset.value])))";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (shown_row, listed) = loop {
+        let shown_row = page.evaluate(row).expect("evaluate");
+        let recent = admin_json(&demo, "/pages/recent");
+        let listed: Vec<serde_json::Value> = recent["pages"]
+            .as_array()
+            .expect("a list of pages")
+            .iter()
+            .filter(|p| p["url"] == "http://203.0.113.10/")
+            .cloned()
+            .collect();
+        let matches = listed.len() == 1
+            && shown_row.as_array().is_some_and(|rows| rows.len() == 1)
+            && ["state", "issued", "used", "wasted"].iter().all(|key| {
+                let json = &listed[0][key];
+                let text = json
+                    .as_str()
+                    .map_or_else(|| json.to_string(), str::to_owned);
+                shown_row[0][key].as_str() == Some(text.as_str())
+            });
+        if matches || Instant::now() >= deadline {
+            break (shown_row, listed);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let _ = page.screenshot(&demo.dir().join("status-page-recent.png"));
+    assert!(
+        listed.len() == 1 && shown_row.as_array().is_some_and(|rows| rows.len() == 1),
+        "the demo page is not listed once: /pages/recent {listed:?}, page {shown_row:?}"
+    );
+    for key in ["state", "issued", "used", "wasted"] {
+        let json = &listed[0][key];
+        let text = json
+            .as_str()
+            .map_or_else(|| json.to_string(), str::to_owned);
+        assert_eq!(
+            shown_row[0][key].as_str(),
+            Some(text.as_str()),
+            "{key}: page {shown_row:?}, /pages/recent {listed:?}"
+        );
+    }
+    assert!(
+        listed[0]["issued"].as_u64() > Some(0),
+        "the demo page's subresources were prefetched: {listed:?}"
+    );
+
     // Traffic over the association while the page is open (a new URL each
     // time, so that the cache does not answer): the chart draws a rate above 0.
     let peak = "Number(document.getElementById('chart-max').dataset.value || 0)";
@@ -1478,6 +1529,7 @@ fn shipped_config_shows_every_key_with_its_default_and_validates() {
 fn generated_configs_validate() {
     let overrides = GatewayConfigOverrides {
         lan_interfaces: Some(vec!["eth1".into(), "eth2".into()]),
+        tls_port: Some(443),
         origin_address: Some("[2001:db8::9]:9899".parse().expect("addr")),
         destinations: Some(vec!["198.51.100.0/24".into()]),
         fail_open: Some(false),
@@ -1487,7 +1539,10 @@ fn generated_configs_validate() {
         connect_timeout_ms: Some(1000),
         cache_path: Some("/tmp/elsewhere/c.redb".into()),
         cache_enabled: Some(false),
+        max_connections: Some(20_000),
+        header_timeout_ms: Some(1500),
         prefetch_enabled: Some(false),
+        feedback_enabled: Some(false),
         backend: Some("quic".into()),
         quic_server_cert_sha256: Some("ab".repeat(32)),
     };
@@ -1495,14 +1550,19 @@ fn generated_configs_validate() {
     let config = DaemonConfig::from_toml(&generated.text).expect("parses");
     config.validate().expect("validates");
     assert_eq!(config.intercept.lan_interfaces, ["eth1", "eth2"]);
+    assert_eq!(config.intercept.tls_port, Some(443));
+    assert_eq!(config.intercept.ports, [80, 443]);
     assert_eq!(
         config.cache.path,
         std::path::Path::new("/tmp/elsewhere/c.redb")
     );
     assert!(!config.cache.enabled);
+    assert_eq!(config.http.max_connections, 20_000);
+    assert_eq!(config.http.header_timeout, Duration::from_millis(1500));
     assert!(!config.prefetch.enabled_for_origins);
     let origin = &config.origins[0];
     assert!(!origin.fail_open);
+    assert!(!origin.feedback.enabled);
     assert_eq!(origin.reconnect_max, Duration::from_millis(100));
     assert_eq!(origin.reconnect_min, Duration::from_millis(100));
     assert_eq!(origin.transport.idle_timeout, Duration::from_secs(3));

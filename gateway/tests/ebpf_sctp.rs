@@ -15,6 +15,7 @@
 //! variable or without root, they FAIL saying so; they never pass vacuously.
 
 #[path = "support/frames.rs"]
+#[allow(dead_code, reason = "ebpf_tcp.rs uses the TCP builders")]
 mod frames;
 #[path = "support/ebpf.rs"]
 mod support;
@@ -1100,15 +1101,19 @@ fn the_cross_check_counts_what_an_association_carried_per_stream() {
     let ns = netns.name().to_owned();
     testbed::ip(&["-n", &ns, "link", "set", "lo", "up"]).unwrap_or_else(|e| panic!("{e}"));
     testbed::in_netns(&ns, move || {
-        let accounting = Accounting::start(&EbpfConfig {
-            object: Some(object),
-            interface: Some("lo".into()),
-            xdp_mode: XdpModeChoice::Generic,
-        });
+        let accounting = Accounting::start(
+            &EbpfConfig {
+                object: Some(object),
+                interface: Some("lo".into()),
+                xdp_mode: XdpModeChoice::Generic,
+            },
+            &gateway::accounting::LanSide::default(),
+        );
         assert!(accounting.with_ebpf(), "{}", accounting.describe());
         assert_eq!(
             accounting.describe(),
-            "userspace, cross-checked by eBPF (xdp_sctp on lo, generic (skb) mode)"
+            "userspace, cross-checked by eBPF (xdp_sctp on lo, generic (skb) mode); \
+             browser flows: not counted (no LAN interface)"
         );
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -12,6 +12,8 @@
 //!   accepts it with that address as its local address, IPv4 and IPv6;
 //! - the listening port is closed to direct connections from the LAN and the
 //!   WAN side, by the table and, without it, by the listener itself.
+//! - with `intercept.tls_port`, HTTPS is intercepted for the origins'
+//!   destinations only; to any other address it is routed, not proxied.
 
 #[path = "support/netns.rs"]
 mod netns;
@@ -539,6 +541,168 @@ async fn the_listening_port_is_closed_to_direct_connections_from_every_side() ->
     assert!(
         accepted.try_recv().is_err(),
         "accept returned a direct connection"
+    );
+    gateway.run(|| Ok(interception.remove()?))?;
+    Ok(())
+}
+
+/// `config` with `intercept.tls_port = 443` and one origin serving
+/// 203.0.113.0/24 and 2001:db8:203::/48.
+fn tls_config() -> Result<GatewayConfig> {
+    let config: GatewayConfig = toml::from_str(
+        r#"
+        [intercept]
+        ports = [80, 443]
+        tls_port = 443
+        [[origin]]
+        name = "demo"
+        address = "127.0.0.1:9000"
+        destinations = ["203.0.113.0/24", "2001:db8:203::/48"]
+        "#,
+    )?;
+    config.validate()?;
+    Ok(config)
+}
+
+#[test]
+fn text_and_json_agree_with_a_tls_port() -> Result<()> {
+    text_and_json_agree(&tls_config()?)
+}
+
+/// Packets counted by the IPv4 and the IPv6 TPROXY rule: each flow the gateway
+/// takes passes exactly one of them (its first packet).
+fn tproxy_counters(ns: &NetNsGuard, table: &str) -> Result<(u64, u64)> {
+    let chain = json(&ns.exec("nft", &["-j", "list", "chain", "inet", table, "intercept"])?)?;
+    let mut counts = (None, None);
+    for object in chain["nftables"].as_array().context("nft -j output")? {
+        let Some(expr) = object["rule"]["expr"].as_array() else {
+            continue;
+        };
+        let family = expr.iter().find_map(|e| e["tproxy"]["family"].as_str());
+        let packets = expr.iter().find_map(|e| e["counter"]["packets"].as_u64());
+        match (family, packets) {
+            (Some("ip"), Some(n)) => counts.0 = Some(n),
+            (Some("ip6"), Some(n)) => counts.1 = Some(n),
+            _ => {}
+        }
+    }
+    Ok((
+        counts.0.context("no IPv4 TPROXY counter")?,
+        counts.1.context("no IPv6 TPROXY counter")?,
+    ))
+}
+
+/// Issue 19: with `intercept.tls_port`, TCP to 443 is intercepted for the
+/// origins' destinations only. A client namespace routes through the gateway's
+/// to a server namespace holding an unmapped address per family: HTTPS to it
+/// reaches the server from the client's own address (routed, not proxied), the
+/// transparent listener sees nothing and the TPROXY counters stay at zero;
+/// HTTPS to an origin's destination lands on the listener and counts.
+/// Client, gateway and server namespaces, the gateway routing between the
+/// other two; the server holds the unmapped 198.51.100.9 and 2001:db8:51::9.
+fn client_gateway_server() -> Result<[NetNsGuard; 3]> {
+    let client = NetNsGuard::new("gwc")?;
+    let gateway = NetNsGuard::new("gwg")?;
+    let server = NetNsGuard::new("gws")?;
+    veth(&client, &gateway, "lan0")?;
+    veth(&server, &gateway, "wan0")?;
+    for (ns, ifname, cidr) in [
+        (&gateway, "lan0", "10.99.0.1/24"),
+        (&gateway, "lan0", "fd99::1/64"),
+        (&client, "lan0", "10.99.0.2/24"),
+        (&client, "lan0", "fd99::2/64"),
+        (&gateway, "wan0", "10.98.0.1/24"),
+        (&gateway, "wan0", "fd98::1/64"),
+        (&server, "wan0", "10.98.0.2/24"),
+        (&server, "wan0", "fd98::2/64"),
+        (&server, "lo", "198.51.100.9/32"),
+        (&server, "lo", "2001:db8:51::9/128"),
+    ] {
+        add_address(ns, ifname, cidr)?;
+    }
+    client.exec("ip", &["route", "add", "default", "via", "10.99.0.1"])?;
+    client.exec("ip", &["-6", "route", "add", "default", "via", "fd99::1"])?;
+    server.exec("ip", &["route", "add", "default", "via", "10.98.0.1"])?;
+    server.exec("ip", &["-6", "route", "add", "default", "via", "fd98::1"])?;
+    gateway.exec(
+        "ip",
+        &["route", "add", "198.51.100.9/32", "via", "10.98.0.2"],
+    )?;
+    gateway.exec(
+        "ip",
+        &["-6", "route", "add", "2001:db8:51::9/128", "via", "fd98::2"],
+    )?;
+    gateway.exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
+    gateway.exec("sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"])?;
+
+    Ok([client, gateway, server])
+}
+
+#[test]
+fn https_is_intercepted_only_for_the_origins_destinations() -> Result<()> {
+    let [client, gateway, server] = client_gateway_server()?;
+    let config = tls_config()?;
+    let table = config.intercept.table.clone();
+    let port = config.listen.port;
+    let (interception, v4, v6) = gateway.run(|| {
+        let interception = Interception::install(&config)?;
+        let v4 = transparent_listener(SocketAddr::from(([0, 0, 0, 0], port)))?;
+        let v6 = transparent_listener(SocketAddr::from(([0u16; 8], port)))?;
+        Ok((interception, v4, v6))
+    })?;
+    let unmapped: [(SocketAddr, SocketAddr); 2] = [
+        ("198.51.100.9:443".parse()?, "10.99.0.2:0".parse()?),
+        ("[2001:db8:51::9]:443".parse()?, "[fd99::2]:0".parse()?),
+    ];
+    for (destination, client_address) in unmapped {
+        let server_listener = server.run(move || Ok(TcpListener::bind(destination)?))?;
+        server_listener.set_nonblocking(true)?;
+        let browser = client
+            .run(|| {
+                Ok(TcpStream::connect_timeout(
+                    &destination,
+                    Duration::from_secs(5),
+                )?)
+            })
+            .with_context(|| format!("connecting to unmapped {destination}"))?;
+        let reached = accept_within(&server_listener, Duration::from_secs(5))?
+            .with_context(|| format!("the server never saw the flow to {destination}"))?;
+        assert_eq!(reached.local_addr()?, destination);
+        assert_eq!(
+            reached.peer_addr()?.ip(),
+            client_address.ip(),
+            "the flow to {destination} was proxied, not routed"
+        );
+        assert_eq!(browser.peer_addr()?, destination);
+    }
+    ensure!(
+        accept_within(&v4, Duration::from_millis(100))?.is_none()
+            && accept_within(&v6, Duration::from_millis(100))?.is_none(),
+        "unmapped HTTPS reached the transparent listener"
+    );
+    assert_eq!(tproxy_counters(&gateway, &table)?, (0, 0));
+
+    let mapped: [(&TcpListener, SocketAddr); 2] = [
+        (&v4, "203.0.113.7:443".parse()?),
+        (&v6, "[2001:db8:203::7]:443".parse()?),
+    ];
+    for (listener, destination) in mapped {
+        let _browser = client
+            .run(|| {
+                Ok(TcpStream::connect_timeout(
+                    &destination,
+                    Duration::from_secs(5),
+                )?)
+            })
+            .with_context(|| format!("connecting to mapped {destination}"))?;
+        let accepted = accept_within(listener, Duration::from_secs(5))?
+            .with_context(|| format!("the listener accepted nothing for {destination}"))?;
+        assert_eq!(accepted.local_addr()?, destination);
+    }
+    let (counted_v4, counted_v6) = tproxy_counters(&gateway, &table)?;
+    ensure!(
+        counted_v4 >= 1 && counted_v6 >= 1,
+        "the origins' HTTPS was not counted: {counted_v4} IPv4, {counted_v6} IPv6 packets"
     );
     gateway.run(|| Ok(interception.remove()?))?;
     Ok(())

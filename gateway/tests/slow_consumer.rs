@@ -91,6 +91,7 @@ async fn pair(feedback: bool) -> Result<Pair> {
                 max_request_body: 1 << 20,
                 stream_queue_limit: 64 * 1024,
                 egress: None,
+                tunnels: None,
             };
             drivers.spawn(drive(assoc, Arc::new(SyntheticHandler::default()), config));
         }

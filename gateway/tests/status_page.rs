@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use gateway::admin::STATUS_PAGE_CSP;
+use gateway::admin::{RecentPages, STATUS_PAGE_CSP};
 use gateway::cache::Cache;
 use gateway::config::PrefetchConfig;
 use gateway::front::Prefetcher;
@@ -168,20 +168,34 @@ async fn the_page_loads_only_its_own_files_and_nothing_inline() -> Result<()> {
 
     let mut references: BTreeSet<String> = attribute_values(&html, "src").into_iter().collect();
     references.extend(attribute_values(&html, "href"));
-    let expected: BTreeSet<String> = ["/status.js", "/status.css", "/favicon.svg", "/metrics"]
-        .map(String::from)
-        .into();
+    let expected: BTreeSet<String> = [
+        "/status.js",
+        "/status.css",
+        "/favicon.svg",
+        "/metrics",
+        "/pages/recent",
+    ]
+    .map(String::from)
+    .into();
     assert_eq!(references, expected, "what the page links to");
     for reference in &references {
         let answer = request(admin, "GET", reference).await?;
         assert_eq!(answer.status, 200, "{reference}");
     }
-    // The script fetches /metrics and nothing else.
-    let fetched: Vec<&str> = script
+    // The script fetches /metrics and /pages/recent, nothing else.
+    let mut fetched: Vec<&str> = script
         .match_indices("fetch(")
-        .map(|(at, _)| &script[at..at + 16])
+        .map(|(at, _)| {
+            let rest = &script[at..];
+            &rest[..rest.find(',').unwrap_or(rest.len())]
+        })
         .collect();
-    assert_eq!(fetched, ["fetch(\"/metrics\""], "the script's fetches");
+    fetched.sort_unstable();
+    assert_eq!(
+        fetched,
+        ["fetch(\"/metrics\"", "fetch(\"/pages/recent\""],
+        "the script's fetches"
+    );
 
     for (file, text) in [
         ("index.html", &html),
@@ -253,5 +267,43 @@ async fn every_series_the_page_names_is_on_metrics() -> Result<()> {
             metrics.body
         );
     }
+    Ok(())
+}
+
+/// `GET /pages/recent`: JSON, not stored, an empty list before any page;
+/// without a prefetcher it says prefetch is off. (The list filled by a real
+/// page: the Chromium test in `gateway/tests/e2e.rs`; its contents: the
+/// queue's `recent_pages_carry_their_outcome_and_keep_only_the_last`.)
+#[tokio::test]
+async fn recent_pages_are_json_and_say_when_prefetch_is_off() -> Result<()> {
+    let (admin, _stop) = admin().await?;
+    let answer = request(admin, "GET", "/pages/recent").await?;
+    assert_eq!(answer.status, 200);
+    let header = |name: &str| answer.headers.get(name).map(String::as_str);
+    assert_eq!(header("content-type"), Some("application/json"));
+    assert_eq!(header("cache-control"), Some("no-store"));
+    let pages: RecentPages = serde_json::from_str(&answer.body)?;
+    assert_eq!(
+        pages,
+        RecentPages {
+            prefetch: true,
+            pages: Vec::new()
+        }
+    );
+    assert_eq!(request(admin, "POST", "/pages/recent").await?.status, 405);
+
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let off = listener.local_addr()?;
+    let (_stop_off, stop_rx) = watch::channel(false);
+    tokio::spawn(gateway::admin::serve(
+        listener,
+        Cache::disabled(),
+        None,
+        stop_rx,
+    ));
+    let answer = request(off, "GET", "/pages/recent").await?;
+    assert_eq!(answer.status, 200);
+    let pages: RecentPages = serde_json::from_str(&answer.body)?;
+    assert!(!pages.prefetch && pages.pages.is_empty(), "{}", answer.body);
     Ok(())
 }

@@ -124,6 +124,7 @@ async fn server(args: &Args) -> Result<()> {
         max_request_body: 0,
         stream_queue_limit: transport_config().max_buffered_per_stream as u64,
         egress: None,
+        tunnels: None,
     };
     let stats = match &args.root {
         Some(root) => {

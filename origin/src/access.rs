@@ -3,7 +3,7 @@
 //! `gateway::access`.
 //!
 //! ```text
-//! INFO origin::access: peer=192.0.2.7:9899 id=12 stream=3 method=GET target=/_static/jquery.js status=403 bytes=14 ms=0 outcome=complete reason=symlink-out-of-root
+//! INFO origin::access: peer=192.0.2.7:9899 id=12 stream=3 method=GET target=/_static/jquery.js status=403 bytes=14 ms=0 outcome=complete reason=symlink-out-of-root via=request
 //! ```
 //!
 //! [`AccessLog`] wraps the [`Service`] for one association: it notes the
@@ -64,6 +64,7 @@ impl Handler for AccessLog {
             status: None,
             reason: None,
             bytes: 0,
+            via: if request.tunnelled { "tls" } else { "request" },
             started: Instant::now(),
             written: false,
         };
@@ -132,6 +133,8 @@ struct Entry {
     status: Option<u16>,
     reason: Option<&'static str>,
     bytes: u64,
+    /// `request` (a REQUEST message) or `tls` (decrypted from a TLS tunnel).
+    via: &'static str,
     started: Instant,
     written: bool,
 }
@@ -160,6 +163,7 @@ impl Entry {
             ms = elapsed.as_millis() as u64,
             outcome = %outcome.as_str(),
             reason = %self.reason.unwrap_or("-"),
+            via = %self.via,
         );
     }
 }
@@ -284,6 +288,7 @@ mod tests {
             status: Some(403),
             reason: Some("symlink-out-of-root"),
             bytes: 14,
+            via: "request",
             started: Instant::now(),
             written: false,
         }
@@ -301,8 +306,21 @@ mod tests {
             [
                 " INFO origin::access: peer=192.0.2.7:9899 id=12 stream=3 method=GET \
               target=/_static/jquery.js status=403 bytes=14 ms=2 outcome=complete \
-              reason=symlink-out-of-root"
+              reason=symlink-out-of-root via=request"
             ]
+        );
+    }
+
+    #[test]
+    fn a_request_from_a_tls_tunnel_says_so() {
+        let logged = lines(|| {
+            let mut entry = entry();
+            entry.via = "tls";
+            entry.write(Outcome::Complete);
+        });
+        assert!(
+            logged.len() == 1 && logged[0].ends_with(" reason=symlink-out-of-root via=tls"),
+            "{logged:#?}"
         );
     }
 
@@ -322,7 +340,7 @@ mod tests {
         assert!(logged[0].contains(" outcome=complete "), "{}", logged[0]);
         assert!(
             logged[1].contains(" status=- bytes=14 ")
-                && logged[1].ends_with(" outcome=aborted reason=-"),
+                && logged[1].ends_with(" outcome=aborted reason=- via=request"),
             "{}",
             logged[1]
         );

@@ -42,6 +42,9 @@ pub struct OriginConfig {
     pub log: LogConfig,
     /// The origin's own `/metrics` endpoint; absent, none.
     pub metrics: Option<MetricsConfig>,
+    /// TLS tunnels: certificates per server name and passthrough upstreams;
+    /// absent, the origin announces no tunnels.
+    pub tls: Option<crate::tls::TlsConfig>,
 }
 
 /// `[listen]`.
@@ -104,6 +107,9 @@ impl OriginConfig {
         {
             files.root = dir.join(&files.root);
         }
+        if let (Some(tls), Some(dir)) = (&mut config.tls, path.parent()) {
+            tls.resolve_paths(dir);
+        }
         Ok(config)
     }
 
@@ -135,6 +141,9 @@ impl OriginConfig {
                     return invalid(&format!("upstream.{key}"), &reason);
                 }
             }
+        }
+        if let Some(Err((key, reason))) = self.tls.as_ref().map(crate::tls::TlsConfig::validate) {
+            return invalid(&key, &reason);
         }
         if self.listen.addresses.is_empty() {
             return invalid("listen.addresses", "at least one address is needed");

@@ -20,6 +20,11 @@
 //!    response sends its next chunk (FCFS, RR, SCF or priority), and the driver
 //!    sends it on the request's stream.
 //!
+//! A TLS tunnel (TUNNEL_OPEN) takes the same path once decrypted: [`tls`]
+//! decides by server name whether it is terminated here or relayed to an
+//! upstream; the driver's tunnel task (`server/tunnel.rs`) runs rustls and
+//! hyper's HTTP/1.1 server and hands each request to the same handler.
+//!
 //! Beside the path: [`config`] (the TOML file, overrides, one `validate()`);
 //! [`ebpf`] and [`egress`], the per-stream depth of kernel SCTP's send queue
 //! measured by `tc_sctp` (loaded only with the kernel backend); [`metrics`],
@@ -28,7 +33,7 @@
 //!
 //! Layering (docs/architecture.md): a module imports only modules to its right
 //! in `config` > `service` > {`proxy`, `synthetic`, `files`} > {`server`,
-//! `http`} > {`scheduler`, `metrics`, `ebpf` > `egress`}.
+//! `http`} > {`tls`, `scheduler`, `metrics`, `ebpf` > `egress`}.
 
 pub mod access;
 pub mod config;
@@ -44,3 +49,4 @@ pub mod server;
 pub mod service;
 pub mod sync;
 pub mod synthetic;
+pub mod tls;

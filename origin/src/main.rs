@@ -179,6 +179,17 @@ where
     }
 }
 
+/// The certificates and passthrough names of `[tls]`, loaded and said once;
+/// None without `[tls]` (then no tunnels are announced).
+fn load_tunnels(config: &OriginConfig) -> Result<Option<origin::tls::Tunnels>> {
+    let Some(tls) = &config.tls else {
+        return Ok(None);
+    };
+    let tunnels = origin::tls::Tunnels::load(tls)?;
+    tracing::info!("TLS tunnels: {tunnels:?}");
+    Ok(Some(tunnels))
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -236,6 +247,7 @@ async fn main() -> Result<()> {
     }
 
     let egress = egress_counters(backend, &config.ebpf);
+    let tunnels = load_tunnels(&config)?;
     let driver_config = DriverConfig {
         scheduler: config.scheduler.clone(),
         chunk_size: config.limits.chunk_size,
@@ -243,6 +255,7 @@ async fn main() -> Result<()> {
         max_request_body: config.limits.max_request_body,
         stream_queue_limit: config.transport.max_buffered_per_stream as u64,
         egress,
+        tunnels,
     };
     let slots = Arc::new(Semaphore::new(config.limits.max_associations));
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -253,7 +266,7 @@ async fn main() -> Result<()> {
                 .await
                 .with_context(|| format!("metrics.listen: cannot listen on {}", m.listen))?;
             tracing::info!("metrics on http://{}/metrics", endpoint.local_addr()?);
-            let metrics = OriginMetrics::default();
+            let metrics = OriginMetrics::for_policy(config.scheduler.policy);
             tasks.spawn(origin::metrics::serve(
                 endpoint,
                 metrics.clone(),

@@ -16,6 +16,12 @@
 //! | `origin_responses_cancelled_total` | counter | responses stopped by the gateway's CANCEL |
 //! | `origin_responses_reset_total` | counter | requests answered with RESET (refused, malformed, failed) |
 //! | `origin_body_bytes_total` | counter | response body bytes handed to the transport |
+//! | `origin_scheduler_chunks_total{policy}` | counter | messages the stream scheduler handed to the transport |
+//! | `origin_scheduler_holds_total{policy,reason}` | counter | times the scheduler began holding ready work back: `backlog`, `stream_transport` (queue-aware), `transport` (every policy) |
+//!
+//! The scheduler's series exist from the start, at 0, for the configured
+//! policy ([`OriginMetrics::for_policy`]); holds count when they begin, not
+//! at every decision ([`crate::scheduler::SchedulerTally`]).
 //!
 //! The counters are the per-association [`AssociationStats`] summed over every
 //! association since the origin started, and move as things happen (the
@@ -39,12 +45,16 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+
+use crate::scheduler::{PolicyKind, SchedulerTally};
 
 /// The content type of `/metrics`' answer.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -69,6 +79,57 @@ pub struct OriginMetrics {
     cancelled: Counter,
     reset: Counter,
     body_bytes: Counter,
+    scheduler_chunks: Family<PolicyLabel, Counter>,
+    scheduler_holds: Family<HoldLabels, Counter>,
+}
+
+/// `origin_scheduler_chunks_total`'s label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PolicyLabel {
+    policy: &'static str,
+}
+
+/// `origin_scheduler_holds_total`'s labels.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct HoldLabels {
+    policy: &'static str,
+    reason: &'static str,
+}
+
+/// The `reason` label's values, in [`SchedulerTally`]'s order.
+const HOLD_REASONS: [&str; 3] = ["backlog", "stream_transport", "transport"];
+
+/// One association driver's handles on the scheduler's series of its
+/// policy: [`add`](Self::add) moves them by what its scheduler decided since
+/// the last call.
+#[derive(Debug, Clone)]
+pub struct SchedulerCounters {
+    chunks: Counter,
+    holds: [Counter; 3],
+    reported: SchedulerTally,
+}
+
+impl SchedulerCounters {
+    /// Counts the difference between `tally` (the scheduler's running
+    /// figures) and the last one reported.
+    pub fn add(&mut self, tally: SchedulerTally) {
+        if tally == self.reported {
+            return;
+        }
+        let last = self.reported;
+        self.chunks.inc_by(tally.chunks.saturating_sub(last.chunks));
+        for (counter, (now, before)) in self.holds.iter().zip([
+            (tally.held_for_backlog, last.held_for_backlog),
+            (
+                tally.held_for_stream_transport,
+                last.held_for_stream_transport,
+            ),
+            (tally.held_for_transport, last.held_for_transport),
+        ]) {
+            counter.inc_by(now.saturating_sub(before));
+        }
+        self.reported = tally;
+    }
 }
 
 /// One association's place in `origin_associations_open`, given back on drop
@@ -98,6 +159,30 @@ pub(crate) enum Tally {
 }
 
 impl OriginMetrics {
+    /// Figures whose scheduler series for `policy` exist from the start, at 0.
+    pub fn for_policy(policy: PolicyKind) -> Self {
+        let metrics = Self::default();
+        drop(metrics.scheduler(policy));
+        metrics
+    }
+
+    /// The scheduler's series of `policy`, for one association's driver.
+    pub fn scheduler(&self, policy: PolicyKind) -> SchedulerCounters {
+        let policy = policy.name();
+        SchedulerCounters {
+            chunks: self
+                .scheduler_chunks
+                .get_or_create(&PolicyLabel { policy })
+                .clone(),
+            holds: HOLD_REASONS.map(|reason| {
+                self.scheduler_holds
+                    .get_or_create(&HoldLabels { policy, reason })
+                    .clone()
+            }),
+            reported: SchedulerTally::default(),
+        }
+    }
+
     /// Counts an association accepted; it stays open until the guard drops.
     pub fn association_opened(&self) -> OpenAssociation {
         self.associations.inc();
@@ -153,6 +238,16 @@ impl OriginMetrics {
             "Response body bytes handed to the transport",
             Unit::Bytes,
             self.body_bytes.clone(),
+        );
+        r.register(
+            "origin_scheduler_chunks",
+            "Messages the stream scheduler handed to the transport, by policy",
+            self.scheduler_chunks.clone(),
+        );
+        r.register(
+            "origin_scheduler_holds",
+            "Times the scheduler began holding ready work back: backlog (queue-aware: a gateway backlog above backlog_window), stream_transport (queue-aware: a stream at stream_transport_target), transport (the transport at transport_target)",
+            self.scheduler_holds.clone(),
         );
         r
     }
@@ -251,9 +346,48 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");
         }
+        let mut scheduler = metrics.scheduler(PolicyKind::QueueAware);
+        scheduler.add(SchedulerTally {
+            chunks: 5,
+            held_for_backlog: 2,
+            held_for_stream_transport: 0,
+            held_for_transport: 1,
+        });
+        // Running figures: only the difference counts.
+        scheduler.add(SchedulerTally {
+            chunks: 7,
+            held_for_backlog: 2,
+            held_for_stream_transport: 1,
+            held_for_transport: 1,
+        });
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry()).expect("encodes");
+        for line in [
+            "# TYPE origin_scheduler_chunks counter",
+            "origin_scheduler_chunks_total{policy=\"queue-aware\"} 7\n",
+            "origin_scheduler_holds_total{policy=\"queue-aware\",reason=\"backlog\"} 2\n",
+            "origin_scheduler_holds_total{policy=\"queue-aware\",reason=\"stream_transport\"} 1\n",
+            "origin_scheduler_holds_total{policy=\"queue-aware\",reason=\"transport\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from\n{text}");
+        }
         drop(second);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &metrics.registry()).expect("encodes");
         assert!(text.contains("origin_associations_open 0\n"), "{text}");
+    }
+
+    #[test]
+    fn the_configured_policy_has_its_series_at_zero_from_the_start() {
+        let metrics = OriginMetrics::for_policy(PolicyKind::Scf);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry()).expect("encodes");
+        for line in [
+            "origin_scheduler_chunks_total{policy=\"scf\"} 0\n",
+            "origin_scheduler_holds_total{policy=\"scf\",reason=\"backlog\"} 0\n",
+            "origin_scheduler_holds_total{policy=\"scf\",reason=\"transport\"} 0\n",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from\n{text}");
+        }
     }
 }

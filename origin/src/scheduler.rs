@@ -25,6 +25,12 @@
 //! Independently of the policy, nothing is handed out while the bytes waiting in
 //! the transport are at or above [`SchedulerConfig::transport_target`]: a deep
 //! transport queue would send in its own FIFO order, not the scheduler's.
+//!
+//! What it decided is counted in a [`SchedulerTally`] (the origin's
+//! `/metrics`): chunks handed out, and how often work began to be held back,
+//! by reason. Holds are counted when they begin (a stream that was not held at
+//! the previous decision is now), not at every decision, so the figures do not
+//! depend on how often the driver asks.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -71,16 +77,23 @@ impl FromStr for PolicyKind {
     }
 }
 
-impl fmt::Display for PolicyKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl PolicyKind {
+    /// Its name in origin.toml (and in the `policy` label of `/metrics`).
+    pub fn name(self) -> &'static str {
+        match self {
             PolicyKind::Fcfs => "fcfs",
             PolicyKind::Rr => "rr",
             PolicyKind::Scf => "scf",
             PolicyKind::Priority => "priority",
             PolicyKind::Wfq => "wfq",
             PolicyKind::QueueAware => "queue-aware",
-        })
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -131,6 +144,29 @@ pub struct JobSpec {
     pub remaining: Option<u64>,
 }
 
+/// The scheduler's decisions since it was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchedulerTally {
+    /// Messages (chunks) handed to the transport.
+    pub chunks: u64,
+    /// Queue-aware: times a stream with a ready job began to be passed over
+    /// because its gateway backlog was above `backlog_window`.
+    pub held_for_backlog: u64,
+    /// Queue-aware: times a stream with a ready job began to be passed over
+    /// because its bytes in the transport reached `stream_transport_target`.
+    pub held_for_stream_transport: u64,
+    /// Every policy: times the transport's total reached `transport_target`,
+    /// holding back everything.
+    pub held_for_transport: u64,
+}
+
+/// Why the queue-aware policy passes a stream over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    Backlog,
+    StreamTransport,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Job {
     spec: JobSpec,
@@ -163,6 +199,12 @@ pub struct Scheduler {
     /// transport (FCFS waits for it): the transport's own per-stream limit, beyond
     /// which sending would block.
     stream_limit: u64,
+    /// Decisions so far.
+    tally: SchedulerTally,
+    /// Queue-aware: the streams passed over at the last decision, and why.
+    held: HashMap<u16, Hold>,
+    /// The transport was at its target at the last decision.
+    transport_full: bool,
 }
 
 impl Scheduler {
@@ -179,7 +221,15 @@ impl Scheduler {
             stream_in_transport: Vec::new(),
             transport_queued: 0,
             stream_limit: u64::MAX,
+            tally: SchedulerTally::default(),
+            held: HashMap::new(),
+            transport_full: false,
         }
+    }
+
+    /// What it decided so far (see the module docs).
+    pub fn tally(&self) -> SchedulerTally {
+        self.tally
     }
 
     /// Sets the per-stream transport limit every policy respects (see
@@ -291,6 +341,7 @@ impl Scheduler {
     /// A chunk of `bytes` of job `id` was handed to the transport.
     pub fn handle_sent(&mut self, id: RequestId, bytes: u64) {
         if let Some(job) = self.jobs.get_mut(&id) {
+            self.tally.chunks += 1;
             if let Some(remaining) = &mut job.spec.remaining {
                 *remaining = remaining.saturating_sub(bytes);
             }
@@ -352,16 +403,19 @@ impl Scheduler {
 
     /// The job whose next chunk should be sent now, if any may be.
     pub fn poll_next(&mut self) -> Option<RequestId> {
-        if self.transport_queued >= self.config.transport_target {
+        let full = self.transport_queued >= self.config.transport_target;
+        if full && !self.transport_full {
+            self.tally.held_for_transport += 1;
+        }
+        self.transport_full = full;
+        if full {
             return None;
         }
+        if self.config.policy == PolicyKind::QueueAware {
+            self.note_holds();
+        }
         let limit = self.stream_limit;
-        let in_transport = |stream: u16| {
-            self.stream_in_transport
-                .binary_search_by_key(&stream, |&(s, _)| s)
-                .ok()
-                .map(|i| self.stream_in_transport[i].1)
-        };
+        let in_transport = |stream: u16| self.in_transport(stream);
         let ready = self
             .jobs
             .values()
@@ -404,6 +458,51 @@ impl Scheduler {
             }
         };
         chosen.map(|j| j.spec.id)
+    }
+}
+
+impl Scheduler {
+    /// The bytes of `stream` in the transport, where known.
+    fn in_transport(&self, stream: u16) -> Option<u64> {
+        self.stream_in_transport
+            .binary_search_by_key(&stream, |&(s, _)| s)
+            .ok()
+            .map(|i| self.stream_in_transport[i].1)
+    }
+
+    /// Queue-aware: which streams with a ready job the policy passes over
+    /// now, counting those that were not passed over (for that reason) at the
+    /// previous decision.
+    fn note_holds(&mut self) {
+        let (window, target) = (
+            self.config.backlog_window,
+            self.config.stream_transport_target,
+        );
+        let mut held = HashMap::new();
+        for job in self.jobs.values().filter(|j| j.ready) {
+            let stream = job.spec.stream;
+            let hold = if self
+                .gateway_backlog
+                .get(&stream)
+                .is_some_and(|b| *b > window)
+            {
+                Hold::Backlog
+            } else if self.in_transport(stream).is_some_and(|t| t >= target) {
+                Hold::StreamTransport
+            } else {
+                continue;
+            };
+            held.insert(stream, hold);
+        }
+        for (stream, hold) in &held {
+            if self.held.get(stream) != Some(hold) {
+                match hold {
+                    Hold::Backlog => self.tally.held_for_backlog += 1,
+                    Hold::StreamTransport => self.tally.held_for_stream_transport += 1,
+                }
+            }
+        }
+        self.held = held;
     }
 }
 

@@ -27,7 +27,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use gateway_protocol::{
     Capabilities, ErrorCode, GoAway, Message, Reaction, Request, RequestClass, RequestId, Role,
-    Session, SessionConfig, Urgency,
+    Session, SessionConfig, TunnelOpen, Urgency,
 };
 use gateway_transport::{Association, TransportError};
 use tokio::sync::{Semaphore, mpsc};
@@ -35,8 +35,12 @@ use tokio::task::AbortHandle;
 
 use crate::ebpf::EgressCounters;
 use crate::egress::{EgressDepth, Learned};
-use crate::metrics::{OriginMetrics, Tally};
+use crate::metrics::{OriginMetrics, SchedulerCounters, Tally};
 use crate::scheduler::{JobSpec, Scheduler, SchedulerConfig};
+use crate::tls::Tunnels;
+
+mod tunnel;
+use tunnel::{Inbound, TunnelSink, TunnelTask};
 
 /// Chunks a producer may have queued ahead of the sender, per request.
 const CHUNKS_AHEAD: usize = 4;
@@ -67,6 +71,10 @@ pub struct IncomingRequest {
     pub request: Request,
     /// The request body, complete.
     pub body: Bytes,
+    /// Decrypted from a TLS tunnel the origin terminates (then `id` and
+    /// `stream` are the tunnel's, shared by every request of that TLS
+    /// connection), not a REQUEST message: the access log's `via=tls`.
+    pub tunnelled: bool,
 }
 
 /// What a handler produces for one request.
@@ -129,6 +137,9 @@ pub struct DriverConfig {
     /// stream's send queue is derived (`crate::egress`); none, or another
     /// backend: the transport's own `buffered()`, if it has one.
     pub egress: Option<Arc<EgressCounters>>,
+    /// `[tls]` loaded: the origin announces TUNNEL and serves tunnels; `None`,
+    /// it refuses them.
+    pub tunnels: Option<Tunnels>,
 }
 
 /// Counters for one association, reported when it ends.
@@ -150,6 +161,8 @@ pub struct AssociationStats {
 struct Counts {
     association: AssociationStats,
     origin: Option<OriginMetrics>,
+    /// The origin's scheduler series for this association's policy.
+    scheduler: Option<SchedulerCounters>,
 }
 
 impl Counts {
@@ -164,6 +177,13 @@ impl Counts {
         }
         if let Some(origin) = &self.origin {
             origin.count(tally);
+        }
+    }
+
+    /// Brings the scheduler's series up to `tally`.
+    fn scheduler(&mut self, tally: crate::scheduler::SchedulerTally) {
+        if let Some(counters) = &mut self.scheduler {
+            counters.add(tally);
         }
     }
 }
@@ -183,13 +203,22 @@ enum Event {
     Received(u16, Bytes),
     ReceiveEnded(TransportError),
     Produced(RequestId, Produced),
+    /// A tunnel wrote this many of the gateway's bytes: grant them again.
+    Credit(RequestId, u32),
 }
 
 enum Produced {
-    Head { head: Bytes, body_len: Option<u64> },
+    Head {
+        head: Bytes,
+        body_len: Option<u64>,
+    },
     Body(Bytes),
     End,
     Failed(String),
+    /// Tunnel bytes toward the gateway.
+    TunnelData(Bytes),
+    /// The tunnel's far end closed its half.
+    TunnelEnd,
 }
 
 struct Job {
@@ -199,6 +228,12 @@ struct Job {
     permits: Arc<Semaphore>,
     body_sent: u64,
     head_len: u64,
+    /// A tunnel's input queue (bounded by the gateway's window); `None` for a
+    /// request.
+    tunnel_in: Option<mpsc::UnboundedSender<Inbound>>,
+    /// Tunnel: END sent / received.
+    sent_end: bool,
+    received_end: bool,
 }
 
 struct PendingBody {
@@ -238,7 +273,8 @@ pub async fn drive_counted<H: Handler>(
             max_chunk: gateway_protocol::MAX_CHUNK as u32,
             capabilities: Capabilities::FEEDBACK
                 | Capabilities::PREFETCH_CLASS
-                | Capabilities::PRIORITY,
+                | Capabilities::PRIORITY
+                | tunnel_capability(&config),
         },
     );
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
@@ -246,6 +282,9 @@ pub async fn drive_counted<H: Handler>(
     let mut scheduler = Scheduler::new(config.scheduler.clone());
     scheduler.set_stream_limit(config.stream_queue_limit);
     let egress = EgressInput::start(&assoc, config.egress.as_ref());
+    let scheduler_counters = metrics
+        .as_ref()
+        .map(|m| m.scheduler(config.scheduler.policy));
     let mut driver = Driver {
         assoc,
         handler,
@@ -257,6 +296,7 @@ pub async fn drive_counted<H: Handler>(
         events_tx,
         counts: Counts {
             association: AssociationStats::default(),
+            scheduler: scheduler_counters,
             origin: metrics,
         },
         stall: None,
@@ -275,6 +315,14 @@ pub async fn drive_counted<H: Handler>(
         }
     }
     result.map(|()| driver.counts.association)
+}
+
+fn tunnel_capability(config: &DriverConfig) -> Capabilities {
+    if config.tunnels.is_some() {
+        Capabilities::TUNNEL
+    } else {
+        Capabilities::default()
+    }
 }
 
 async fn read_loop(assoc: Association, events: mpsc::Sender<Event>) {
@@ -540,7 +588,9 @@ impl<H: Handler> Driver<H> {
 
     fn has_sendable(&mut self) -> bool {
         self.refresh_transport_depth();
-        self.scheduler.poll_next().is_some()
+        let sendable = self.scheduler.poll_next().is_some();
+        self.counts.scheduler(self.scheduler.tally());
+        sendable
     }
 
     /// `Some(result)` when the association is over.
@@ -562,6 +612,17 @@ impl<H: Handler> Driver<H> {
                     }
                     job.ready.push_back(produced);
                     self.scheduler.handle_ready(id, true);
+                }
+                Ok(None)
+            }
+            Event::Credit(id, bytes) => {
+                if let Some(job) = self.jobs.get(&id) {
+                    let stream = job.stream;
+                    self.session.handle_credit_sent(id, bytes);
+                    let credit = Message::TunnelCredit { id, bytes }.to_bytes();
+                    let len = credit.len();
+                    self.send_watched(stream, credit).await?;
+                    self.note_written(stream, len);
                 }
                 Ok(None)
             }
@@ -615,56 +676,77 @@ impl<H: Handler> Driver<H> {
             }
             Message::Cancel { id } => self.cancel(id, true).await?,
             Message::Reset { id, .. } => self.cancel(id, false).await?,
-            Message::Request(request) => {
-                self.counts.add(Tally::Request);
-                if self.jobs.len() + self.pending_bodies.len() >= self.config.max_open_requests {
-                    self.session.handle_request_finished(request.id);
-                    self.counts.add(Tally::Reset);
-                    self.send_reset(
-                        stream,
-                        request.id,
-                        ErrorCode::Refused,
-                        "too many open requests",
-                    )
-                    .await?;
-                } else if request.end {
-                    self.start(stream, request, Bytes::new());
-                } else {
-                    self.pending_bodies.insert(
-                        request.id,
-                        PendingBody {
-                            request,
-                            stream,
-                            body: BytesMut::new(),
-                        },
-                    );
-                }
-            }
+            Message::Request(request) => self.handle_request(stream, request).await?,
             Message::RequestBody { id, end, data } => {
-                let Some(pending) = self.pending_bodies.get_mut(&id) else {
-                    return Ok(None);
-                };
-                if pending.body.len() as u64 + data.len() as u64 > self.config.max_request_body {
-                    self.pending_bodies.remove(&id);
-                    self.session.handle_request_finished(id);
-                    self.counts.add(Tally::Reset);
-                    self.send_reset(stream, id, ErrorCode::TooLarge, "request body too large")
-                        .await?;
-                    return Ok(None);
-                }
-                pending.body.extend_from_slice(&data);
-                if end && let Some(p) = self.pending_bodies.remove(&id) {
-                    self.start(p.stream, p.request, p.body.freeze());
-                }
+                self.handle_request_body(stream, id, end, data).await?;
             }
             Message::Priority { id, urgency, class } => self.reprioritize(id, urgency, class),
+            Message::TunnelOpen(open) => self.open_tunnel(stream, open).await?,
+            Message::TunnelData { id, end, data } => self.tunnel_input(id, end, data),
             Message::ResponseHead { .. }
             | Message::ResponseBody { .. }
-            | Message::ResponseEnd { .. } => {
+            | Message::ResponseEnd { .. }
+            | Message::TunnelCredit { .. } => {
                 // The session refuses these at the origin; nothing reaches here.
             }
         }
         Ok(None)
+    }
+
+    /// A REQUEST: refused beyond `max_open_requests`, started when it has no
+    /// body, else held until its body is complete.
+    async fn handle_request(&mut self, stream: u16, request: Request) -> Result<(), DriverError> {
+        self.counts.add(Tally::Request);
+        if self.jobs.len() + self.pending_bodies.len() >= self.config.max_open_requests {
+            self.session.handle_request_finished(request.id);
+            self.counts.add(Tally::Reset);
+            self.send_reset(
+                stream,
+                request.id,
+                ErrorCode::Refused,
+                "too many open requests",
+            )
+            .await?;
+        } else if request.end {
+            self.start(stream, request, Bytes::new());
+        } else {
+            self.pending_bodies.insert(
+                request.id,
+                PendingBody {
+                    request,
+                    stream,
+                    body: BytesMut::new(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// A REQUEST_BODY: appended within `max_request_body` (beyond it, the
+    /// request is reset); the last one starts the request.
+    async fn handle_request_body(
+        &mut self,
+        stream: u16,
+        id: RequestId,
+        end: bool,
+        data: Bytes,
+    ) -> Result<(), DriverError> {
+        let Some(pending) = self.pending_bodies.get_mut(&id) else {
+            return Ok(());
+        };
+        if pending.body.len() as u64 + data.len() as u64 > self.config.max_request_body {
+            self.pending_bodies.remove(&id);
+            self.session.handle_request_finished(id);
+            self.counts.add(Tally::Reset);
+            self.send_reset(stream, id, ErrorCode::TooLarge, "request body too large")
+                .await?;
+            return Ok(());
+        }
+        pending.body.extend_from_slice(&data);
+        if end && let Some(p) = self.pending_bodies.remove(&id) {
+            self.start(p.stream, p.request, p.body.freeze());
+        }
+        Ok(())
     }
 
     fn start(&mut self, stream: u16, request: Request, body: Bytes) {
@@ -683,6 +765,7 @@ impl<H: Handler> Driver<H> {
             stream,
             request,
             body,
+            tunnelled: false,
         };
         let producer = tokio::spawn(produce(
             Arc::clone(&self.handler),
@@ -700,6 +783,9 @@ impl<H: Handler> Driver<H> {
                 permits,
                 body_sent: 0,
                 head_len: 0,
+                tunnel_in: None,
+                sent_end: false,
+                received_end: false,
             },
         );
     }
@@ -725,6 +811,101 @@ impl<H: Handler> Driver<H> {
                 self.job_streams.remove(&stream);
             }
         }
+    }
+
+    /// TUNNEL_OPEN: starts the tunnel's task as a demand job, or refuses a
+    /// name `[tls]` does not know (RESET REFUSED: the gateway can still take
+    /// the browser to the original destination).
+    async fn open_tunnel(&mut self, stream: u16, open: TunnelOpen) -> Result<(), DriverError> {
+        let id = open.id;
+        self.counts.add(Tally::Request);
+        let route = self
+            .config
+            .tunnels
+            .as_ref()
+            .and_then(|t| t.route(&open.server_name).map(|route| (route, t.clone())));
+        let full = self.jobs.len() + self.pending_bodies.len() >= self.config.max_open_requests;
+        let Some((route, tunnels)) = route.filter(|_| !full) else {
+            tracing::debug!(id, stream, name = %open.server_name, full, "tunnel refused");
+            self.session.handle_request_finished(id);
+            self.counts.add(Tally::Reset);
+            let why = if full {
+                "too many open requests"
+            } else {
+                "no certificate or passthrough for this name"
+            };
+            return self.send_reset(stream, id, ErrorCode::Refused, why).await;
+        };
+        tracing::debug!(id, stream, name = %open.server_name, dst = %open.destination, ?route, "tunnel");
+        let permits = Arc::new(Semaphore::new(CHUNKS_AHEAD));
+        self.scheduler.handle_arrival(JobSpec {
+            id,
+            stream,
+            class: RequestClass::Demand,
+            urgency: Urgency::DEFAULT,
+            remaining: None,
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = TunnelTask {
+            route,
+            tunnels,
+            handler: Arc::clone(&self.handler),
+            stream,
+            chunk_size: self.config.chunk_size,
+            max_request_body: self.config.max_request_body,
+        };
+        let sink = TunnelSink {
+            id,
+            events: self.events_tx.clone(),
+            permits: Arc::clone(&permits),
+        };
+        let producer = tokio::spawn(tunnel::run(task, rx, sink));
+        self.insert_job(
+            id,
+            Job {
+                stream,
+                ready: VecDeque::new(),
+                producer: Some(producer.abort_handle()),
+                permits,
+                body_sent: 0,
+                head_len: 0,
+                tunnel_in: Some(tx),
+                sent_end: false,
+                received_end: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// TUNNEL_DATA from the gateway (the session checked it against the
+    /// window): into the tunnel's queue; with END, the tunnel is over once
+    /// this side's END went out too.
+    fn tunnel_input(&mut self, id: RequestId, end: bool, data: Bytes) {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if let Some(tx) = &job.tunnel_in {
+            if !data.is_empty() {
+                let _ = tx.send(Inbound::Data(data));
+            }
+            if end {
+                let _ = tx.send(Inbound::End);
+            }
+        }
+        if end {
+            job.received_end = true;
+            if job.sent_end {
+                self.finish_tunnel(id);
+            }
+        }
+    }
+
+    /// Both halves of a tunnel are closed: forget it.
+    fn finish_tunnel(&mut self, id: RequestId) {
+        self.remove_job(id);
+        self.scheduler.handle_done(id);
+        self.session.handle_request_finished(id);
+        self.counts.add(Tally::Completed);
     }
 
     /// PRIORITY: the request is served at `urgency` and `class` from its next
@@ -829,6 +1010,7 @@ impl<H: Handler> Driver<H> {
         };
         job.permits.add_permits(1);
         let stream = job.stream;
+        let tunnel_end = matches!(produced, Produced::TunnelEnd);
         let (message, sent, finished) = match produced {
             Produced::Head { head, .. } => {
                 let len = head.len() as u64;
@@ -857,6 +1039,26 @@ impl<H: Handler> Driver<H> {
                 0,
                 true,
             ),
+            Produced::TunnelData(data) => {
+                let len = data.len() as u64;
+                job.body_sent += len;
+                self.counts.add(Tally::BodyBytes(len));
+                let message = Message::TunnelData {
+                    id,
+                    end: false,
+                    data,
+                };
+                (message, len, false)
+            }
+            Produced::TunnelEnd => {
+                job.sent_end = true;
+                let message = Message::TunnelData {
+                    id,
+                    end: true,
+                    data: Bytes::new(),
+                };
+                (message, 0, false)
+            }
         };
         if job.ready.is_empty() {
             self.scheduler.handle_ready(id, false);
@@ -868,6 +1070,14 @@ impl<H: Handler> Driver<H> {
         self.send_watched(stream, bytes).await?;
         self.note_written(stream, len);
         self.scheduler.handle_sent(id, sent);
+        self.counts.scheduler(self.scheduler.tally());
+        if tunnel_end {
+            let received_end = self.jobs.get(&id).is_some_and(|job| job.received_end);
+            if self.session.handle_tunnel_end_sent(id) || received_end {
+                self.finish_tunnel(id);
+            }
+            return Ok(());
+        }
         if finished {
             tracing::debug!(
                 id,

@@ -32,6 +32,7 @@ fn driver_config(policy: PolicyKind) -> DriverConfig {
         max_request_body: 1 << 20,
         stream_queue_limit: 64 * 1024,
         egress: None,
+        tunnels: None,
     }
 }
 

@@ -5,6 +5,10 @@
 //! kernel a bounded amount, instead of filling its multi-megabyte send
 //! buffer), and it returns to zero once the reader has caught up.
 //!
+//! Beside it: `tc_sctp`'s per-stream counts equal what each stream carried over
+//! kernel SCTP, exactly; and the real origin binary without CAP_BPF says once
+//! why it has no per-stream depth, and serves.
+//!
 //! Needs kernel SCTP, root and the built object (`GATEWAY_EBPF_OBJECT`), so it
 //! is `#[ignore]`d and run inside the VM by `cargo xtask vm-test --test
 //! origin:kernel_depth`. It changes the guest's loopback (GSO on, SCTP
@@ -125,8 +129,13 @@ fn depth(counters: &EgressCounters, peer: SocketAddr, stream: u16) -> Option<u64
     )
 }
 
+/// The two tests that change the loopback take turns: one's clean-up (the
+/// clsact qdisc on kernels without TCX) would detach the other's program.
+static LOOPBACK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn slow_reader_moves_the_depth() -> Result<()> {
     let object = object_path()?;
+    let _turn = LOOPBACK.lock().await;
     let _loopback = LoopbackGuard::new()?;
     let counters = Arc::new(
         EgressCounters::start(&EbpfConfig {
@@ -162,6 +171,7 @@ async fn slow_reader_moves_the_depth() -> Result<()> {
         max_request_body: 1 << 20,
         stream_queue_limit: STREAM_LIMIT,
         egress: Some(Arc::clone(&counters)),
+        tunnels: None,
     };
     let origin_handler = Arc::clone(&handler);
     let origin = tokio::spawn(async move {
@@ -283,4 +293,171 @@ async fn slow_reader_moves_the_depth() -> Result<()> {
 #[ignore = "needs kernel SCTP, root and GATEWAY_EBPF_OBJECT: run by cargo xtask vm-test --test origin:kernel_depth"]
 async fn a_slow_reader_moves_the_per_stream_depth_and_the_scheduler_bounds_it() -> Result<()> {
     slow_reader_moves_the_depth().await
+}
+
+/// `tc_sctp` over kernel SCTP counts, per stream, exactly the bytes each
+/// stream carried (no loss on the loopback, so nothing is sent twice), with
+/// kernel GSO on as the other test has it: 20 messages of 3,000 bytes on
+/// stream 3 and one of 100,000 on stream 5, both directions of the
+/// association leaving through `lo`'s egress; nothing walked in part.
+#[tokio::test]
+#[ignore = "needs kernel SCTP, root and GATEWAY_EBPF_OBJECT: run by cargo xtask vm-test --test origin:kernel_depth"]
+async fn per_stream_counts_equal_what_each_stream_carried_over_kernel_sctp() -> Result<()> {
+    use ebpf_loader::{SctpAccounting, SctpAccountingConfig};
+    use gateway_common::DIRECTION_EGRESS;
+    use std::collections::BTreeMap;
+
+    let object = object_path()?;
+    let _turn = LOOPBACK.lock().await;
+    let _loopback = LoopbackGuard::new()?;
+    let mut accounting = SctpAccounting::load_file(&object, SctpAccountingConfig::default())?;
+    accounting.attach_egress("lo")?;
+    let config = AssociationConfig {
+        streams: 8,
+        max_inbound_streams: 8,
+        ..AssociationConfig::default()
+    };
+    let listener = Listener::bind(BackendKind::Kernel, "127.0.0.1:0".parse()?, &config).await?;
+    let client = connect(BackendKind::Kernel, listener.local_addr()?, &config).await?;
+    let server = listener.accept().await?;
+    let sent: BTreeMap<u16, u64> = [(3, 60_000), (5, 100_000)].into();
+    for _ in 0..20 {
+        server.send(3, bytes::Bytes::from(vec![3u8; 3000])).await?;
+    }
+    server
+        .send(5, bytes::Bytes::from(vec![5u8; 100_000]))
+        .await?;
+    let mut received: BTreeMap<u16, u64> = BTreeMap::new();
+    tokio::time::timeout(DEADLINE, async {
+        while received.values().sum::<u64>() < 160_000 {
+            let message = client.recv().await?;
+            *received.entry(message.stream).or_default() += message.data.len() as u64;
+        }
+        anyhow::Ok(())
+    })
+    .await
+    .context("the messages did not arrive")??;
+    ensure!(received == sent, "received {received:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let snapshot = accounting.snapshot()?;
+        let mut counted: BTreeMap<u16, u64> = BTreeMap::new();
+        for (key, counters) in &snapshot.streams {
+            if key.direction == DIRECTION_EGRESS {
+                *counted.entry(key.stream_id).or_default() += counters.data_bytes;
+            }
+        }
+        ensure!(
+            snapshot.egress.malformed == 0 && snapshot.egress.chunk_limit == 0,
+            "walked in part: {:?}",
+            snapshot.egress
+        );
+        if counted == sent {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "tc_sctp counted {counted:?}, the streams carried {sent:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    client.abort();
+    server.abort();
+    accounting.detach()?;
+    Ok(())
+}
+
+/// Without CAP_BPF the origin on kernel SCTP still starts, says once that it
+/// has no per-stream depth and why (the kernel's refusal), and serves. The
+/// real binary under `setpriv --bounding-set -bpf,-sys_admin,-perfmon` (root
+/// keeps CAP_NET_ADMIN; loading BPF needs CAP_BPF or CAP_SYS_ADMIN), a request
+/// over a kernel SCTP association, the file's bytes back.
+#[tokio::test]
+#[ignore = "needs kernel SCTP, root and GATEWAY_EBPF_OBJECT: run by cargo xtask vm-test --test origin:kernel_depth"]
+async fn without_cap_bpf_the_origin_says_so_once_and_serves() -> Result<()> {
+    let object = object_path()?;
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("the workspace")?
+        .to_owned();
+    let site = workspace.join("config/demo-site");
+    let dir = std::env::temp_dir().join(format!("origin-nobpf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let port = {
+        let socket = std::net::TcpListener::bind("127.0.0.1:0")?;
+        socket.local_addr()?.port()
+    };
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let config = dir.join("origin.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[listen]\naddresses = [\"{addr}\"]\nbackend = \"kernel\"\n\
+             [ebpf]\nobject = \"{}\"\ninterface = \"lo\"\n\
+             [files]\nroot = \"{}\"\n",
+            object.display(),
+            site.display()
+        ),
+    )?;
+    let log_path = dir.join("origin.log");
+    let log = std::fs::File::create(&log_path)?;
+    let child = Command::new("setpriv")
+        .args(["--bounding-set", "-bpf,-sys_admin,-perfmon"])
+        .arg(env!("CARGO_BIN_EXE_origin"))
+        .arg("--config")
+        .arg(&config)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .context("starting the origin under setpriv")?;
+    let _origin = KillOnDrop(child);
+    let served = tokio::time::timeout(DEADLINE, async {
+        let mut gw = loop {
+            let config = AssociationConfig {
+                connect_timeout: Duration::from_millis(500),
+                ..AssociationConfig::default()
+            };
+            match connect(BackendKind::Kernel, addr, &config).await {
+                Ok(assoc) => break TestGateway::open(assoc).await?,
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        let head = "GET /index.html HTTP/1.1\r\nHost: demo\r\n\r\n".to_owned();
+        let id = gw.request_head(1, head, RequestClass::Demand).await?;
+        gw.until_finished(1).await?;
+        anyhow::Ok(gw.seen.remove(&id).context("no response")?)
+    })
+    .await
+    .context("no answer within the deadline")??;
+    let head = String::from_utf8_lossy(served.head.as_deref().unwrap_or_default()).into_owned();
+    ensure!(head.starts_with("HTTP/1.1 200"), "{head}");
+    ensure!(
+        served.body == std::fs::read(site.join("index.html"))?,
+        "the body differs from the file"
+    );
+    let text = std::fs::read_to_string(&log_path)?;
+    let said: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("per-stream transport depth:"))
+        .collect();
+    ensure!(said.len() == 1, "said {said:?}\n{text}");
+    ensure!(
+        said[0].contains("unknown for kernel SCTP (loading")
+            && said[0].contains("Operation not permitted"),
+        "{}",
+        said[0]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// A child process killed (and reaped) when the test ends, also on failure.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -455,7 +455,7 @@ fn check_access_line(line: &[(String, String)], expected: &Expected<'_>) -> Resu
     ensure!(
         keys == [
             "peer", "id", "stream", "method", "target", "status", "bytes", "ms", "outcome",
-            "reason"
+            "reason", "via"
         ],
         "fields {keys:?}"
     );
@@ -475,7 +475,7 @@ fn check_access_line(line: &[(String, String)], expected: &Expected<'_>) -> Resu
         "{line:?}"
     );
     ensure!(
-        value(8) == "complete" && value(9) == expected.reason,
+        value(8) == "complete" && value(9) == expected.reason && value(10) == "request",
         "{line:?}"
     );
     Ok(())
@@ -658,6 +658,13 @@ async fn the_metrics_endpoint_counts_requests_over_associations() -> Result<()> 
             "origin_responses_cancelled_total 0\n".to_owned(),
             "origin_responses_reset_total 0\n".to_owned(),
             format!("origin_body_bytes_total {length}\n"),
+            // The head, the body in 16 KiB chunks (limits.chunk_size), the end;
+            // counted before the response is, so final by now.
+            format!(
+                "origin_scheduler_chunks_total{{policy=\"scf\"}} {}\n",
+                2 + length.div_ceil(16384)
+            ),
+            "origin_scheduler_holds_total{policy=\"scf\",reason=\"transport\"} 0\n".to_owned(),
         ] {
             ensure!(text.contains(&line), "{line:?} missing from\n{text}");
         }

@@ -195,6 +195,7 @@ fn incoming(head: &str, body: &[u8]) -> IncomingRequest {
             head: Bytes::from(head.to_owned()),
         },
         body: Bytes::copy_from_slice(body),
+        tunnelled: false,
     }
 }
 

@@ -150,13 +150,13 @@ fn check_prerequisites() -> Result<()> {
 
 /// The `gateway` test targets that need root and the object; their tests are
 /// `#[ignore]`d for plain `cargo test`.
-const LOAD_TESTS: [&str; 2] = ["ebpf_load", "ebpf_sctp"];
+const LOAD_TESTS: [&str; 3] = ["ebpf_load", "ebpf_sctp", "ebpf_tcp"];
 
 /// Runs [`LOAD_TESTS`] against `object`.
 pub(crate) fn run_load_test(object: &Path) -> Result<()> {
     println!(
-        "[build-ebpf] load tests: xdp_count on a veth in a namespace; xdp_sctp and \
-         tc_sctp on crafted packets (BPF_PROG_TEST_RUN)"
+        "[build-ebpf] load tests: xdp_count on a veth in a namespace; xdp_sctp, tc_sctp and \
+         the TCP flow programs on crafted packets (BPF_PROG_TEST_RUN) and real traffic"
     );
     let mut args = vec!["test", "--package", "gateway"];
     for test in LOAD_TESTS {

@@ -78,7 +78,9 @@ pub(crate) fn run(options: &TestOptions) -> Result<()> {
     step("workspace tests (unit, deterministic, namespaces, end to end)");
     cargo(root, &["test", "--workspace"])?;
 
-    step("eBPF load tests (XDP on a veth in a namespace; SCTP programs on crafted packets)");
+    step(
+        "eBPF load tests (XDP on a veth in a namespace; SCTP and TCP programs on crafted packets and real traffic)",
+    );
     ebpf::run_load_test(&object)?;
 
     if options.skip_vm {

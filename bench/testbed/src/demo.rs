@@ -45,6 +45,9 @@ pub fn daemon_log_filter() -> String {
 pub struct GatewayConfigOverrides {
     /// `intercept.lan_interfaces`.
     pub lan_interfaces: Option<Vec<String>>,
+    /// `intercept.tls_port`, also added to `intercept.ports`: HTTPS to the
+    /// origin's destinations is tunnelled (docs/gateway.md, "HTTPS").
+    pub tls_port: Option<u16>,
     /// The first `[[origin]]`'s `address`.
     pub origin_address: Option<SocketAddr>,
     /// The first `[[origin]]`'s `destinations` (CIDRs).
@@ -63,8 +66,16 @@ pub struct GatewayConfigOverrides {
     pub cache_path: Option<PathBuf>,
     /// `cache.enabled`.
     pub cache_enabled: Option<bool>,
+    /// `http.max_connections` (the load benchmark holds more than the
+    /// shipped 4,096).
+    pub max_connections: Option<u64>,
+    /// `http.header_timeout`, in ms (also how long the gateway waits for a
+    /// whole ClientHello on the TLS port).
+    pub header_timeout_ms: Option<u64>,
     /// `prefetch.enabled_for_origins`.
     pub prefetch_enabled: Option<bool>,
+    /// The first `[[origin]]`'s `feedback.enabled`.
+    pub feedback_enabled: Option<bool>,
     /// The first `[[origin]]`'s `backend` (auto, kernel, userspace, framed-tcp, quic).
     pub backend: Option<String>,
     /// The first `[[origin]]`'s `transport.quic_server_cert_sha256`: the pin a
@@ -102,6 +113,7 @@ impl GatewayConfig {
         override_intercept(&mut table, overrides);
         override_prefetch(&mut table, overrides).map_err(bad)?;
         override_cache(&mut table, overrides).map_err(bad)?;
+        override_http(&mut table, overrides).map_err(bad)?;
         override_origin(&mut table, overrides).map_err(bad)?;
         Self::from_table(&table).map_err(bad)
     }
@@ -196,12 +208,26 @@ fn section<'a>(table: &'a mut toml::Table, name: &str) -> Option<&'a mut toml::T
         .as_table_mut()
 }
 
-/// `intercept.lan_interfaces`; left alone if `intercept` is not a table.
+/// `intercept.lan_interfaces` and `intercept.tls_port` (with its port added
+/// to `intercept.ports`); left alone if `intercept` is not a table.
 fn override_intercept(table: &mut toml::Table, overrides: &GatewayConfigOverrides) {
-    if let Some(interfaces) = &overrides.lan_interfaces
-        && let Some(intercept) = section(table, "intercept")
-    {
+    let Some(intercept) = section(table, "intercept") else {
+        return;
+    };
+    if let Some(interfaces) = &overrides.lan_interfaces {
         intercept.insert("lan_interfaces".into(), interfaces.clone().into());
+    }
+    if let Some(port) = overrides.tls_port {
+        let port = toml::Value::Integer(port.into());
+        let ports = intercept
+            .entry("ports")
+            .or_insert_with(|| toml::Value::Array(vec![80.into()]));
+        if let Some(list) = ports.as_array_mut()
+            && !list.contains(&port)
+        {
+            list.push(port.clone());
+        }
+        intercept.insert("tls_port".into(), port);
     }
 }
 
@@ -214,6 +240,25 @@ fn override_prefetch(
         let prefetch =
             section(table, "prefetch").ok_or_else(|| "prefetch is not a table".to_owned())?;
         prefetch.insert("enabled_for_origins".into(), enabled.into());
+    }
+    Ok(())
+}
+
+/// `http.max_connections` and `http.header_timeout`.
+fn override_http(
+    table: &mut toml::Table,
+    overrides: &GatewayConfigOverrides,
+) -> Result<(), String> {
+    let keys = [
+        ("max_connections", overrides.max_connections),
+        ("header_timeout", overrides.header_timeout_ms),
+    ];
+    for (key, value) in keys {
+        if let Some(value) = value {
+            let http = section(table, "http").ok_or_else(|| "http is not a table".to_owned())?;
+            let value = i64::try_from(value).map_err(|_| format!("{key} {value}"))?;
+            http.insert(key.into(), value.into());
+        }
     }
     Ok(())
 }
@@ -259,6 +304,11 @@ fn override_origin(
     }
     if let Some(fail_open) = overrides.fail_open {
         origin.insert("fail_open".into(), fail_open.into());
+    }
+    if let Some(enabled) = overrides.feedback_enabled {
+        section(origin, "feedback")
+            .ok_or_else(|| "origin.feedback is not a table".to_owned())?
+            .insert("enabled".into(), enabled.into());
     }
     if let Some(ms) = overrides.reconnect_max_ms {
         origin.insert("reconnect_max".into(), (ms as i64).into());
@@ -323,6 +373,8 @@ pub struct DemoOptions {
     /// The origin's transport (`--transport`: auto, kernel, userspace,
     /// framed-tcp); the origin's config file decides if `None`.
     pub origin_transport: Option<String>,
+    /// The origin's configuration file; `config/origin.toml` if `None`.
+    pub origin_config: Option<PathBuf>,
     /// Changes to the shipped gateway config (the origin address and LAN
     /// interface are set to the topology's unless given here).
     pub gateway: GatewayConfigOverrides,
@@ -353,6 +405,7 @@ impl DemoOptions {
             workspace: workspace.to_owned(),
             origin_root: None,
             origin_transport: None,
+            origin_config: None,
             gateway: GatewayConfigOverrides::default(),
             start_origin: true,
             start_gateway: true,
@@ -470,10 +523,12 @@ impl Demo {
             old.kill()?;
         }
         self.origin_starts += 1;
+        let config = (self.options.origin_config.clone())
+            .unwrap_or_else(|| self.options.workspace.join("config/origin.toml"));
         let mut command = Command::new(&self.binaries.origin);
         command
             .arg("--config")
-            .arg(self.options.workspace.join("config/origin.toml"))
+            .arg(config)
             .arg("--listen")
             .arg(origin_sctp_v4().to_string())
             .arg("--listen")

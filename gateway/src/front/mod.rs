@@ -41,6 +41,7 @@ use tokio::sync::watch;
 
 pub mod framing;
 mod prefetch;
+pub mod tls;
 
 use self::framing::{Finding, FramedStream, Noted, RequestFraming};
 pub use self::prefetch::Prefetcher;
@@ -83,6 +84,9 @@ pub struct Front {
     via_received_by: String,
     /// Request durations and errors by side, for `/metrics`.
     metrics: Arc<RequestMetrics>,
+    /// The intercepted port that carries TLS (`intercept.tls_port`): its
+    /// flows are tunnelled, never parsed as HTTP.
+    tls_port: Option<u16>,
 }
 
 #[derive(Debug)]
@@ -242,6 +246,55 @@ impl Front {
             via: via_value(&via_received_by),
             via_received_by,
             metrics: Arc::new(RequestMetrics::default()),
+            tls_port: config.intercept.tls_port,
+        }
+    }
+
+    /// One intercepted TLS connection: a tunnel to the origin its verified
+    /// server name maps to, else the TCP fallback (`tls` module docs).
+    async fn serve_https(&self, flow: Intercepted) {
+        let Intercepted {
+            mut stream,
+            client,
+            original_dst: dst,
+        } = flow;
+        let (peeked, first) = tls::peek_client_hello(&mut stream, self.http.header_timeout).await;
+        let first = first.freeze();
+        let target = match &peeked {
+            tls::Peeked::ServerName(name) => {
+                let check = self.verifier.check(name, dst.port(), dst).await;
+                self.routes.decide(dst.ip(), &check)
+            }
+            _ => crate::route::Decision {
+                target: Target::Direct,
+                cacheable: false,
+                reason: "no-server-name",
+            },
+        };
+        let outcome = match (target.target, &peeked) {
+            (Target::Origin(i), tls::Peeked::ServerName(name)) => {
+                let origin = &self.origins[i];
+                let pin = origin.link.pin();
+                match origin.link.open_tunnel(&pin, dst, name).await {
+                    Ok(tunnel) => Some(tls::relay(&mut stream, tunnel, first.clone()).await),
+                    Err(e) if origin.fail_open => {
+                        tracing::info!(%client, %dst, sni = %name, "origin unavailable ({e}); passing through");
+                        None
+                    }
+                    Err(e) => {
+                        tracing::info!(%client, %dst, sni = %name, "origin unavailable ({e}); closing");
+                        tls::reset(&stream);
+                        return;
+                    }
+                }
+            }
+            _ => None,
+        };
+        tracing::info!(%client, %dst, ?peeked, route = target.reason, ?outcome, "https");
+        if matches!(outcome, None | Some(tls::TunnelOutcome::RefusedEarly(_)))
+            && let Err(e) = tls::pass_through(&mut stream, dst, &first, self.direct).await
+        {
+            tracing::debug!(%client, %dst, "https pass-through ended: {e}");
         }
     }
 
@@ -266,6 +319,13 @@ impl Front {
     /// ends it, or `shutdown` turns true (then the request in progress finishes
     /// and the connection closes).
     pub async fn serve(self: Arc<Self>, flow: Intercepted, mut shutdown: watch::Receiver<bool>) {
+        if self.tls_port == Some(flow.original_dst.port()) {
+            tokio::select! {
+                () = self.serve_https(flow) => {}
+                () = stopped(&mut shutdown) => {}
+            }
+            return;
+        }
         let Intercepted {
             stream,
             client,
@@ -278,8 +338,9 @@ impl Front {
             self.http.max_header_fields,
             self.http.max_body_bytes,
         );
-        let (stream, findings) =
-            FramedStream::new(CountedStream::new(stream, socket.clone()), framing);
+        let counted = CountedStream::new(stream, socket.clone())
+            .with_client(self.metrics.client_tally(client.ip()));
+        let (stream, findings) = FramedStream::new(counted, framing);
         let mut state = Flow::new(client, original_dst, self.direct, id, findings);
         state.socket = socket;
         let state = Arc::new(state);

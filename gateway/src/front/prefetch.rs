@@ -35,7 +35,7 @@ use crate::cache::{CacheRequest, Filled, Lookup, Purge};
 use crate::prefetch::queue::{ConnectionId, Scan};
 use crate::prefetch::{
     Action, Demand, FetchId, HtmlScanner, PageId, PrefetchConfig, PrefetchQueue, PrefetchStats,
-    Resource, extract_css, is_css, is_html, keep_prefetched, prefetch_request_headers,
+    RecentPage, Resource, extract_css, is_css, is_html, keep_prefetched, prefetch_request_headers,
 };
 use crate::route::{Decision, Target};
 
@@ -107,6 +107,12 @@ impl Prefetcher {
     /// Counters since start.
     pub fn stats(&self) -> PrefetchStats {
         self.lock().queue.stats()
+    }
+
+    /// The last pages scanned, newest first, with what became of their
+    /// prefetches (`GET /pages/recent`).
+    pub fn recent_pages(&self) -> Vec<RecentPage> {
+        self.lock().queue.recent_pages(Instant::now())
     }
 
     /// The cache was purged: what was fetched of the URLs `purge` removed is
@@ -208,7 +214,7 @@ impl Front {
                 content_type,
                 rx,
             ));
-            return tee(response, tx);
+            return tee(response, tx, None);
         }
         if response.status() != http::StatusCode::OK
             || !is_html(content_type.as_deref())
@@ -245,7 +251,7 @@ impl Front {
             scanner,
             rx,
         ));
-        tee(response, tx)
+        tee(response, tx, Some((Arc::clone(prefetcher), page)))
     }
 
     /// Runs the queue's actions until `shutdown`: starts, promotes and
@@ -711,7 +717,16 @@ enum Chunk {
 /// ended cleanly: its end seen, or its `Content-Length` reached (hyper stops
 /// polling a body once it has written that many bytes). Dropping the body
 /// before either drops the sender: the scanner sees an abandoned page.
-fn tee(response: Response<Body>, tx: mpsc::Sender<Chunk>) -> Response<Body> {
+///
+/// With `page`, the queue hears of the HTML's end right there, not once the
+/// scanner has caught up: a client that closes its connection as soon as it
+/// has the page (curl, a crawler) would otherwise abandon it first, and
+/// nothing it needs would be prefetched.
+fn tee(
+    response: Response<Body>,
+    tx: mpsc::Sender<Chunk>,
+    page: Option<(Arc<Prefetcher>, PageId)>,
+) -> Response<Body> {
     let (parts, body) = response.into_parts();
     let left = parts
         .headers
@@ -722,6 +737,7 @@ fn tee(response: Response<Body>, tx: mpsc::Sender<Chunk>) -> Response<Body> {
         inner: body,
         tx: Some(tx),
         left,
+        page,
     };
     Response::from_parts(parts, body.boxed_unsync())
 }
@@ -731,6 +747,21 @@ struct Tee {
     tx: Option<mpsc::Sender<Chunk>>,
     /// Body bytes still to come, when announced.
     left: Option<u64>,
+    /// The page whose HTML this is, told of its end once (see [`tee`]).
+    page: Option<(Arc<Prefetcher>, PageId)>,
+}
+
+impl Tee {
+    /// The body ended cleanly: the scanner gets `End`, the queue hears that
+    /// the page's HTML has passed whole.
+    fn ended(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.try_send(Chunk::End);
+        }
+        if let Some((prefetcher, page)) = self.page.take() {
+            prefetcher.with(|s| s.queue.handle_html_end(Instant::now(), page));
+        }
+    }
 }
 
 impl http_body::Body for Tee {
@@ -751,21 +782,18 @@ impl http_body::Body for Tee {
                         .as_ref()
                         .is_some_and(|tx| tx.try_send(Chunk::Data(data.clone())).is_ok());
                     self.left = self.left.map(|n| n.saturating_sub(data.len() as u64));
-                    // Done, or the scanner is behind (it keeps what it has).
-                    if (self.left == Some(0) || !sent)
-                        && let Some(tx) = self.tx.take()
-                    {
+                    if self.left == Some(0) {
+                        self.ended();
+                    } else if !sent && let Some(tx) = self.tx.take() {
+                        // The scanner is behind: it keeps what it has.
                         let _ = tx.try_send(Chunk::End);
                     }
                 }
             }
-            std::task::Poll::Ready(None) => {
-                if let Some(tx) = self.tx.take() {
-                    let _ = tx.try_send(Chunk::End);
-                }
-            }
+            std::task::Poll::Ready(None) => self.ended(),
             std::task::Poll::Ready(Some(Err(_))) => {
                 self.tx = None;
+                self.page = None;
             }
             std::task::Poll::Pending => {}
         }

@@ -19,7 +19,7 @@ use nftables::schema::{self, NfListObject, Nftables, SetFlag, SetType, SetTypeVa
 use nftables::stmt::{AnonymousCounter, Counter, JumpTarget, Mangle, Match, Operator, Statement};
 use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook};
 
-use crate::config::GatewayConfig;
+use crate::config::{GatewayConfig, InterceptConfig};
 
 /// The base chain, hooked at prerouting.
 pub(crate) const PREROUTING_CHAIN: &str = "prerouting";
@@ -64,45 +64,58 @@ const CHAINS: [(&str, Option<BaseChain>); 3] = [
     ),
 ];
 
-/// The named sets of networks left alone. Named, and one per address family,
-/// so that `nft add element` can extend them at run time.
+/// The named address sets. Named, and one per address family, so that
+/// `nft add element` can extend them at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum BypassSet {
-    /// IPv4 clients (source addresses).
+pub(crate) enum AddressSet {
+    /// IPv4 clients never intercepted (source addresses).
     ClientsV4,
-    /// IPv6 clients (source addresses).
+    /// IPv6 clients never intercepted.
     ClientsV6,
-    /// IPv4 destinations.
+    /// IPv4 destinations never intercepted.
     DestinationsV4,
-    /// IPv6 destinations.
+    /// IPv6 destinations never intercepted.
     DestinationsV6,
+    /// IPv4 destinations of the configured origins (`[[origin]] destinations`):
+    /// the only ones whose TLS port is intercepted.
+    OriginsV4,
+    /// IPv6 destinations of the configured origins.
+    OriginsV6,
 }
 
-impl BypassSet {
-    /// Every set, in the order the table declares them.
-    pub(crate) const ALL: [BypassSet; 4] = [
-        BypassSet::ClientsV4,
-        BypassSet::ClientsV6,
-        BypassSet::DestinationsV4,
-        BypassSet::DestinationsV6,
+impl AddressSet {
+    /// The bypass sets, in the order the table declares them.
+    pub(crate) const BYPASS: [AddressSet; 4] = [
+        AddressSet::ClientsV4,
+        AddressSet::ClientsV6,
+        AddressSet::DestinationsV4,
+        AddressSet::DestinationsV6,
     ];
+
+    /// The origins' destination sets, declared only with `intercept.tls_port`.
+    pub(crate) const ORIGINS: [AddressSet; 2] = [AddressSet::OriginsV4, AddressSet::OriginsV6];
 
     /// The set's name inside the table.
     pub(crate) fn name(self) -> &'static str {
         match self {
-            BypassSet::ClientsV4 => "bypass_clients_v4",
-            BypassSet::ClientsV6 => "bypass_clients_v6",
-            BypassSet::DestinationsV4 => "bypass_destinations_v4",
-            BypassSet::DestinationsV6 => "bypass_destinations_v6",
+            AddressSet::ClientsV4 => "bypass_clients_v4",
+            AddressSet::ClientsV6 => "bypass_clients_v6",
+            AddressSet::DestinationsV4 => "bypass_destinations_v4",
+            AddressSet::DestinationsV6 => "bypass_destinations_v6",
+            AddressSet::OriginsV4 => "origin_destinations_v4",
+            AddressSet::OriginsV6 => "origin_destinations_v6",
         }
     }
 
     fn is_v6(self) -> bool {
-        matches!(self, BypassSet::ClientsV6 | BypassSet::DestinationsV6)
+        matches!(
+            self,
+            AddressSet::ClientsV6 | AddressSet::DestinationsV6 | AddressSet::OriginsV6
+        )
     }
 
     fn is_clients(self) -> bool {
-        matches!(self, BypassSet::ClientsV4 | BypassSet::ClientsV6)
+        matches!(self, AddressSet::ClientsV4 | AddressSet::ClientsV6)
     }
 
     /// `ip`/`ip6` and `saddr`/`daddr`: the header field the set is matched against.
@@ -122,15 +135,22 @@ impl BypassSet {
 
     /// The configured networks of this set's family, merged. Interval sets reject
     /// overlapping elements, and a configuration may well list 10.0.0.0/8 beside
-    /// 10.1.0.0/16; merging first makes that a non-event.
+    /// 10.1.0.0/16 (or two origins overlapping destinations); merging first makes
+    /// that a non-event.
     fn elements(self, config: &GatewayConfig) -> Vec<IpNet> {
-        let source = if self.is_clients() {
-            &config.bypass.clients
-        } else {
-            &config.bypass.destinations
+        let source: Vec<&IpNet> = match self {
+            AddressSet::ClientsV4 | AddressSet::ClientsV6 => config.bypass.clients.iter().collect(),
+            AddressSet::DestinationsV4 | AddressSet::DestinationsV6 => {
+                config.bypass.destinations.iter().collect()
+            }
+            AddressSet::OriginsV4 | AddressSet::OriginsV6 => config
+                .origins
+                .iter()
+                .flat_map(|o| o.destinations.iter())
+                .collect(),
         };
         let mine: Vec<IpNet> = source
-            .iter()
+            .into_iter()
             .filter(|n| matches!(n, IpNet::V6(_)) == self.is_v6())
             .map(IpNet::trunc)
             .collect();
@@ -138,10 +158,14 @@ impl BypassSet {
     }
 
     fn comment(self) -> &'static str {
-        if self.is_clients() {
-            "clients never intercepted"
-        } else {
-            "destinations never intercepted"
+        match self {
+            AddressSet::ClientsV4 | AddressSet::ClientsV6 => "clients never intercepted",
+            AddressSet::DestinationsV4 | AddressSet::DestinationsV6 => {
+                "destinations never intercepted"
+            }
+            AddressSet::OriginsV4 | AddressSet::OriginsV6 => {
+                "destinations of the origins, the only ones whose TLS is intercepted"
+            }
         }
     }
 }
@@ -150,11 +174,15 @@ impl BypassSet {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Rule {
     /// prerouting: TCP from the LAN to an intercepted port enters the intercept
-    /// chain; everything else leaves the table at once, after one rule.
+    /// chain; everything else leaves the table at once, after one rule (two
+    /// more with `intercept.tls_port`).
     Divert {
         /// LAN interfaces; empty means every interface but loopback.
         lan_interfaces: Vec<String>,
         ports: Vec<u16>,
+        /// Only to destinations in this set: the TLS port, which is
+        /// intercepted for the origins' destinations alone.
+        only_to: Option<AddressSet>,
     },
     /// The gateway's own upstream sockets carry `SO_MARK = upstream_mark`.
     OwnTraffic { upstream_mark: u32 },
@@ -164,7 +192,7 @@ enum Rule {
     /// Connections to one of this host's own addresses.
     LocalDestination,
     /// A bypass set.
-    Bypass(BypassSet),
+    Bypass(AddressSet),
     /// New flows: hand them to the listener.
     Tproxy {
         v6: bool,
@@ -190,7 +218,10 @@ impl Rule {
     /// Stored in the kernel with the rule, so `nft list ruleset` explains itself.
     fn comment(&self) -> &'static str {
         match self {
-            Rule::Divert { .. } => "TCP from the LAN to an intercepted port",
+            Rule::Divert { only_to: None, .. } => "TCP from the LAN to an intercepted port",
+            Rule::Divert {
+                only_to: Some(_), ..
+            } => "TLS from the LAN to an origin's destination",
             Rule::OwnTraffic { .. } => "the gateway's own upstream connections",
             Rule::Established { .. } => "later packets of intercepted flows",
             Rule::LocalDestination => "connections to this host itself",
@@ -206,6 +237,7 @@ impl Rule {
             Rule::Divert {
                 lan_interfaces,
                 ports,
+                only_to,
             } => {
                 let interfaces = if lan_interfaces.is_empty() {
                     matches(meta(MetaKey::Iifname), Operator::NEQ, string("lo"))
@@ -216,17 +248,21 @@ impl Rule {
                         one_or_set(lan_interfaces.iter().map(|i| string(i))),
                     )
                 };
-                vec![
+                let mut statements = vec![
                     interfaces,
                     matches(
                         payload("tcp", "dport"),
                         Operator::EQ,
                         one_or_set(ports.iter().map(|&p| Expression::Number(p.into()))),
                     ),
-                    Statement::Jump(JumpTarget {
-                        target: INTERCEPT_CHAIN.into(),
-                    }),
-                ]
+                ];
+                if let Some(set) = only_to {
+                    statements.push(in_set(*set));
+                }
+                statements.push(Statement::Jump(JumpTarget {
+                    target: INTERCEPT_CHAIN.into(),
+                }));
+                statements
             }
             Rule::OwnTraffic { upstream_mark } => vec![
                 matches(
@@ -259,17 +295,7 @@ impl Rule {
                 ),
                 Statement::Return(None),
             ],
-            Rule::Bypass(set) => {
-                let (protocol, field) = set.payload();
-                vec![
-                    matches(
-                        payload(protocol, field),
-                        Operator::EQ,
-                        string(&format!("@{}", set.name())),
-                    ),
-                    Statement::Return(None),
-                ]
-            }
+            Rule::Bypass(set) => vec![in_set(*set), Statement::Return(None)],
             Rule::Tproxy {
                 v6,
                 port,
@@ -304,6 +330,7 @@ impl Rule {
             Rule::Divert {
                 lan_interfaces,
                 ports,
+                only_to,
             } => {
                 let interfaces = if lan_interfaces.is_empty() {
                     "iifname != \"lo\"".to_owned()
@@ -312,7 +339,8 @@ impl Rule {
                     format!("iifname {}", one_or_set_text(names))
                 };
                 let ports = one_or_set_text(ports.iter().map(u16::to_string));
-                format!("{interfaces} tcp dport {ports} jump {INTERCEPT_CHAIN}")
+                let only_to = only_to.map_or(String::new(), |set| format!(" {}", in_set_text(set)));
+                format!("{interfaces} tcp dport {ports}{only_to} jump {INTERCEPT_CHAIN}")
             }
             Rule::OwnTraffic { upstream_mark } => {
                 format!("meta mark {} return", mark_text(*upstream_mark))
@@ -322,10 +350,7 @@ impl Rule {
                 mark_text(*tproxy_mark)
             ),
             Rule::LocalDestination => "fib daddr type local return".to_owned(),
-            Rule::Bypass(set) => {
-                let (protocol, field) = set.payload();
-                format!("{protocol} {field} @{} return", set.name())
-            }
+            Rule::Bypass(set) => format!("{} return", in_set_text(*set)),
             Rule::Tproxy {
                 v6,
                 port,
@@ -344,18 +369,15 @@ impl Rule {
 #[derive(Debug, Clone)]
 pub(crate) struct Ruleset {
     table: String,
-    sets: Vec<(BypassSet, Vec<IpNet>)>,
+    sets: Vec<(AddressSet, Vec<IpNet>)>,
     rules: Vec<Rule>,
 }
 
 impl Ruleset {
     pub(crate) fn new(config: &GatewayConfig) -> Self {
         let i = &config.intercept;
-        let mut rules = vec![
-            Rule::Divert {
-                lan_interfaces: i.lan_interfaces.clone(),
-                ports: i.ports.clone(),
-            },
+        let mut rules = divert_rules(i);
+        rules.extend([
             // Cheapest test first; it is also the loop guard.
             Rule::OwnTraffic {
                 upstream_mark: i.upstream_mark,
@@ -367,8 +389,8 @@ impl Ruleset {
                 tproxy_mark: i.tproxy_mark,
             },
             Rule::LocalDestination,
-        ];
-        rules.extend(BypassSet::ALL.map(Rule::Bypass));
+        ]);
+        rules.extend(AddressSet::BYPASS.map(Rule::Bypass));
         for v6 in [false, true] {
             rules.push(Rule::Tproxy {
                 v6,
@@ -381,9 +403,8 @@ impl Ruleset {
         });
         Ruleset {
             table: i.table.clone(),
-            sets: BypassSet::ALL
-                .iter()
-                .map(|&set| (set, set.elements(config)))
+            sets: declared_sets(config)
+                .map(|set| (set, set.elements(config)))
                 .collect(),
             rules,
         }
@@ -486,6 +507,63 @@ impl Ruleset {
         out.push_str("}\n");
         out
     }
+}
+
+/// The prerouting rules. The plain ports go to the intercept chain for every
+/// destination; the TLS port (`intercept.tls_port`) only for the origins'
+/// destinations, one rule per family, so that HTTPS to anywhere else never
+/// enters the intercept chain: it is routed exactly as without the gateway.
+fn divert_rules(i: &InterceptConfig) -> Vec<Rule> {
+    let plain: Vec<u16> = i
+        .ports
+        .iter()
+        .copied()
+        .filter(|&p| Some(p) != i.tls_port)
+        .collect();
+    let mut rules = Vec::new();
+    if !plain.is_empty() {
+        rules.push(Rule::Divert {
+            lan_interfaces: i.lan_interfaces.clone(),
+            ports: plain,
+            only_to: None,
+        });
+    }
+    if let Some(port) = i.tls_port {
+        rules.extend(AddressSet::ORIGINS.map(|set| Rule::Divert {
+            lan_interfaces: i.lan_interfaces.clone(),
+            ports: vec![port],
+            only_to: Some(set),
+        }));
+    }
+    rules
+}
+
+/// The sets the table declares: the bypass sets always, the origins' only
+/// when a TLS port is intercepted.
+fn declared_sets(config: &GatewayConfig) -> impl Iterator<Item = AddressSet> {
+    let origins: &[AddressSet] = if config.intercept.tls_port.is_some() {
+        &AddressSet::ORIGINS
+    } else {
+        &[]
+    };
+    AddressSet::BYPASS
+        .into_iter()
+        .chain(origins.iter().copied())
+}
+
+/// `ip daddr @set` and its kind, as a match.
+fn in_set(set: AddressSet) -> Statement<'static> {
+    let (protocol, field) = set.payload();
+    matches(
+        payload(protocol, field),
+        Operator::EQ,
+        string(&format!("@{}", set.name())),
+    )
+}
+
+fn in_set_text(set: AddressSet) -> String {
+    let (protocol, field) = set.payload();
+    format!("{protocol} {field} @{}", set.name())
 }
 
 pub(crate) fn table_object(name: &str) -> schema::Table<'static> {
@@ -611,6 +689,68 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("elements = { 2001:db8::/64 }"), "{text}");
+    }
+
+    /// An origin entry from TOML, as an operator writes it.
+    fn origin(destinations: &str) -> crate::config::OriginEntry {
+        toml::from_str(&format!(
+            "name = \"o\"\naddress = \"127.0.0.1:9000\"\ndestinations = {destinations}"
+        ))
+        .expect("an origin entry")
+    }
+
+    #[test]
+    fn the_tls_port_is_diverted_only_for_the_origins_destinations() {
+        let mut config = GatewayConfig::default();
+        config.intercept.ports = vec![80, 443];
+        config.intercept.tls_port = Some(443);
+        config.origins = vec![
+            origin(r#"["203.0.113.0/24", "2001:db8:203::/48"]"#),
+            origin(r#"["203.0.113.128/25", "198.51.100.7/32"]"#),
+        ];
+        let ruleset = Ruleset::new(&config);
+        assert_eq!(
+            rule_texts(&ruleset)[..3],
+            [
+                "iifname != \"lo\" tcp dport 80 jump intercept",
+                "iifname != \"lo\" tcp dport 443 ip daddr @origin_destinations_v4 jump intercept",
+                "iifname != \"lo\" tcp dport 443 ip6 daddr @origin_destinations_v6 jump intercept",
+            ]
+            .map(String::from)
+        );
+        // The rest of the table is the same as without a TLS port.
+        assert_eq!(
+            rule_texts(&ruleset)[3..],
+            rule_texts(&Ruleset::new(&GatewayConfig::default()))[1..]
+        );
+        let text = ruleset.to_text();
+        // Every origin's destinations, merged, split by family.
+        assert!(
+            text.contains(
+                "set origin_destinations_v4 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 198.51.100.7/32, 203.0.113.0/24 }"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("elements = { 2001:db8:203::/48 }"), "{text}");
+    }
+
+    #[test]
+    fn a_tls_port_alone_diverts_nothing_else_and_without_one_there_are_no_origin_sets() {
+        let mut config = GatewayConfig::default();
+        config.intercept.ports = vec![443];
+        config.intercept.tls_port = Some(443);
+        let texts = rule_texts(&Ruleset::new(&config));
+        assert!(texts[0].contains("@origin_destinations_v4"), "{texts:?}");
+        assert!(texts[1].contains("@origin_destinations_v6"), "{texts:?}");
+        assert!(!texts[2].contains("dport"), "{texts:?}");
+        // No origins: the sets exist, empty, so nothing on 443 is diverted.
+        assert!(
+            Ruleset::new(&config).to_text().contains(
+                "set origin_destinations_v6 {\n\t\ttype ipv6_addr\n\t\tflags interval\n\t}"
+            )
+        );
+        let default = Ruleset::new(&GatewayConfig::default()).to_text();
+        assert!(!default.contains("origin_destinations"), "{default}");
     }
 
     #[test]

@@ -97,6 +97,10 @@ impl Body for ResponseBody {
             Some(Event::Head(_)) => {
                 this.fail(LinkError::Malformed("a second response head".into()))
             }
+            // The session lets no tunnel message reach a request.
+            Some(Event::Tunnel { .. } | Event::Credit(_)) => {
+                this.fail(LinkError::Malformed("tunnel data on a request".into()))
+            }
             None => {
                 let error = Pending::take_error(&this.outcome, || {
                     LinkError::Broken("the association's receive task ended".into())

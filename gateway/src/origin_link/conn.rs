@@ -45,6 +45,10 @@ pub(crate) enum Event {
     Data(Bytes),
     /// RESPONSE_END with its body length.
     End(u64),
+    /// TUNNEL_DATA; `end`: the origin closed its half.
+    Tunnel { data: Bytes, end: bool },
+    /// TUNNEL_CREDIT: this many more bytes may be sent.
+    Credit(u32),
 }
 
 /// Where a request's error is left before its queue is closed without END. The
@@ -62,6 +66,8 @@ struct Slot {
     tx: mpsc::Sender<Event>,
     outcome: Outcome,
     head_seen: bool,
+    /// Tunnel: this side sent END (the slot goes when the origin's END comes).
+    tunnel_sent_end: bool,
     /// Held while the request's PRIORITY watcher may send; dropped with the
     /// slot (whichever way the request ends), which stops the watcher.
     _priority_watch: Option<oneshot::Sender<()>>,
@@ -246,7 +252,7 @@ impl Conn {
             rx,
             outcome,
             watch_ended,
-        } = self.open_slot(stream, priority.is_some())?;
+        } = self.open_slot(stream, priority.is_some(), false)?;
         // From here on, dropping this future abandons the request.
         let guard = RequestGuard {
             conn: Arc::clone(self),
@@ -293,7 +299,12 @@ impl Conn {
     /// Numbers a request on `stream` and opens its slot, under the state lock.
     /// With `watches_priority`, and an origin that takes PRIORITY, the slot
     /// holds the sender whose drop ends the request's PRIORITY watcher.
-    fn open_slot(&self, stream: u16, watches_priority: bool) -> Result<Opened, LinkError> {
+    fn open_slot(
+        &self,
+        stream: u16,
+        watches_priority: bool,
+        tunnel: bool,
+    ) -> Result<Opened, LinkError> {
         let mut state = lock(&self.state);
         if !state.accepting {
             return Err(LinkError::Unavailable(format!(
@@ -307,7 +318,18 @@ impl Conn {
             self.retire(&mut state, "request ids used up".into());
             return Err(LinkError::Unavailable("request ids used up".into()));
         };
-        if state.session.handle_request_sent(id, stream).is_err() {
+        if tunnel && !state.session.may_open_tunnel() {
+            return Err(LinkError::Unavailable(format!(
+                "origin {} does not serve tunnels",
+                self.name
+            )));
+        }
+        let recorded = if tunnel {
+            state.session.handle_tunnel_sent(id, stream)
+        } else {
+            state.session.handle_request_sent(id, stream)
+        };
+        if recorded.is_err() {
             // Ids only rise and the stream is in range: this is a bug here.
             return Err(LinkError::Unavailable(format!(
                 "session refused request {id} on stream {stream}"
@@ -334,6 +356,7 @@ impl Conn {
                 tx,
                 outcome: Arc::clone(&outcome),
                 head_seen: false,
+                tunnel_sent_end: false,
                 _priority_watch: watching,
             },
         );
@@ -344,6 +367,57 @@ impl Conn {
             outcome,
             watch_ended,
         })
+    }
+
+    /// Numbers and sends TUNNEL_OPEN on the data stream `pinned` maps to.
+    pub(crate) async fn send_tunnel_open(
+        self: &Arc<Self>,
+        pinned: u16,
+        destination: std::net::SocketAddr,
+        server_name: String,
+        socket: Option<Arc<BrowserSocket>>,
+    ) -> Result<(Pending, u16), LinkError> {
+        let stream = stream_for(pinned, self.data_streams);
+        let _order = self.send_order[usize::from(stream) - 1].lock().await;
+        let Opened {
+            id, rx, outcome, ..
+        } = self.open_slot(stream, false, true)?;
+        let guard = RequestGuard {
+            conn: Arc::clone(self),
+            id,
+            socket,
+        };
+        let open = gateway_protocol::TunnelOpen {
+            id,
+            destination,
+            server_name,
+        };
+        self.send(stream, Message::TunnelOpen(open)).await?;
+        Ok((Pending { guard, rx, outcome }, stream))
+    }
+
+    /// Sends tunnel bytes (`end`: and closes this half). After both halves
+    /// closed the tunnel is forgotten.
+    pub(crate) async fn send_tunnel_data(
+        &self,
+        stream: u16,
+        id: RequestId,
+        data: Bytes,
+        end: bool,
+    ) -> Result<(), LinkError> {
+        self.send(stream, Message::TunnelData { id, end, data })
+            .await?;
+        if end {
+            let mut state = lock(&self.state);
+            let over = state.session.handle_tunnel_end_sent(id);
+            if over {
+                state.open.remove(&id);
+                lock(&self.backlog).handle_request_ended(id);
+            } else if let Some(slot) = state.open.get_mut(&id) {
+                slot.tunnel_sent_end = true;
+            }
+        }
+        Ok(())
     }
 
     async fn send(&self, stream: u16, message: Message) -> Result<(), LinkError> {
@@ -597,6 +671,19 @@ impl Conn {
                     };
                 }
             }
+            Message::TunnelData { id, end, data } => {
+                return self.handle_tunnel_data(&mut state, id, end, data);
+            }
+            Message::TunnelCredit { id, bytes } => {
+                if let Some(slot) = state.open.get(&id) {
+                    return Step::Deliver {
+                        id,
+                        tx: slot.tx.clone(),
+                        outcome: Arc::clone(&slot.outcome),
+                        event: Event::Credit(bytes),
+                    };
+                }
+            }
             Message::Reset { id, code, reason } => {
                 if let Some(slot) = state.open.remove(&id) {
                     slot.fail(LinkError::Reset { code, reason });
@@ -607,6 +694,36 @@ impl Conn {
             _ => {}
         }
         Step::Nothing
+    }
+
+    /// TUNNEL_DATA from the origin: counted like response bytes (the backlog
+    /// and FEEDBACK see tunnels as they see responses) and delivered; the slot
+    /// goes once both halves have ended.
+    fn handle_tunnel_data(
+        &self,
+        state: &mut ConnState,
+        id: RequestId,
+        end: bool,
+        data: Bytes,
+    ) -> Step {
+        let Some(slot) = state.open.get_mut(&id) else {
+            return Step::Nothing;
+        };
+        slot.head_seen = true;
+        lock(&self.backlog).handle_received(id, data.len() as u64);
+        self.activity.notify_one();
+        let tx = slot.tx.clone();
+        let outcome = Arc::clone(&slot.outcome);
+        if end && slot.tunnel_sent_end {
+            // Both halves closed: the session has forgotten it too.
+            state.open.remove(&id);
+        }
+        Step::Deliver {
+            id,
+            tx,
+            outcome,
+            event: Event::Tunnel { data, end },
+        }
     }
 
     /// The origin takes no new requests; those above `last_request` were not
@@ -729,6 +846,11 @@ pub(crate) struct RequestGuard {
 }
 
 impl RequestGuard {
+    /// The request's id.
+    pub(crate) fn id(&self) -> RequestId {
+        self.id
+    }
+
     /// The reader took `bytes` of the body from its queue.
     pub(crate) fn delivered(&self, bytes: u64) {
         lock(&self.conn.backlog).handle_delivered(self.id, bytes);

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::conn::{CLOSE_LIMIT, Conn, ConnStatus, describe};
+use super::outq::BrowserSocket;
 use super::pin::stream_for;
 use crate::sync::lock;
 
@@ -83,18 +84,19 @@ async fn ended(status: &mut watch::Receiver<ConnStatus>) {
 /// data stream its pin maps to on an association of `data_streams`. Forgets
 /// sockets whose flow has ended.
 fn socket_queues(shared: &Shared, data_streams: u16) -> Vec<(u16, u64)> {
-    let live: Vec<_> = {
-        let mut sockets = lock(&shared.sockets);
-        sockets.retain(|(_, socket)| socket.strong_count() > 0);
-        sockets
-            .iter()
-            .filter_map(|(stream, socket)| Some((*stream, socket.upgrade()?)))
-            .collect()
-    };
-    live.iter()
-        .filter_map(|(stream, socket)| {
-            let bytes = socket.backlog().ok()?;
-            Some((stream_for(*stream, data_streams), bytes))
-        })
+    live_sockets(shared, data_streams)
+        .iter()
+        .filter_map(|(stream, socket)| Some((*stream, socket.backlog().ok()?)))
+        .collect()
+}
+
+/// Every live pinned browser connection, by the data stream its pin maps to
+/// on an association of `data_streams`. Forgets sockets whose flow has ended.
+pub(super) fn live_sockets(shared: &Shared, data_streams: u16) -> Vec<(u16, Arc<BrowserSocket>)> {
+    let mut sockets = lock(&shared.sockets);
+    sockets.retain(|(_, socket)| socket.strong_count() > 0);
+    sockets
+        .iter()
+        .filter_map(|(stream, socket)| Some((stream_for(*stream, data_streams), socket.upgrade()?)))
         .collect()
 }

@@ -47,6 +47,7 @@ mod head;
 mod outq;
 mod pin;
 mod supervisor;
+mod tunnel;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -69,6 +70,7 @@ pub use body::ResponseBody;
 pub use error::LinkError;
 pub use head::MAX_RESPONSE_HEADERS;
 pub use outq::{BrowserSocket, CountedStream};
+pub use tunnel::{OriginTunnel, TunnelEvent};
 
 /// Longest wait in [`OriginLink::shutdown`] for open requests to finish after
 /// GOAWAY before the association is aborted.
@@ -364,6 +366,16 @@ impl OriginLink {
         conn.map_or((Vec::new(), 0), |conn| {
             let backlog = conn.backlog();
             (backlog.figures(), backlog.feedback_sent())
+        })
+    }
+
+    /// The live browser connections pinned to the current association, by
+    /// data stream (empty while down): what the eBPF browser-flow figures are
+    /// looked up for.
+    pub fn browser_sockets(&self) -> Vec<(u16, Arc<BrowserSocket>)> {
+        let conn = lock(&self.inner.shared.current).clone();
+        conn.map_or_else(Vec::new, |conn| {
+            feedback::live_sockets(&self.inner.shared, conn.data_streams())
         })
     }
 

@@ -57,6 +57,20 @@ impl BrowserSocket {
         Ok(pending + self.unacknowledged()?)
     }
 
+    /// The connection's (local, peer) addresses: for an intercepted flow, the
+    /// original destination and the browser.
+    pub fn addresses(&self) -> io::Result<(std::net::SocketAddr, std::net::SocketAddr)> {
+        let socket = socket2::SockRef::from(&self.fd);
+        let as_inet = |addr: socket2::SockAddr| {
+            addr.as_socket()
+                .ok_or_else(|| io::Error::other("not an IP socket"))
+        };
+        Ok((
+            as_inet(socket.local_addr()?)?,
+            as_inet(socket.peer_addr()?)?,
+        ))
+    }
+
     /// Bytes written to the socket and not yet acknowledged by the peer: those
     /// still unsent plus those in flight.
     pub fn unacknowledged(&self) -> io::Result<u64> {
@@ -84,6 +98,8 @@ impl BrowserSocket {
 pub struct CountedStream<S> {
     inner: S,
     socket: Option<Arc<BrowserSocket>>,
+    /// The per-client figure of `/metrics`, when counted.
+    client: Option<crate::metrics::ClientTally>,
 }
 
 impl<S> CountedStream<S> {
@@ -93,12 +109,27 @@ impl<S> CountedStream<S> {
         Self {
             inner: stream,
             socket,
+            client: None,
         }
     }
 
+    /// Also counts the writes into `client`'s bytes on `/metrics`.
+    pub fn with_client(mut self, client: crate::metrics::ClientTally) -> Self {
+        self.client = Some(client);
+        self
+    }
+
     fn count(&self, written: &Poll<io::Result<usize>>) {
-        if let (Some(socket), Poll::Ready(Ok(n))) = (&self.socket, written) {
+        let Poll::Ready(Ok(n)) = written else {
+            return;
+        };
+        if let Some(socket) = &self.socket {
             socket.written.fetch_add(*n as u64, Ordering::Relaxed);
+        }
+        if let Some(client) = &self.client
+            && *n > 0
+        {
+            client.add(*n as u64);
         }
     }
 }

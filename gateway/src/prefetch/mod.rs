@@ -37,7 +37,10 @@ pub use config::PrefetchConfig;
 pub use css::{CssResources, extract_css};
 pub use extract::{HtmlScanner, extract_html};
 pub use manners::{NotKept, keep_prefetched, prefetch_request_headers};
-pub use queue::{Action, Demand, FetchId, PageId, PrefetchQueue, PrefetchStats};
+pub use queue::{
+    Action, Demand, FetchId, PageId, PageOutcome, PageState, PrefetchQueue, PrefetchStats,
+    RecentPage,
+};
 
 /// One subresource a page will ask for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

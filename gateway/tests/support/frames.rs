@@ -1,7 +1,8 @@
 //! SCTP frames built byte by byte from RFC 9260 (SCTP), RFC 8260 (I-DATA) and
-//! RFC 6951 (SCTP over UDP), with a correct CRC32c and IPv4 header checksum:
-//! what the eBPF tests (ebpf_sctp.rs) and the eBPF benchmark
-//! (examples/ebpf_bench.rs) run the programs on.
+//! RFC 6951 (SCTP over UDP), with a correct CRC32c and IPv4 header checksum,
+//! and TCP segments (RFC 9293): what the eBPF tests (ebpf_sctp.rs,
+//! ebpf_tcp.rs) and the eBPF benchmark (examples/ebpf_bench.rs) run the
+//! programs on.
 
 /// The verification tag of the frames [`sctp`] builds.
 pub(crate) const VTAG: u32 = 0x1234_5678;
@@ -126,6 +127,56 @@ pub(crate) fn ethernet(ethertype: u16) -> Vec<u8> {
 /// An Ethernet frame holding an IPv4 packet 192.0.2.1 → 192.0.2.2 (RFC 5737).
 pub(crate) fn ipv4(protocol: u8, payload: &[u8]) -> Vec<u8> {
     ipv4_with_options(protocol, &[], payload)
+}
+
+/// [`ipv4`] the other way: 192.0.2.2 → 192.0.2.1.
+pub(crate) fn ipv4_reply(protocol: u8, payload: &[u8]) -> Vec<u8> {
+    let mut frame = ipv4(protocol, payload);
+    swap_addresses(&mut frame, 14 + 12, 4);
+    frame
+}
+
+/// [`ipv6`] the other way: 2001:db8::2 → 2001:db8::1.
+pub(crate) fn ipv6_reply(extensions: &[(u8, Vec<u8>)], protocol: u8, payload: &[u8]) -> Vec<u8> {
+    let mut frame = ipv6(extensions, protocol, payload);
+    swap_addresses(&mut frame, 14 + 8, 16);
+    frame
+}
+
+/// Swaps the source and destination addresses (`len` bytes each, the
+/// destination right after the source at `at`), keeping an IPv4 header's
+/// checksum right (a swap leaves the one's-complement sum unchanged).
+fn swap_addresses(frame: &mut [u8], at: usize, len: usize) {
+    let (src, dst) = frame[at..at + 2 * len].split_at_mut(len);
+    src.swap_with_slice(dst);
+}
+
+/// A TCP segment (RFC 9293 §3.1) with a 20-byte header and `options_len`
+/// bytes of NOP options; checksum 0 (the programs do not check it).
+pub(crate) fn tcp(
+    ports: (u16, u16),
+    seq: u32,
+    ack: u32,
+    flags: u8,
+    options_len: usize,
+    payload: &[u8],
+) -> Vec<u8> {
+    assert!(
+        options_len.is_multiple_of(4) && options_len <= 40,
+        "options are whole words"
+    );
+    let data_offset = u8::try_from((20 + options_len) / 4).expect("fits");
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&ports.0.to_be_bytes());
+    bytes.extend_from_slice(&ports.1.to_be_bytes());
+    bytes.extend_from_slice(&seq.to_be_bytes());
+    bytes.extend_from_slice(&ack.to_be_bytes());
+    bytes.extend_from_slice(&[data_offset << 4, flags]);
+    bytes.extend_from_slice(&65535_u16.to_be_bytes()); // window
+    bytes.extend_from_slice(&[0, 0, 0, 0]); // checksum, urgent pointer
+    bytes.resize(bytes.len() + options_len, 1); // NOP
+    bytes.extend_from_slice(payload);
+    bytes
 }
 
 pub(crate) fn ipv4_with_options(protocol: u8, options: &[u8], payload: &[u8]) -> Vec<u8> {

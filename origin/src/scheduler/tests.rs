@@ -481,3 +481,74 @@ fn reprioritizing_an_unknown_or_finished_job_changes_nothing() {
     assert_eq!(s.len(), 1);
     assert_eq!(s.poll_next(), Some(1));
 }
+
+#[test]
+fn the_tally_counts_chunks_and_holds_when_they_begin() {
+    let config = SchedulerConfig {
+        policy: PolicyKind::QueueAware,
+        backlog_window: 1000,
+        stream_transport_target: 500,
+        transport_target: 10_000,
+        ..SchedulerConfig::default()
+    };
+    let mut s = Scheduler::new(config);
+    for (id, size) in [(1, 10), (2, 20), (3, 30)] {
+        s.handle_arrival(demand_job(id, Some(size)));
+        s.handle_ready(id, true);
+    }
+    assert_eq!(s.poll_next(), Some(1));
+    s.handle_sent(1, 10);
+    s.handle_gateway_backlog(1, 1001);
+    // Asked three times while stream 1 stays over its window: one hold.
+    for _ in 0..3 {
+        assert_eq!(s.poll_next(), Some(2));
+    }
+    s.handle_transport_queued(600, &[(2, 600)]);
+    assert_eq!(s.poll_next(), Some(3));
+    assert_eq!(s.poll_next(), Some(3));
+    s.handle_sent(3, 30);
+    let tally = s.tally();
+    assert_eq!(
+        tally,
+        SchedulerTally {
+            chunks: 2,
+            held_for_backlog: 1,
+            held_for_stream_transport: 1,
+            held_for_transport: 0,
+        }
+    );
+    // Stream 1 drains, then fills again: a second backlog hold.
+    s.handle_gateway_backlog(1, 0);
+    assert_eq!(s.poll_next(), Some(1));
+    s.handle_gateway_backlog(1, 2000);
+    assert_eq!(s.poll_next(), Some(3));
+    assert_eq!(s.tally().held_for_backlog, 2);
+    // The whole transport full, asked twice: one hold; an unknown job sends
+    // nothing and counts no chunk.
+    s.handle_transport_queued(10_000, &[]);
+    assert_eq!(s.poll_next(), None);
+    assert_eq!(s.poll_next(), None);
+    s.handle_sent(99, 100);
+    assert_eq!(s.tally().held_for_transport, 1);
+    assert_eq!(s.tally().chunks, 2);
+}
+
+#[test]
+fn other_policies_count_no_queue_aware_holds() {
+    let mut s = Scheduler::new(SchedulerConfig {
+        backlog_window: 10,
+        ..policy(PolicyKind::Scf)
+    });
+    s.handle_arrival(demand_job(1, Some(10)));
+    s.handle_ready(1, true);
+    s.handle_gateway_backlog(1, 1_000_000);
+    assert_eq!(s.poll_next(), Some(1), "SCF ignores the backlog");
+    s.handle_sent(1, 10);
+    assert_eq!(
+        s.tally(),
+        SchedulerTally {
+            chunks: 1,
+            ..SchedulerTally::default()
+        }
+    );
+}

@@ -36,12 +36,12 @@ const CELL_SECONDS: u32 = 10;
 
 /// One wrk run's figures.
 #[derive(Debug, Clone, Copy)]
-struct Load {
-    requests: u64,
-    rps: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    errors: u64,
+pub(super) struct Load {
+    pub(super) requests: u64,
+    pub(super) rps: f64,
+    pub(super) p50_ms: f64,
+    pub(super) p99_ms: f64,
+    pub(super) errors: u64,
 }
 
 /// Connections wrk holds while callgrind counts: enough that requests
@@ -338,7 +338,7 @@ fn start_nginx(ns: &str, listen: SocketAddr, root: &Path, dir: &Path) -> Result<
     Ok(Nginx::start_with_config(ns, &[listen], &conf, dir)?)
 }
 
-fn curl(ns: &str, url: &str) -> Result<()> {
+pub(super) fn curl(ns: &str, url: &str) -> Result<()> {
     let mut command = Command::new("curl");
     command.args(["-sS", "--fail", "-o", "/dev/null", "--max-time", "10", url]);
     let status = exec_in(ns, &command).status().context("running curl")?;
@@ -348,7 +348,7 @@ fn curl(ns: &str, url: &str) -> Result<()> {
     Ok(())
 }
 
-fn cache_stats(gateway: &Path, demo: &Demo) -> Result<testbed::serde_json::Value> {
+pub(super) fn cache_stats(gateway: &Path, demo: &Demo) -> Result<testbed::serde_json::Value> {
     let mut command = Command::new(gateway);
     command
         .arg("--config")
@@ -389,7 +389,7 @@ fn wrk(ns: &str, url: &str, connections: u32, seconds: u32) -> Result<Load> {
     parse_wrk(&text).with_context(|| format!("unexpected wrk output:\n{text}"))
 }
 
-fn parse_wrk(text: &str) -> Option<Load> {
+pub(super) fn parse_wrk(text: &str) -> Option<Load> {
     let mut load = Load {
         requests: 0,
         rps: 0.0,
@@ -432,7 +432,7 @@ fn millis(value: &str) -> Option<f64> {
 }
 
 /// Resident memory of `pids`, summed, in KiB.
-fn rss_kib(pids: &[u32]) -> u64 {
+pub(super) fn rss_kib(pids: &[u32]) -> u64 {
     pids.iter()
         .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
         .filter_map(|status| {

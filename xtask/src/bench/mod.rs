@@ -7,7 +7,7 @@
 //!   emulator).
 //! - `transport_wan`: `transport --wan`, one association over the WAN
 //!   emulator, alone and beside a CUBIC TCP connection.
-//! - `cache`, `wan`, `prefetch`, `pages`, `papers`: the benchmarks in the
+//! - `cache`, `wan`, `prefetch`, `pages`, `papers`, `slow_consumer`: the benchmarks in the
 //!   testbed's demo topology (with the WAN emulator where a link matters).
 //! - `common`: release builds of the measuring programs and the report
 //!   header; `link`: the path between a benchmark's two processes (a veth
@@ -22,10 +22,12 @@ use anyhow::{Result, bail};
 mod cache;
 mod common;
 mod link;
+mod load;
 mod options;
 mod pages;
 mod papers;
 mod prefetch;
+mod slow_consumer;
 mod transport_wan;
 mod veth;
 mod wan;
@@ -35,10 +37,17 @@ use self::options::Which;
 
 /// Runs the benchmark `options` name.
 pub(crate) fn run(options: &BenchOptions) -> Result<()> {
-    if !matches!(options.which, Which::Transport | Which::Scheduler)
-        && (options.wan.is_some() || options.seconds.is_some())
+    if !matches!(
+        options.which,
+        Which::Transport | Which::Scheduler | Which::SlowConsumer | Which::Load
+    ) && (options.wan.is_some() || options.seconds.is_some())
     {
-        bail!("--wan and --seconds are for the transport and scheduler benchmarks");
+        bail!(
+            "--wan and --seconds are for the transport, scheduler, slow-consumer and load benchmarks"
+        );
+    }
+    if matches!(options.which, Which::Load) && options.wan.is_some() {
+        bail!("--wan is not for the load benchmark");
     }
     match options.which {
         Which::Transport => match options.wan {
@@ -49,6 +58,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Static => veth::static_files(options),
         Which::Ebpf => veth::ebpf(options),
         Which::Cache => cache::run(options.callgrind, options.flamegraph),
+        Which::Load => load::run(options.connections, options.seconds),
         Which::Wan => wan::run(&options.only),
         Which::Pages if options.from_csv => pages::rerender(&options.name),
         Which::Pages => pages::run(&pages::PagesBench {
@@ -64,6 +74,10 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Papers => papers::run(&options.only),
         Which::Prefetch => prefetch::run(prefetch::PrefetchBench {
             rtt_ms: options.rtt_ms,
+        }),
+        Which::SlowConsumer => slow_consumer::run(slow_consumer::SlowConsumerBench {
+            cell: options.wan.unwrap_or(slow_consumer::DEFAULT_CELL),
+            seconds: options.seconds.unwrap_or(20.0),
         }),
     }
 }

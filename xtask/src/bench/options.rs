@@ -9,7 +9,8 @@ pub(crate) struct BenchOptions {
     /// Bytes per bulk cell.
     #[arg(long, default_value_t = 1 << 30)]
     pub bytes: u64,
-    /// Also run every cell over a 100 Mbit/s token-bucket link (transport).
+    /// Also run every cell over a 100 Mbit/s token-bucket link (transport);
+    /// also run the throughput rounds over a 1 Gbit/s one (ebpf).
     #[arg(long)]
     pub rate_limited: bool,
     /// Count instructions with callgrind (needs valgrind). transport: also
@@ -25,12 +26,12 @@ pub(crate) struct BenchOptions {
     /// Run over the WAN emulator instead of a veth: RTT_MS,LOSS_PERCENT,RATE_MBIT,
     /// e.g. 80,1,100 (transport: timed bulk cells alone and beside a CUBIC TCP
     /// flow, report transport-wan.md; scheduler: the rate-limited sections,
-    /// report scheduler-wan.md).
+    /// report scheduler-wan.md; slow-consumer: the link, default 80,0,20).
     #[arg(long, value_name = "RTT_MS,LOSS_PERCENT,RATE_MBIT")]
     pub wan: Option<super::link::WanCell>,
     /// Seconds each timed cell runs (transport --wan: 20; scheduler: its
-    /// sections' own, 40 for zipf and 6 for prefetch). Shorter runs are for
-    /// checking the set-up, not for figures.
+    /// sections' own, 40 for zipf and 6 for prefetch; load: the soak, 600).
+    /// Shorter runs are for checking the set-up, not for figures.
     #[arg(long)]
     pub seconds: Option<f64>,
     /// Run only the sections whose workload is named here (scheduler: zipf,
@@ -38,6 +39,9 @@ pub(crate) struct BenchOptions {
     /// all by default.
     #[arg(long)]
     pub only: Vec<String>,
+    /// Browser connections held open at once (load).
+    #[arg(long, default_value_t = 10_000)]
+    pub connections: usize,
     /// Round-trip time of the emulated WAN, in ms (prefetch).
     #[arg(long, default_value_t = 80)]
     pub rtt_ms: u64,
@@ -99,9 +103,18 @@ pub(crate) enum Which {
     /// frames (BPF_PROG_TEST_RUN), and userspace SCTP throughput over a veth
     /// with them attached against detached, in alternating rounds.
     Ebpf,
+    /// Load: 10,000 concurrent keep-alive browser connections held through
+    /// the gateway (RSS and fds against a stated budget), then a soak at
+    /// sustained load through the cache and the association (--seconds, 600)
+    /// sampling RSS and fds for growth.
+    Load,
     /// The papers' experiments on our transport over the WAN emulator:
     /// head-of-line blocking after one drop (hol), cold-start object latency
     /// against the analytical model (model), time per object against object
     /// count (objects).
     Papers,
+    /// One browser reading at 1 Mbit/s beside three fast downloads through
+    /// the gateway and one association over the WAN emulator (--wan, default
+    /// 80,0,20; --seconds per phase, default 20), FEEDBACK off against on.
+    SlowConsumer,
 }

@@ -950,7 +950,12 @@ pub(super) fn ebpf(options: &BenchOptions) -> Result<()> {
         "transport_bench",
         &["sctp-proto-baseline"],
     )?;
-    let mut report = report_header("eBPF programs: cost per packet and throughput", "ebpf")?;
+    let subcommand = if options.rate_limited {
+        "ebpf --rate-limited"
+    } else {
+        "ebpf"
+    };
+    let mut report = report_header("eBPF programs: cost per packet and throughput", subcommand)?;
     writeln!(
         report,
         "- load average at the start: {}\n",
@@ -958,7 +963,11 @@ pub(super) fn ebpf(options: &BenchOptions) -> Result<()> {
     )?;
 
     ebpf_cost(&mut report, &probe, &object)?;
-    ebpf_throughput(&mut report, options, &probe, &object, &transport)?;
+    ebpf_throughput(&mut report, options, &probe, &object, &transport, None)?;
+    if options.rate_limited {
+        let rate = Some(EBPF_LINK_RATE);
+        ebpf_throughput(&mut report, options, &probe, &object, &transport, rate)?;
+    }
     writeln!(
         report,
         "- load average at the end: {}",
@@ -1025,27 +1034,37 @@ fn ebpf_cost(report: &mut String, probe: &Path, object: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The rate of `bench ebpf --rate-limited`'s link: a router's WAN port.
+const EBPF_LINK_RATE: &str = "1gbit";
+
 /// The throughput rounds: detached and attached alternately, then the ratio
-/// of their means against the target.
+/// of their means against the target; over the bare veth, or a veth whose
+/// both ends are shaped to `rate` (tc's TBF).
 fn ebpf_throughput(
     report: &mut String,
     options: &BenchOptions,
     probe: &Path,
     object: &Path,
     transport: &Path,
+    rate: Option<&str>,
 ) -> Result<()> {
     /// What a round runs with: nothing, or both programs with `xdp_sctp` in
     /// this XDP mode.
     const KINDS: [Option<&str>; 3] = [None, Some("driver"), Some("generic")];
     let bytes = options.bytes / 2;
     let (size, streams) = (16 * 1024, 8);
+    let link = rate.map_or_else(
+        || "no rate limit".to_owned(),
+        |rate| format!("both ends shaped to {rate} (TBF, burst 64 KB)"),
+    );
     writeln!(
         report,
-        "## Throughput, userspace SCTP over UDP (RFC 6951 port), attached against detached\n"
+        "## Throughput, userspace SCTP over UDP (RFC 6951 port), attached against detached, {}\n",
+        rate.map_or_else(|| "bare veth".to_owned(), |rate| format!("{rate} link"))
     )?;
     writeln!(
         report,
-        "- path: two namespaces joined by one veth pair, no rate limit; `transport_bench` with the userspace backend (its defaults: UDP GSO/GRO on, BBR), {streams} streams of {} KiB messages, {} MiB per round",
+        "- path: two namespaces joined by one veth pair, {link}; `transport_bench` with the userspace backend (its defaults: UDP GSO/GRO on, BBR), {streams} streams of {} KiB messages, {} MiB per round",
         size / 1024,
         bytes >> 20
     )?;
@@ -1056,6 +1075,9 @@ fn ebpf_throughput(
     writeln!(report, "| round | programs | Mbit/s | walker counters |")?;
     writeln!(report, "|---|---|---|---|")?;
     let ns = namespaces()?;
+    if let Some(rate) = rate {
+        ns.rate_limit(rate)?;
+    }
     let mut rates: [Vec<f64>; 3] = [Vec::new(), Vec::new(), Vec::new()];
     for round in 0..KINDS.len() * EBPF_ROUNDS {
         let kind = round % KINDS.len();

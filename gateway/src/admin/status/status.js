@@ -1,4 +1,5 @@
-// The gateway's status page: reads /metrics every 2 s and fills the page.
+// The gateway's status page: reads /metrics every 2 s and fills the page,
+// and /pages/recent (JSON) for the list of recent pages.
 //
 // Every number shown carries data-metric (the series exactly as /metrics
 // writes it, `name{labels}`) and, once read, data-value (the value's text as
@@ -258,6 +259,42 @@ function renderChart(series, at) {
   document.getElementById("chart-line").setAttribute("points", points.join(" "));
 }
 
+const PAGE_COLUMNS = ["issued", "used", "claimed", "wasted", "failed"];
+
+// The recent pages from /pages/recent: one row per page, each figure with
+// data-field (its key in the JSON) and data-value, the row with data-url.
+function renderPages(answer) {
+  const body = document.getElementById("pages");
+  if (!answer.prefetch) {
+    const row = el("tr");
+    row.append(el("td", { colspan: "8", class: "none" }, "prefetch is off"));
+    body.replaceChildren(row);
+    return;
+  }
+  if (answer.pages.length === 0) return;
+  body.replaceChildren();
+  for (const page of answer.pages) {
+    const row = el("tr", { "data-url": page.url });
+    row.append(el("td", { class: "url", title: page.url }, page.url));
+    row.append(el("td", { "data-field": "state", "data-value": page.state }, page.state));
+    row.append(el("td", { class: "num" }, `${(page.age_ms / 1000).toFixed(0)} s`));
+    for (const key of PAGE_COLUMNS) {
+      const value = page[key];
+      const cell = el("td", { class: "num", "data-field": key, "data-value": String(value) }, formatCount(value));
+      if (key === "wasted" && value > 0) cell.classList.add("down");
+      if (key === "used" && value > 0) cell.classList.add("up");
+      row.append(cell);
+    }
+    body.append(row);
+  }
+}
+
+async function pollPages() {
+  const response = await fetch("/pages/recent", { cache: "no-store" });
+  if (!response.ok) throw new Error(`${response.status} ${response.statusText} from /pages/recent`);
+  renderPages(await response.json());
+}
+
 let reads = 0;
 
 async function poll() {
@@ -271,6 +308,7 @@ async function poll() {
     renderOrigins(series);
     renderStreams(series, at);
     renderChart(series, at);
+    await pollPages();
     reads++;
     document.body.dataset.reads = String(reads);
     status.textContent = `read /metrics at ${new Date(at).toLocaleTimeString()}, every ${POLL_MS / 1000} s`;

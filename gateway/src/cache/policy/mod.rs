@@ -33,9 +33,12 @@ pub const DELTA_SECONDS_MAX: u64 = 1 << 31;
 /// 15.1), less 206: this cache stores complete responses only.
 const HEURISTICALLY_CACHEABLE: [u16; 11] = [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501];
 
-/// Status codes this cache understands well enough to store (section 3, and
-/// section 5.2.2.3 for `must-understand`). 206 and 304 are understood but never
-/// stored as entries: partial content is not combined, and a 304 only freshens.
+/// Status codes whose caching semantics this cache knows (section 5.2.2.3:
+/// only these are stored when `must-understand` is present). Without that
+/// directive any final status code with explicit freshness may be stored
+/// (section 3 asks to understand only 206 and 304, and RFC 9110, section 15,
+/// treats an unknown code as the x00 of its class); 206 and 304 never are:
+/// partial content is not combined, and a 304 only freshens.
 const UNDERSTOOD: [u16; 16] = [
     200, 203, 204, 300, 301, 302, 303, 307, 308, 404, 405, 410, 414, 451, 500, 501,
 ];
@@ -214,7 +217,7 @@ pub enum NotStorable {
     /// Only GET responses are stored (HEAD is answered from them).
     #[error("method is not GET")]
     Method,
-    /// The status code is not understood, or is 206/304/1xx (section 3).
+    /// The status code is interim (1xx), 206 or 304 (section 3).
     #[error("status code not storable")]
     Status,
     /// `no-store` in the request or the response (sections 5.2.1.5, 5.2.2.5).
@@ -268,12 +271,11 @@ pub fn storable(
     }
     let req_cc = CacheControl::parse(request);
     let res_cc = CacheControl::parse(response);
-    let understood = UNDERSTOOD.contains(&status.as_u16());
-    if res_cc.must_understand && !understood {
-        return Err(NotStorable::MustUnderstand);
-    }
-    if !understood {
+    if !status_storable(status) {
         return Err(NotStorable::Status);
+    }
+    if res_cc.must_understand && !UNDERSTOOD.contains(&status.as_u16()) {
+        return Err(NotStorable::MustUnderstand);
     }
     // Section 5.2.2.3: with must-understand on an understood status code,
     // no-store in the response may be ignored; in the request it still binds.
@@ -309,6 +311,17 @@ pub fn storable(
         return Err(NotStorable::Useless);
     }
     Ok(())
+}
+
+/// Whether a response with `status` can become an entry at all (section 3):
+/// a final status code, not 206 (this cache stores complete responses only)
+/// and not 304 (which freshens an entry, never is one). Whether it is then
+/// stored depends on its freshness: explicit for any such code, heuristic only
+/// for [`HEURISTICALLY_CACHEABLE`] ones.
+fn status_storable(status: StatusCode) -> bool {
+    !status.is_informational()
+        && status != StatusCode::PARTIAL_CONTENT
+        && status != StatusCode::NOT_MODIFIED
 }
 
 /// The freshness lifetime of a response (section 4.2.1, shared cache), and
@@ -368,12 +381,7 @@ fn age_at(stored: &StoredResponse, corrected_initial_age: Duration, now: SystemT
 /// when it arrived, from its own fields and the times it was fetched.
 fn corrected_initial_age(stored: &StoredResponse) -> Duration {
     let date = date_value(&stored.headers).unwrap_or(stored.response_time);
-    let age_value = stored
-        .headers
-        .get(header::AGE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(parse_delta)
-        .map_or(Duration::ZERO, Duration::from_secs);
+    let age_value = age_value(&stored.headers).map_or(Duration::ZERO, Duration::from_secs);
     let apparent_age = stored
         .response_time
         .duration_since(date)
@@ -406,6 +414,17 @@ impl Freshness {
             cache_control: CacheControl::parse(&stored.headers),
         }
     }
+}
+
+/// The `Age` a response arrived with (section 5.1): the first member of the
+/// field's value, the lines of a repeated field taken as one list ("a cache
+/// encountering a message with a list-based Age field value SHOULD use the
+/// first member ... discarding subsequent ones"); `None`, so ignored, when
+/// that member is not delta-seconds (a sign, a fraction, a date, letters).
+pub fn age_value(headers: &HeaderMap) -> Option<u64> {
+    let first_line = headers.get(header::AGE)?.to_str().ok()?;
+    let first_member = first_line.split(',').next()?;
+    parse_delta(first_member)
 }
 
 /// What to do with a request, given what is stored under its key.

@@ -617,10 +617,56 @@ fn storage_cases() -> Vec<Case> {
         ),
         case(
             "3",
-            "an unknown status code is not stored",
+            "an unknown status code with explicit freshness is stored, as its class",
             vec![
                 get(0, "/a").origin(599, MAX60, "x"),
+                get(1, "/a").expect(Hit).status(599).body("x"),
+                get(0, "/b").origin(299, MAX60, "y"),
+                get(1, "/b").expect(Hit).status(299).body("y"),
+            ],
+        ),
+        case(
+            "3",
+            "any final status code with explicit freshness is stored",
+            vec![
+                get(0, "/400").origin(400, MAX60, "bad"),
+                get(1, "/400").expect(Hit).status(400),
+                get(0, "/403")
+                    .origin(403, &[("etag", "\"v\"")], "no")
+                    .oh("expires", date(60)),
+                get(1, "/403").expect(Hit).status(403),
+                get(0, "/502").origin(502, &[("cache-control", "s-maxage=60")], "down"),
+                get(1, "/502").expect(Hit).status(502),
+            ],
+        ),
+        case(
+            "3 / 4.2.2",
+            "a status that is not heuristically cacheable needs explicit freshness",
+            vec![
+                get(0, "/a").origin(599, &[("last-modified", &date(-10_000))], "x"),
+                get(1, "/a")
+                    .origin(599, &[("last-modified", &date(-10_000))], "y")
+                    .expect(Miss),
+                get(0, "/b").origin(403, &[("last-modified", &date(-10_000))], "x"),
+                get(1, "/b")
+                    .origin(403, &[("last-modified", &date(-10_000))], "y")
+                    .expect(Miss),
+            ],
+        ),
+        case(
+            "3",
+            "an interim response is never an entry",
+            vec![
+                get(0, "/a").origin(
+                    103,
+                    &[
+                        ("cache-control", "max-age=60"),
+                        ("link", "</s.css>; rel=preload"),
+                    ],
+                    "",
+                ),
                 get(1, "/a").origin(200, MAX60, "y").expect(Miss),
+                get(2, "/a").expect(Hit).body("y"),
             ],
         ),
         case(
@@ -1211,6 +1257,309 @@ fn freshness_cases() -> Vec<Case> {
             vec![
                 get(0, "/a").origin(200, &[("cache-control", "Max-Age=60")], "x"),
                 get(10, "/a").expect(Hit),
+            ],
+        ),
+        case(
+            "5.2",
+            "directive names are case-insensitive, in every directive",
+            vec![
+                get(0, "/max").origin(200, &[("cache-control", "MAX-AGE=60")], "x"),
+                get(10, "/max").expect(Hit),
+                get(0, "/s").origin(200, &[("cache-control", "max-age=1, S-MAXAGE=60")], "x"),
+                get(10, "/s").expect(Hit),
+                get(0, "/nc").origin(
+                    200,
+                    &[("cache-control", "No-Cache, max-age=60"), ("etag", "\"v\"")],
+                    "x",
+                ),
+                get(1, "/nc").expect(Revalidate).origin(304, &[], ""),
+                get(0, "/ns").origin(200, &[("cache-control", "NO-STORE, max-age=60")], "x"),
+                get(1, "/ns").origin(200, MAX60, "y").expect(Miss),
+                get(0, "/p").origin(200, &[("cache-control", "Private, max-age=60")], "x"),
+                get(1, "/p").origin(200, MAX60, "y").expect(Miss),
+                get(0, "/mr").origin(
+                    200,
+                    &[
+                        ("cache-control", "max-age=10, Must-Revalidate"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(20, "/mr")
+                    .h("cache-control", "max-stale")
+                    .expect(Revalidate)
+                    .origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.2",
+            "request directive names are case-insensitive",
+            vec![
+                get(0, "/a").origin(200, MAX60_ETAG, "x"),
+                get(1, "/a")
+                    .h("cache-control", "NO-CACHE")
+                    .expect(Revalidate)
+                    .origin(304, &[], ""),
+                get(2, "/a")
+                    .h("cache-control", "Max-Age=0")
+                    .expect(Revalidate)
+                    .origin(304, &[], ""),
+                get(3, "/a").h("cache-control", "No-Store").expect(Hit),
+                get(0, "/b")
+                    .h("cache-control", "NO-STORE")
+                    .origin(200, MAX60, "x")
+                    .expect(Pass),
+                get(1, "/b").origin(200, MAX60, "y").expect(Miss),
+            ],
+        ),
+        case(
+            "5.2 / 4.2.1",
+            "invalid max-age arguments are stale: empty, missing, signed, fractional",
+            vec![
+                get(0, "/empty").origin(
+                    200,
+                    &[("cache-control", "max-age="), ("etag", "\"v\"")],
+                    "x",
+                ),
+                get(1, "/empty").expect(Revalidate).origin(304, &[], ""),
+                get(0, "/none").origin(
+                    200,
+                    &[("cache-control", "max-age"), ("etag", "\"v\"")],
+                    "x",
+                ),
+                get(1, "/none").expect(Revalidate).origin(304, &[], ""),
+                get(0, "/neg").origin(
+                    200,
+                    &[("cache-control", "max-age=-60"), ("etag", "\"v\"")],
+                    "x",
+                ),
+                get(1, "/neg").expect(Revalidate).origin(304, &[], ""),
+                get(0, "/frac").origin(
+                    200,
+                    &[("cache-control", "max-age=60.5"), ("etag", "\"v\"")],
+                    "x",
+                ),
+                get(1, "/frac").expect(Revalidate).origin(304, &[], ""),
+                get(0, "/plus").origin(
+                    200,
+                    &[("cache-control", "max-age=+60"), ("etag", "\"v\"")],
+                    "x",
+                ),
+                get(1, "/plus").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.2.2.10 / 4.2.1",
+            "an invalid s-maxage is stale and still overrides max-age",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("cache-control", "s-maxage=soon, max-age=600"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.2",
+            "quoted arguments are accepted in every delta-seconds directive",
+            vec![
+                get(0, "/s").origin(200, &[("cache-control", "s-maxage=\"60\"")], "x"),
+                get(30, "/s").expect(Hit),
+                get(0, "/r").origin(200, MAX60_ETAG, "x"),
+                get(30, "/r")
+                    .h("cache-control", "max-age=\"10\"")
+                    .expect(Revalidate)
+                    .origin(304, &[], ""),
+                get(100, "/r")
+                    .h("cache-control", "max-stale=\"100\"")
+                    .expect(Hit),
+            ],
+        ),
+        case(
+            "4.2.1",
+            "repeated directives over several lines keep the first",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("cache-control", "max-age=100"),
+                        ("cache-control", "max-age=5"),
+                    ],
+                    "x",
+                ),
+                get(50, "/a").expect(Hit),
+                get(0, "/s").origin(200, &[("cache-control", "s-maxage=100, s-maxage=5")], "x"),
+                get(50, "/s").expect(Hit),
+            ],
+        ),
+        case(
+            "5.2.3",
+            "unknown directives and extension arguments are ignored",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[(
+                        "cache-control",
+                        "x-ext, max-age=60, community=\"UCI\", foo=bar",
+                    )],
+                    "x",
+                ),
+                get(30, "/a").expect(Hit),
+            ],
+        ),
+        case(
+            "5.2.2.4",
+            "a qualified no-cache counts whole: validated every time",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("cache-control", "no-cache=\"set-cookie\", max-age=60"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Revalidate).origin(304, &[], ""),
+                get(2, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.2.2.4 / 5.2.2.7",
+            "a field-name list is one argument: its members are not directives",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("cache-control", "max-age=60, no-cache=\"x-a, no-store\""),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Revalidate).origin(304, &[], ""),
+                get(0, "/b").origin(
+                    200,
+                    &[("cache-control", "private=\"x-a, public\", max-age=60")],
+                    "x",
+                ),
+                get(1, "/b").origin(200, MAX60, "y").expect(Miss),
+            ],
+        ),
+        case(
+            "RFC 9213 2",
+            "CDN-Cache-Control is not followed: Cache-Control alone decides",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("cache-control", "no-store"),
+                        ("cdn-cache-control", "max-age=600"),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").origin(200, MAX60, "y").expect(Miss),
+                get(0, "/b").origin(
+                    200,
+                    &[
+                        ("cache-control", "max-age=60"),
+                        ("cdn-cache-control", "no-store"),
+                    ],
+                    "x",
+                ),
+                get(30, "/b")
+                    .expect(Hit)
+                    .has("cdn-cache-control", "no-store"),
+                get(0, "/c").origin(
+                    200,
+                    &[
+                        ("cache-control", "max-age=10"),
+                        ("cdn-cache-control", "max-age=600"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(20, "/c").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.1",
+            "a list-based Age counts its first member only",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[("cache-control", "max-age=600"), ("age", "100, 300")],
+                    "x",
+                ),
+                get(10, "/a").expect(Hit).has("age", "110"),
+            ],
+        ),
+        case(
+            "5.1",
+            "a repeated Age counts its first line only",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("cache-control", "max-age=600"),
+                        ("age", "100"),
+                        ("age", "300"),
+                    ],
+                    "x",
+                ),
+                get(10, "/a").expect(Hit).has("age", "110"),
+            ],
+        ),
+        case(
+            "5.1",
+            "an Age that is not delta-seconds is ignored",
+            vec![
+                get(0, "/neg").origin(
+                    200,
+                    &[("cache-control", "max-age=600"), ("age", "-100")],
+                    "x",
+                ),
+                get(10, "/neg").expect(Hit).has("age", "10"),
+                get(0, "/frac").origin(
+                    200,
+                    &[("cache-control", "max-age=600"), ("age", "100.5")],
+                    "x",
+                ),
+                get(10, "/frac").expect(Hit).has("age", "10"),
+                get(0, "/word").origin(
+                    200,
+                    &[("cache-control", "max-age=600"), ("age", "old")],
+                    "x",
+                ),
+                get(10, "/word").expect(Hit).has("age", "10"),
+                get(0, "/date")
+                    .origin(200, &[("cache-control", "max-age=600")], "x")
+                    .oh("age", date(-100)),
+                get(10, "/date").expect(Hit).has("age", "10"),
+                get(0, "/bad-first").origin(
+                    200,
+                    &[("cache-control", "max-age=600"), ("age", "x, 300")],
+                    "x",
+                ),
+                get(10, "/bad-first").expect(Hit).has("age", "10"),
+            ],
+        ),
+        case(
+            "5.1 / 1.2.2",
+            "a huge Age is capped at 2^31 and makes the response stale",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("cache-control", "max-age=600"),
+                        ("age", "99999999999999999999"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Revalidate).origin(304, &[], ""),
             ],
         ),
         case(

@@ -39,7 +39,8 @@
 //!   later), wasted bytes (received for prefetches nobody asked for by the
 //!   time every page that wanted them left tracking). Each page keeps a
 //!   [timeline](PrefetchQueue::timeline), logged at debug level when the page
-//!   leaves tracking.
+//!   leaves tracking, and the last [`MAX_RECENT_PAGES`] pages are kept with
+//!   their outcome ([`PrefetchQueue::recent_pages`], the status page's list).
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -62,6 +63,10 @@ pub const MAX_TIMELINE_ENTRIES: usize = 1024;
 /// Most browser-requested URLs remembered (so that a URL the browser
 /// already fetched is not prefetched after it).
 pub const MAX_RECENT_DEMANDS: usize = 4096;
+
+/// Most pages [`PrefetchQueue::recent_pages`] reports: the last ones opened,
+/// tracked or not.
+pub const MAX_RECENT_PAGES: usize = 20;
 
 /// One page: an HTML response the gateway scans, with its frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -186,6 +191,63 @@ pub struct PrefetchStats {
     /// Bytes received by prefetches that no browser asked for while any page
     /// wanting them was tracked.
     pub wasted_bytes: u64,
+}
+
+/// What became of one page's prefetches. A prefetch counts toward the page
+/// that owned it when it happened (the first page that found it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PageOutcome {
+    /// Prefetches started for it.
+    pub issued: u32,
+    /// Of those, ones a browser asked for (joined in flight or after
+    /// completion).
+    pub used: u32,
+    /// Queued prefetches a browser asked for before they started (they went
+    /// as the browser's own request).
+    pub claimed: u32,
+    /// Prefetches no browser asked for: cancelled, or completed with bytes
+    /// and unused when the last page wanting them left tracking.
+    pub wasted: u32,
+    /// Prefetches that failed.
+    pub failed: u32,
+}
+
+/// Where a recent page is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PageState {
+    /// Its HTML is still on its way to the browser.
+    Loading,
+    /// The HTML arrived whole; its prefetches are still tracked.
+    Loaded,
+    /// The browser left before the HTML was whole.
+    Abandoned,
+    /// Its tracking time ran out (the usual end of a loaded page).
+    Expired,
+}
+
+/// One of the last pages, for the status page (`GET /pages/recent`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RecentPage {
+    /// The document's URL.
+    pub url: String,
+    /// Milliseconds since its HTML response started.
+    pub age_ms: u64,
+    /// Where it is.
+    pub state: PageState,
+    /// What became of its prefetches (so far, while it is tracked).
+    #[serde(flatten)]
+    pub outcome: PageOutcome,
+}
+
+/// A recent page as the queue keeps it.
+#[derive(Debug)]
+struct RecentEntry {
+    id: PageId,
+    url: String,
+    opened: Instant,
+    /// Once it left tracking: how, and its final outcome.
+    ended: Option<(PageEnd, PageOutcome)>,
 }
 
 /// Which limit kept a subresource from being prefetched.
@@ -320,6 +382,7 @@ struct Page {
     fetches: Vec<FetchId>,
     timeline: Vec<TimelineEntry>,
     timeline_overflow: u64,
+    outcome: PageOutcome,
 }
 
 /// The prefetch queue. See the module documentation.
@@ -346,6 +409,8 @@ pub struct PrefetchQueue {
     recent_demand_set: HashMap<Url, Instant>,
     actions: VecDeque<Action>,
     stats: PrefetchStats,
+    /// The last pages opened, oldest first.
+    recent: VecDeque<RecentEntry>,
 }
 
 impl PrefetchQueue {
@@ -368,6 +433,7 @@ impl PrefetchQueue {
             recent_demand_set: HashMap::new(),
             actions: VecDeque::new(),
             stats: PrefetchStats::default(),
+            recent: VecDeque::new(),
         }
     }
 
@@ -387,16 +453,29 @@ impl PrefetchQueue {
                 fetches: Vec::new(),
                 timeline: Vec::new(),
                 timeline_overflow: 0,
+                outcome: PageOutcome::default(),
             },
         );
+        if self.recent.len() >= MAX_RECENT_PAGES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(RecentEntry {
+            id,
+            url: document.to_string(),
+            opened: now,
+            ended: None,
+        });
         self.note(id, now, TimelineEvent::Opened(document));
         id
     }
 
     /// The page's HTML body reached the browser whole: closing its
     /// connection no longer abandons it.
+    /// Idempotent: the body's end and the scanner's both report it.
     pub fn handle_html_end(&mut self, now: Instant, page: PageId) {
-        if let Some(p) = self.pages.get_mut(&page) {
+        if let Some(p) = self.pages.get_mut(&page)
+            && !p.html_ended
+        {
             p.html_ended = true;
             self.note(page, now, TimelineEvent::HtmlEnded);
         }
@@ -674,6 +753,33 @@ impl PrefetchQueue {
     }
 
     /// A tracked page's timeline so far.
+    /// The last [`MAX_RECENT_PAGES`] pages opened, newest first, with what
+    /// became of their prefetches.
+    pub fn recent_pages(&self, now: Instant) -> Vec<RecentPage> {
+        self.recent
+            .iter()
+            .rev()
+            .map(|entry| {
+                let (state, outcome) = match (entry.ended, self.pages.get(&entry.id)) {
+                    (Some((PageEnd::Abandoned, outcome)), _) => (PageState::Abandoned, outcome),
+                    (Some((PageEnd::Expired, outcome)), _) => (PageState::Expired, outcome),
+                    (None, Some(page)) if page.html_ended => (PageState::Loaded, page.outcome),
+                    (None, Some(page)) => (PageState::Loading, page.outcome),
+                    // Not reachable: a page leaves tracking through end_page.
+                    (None, None) => (PageState::Expired, PageOutcome::default()),
+                };
+                RecentPage {
+                    url: entry.url.clone(),
+                    age_ms: u64::try_from(now.saturating_duration_since(entry.opened).as_millis())
+                        .unwrap_or(u64::MAX),
+                    state,
+                    outcome,
+                }
+            })
+            .collect()
+    }
+
+    /// The timeline of `page` while it is tracked.
     pub fn timeline(&self, page: PageId) -> Option<&[TimelineEntry]> {
         self.pages.get(&page).map(|p| p.timeline.as_slice())
     }
@@ -916,6 +1022,7 @@ impl PrefetchQueue {
             return;
         };
         let mut unwanted_in_flight = Vec::new();
+        let mut outcome = page.outcome;
         for &fetch_id in &page.fetches {
             let Some(fetch) = self.fetches.get_mut(&fetch_id) else {
                 continue;
@@ -925,6 +1032,12 @@ impl PrefetchQueue {
                 fetch.owner = next;
                 continue;
             }
+            let wasted = match fetch.state {
+                State::InFlight => !fetch.demanded,
+                State::Done => !fetch.demanded && fetch.received > 0,
+                State::Queued | State::Claimed => false,
+            };
+            outcome.wasted += u32::from(wasted);
             match (fetch.state, fetch.demanded) {
                 (State::Queued, _) => {
                     self.stats.dropped += 1;
@@ -950,6 +1063,9 @@ impl PrefetchQueue {
             queue.retain(|id| fetches.get(id).is_some_and(|f| f.state == State::Queued));
             !queue.is_empty()
         });
+        if let Some(entry) = self.recent.iter_mut().find(|e| e.id == id) {
+            entry.ended = Some((why, outcome));
+        }
         log_timeline(id, &page);
     }
 
@@ -968,6 +1084,14 @@ impl PrefetchQueue {
         let Some(p) = self.pages.get_mut(&page) else {
             return;
         };
+        match event {
+            TimelineEvent::Started(_) => p.outcome.issued += 1,
+            TimelineEvent::Promoted(_) | TimelineEvent::Used(_) => p.outcome.used += 1,
+            TimelineEvent::Claimed(_) => p.outcome.claimed += 1,
+            TimelineEvent::Failed(_) => p.outcome.failed += 1,
+            TimelineEvent::Cancelled(..) => p.outcome.wasted += 1,
+            _ => {}
+        }
         if p.timeline.len() >= MAX_TIMELINE_ENTRIES {
             p.timeline_overflow += 1;
             return;

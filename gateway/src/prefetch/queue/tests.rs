@@ -677,3 +677,72 @@ fn unknown_ids_and_pages_are_ignored() {
     assert_eq!(h.drain(), Vec::<String>::new());
     assert_eq!(h.queue.stats(), PrefetchStats::default());
 }
+
+#[test]
+fn recent_pages_carry_their_outcome_and_keep_only_the_last() {
+    let mut h = Harness::new(&config());
+    for path in ["/a.png", "/b.png", "/c.png", "/d.png"] {
+        h.add(1, path, Kind::Image);
+    }
+    // a and b start (the origin limit is 2); b is asked for in flight, which
+    // frees its slot for c; d, still queued, is claimed; a completes.
+    assert_eq!(h.drain().len(), 2);
+    assert_eq!(
+        h.queue.on_demand(h.at(2), &url("/b.png")),
+        Demand::Join(FetchId(2))
+    );
+    assert!(matches!(
+        h.queue.on_demand(h.at(2), &url("/d.png")),
+        Demand::Claimed { .. }
+    ));
+    h.queue.handle_data(h.at(3), FetchId(1), 100);
+    h.queue.handle_complete(h.at(3), FetchId(1));
+    h.queue.handle_data(h.at(3), FetchId(3), 10);
+    let loading = h.queue.recent_pages(h.at(5));
+    assert_eq!(loading.len(), 1);
+    assert_eq!(
+        (loading[0].url.as_str(), loading[0].age_ms, loading[0].state),
+        ("http://example.test/", 5, PageState::Loading)
+    );
+    h.queue.handle_html_end(h.at(6), h.page);
+    let loaded = &h.queue.recent_pages(h.at(7))[0];
+    assert_eq!(loaded.state, PageState::Loaded);
+    assert_eq!(
+        loaded.outcome,
+        PageOutcome {
+            issued: 3,
+            used: 1,
+            claimed: 1,
+            wasted: 0,
+            failed: 0,
+        }
+    );
+    // Its lifetime ends: c (in flight, unused) is cancelled and a (completed,
+    // 100 bytes, unused) is forgotten: two wasted; b is read by the browser.
+    h.queue.handle_timeout(h.at(31_000));
+    let ended = &h.queue.recent_pages(h.at(31_000))[0];
+    assert_eq!(ended.state, PageState::Expired);
+    assert_eq!(
+        (
+            ended.outcome.issued,
+            ended.outcome.used,
+            ended.outcome.wasted
+        ),
+        (3, 1, 2)
+    );
+    // Only the last MAX_RECENT_PAGES, newest first; an abandoned one says so.
+    for n in 0..MAX_RECENT_PAGES + 4 {
+        let page = h
+            .queue
+            .open_page(h.at(32_000), url(&format!("/p{n}")), ConnectionId(9));
+        if n == MAX_RECENT_PAGES + 3 {
+            h.queue.page_abandoned(h.at(32_001), page);
+        }
+    }
+    let recent = h.queue.recent_pages(h.at(32_002));
+    assert_eq!(recent.len(), MAX_RECENT_PAGES);
+    assert_eq!(recent[0].url, format!("{ORIGIN}/p{}", MAX_RECENT_PAGES + 3));
+    assert_eq!(recent[0].state, PageState::Abandoned);
+    assert_eq!(recent[1].state, PageState::Loading);
+    assert_eq!(recent[MAX_RECENT_PAGES - 1].url, format!("{ORIGIN}/p4"));
+}

@@ -1,0 +1,549 @@
+//! `cargo xtask bench slow-consumer`: one browser that reads at 1 Mbit/s
+//! beside three fast downloads, all through the gateway and one association
+//! over the WAN emulator, with the gateway's FEEDBACK off and on (issue 17).
+//!
+//! ```text
+//!  client ns: curl ×3 (fast) + curl --limit-rate 125K (slow)
+//!      │ LAN (unemulated)
+//!  gateway ns: gateway (cache and prefetch off) ── wanem (--wan) ── origin (queue-aware)
+//! ```
+//!
+//! Each round restarts the gateway with `feedback.enabled` for the cell, then
+//! runs two phases on the same association: the fast downloads alone, then
+//! the slow browser first and the fast downloads [`FAST_DELAY`] later. The
+//! figure is the fast downloads' aggregate rate with the slow browser against
+//! without it (the issue's target: at least 0.90 with feedback on). Every
+//! [`SAMPLE`] the gateway's `/metrics` gives the largest per-stream backlog,
+//! which with feedback on should stay under the origin's `backlog_window`.
+//! The cells alternate (off, on, on, off) so that drift on a shared machine
+//! hits both.
+
+use std::fmt::Write as _;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use testbed::exec_in;
+use testbed::topology::SITE_V4;
+use testbed::{Binaries, Demo, DemoOptions, DemoWan, GatewayConfigOverrides};
+
+use super::link::WanCell;
+use crate::cmd::workspace_root;
+use crate::plot::{self, Series};
+
+/// Namespace prefix of this benchmark.
+const PREFIX: &str = "gwsc-";
+/// Fast downloads at once.
+const FAST_FLOWS: usize = 3;
+/// The slow browser's pace: curl's `--limit-rate` (bytes per second), 1 Mbit/s.
+const SLOW_RATE: u64 = 125_000;
+/// How long after the slow browser the fast downloads start, so that its
+/// backlog has built up when they run.
+const FAST_DELAY: Duration = Duration::from_secs(3);
+/// How often the gateway's per-stream figures are read.
+const SAMPLE: Duration = Duration::from_millis(500);
+/// The origin's `scheduler.backlog_window` in this benchmark (its default).
+const BACKLOG_WINDOW: u64 = 1_048_576;
+/// The gateway's admin endpoint (config/gateway.toml).
+const ADMIN: &str = "http://127.0.0.1:3130/metrics";
+/// How to read the table, under it.
+const NOTES: &str = "How to read it:
+- **ratio**: the fast downloads' aggregate rate beside the slow browser over their rate alone. With FEEDBACK off the origin keeps sending the slow browser's stream; its bytes fill the gateway's queue for it, the gateway stops taking that stream from the association, and the association's receive window, which every stream shares, fills with them: the other streams stall too (head-of-line blocking one level up). The gateway cancels a response whose reader stalls for 5 s.
+- **each**: the origin's queue-aware policy is shortest-remaining-first among the streams it may send on, so of three equal, endless downloads it serves the ones ahead and starves the last (0.0): that is SCF's rule, not a fault of the feedback; the aggregate is what the table compares.
+- **largest backlog** above the window: FEEDBACK misses the bytes in flight on the WAN when the gateway measures (docs/protocol.md, \"FEEDBACK: per-stream backlog\"), so a stream can exceed its window by about one round trip at the link's rate (80 ms at 20 Mbit/s: 200 KB), plus what the origin keeps in the transport per stream (64 KiB) and one chunk (16 KiB).";
+
+/// Rounds; each runs feedback off and on, in alternating order.
+const ROUNDS: usize = 2;
+/// The link when `--wan` is not given: the scheduler benchmark's round trip
+/// and rate, no loss.
+pub(crate) const DEFAULT_CELL: WanCell = WanCell {
+    rtt_ms: 80,
+    loss_percent: 0.0,
+    rate_mbit: 20,
+};
+
+/// Options for `cargo xtask bench slow-consumer`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SlowConsumerBench {
+    /// The link between the gateway and the origin.
+    pub cell: WanCell,
+    /// Seconds the fast downloads run in each phase.
+    pub seconds: f64,
+}
+
+/// One round's figures for one feedback setting.
+#[derive(Debug, Clone)]
+struct Cell {
+    feedback: bool,
+    /// Fast downloads' aggregate bytes per second, alone.
+    alone: f64,
+    /// The same beside the slow browser.
+    beside_slow: f64,
+    /// Each fast download's bytes per second, alone and beside the slow one.
+    alone_flows: Vec<f64>,
+    beside_flows: Vec<f64>,
+    /// The slow browser's bytes per second over its whole run (curl's
+    /// `--limit-rate` keeps the average: it reads in bursts, then pauses).
+    slow: f64,
+    /// Seconds after its start at which the gateway ended the slow
+    /// browser's response, if it did (curl: "transfer closed").
+    slow_cut_at: Option<f64>,
+    /// Fast downloads whose response the gateway ended early.
+    fast_cut: usize,
+    /// Largest per-stream backlog the gateway reported, bytes.
+    peak_backlog: u64,
+    /// (seconds since the phase began, bytes per second) per flow, slow first.
+    timelines: Vec<Vec<(f64, f64)>>,
+}
+
+pub(crate) fn run(options: SlowConsumerBench) -> Result<()> {
+    let built = crate::run::build(&["gateway", "origin", "wanem"])?;
+    let binaries = Binaries {
+        gateway: built[0].clone(),
+        origin: built[1].clone(),
+    };
+    let dir = testbed::target_dir().join("bench-slow-consumer");
+    let _ = std::fs::remove_dir_all(&dir);
+    testbed::cleanup_stale(PREFIX)?;
+    let site = write_site(&dir.join("site"), file_bytes(options))?;
+    let mut demo_options = DemoOptions::new(PREFIX, &workspace_root(), &dir);
+    demo_options.origin_root = Some(site);
+    demo_options.origin_config = Some(queue_aware_origin_config(&dir)?);
+    demo_options.gateway = overrides(false);
+    demo_options.wan = Some(DemoWan {
+        wanem: built[2].clone(),
+        params: options.cell.params(),
+    });
+    println!("==> starting the demo over {}", options.cell);
+    let mut demo = Demo::start(binaries, demo_options)?;
+    let mut cells = Vec::new();
+    for round in 0..ROUNDS {
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for feedback in order {
+            demo.restart_gateway(overrides(feedback))?;
+            let cell = run_cell(&demo, feedback, options.seconds)?;
+            println!(
+                "    round {}/{ROUNDS}, feedback {}: fast {:.1} Mbit/s alone, {:.1} beside the slow browser ({:.2}); slow {:.2} Mbit/s{}; largest backlog {} KiB",
+                round + 1,
+                if feedback { "on " } else { "off" },
+                mbit(cell.alone),
+                mbit(cell.beside_slow),
+                cell.beside_slow / cell.alone,
+                mbit(cell.slow),
+                cell.slow_cut_at
+                    .map(|at| format!(", cut by the gateway after {at:.1} s"))
+                    .unwrap_or_default(),
+                cell.peak_backlog / 1024,
+            );
+            cells.push(cell);
+        }
+    }
+    if let Some(gateway) = demo.gateway.as_mut() {
+        let _ = gateway.stop(Duration::from_secs(10));
+    }
+    write_report(&cells, options)
+}
+
+fn mbit(bytes_per_second: f64) -> f64 {
+    bytes_per_second * 8.0 / 1e6
+}
+
+/// Per-flow rates in Mbit/s, `a / b / c`.
+fn each(rates: &[f64]) -> String {
+    let parts: Vec<String> = rates.iter().map(|r| format!("{:.1}", mbit(*r))).collect();
+    parts.join(" / ")
+}
+
+/// The gateway's configuration for a cell: no cache and no prefetch, so that
+/// every byte crosses the association, and FEEDBACK as given.
+fn overrides(feedback: bool) -> GatewayConfigOverrides {
+    GatewayConfigOverrides {
+        cache_enabled: Some(false),
+        prefetch_enabled: Some(false),
+        feedback_enabled: Some(feedback),
+        ..GatewayConfigOverrides::default()
+    }
+}
+
+/// Large enough that no fast download ends within a phase: the link's whole
+/// rate for the phase, at least 64 MiB.
+fn file_bytes(options: SlowConsumerBench) -> u64 {
+    let phase = options.seconds + FAST_DELAY.as_secs_f64() + 5.0;
+    ((options.cell.rate_mbit as f64 * 1e6 / 8.0 * phase) as u64).max(64 << 20)
+}
+
+/// The site: an index and `large.bin` of `bytes` (sparse: zeros on disk
+/// cost nothing, and the origin reads them like any file).
+fn write_site(dir: &Path, bytes: u64) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(
+        dir.join("index.html"),
+        "<!doctype html><title>slow consumer</title>\n",
+    )?;
+    let file = std::fs::File::create(dir.join("large.bin"))?;
+    file.set_len(bytes)?;
+    Ok(dir.to_owned())
+}
+
+/// config/origin.toml with `scheduler.policy = "queue-aware"` and the
+/// shipped `backlog_window` checked against [`BACKLOG_WINDOW`].
+fn queue_aware_origin_config(dir: &Path) -> Result<PathBuf> {
+    let shipped = workspace_root().join("config/origin.toml");
+    let text = std::fs::read_to_string(&shipped)
+        .with_context(|| format!("reading {}", shipped.display()))?;
+    let mut table: toml::Table = text.parse().context("parsing config/origin.toml")?;
+    let scheduler = table
+        .get_mut("scheduler")
+        .and_then(toml::Value::as_table_mut)
+        .context("config/origin.toml has no [scheduler]")?;
+    scheduler.insert("policy".into(), "queue-aware".into());
+    let window = scheduler
+        .get("backlog_window")
+        .and_then(toml::Value::as_integer);
+    if window != Some(BACKLOG_WINDOW as i64) {
+        bail!(
+            "config/origin.toml's backlog_window is {window:?}, this benchmark reports against {BACKLOG_WINDOW}"
+        );
+    }
+    let path = dir.join("origin.toml");
+    std::fs::write(&path, toml::to_string(&table)?)?;
+    Ok(path)
+}
+
+/// Both phases of one cell on the running gateway.
+fn run_cell(demo: &Demo, feedback: bool, seconds: f64) -> Result<Cell> {
+    let client = demo.topology.client.name();
+    let gateway = demo.topology.gateway.name();
+    let phase = Duration::from_secs_f64(seconds);
+    wait_origin_up(gateway)?;
+    let alone = finish_all(start_fast(client, phase)?)?;
+    let sampler = BacklogSampler::start(gateway);
+    let started = Instant::now();
+    let slow = Download::start(client, Some(SLOW_RATE), phase + FAST_DELAY)?;
+    std::thread::sleep(FAST_DELAY);
+    let beside = finish_all(start_fast(client, phase)?)?;
+    let slow = slow.finish()?;
+    let peak_backlog = sampler.stop();
+    let mut timelines = vec![slow.timeline(started)];
+    timelines.extend(beside.iter().map(|f| f.timeline(started)));
+    let rates = |flows: &[Received]| flows.iter().map(|f| f.bytes() as f64 / seconds).collect();
+    let alone_flows: Vec<f64> = rates(&alone);
+    let beside_flows: Vec<f64> = rates(&beside);
+    Ok(Cell {
+        feedback,
+        alone: alone_flows.iter().sum(),
+        beside_slow: beside_flows.iter().sum(),
+        alone_flows,
+        beside_flows,
+        slow: slow.bytes() as f64 / (seconds + FAST_DELAY.as_secs_f64()),
+        slow_cut_at: slow.cut.is_some().then(|| slow.span()),
+        fast_cut: alone
+            .iter()
+            .chain(&beside)
+            .filter(|f| f.cut.is_some())
+            .count(),
+        peak_backlog,
+        timelines,
+    })
+}
+
+fn start_fast(client: &str, phase: Duration) -> Result<Vec<Download>> {
+    (0..FAST_FLOWS)
+        .map(|_| Download::start(client, None, phase))
+        .collect()
+}
+
+fn finish_all(downloads: Vec<Download>) -> Result<Vec<Received>> {
+    downloads.into_iter().map(Download::finish).collect()
+}
+
+/// Waits until the gateway's `/metrics` says its origin is up, so that no
+/// download of a cell falls back to direct TCP while the association opens.
+fn wait_origin_up(ns: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = admin_metrics(ns).unwrap_or_default();
+        if metrics
+            .lines()
+            .any(|l| l.starts_with("gateway_origin_up{") && l.ends_with(" 1"))
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the gateway's origin was not up within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One curl in the client namespace whose body this process reads and
+/// timestamps, so the rate over time is the browser's.
+struct Download {
+    child: Child,
+    reader: JoinHandle<Vec<(Instant, u64)>>,
+    started: Instant,
+}
+
+/// What a [`Download`] read: (when, bytes so far) after each read.
+struct Received {
+    started: Instant,
+    reads: Vec<(Instant, u64)>,
+    /// curl's message if the response ended before curl's time limit.
+    cut: Option<String>,
+}
+
+impl Download {
+    /// Starts curl for `large.bin`, limited to `rate` bytes/s if given, ended
+    /// by curl after `limit`.
+    fn start(ns: &str, rate: Option<u64>, limit: Duration) -> Result<Self> {
+        let mut curl = Command::new("curl");
+        curl.args([
+            "-sS",
+            "--write-out",
+            "%{stderr}curl: HTTP %{http_code}, %{size_download} bytes, %{errormsg}\n",
+            "--max-time",
+        ])
+        .arg(format!("{:.1}", limit.as_secs_f64()))
+        .args(["-o", "-"]);
+        if let Some(rate) = rate {
+            curl.arg("--limit-rate").arg(rate.to_string());
+        }
+        curl.arg(format!("http://{SITE_V4}/large.bin"));
+        let mut child = exec_in(ns, &curl)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting curl in the client namespace")?;
+        let mut stdout = child.stdout.take().context("curl's stdout")?;
+        let reader = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 256 * 1024];
+            let mut total = 0u64;
+            let mut reads = Vec::new();
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                total += n as u64;
+                reads.push((Instant::now(), total));
+            }
+            reads
+        });
+        Ok(Self {
+            child,
+            reader,
+            started: Instant::now(),
+        })
+    }
+
+    /// Waits for curl (its time-out is the planned end) and its reader.
+    fn finish(mut self) -> Result<Received> {
+        let mut said = String::new();
+        if let Some(mut stderr) = self.child.stderr.take() {
+            let _ = stderr.read_to_string(&mut said);
+        }
+        let status = self.child.wait()?;
+        let reads = (self.reader.join()).map_err(|_| anyhow::anyhow!("the reader panicked"))?;
+        let cut = match status.code() {
+            // 28: "operation timed out", the planned end of a timed download
+            // (0: the whole file came first, which `file_bytes` prevents).
+            Some(0 | 28) => None,
+            // 18: "transfer closed with bytes remaining", 56: "failure in
+            // receiving": the gateway ended the response early.
+            Some(18 | 56) => Some(said.trim().to_owned()),
+            _ => bail!(
+                "curl in the client namespace failed ({status}): {}",
+                said.trim()
+            ),
+        };
+        Ok(Received {
+            started: self.started,
+            reads,
+            cut,
+        })
+    }
+}
+
+impl Received {
+    fn bytes(&self) -> u64 {
+        self.reads.last().map_or(0, |r| r.1)
+    }
+
+    /// Seconds from start to the last byte.
+    fn span(&self) -> f64 {
+        self.reads
+            .last()
+            .map_or(0.0, |r| r.0.duration_since(self.started).as_secs_f64())
+    }
+
+    /// Bytes per second in each [`SAMPLE`] interval since `origin`.
+    fn timeline(&self, origin: Instant) -> Vec<(f64, f64)> {
+        let step = SAMPLE.as_secs_f64();
+        let mut bins: Vec<u64> = Vec::new();
+        let mut last = 0;
+        for &(when, total) in &self.reads {
+            let bin = (when.duration_since(origin).as_secs_f64() / step) as usize;
+            if bins.len() <= bin {
+                bins.resize(bin + 1, 0);
+            }
+            bins[bin] += total - last;
+            last = total;
+        }
+        bins.iter()
+            .enumerate()
+            .map(|(i, &b)| ((i as f64 + 1.0) * step, b as f64 / step))
+            .collect()
+    }
+}
+
+/// Reads the gateway's largest `gateway_stream_backlog_bytes` every
+/// [`SAMPLE`] until stopped; keeps the peak.
+struct BacklogSampler {
+    stop: Arc<Mutex<bool>>,
+    thread: JoinHandle<u64>,
+}
+
+impl BacklogSampler {
+    fn start(ns: &str) -> Self {
+        let stop = Arc::new(Mutex::new(false));
+        let ns = ns.to_owned();
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !*flag.lock().unwrap_or_else(|e| e.into_inner()) {
+                peak = peak.max(largest_backlog(&ns).unwrap_or(0));
+                std::thread::sleep(SAMPLE);
+            }
+            peak
+        });
+        Self { stop, thread }
+    }
+
+    fn stop(self) -> u64 {
+        *self.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.thread.join().unwrap_or(0)
+    }
+}
+
+/// The gateway's `/metrics` now.
+fn admin_metrics(ns: &str) -> Result<String> {
+    let mut curl = Command::new("curl");
+    curl.args(["-sS", "--max-time", "2", ADMIN]);
+    let out = exec_in(ns, &curl).output()?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The largest per-stream backlog on the gateway's `/metrics` now.
+fn largest_backlog(ns: &str) -> Result<u64> {
+    let text = admin_metrics(ns)?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("gateway_stream_backlog_bytes{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .fold(0.0f64, f64::max) as u64)
+}
+
+fn write_report(cells: &[Cell], options: SlowConsumerBench) -> Result<()> {
+    let results = workspace_root().join("bench/results");
+    let charts = results.join("slow-consumer");
+    std::fs::create_dir_all(&charts)?;
+    let mut r = super::common::report_header(
+        "Slow-consumer benchmark: one browser at 1 Mbit/s beside three fast downloads",
+        &format!("slow-consumer --wan {}", options.cell.arg()),
+    )?;
+    writeln!(
+        r,
+        "- path: curl in the client namespace → gateway (cache and prefetch off) → wanem ({}) → origin (queue-aware scheduler, backlog_window {} KiB), userspace SCTP, one association",
+        options.cell,
+        BACKLOG_WINDOW / 1024
+    )?;
+    writeln!(
+        r,
+        "- each cell: the gateway restarted with FEEDBACK off or on; {FAST_FLOWS} fast downloads for {:.0} s alone, then a browser reading at {} Mbit/s (curl --limit-rate) and {} s later the same fast downloads for {:.0} s; {ROUNDS} rounds, cells alternating",
+        options.seconds,
+        SLOW_RATE * 8 / 1_000_000,
+        FAST_DELAY.as_secs(),
+        options.seconds
+    )?;
+    writeln!(
+        r,
+        "- largest backlog: the largest `gateway_stream_backlog_bytes` of any stream, read every {} ms during the second phase\n",
+        SAMPLE.as_millis()
+    )?;
+    writeln!(
+        r,
+        "| cell | feedback | fast alone, Mbit/s (each) | fast beside slow, Mbit/s (each) | ratio | target | slow, Mbit/s | slow cut by the gateway | fast cut | largest backlog, KiB |"
+    )?;
+    writeln!(r, "|---|---|---|---|---|---|---|---|---|---|")?;
+    for (i, c) in cells.iter().enumerate() {
+        writeln!(
+            r,
+            "| {} | {} | {:.1} ({}) | {:.1} ({}) | {:.2} | {} | {:.2} | {} | {} | {} |",
+            i + 1,
+            if c.feedback { "on" } else { "off" },
+            mbit(c.alone),
+            each(&c.alone_flows),
+            mbit(c.beside_slow),
+            each(&c.beside_flows),
+            c.beside_slow / c.alone,
+            if c.feedback { "≥ 0.90" } else { "" },
+            mbit(c.slow),
+            c.slow_cut_at
+                .map_or_else(|| "no".to_owned(), |at| format!("after {at:.1} s")),
+            c.fast_cut,
+            c.peak_backlog / 1024
+        )?;
+    }
+    writeln!(r, "\n{NOTES}")?;
+    for feedback in [false, true] {
+        let Some(cell) = cells.iter().find(|c| c.feedback == feedback) else {
+            continue;
+        };
+        let name = format!("feedback-{}.png", if feedback { "on" } else { "off" });
+        chart(&charts.join(&name), cell)?;
+        writeln!(
+            r,
+            "\n![per-flow throughput, feedback {}](slow-consumer/{name})",
+            if feedback { "on" } else { "off" }
+        )?;
+    }
+    let path = results.join("slow-consumer.md");
+    std::fs::write(&path, &r).with_context(|| format!("writing {}", path.display()))?;
+    println!("{r}");
+    println!("==> report written to bench/results/slow-consumer.md");
+    Ok(())
+}
+
+/// Per-flow throughput over the second phase of `cell`.
+fn chart(path: &Path, cell: &Cell) -> Result<()> {
+    let series: Vec<Series> = cell
+        .timelines
+        .iter()
+        .enumerate()
+        .map(|(i, points)| Series {
+            name: if i == 0 {
+                "slow browser".to_owned()
+            } else {
+                format!("fast {i}")
+            },
+            points: points.iter().map(|&(t, r)| (t, mbit(r))).collect(),
+        })
+        .collect();
+    plot::lines(
+        path,
+        &format!(
+            "Per-flow throughput, feedback {}",
+            if cell.feedback { "on" } else { "off" }
+        ),
+        "seconds since the slow browser started",
+        &format!("Mbit/s per {} ms", SAMPLE.as_millis()),
+        &series,
+    )
+}
