@@ -155,7 +155,8 @@ pub(crate) fn run(callgrind: bool, flamegraph: bool) -> Result<()> {
 /// loading it for a warm-up; then the counters are zeroed, wrk loads it for
 /// [`CALLGRIND_SECONDS`], the counters are dumped, and their total is divided
 /// by the requests wrk completed. Writes bench/results/cache-callgrind.md and
-/// keeps the dump in bench/results/cache-callgrind/.
+/// keeps the dump in the target directory's bench-cache-callgrind/ (it
+/// names the machine's paths: not for the repository).
 fn run_callgrind() -> Result<()> {
     let built = crate::run::build(&["gateway", "origin"])?;
     let dir = testbed::target_dir().join("bench-cache-callgrind");
@@ -201,9 +202,6 @@ fn run_callgrind() -> Result<()> {
         "    {} requests ({hits} hits counted by the cache), {per_request:.0} instructions per request",
         load.requests
     );
-    let kept = workspace_root().join("bench/results/cache-callgrind");
-    std::fs::create_dir_all(&kept)?;
-    std::fs::copy(&dump, kept.join("gateway.callgrind"))?;
     let mut r = super::common::report_header(
         "Cache hits: the gateway's instructions per request (callgrind)",
         "cache --callgrind",

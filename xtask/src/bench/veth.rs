@@ -612,11 +612,13 @@ fn static_flamegraph(binary: &Path) -> Result<()> {
 /// request, over each backend: the server side of `sched_bench` under
 /// callgrind (the load generator runs natively), two runs of different
 /// request counts. Writes bench/results/static-callgrind.md and keeps the
-/// larger run's callgrind files in bench/results/static-callgrind/.
+/// larger run's callgrind files in the target directory's
+/// bench-static-callgrind/ (they name the machine's paths: not for the
+/// repository).
 fn static_callgrind(binary: &Path) -> Result<()> {
     let root = workspace_root();
     let site = root.join("config/demo-site");
-    let kept = root.join("bench/results/static-callgrind");
+    let kept = testbed::target_dir().join("bench-static-callgrind");
     std::fs::create_dir_all(&kept)?;
     let ns = namespaces()?;
     let scratch = tempfile_dir("gwb-static-callgrind")?;
