@@ -128,13 +128,11 @@ fn main() -> Result<()> {
     let config = load_config(&cli)?;
     let _flush_at_exit = init_log(config.log.format);
     match cli.command.unwrap_or(Command::Run) {
-        Command::Run => {
-            daemon_runtime()?.block_on(gateway::daemon::run(config, async {
-                if let Err(e) = shutdown_signal().await {
-                    tracing::error!("cannot wait for signals: {e}");
-                }
-            }))
-        }
+        Command::Run => daemon_runtime()?.block_on(gateway::daemon::run(config, async {
+            if let Err(e) = shutdown_signal().await {
+                tracing::error!("cannot wait for signals: {e}");
+            }
+        })),
         Command::Cleanup => {
             let report = gateway::intercept::cleanup(&config)?;
             println!("{report}");
