@@ -332,14 +332,14 @@ impl Front {
             original_dst,
         } = flow;
         let id = self.prefetcher.as_ref().map_or(0, |p| p.connection_id());
-        let socket = BrowserSocket::of(&stream).ok().map(Arc::new);
         let framing = RequestFraming::new(
             self.http.max_header_bytes,
             self.http.max_header_fields,
             self.http.max_body_bytes,
         );
-        let counted = CountedStream::new(stream, socket.clone())
-            .with_client(self.metrics.client_tally(client.ip()));
+        let (counted, socket) = CountedStream::measured(stream);
+        let socket = Some(socket);
+        let counted = counted.with_client(self.metrics.client_tally(client.ip()));
         let (stream, findings) = FramedStream::new(counted, framing);
         let mut state = Flow::new(client, original_dst, self.direct, id, findings);
         state.socket = socket;

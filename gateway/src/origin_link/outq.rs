@@ -13,35 +13,83 @@
 //! waits in between.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// A browser connection's socket, for measuring its send queue. Holds its own
-/// duplicate of the descriptor, so the number is never reused for another file
-/// while this exists; dropped with the flow (it only delays the close of the
-/// socket until both the connection and this are gone).
+/// A browser connection's socket, for measuring its send queue.
+///
+/// The front's connections lend it their descriptor
+/// ([`CountedStream::measured`]): no second descriptor per connection (one
+/// each made 10,000 connections need 20,000 descriptors,
+/// bench/results/load.md). The stream that owns the descriptor withdraws it
+/// before closing it, under the write lock, while every measurement holds the
+/// read lock: a measurement never reaches a number the kernel has given to
+/// another file. Elsewhere (tests) it holds a duplicate of its own
+/// ([`BrowserSocket::of`]).
 #[derive(Debug)]
 pub struct BrowserSocket {
-    fd: OwnedFd,
+    fd: RwLock<Descriptor>,
     /// Origin response bytes handed on toward this connection.
     handed: AtomicU64,
     /// Bytes written to the socket (through [`CountedStream`]).
     written: AtomicU64,
 }
 
+/// Which descriptor a [`BrowserSocket`] measures.
+#[derive(Debug)]
+enum Descriptor {
+    /// A duplicate of its own.
+    Owned(OwnedFd),
+    /// The stream's own, lent by [`CountedStream::measured`].
+    Lent(RawFd),
+    /// The stream has closed (or is about to close) what it lent.
+    Withdrawn,
+}
+
 impl BrowserSocket {
     /// Duplicates `socket`'s descriptor (a connected TCP socket).
     pub fn of(socket: &impl AsFd) -> io::Result<Self> {
-        Ok(Self {
-            fd: socket.as_fd().try_clone_to_owned()?,
+        Ok(Self::with(Descriptor::Owned(
+            socket.as_fd().try_clone_to_owned()?,
+        )))
+    }
+
+    fn with(fd: Descriptor) -> Self {
+        Self {
+            fd: RwLock::new(fd),
             handed: AtomicU64::new(0),
             written: AtomicU64::new(0),
-        })
+        }
+    }
+
+    /// Runs `f` on the descriptor while it cannot be closed; an error once
+    /// the connection's stream has closed it.
+    fn with_fd<T>(&self, f: impl FnOnce(BorrowedFd<'_>) -> io::Result<T>) -> io::Result<T> {
+        let fd = self.fd.read().unwrap_or_else(PoisonError::into_inner);
+        match &*fd {
+            Descriptor::Owned(owned) => f(owned.as_fd()),
+            // SAFETY: a lent descriptor stays open until its stream withdraws
+            // it (`withdraw`, under the write lock this read lock excludes).
+            Descriptor::Lent(raw) => f(unsafe { BorrowedFd::borrow_raw(*raw) }),
+            Descriptor::Withdrawn => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the browser connection has closed",
+            )),
+        }
+    }
+
+    /// The lending stream is about to close its descriptor: no measurement
+    /// may use it from now on.
+    fn withdraw(&self) {
+        let mut fd = self.fd.write().unwrap_or_else(PoisonError::into_inner);
+        if matches!(*fd, Descriptor::Lent(_)) {
+            *fd = Descriptor::Withdrawn;
+        }
     }
 
     /// `bytes` of an origin response were handed on toward this connection.
@@ -60,35 +108,39 @@ impl BrowserSocket {
     /// The connection's (local, peer) addresses: for an intercepted flow, the
     /// original destination and the browser.
     pub fn addresses(&self) -> io::Result<(std::net::SocketAddr, std::net::SocketAddr)> {
-        let socket = socket2::SockRef::from(&self.fd);
-        let as_inet = |addr: socket2::SockAddr| {
-            addr.as_socket()
-                .ok_or_else(|| io::Error::other("not an IP socket"))
-        };
-        Ok((
-            as_inet(socket.local_addr()?)?,
-            as_inet(socket.peer_addr()?)?,
-        ))
+        self.with_fd(|fd| {
+            let socket = socket2::SockRef::from(&fd);
+            let as_inet = |addr: socket2::SockAddr| {
+                addr.as_socket()
+                    .ok_or_else(|| io::Error::other("not an IP socket"))
+            };
+            Ok((
+                as_inet(socket.local_addr()?)?,
+                as_inet(socket.peer_addr()?)?,
+            ))
+        })
     }
 
     /// Bytes written to the socket and not yet acknowledged by the peer: those
     /// still unsent plus those in flight.
     pub fn unacknowledged(&self) -> io::Result<u64> {
-        let mut queued: libc::c_int = 0;
-        // SAFETY: `self.fd` is an open descriptor we own; SIOCOUTQ (TIOCOUTQ) on
-        // a TCP socket writes one `int` through the pointer, which points at a
-        // live, aligned `c_int` for the duration of the call.
-        let rc = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                libc::TIOCOUTQ,
-                &mut queued as *mut libc::c_int,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(u64::try_from(queued).unwrap_or(0))
+        self.with_fd(|fd| {
+            let mut queued: libc::c_int = 0;
+            // SAFETY: `fd` is open for the duration of the call (see
+            // `with_fd`); SIOCOUTQ (TIOCOUTQ) on a TCP socket writes one `int`
+            // through the pointer, which points at a live, aligned `c_int`.
+            let rc = unsafe {
+                libc::ioctl(
+                    fd.as_raw_fd(),
+                    libc::TIOCOUTQ,
+                    &mut queued as *mut libc::c_int,
+                )
+            };
+            if rc < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(u64::try_from(queued).unwrap_or(0))
+        })
     }
 }
 
@@ -100,6 +152,30 @@ pub struct CountedStream<S> {
     socket: Option<Arc<BrowserSocket>>,
     /// The per-client figure of `/metrics`, when counted.
     client: Option<crate::metrics::ClientTally>,
+}
+
+impl<S: AsRawFd> CountedStream<S> {
+    /// Wraps a browser connection's stream and lends its descriptor to a
+    /// [`BrowserSocket`] that measures it, withdrawn when this is dropped,
+    /// before the stream closes it.
+    pub fn measured(stream: S) -> (Self, Arc<BrowserSocket>) {
+        let socket = Arc::new(BrowserSocket::with(Descriptor::Lent(stream.as_raw_fd())));
+        let counted = Self {
+            inner: stream,
+            socket: Some(Arc::clone(&socket)),
+            client: None,
+        };
+        (counted, socket)
+    }
+}
+
+impl<S> Drop for CountedStream<S> {
+    fn drop(&mut self) {
+        // Before `inner` (dropped after this returns) closes the descriptor.
+        if let Some(socket) = &self.socket {
+            socket.withdraw();
+        }
+    }
 }
 
 impl<S> CountedStream<S> {
@@ -227,6 +303,28 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "queue never drained");
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_measured_stream_lends_its_descriptor_and_withdraws_it_on_close() -> io::Result<()> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let client = tokio::net::TcpStream::connect(listener.local_addr()?).await?;
+        let (server, _) = listener.accept().await?;
+        let (counted, socket) = CountedStream::measured(server);
+        assert_eq!(socket.unacknowledged()?, 0);
+        let (local, peer) = socket.addresses()?;
+        assert_eq!(
+            (local, peer),
+            (listener.local_addr()?, client.local_addr()?)
+        );
+        drop(counted);
+        // The kernel may give the number to the next file (the lowest free
+        // one; other tests share this process): the socket never uses it.
+        let _next = std::fs::File::open("/dev/null")?;
+        let closed = socket.unacknowledged().expect_err("withdrawn");
+        assert_eq!(closed.kind(), io::ErrorKind::NotConnected);
+        assert!(socket.addresses().is_err());
         Ok(())
     }
 
