@@ -50,6 +50,8 @@ const NOFILE: u64 = 65_536;
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Threads that open the held connections.
 const OPENERS: usize = 8;
+/// `--connections` when not given (options.rs).
+const DEFAULT_CONNECTIONS: usize = 10_000;
 /// wrk's connections during the soak.
 const SOAK_CONNECTIONS: u32 = 200;
 /// The soak's default length, in seconds.
@@ -471,9 +473,16 @@ fn report(
     samples: &[Sample],
     cache_line: &str,
 ) -> Result<String> {
+    let mut subcommand = "load".to_owned();
+    if connections != DEFAULT_CONNECTIONS {
+        subcommand.push_str(&format!(" --connections {connections}"));
+    }
+    if soak_seconds != SOAK_SECONDS {
+        subcommand.push_str(&format!(" --seconds {soak_seconds}"));
+    }
     let mut r = super::common::report_header(
         "Load: held connections and a soak through the cache and the association",
-        "load",
+        &subcommand,
     )?;
     writeln!(
         r,
