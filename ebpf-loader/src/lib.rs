@@ -577,29 +577,42 @@ impl SctpAccounting {
     /// What the walker saw at each hook, summed over CPUs (the `ingress` and
     /// `egress` of a [`SctpSnapshot`], without walking the hash maps).
     pub fn walker_stats(&self) -> Result<(WalkerStats, WalkerStats), EbpfError> {
-        let map = self.ebpf.map(SCTP_STATS_MAP).ok_or(EbpfError::MissingMap {
-            name: SCTP_STATS_MAP,
-        })?;
-        let stats = PerCpuArray::<_, WalkerStats>::try_from(map)
-            .map_err(|source| map_error(SCTP_STATS_MAP, source))?;
-        let sum = |index| -> Result<WalkerStats, EbpfError> {
-            let per_cpu = stats
-                .get(&index, 0)
-                .map_err(|source| map_error(SCTP_STATS_MAP, source))?;
-            Ok(per_cpu
-                .iter()
-                .fold(WalkerStats::default(), |sum, cpu| sum.add(*cpu)))
-        };
-        Ok((sum(STATS_INGRESS)?, sum(STATS_EGRESS)?))
+        hook_stats(&self.ebpf, SCTP_STATS_MAP, WalkerStats::add)
     }
 
     fn per_cpu_hash<K: aya::Pod, V: aya::Pod>(
         &self,
         name: &'static str,
     ) -> Result<PerCpuHashMap<&aya::maps::MapData, K, V>, EbpfError> {
-        let map = self.ebpf.map(name).ok_or(EbpfError::MissingMap { name })?;
-        PerCpuHashMap::try_from(map).map_err(|source| map_error(name, source))
+        per_cpu_hash(&self.ebpf, name)
     }
+}
+
+/// The per-CPU hash map `name` of `ebpf`.
+fn per_cpu_hash<'a, K: aya::Pod, V: aya::Pod>(
+    ebpf: &'a Ebpf,
+    name: &'static str,
+) -> Result<PerCpuHashMap<&'a aya::maps::MapData, K, V>, EbpfError> {
+    let map = ebpf.map(name).ok_or(EbpfError::MissingMap { name })?;
+    PerCpuHashMap::try_from(map).map_err(|source| map_error(name, source))
+}
+
+/// Entries [`STATS_INGRESS`] and [`STATS_EGRESS`] of the per-CPU array `name`
+/// of `ebpf`, each folded over the CPUs with `add`.
+fn hook_stats<T: aya::Pod + Default>(
+    ebpf: &Ebpf,
+    name: &'static str,
+    add: fn(T, T) -> T,
+) -> Result<(T, T), EbpfError> {
+    let map = ebpf.map(name).ok_or(EbpfError::MissingMap { name })?;
+    let stats = PerCpuArray::<_, T>::try_from(map).map_err(|source| map_error(name, source))?;
+    let sum = |index| -> Result<T, EbpfError> {
+        let per_cpu = stats
+            .get(&index, 0)
+            .map_err(|source| map_error(name, source))?;
+        Ok(per_cpu.iter().fold(T::default(), |sum, cpu| add(sum, *cpu)))
+    };
+    Ok((sum(STATS_INGRESS)?, sum(STATS_EGRESS)?))
 }
 
 fn map_error(name: &'static str, source: MapError) -> EbpfError {

@@ -9,14 +9,12 @@ use std::path::Path;
 
 use aya::{
     Ebpf,
-    maps::{Array, MapError, PerCpuArray, PerCpuHashMap},
+    maps::{Array, MapError, PerCpuHashMap},
     programs::{SchedClassifier, TcAttachType, tc::SchedClassifierLinkId},
 };
-use gateway_common::{
-    STATS_EGRESS, STATS_INGRESS, TcpConfig, TcpFlowCounters, TcpFlowKey, TcpStats,
-};
+use gateway_common::{TcpConfig, TcpFlowCounters, TcpFlowKey, TcpStats};
 
-use crate::{EbpfError, attach_tc, map_error};
+use crate::{EbpfError, attach_tc, hook_stats, map_error, per_cpu_hash};
 
 /// Name of the TC classifier that counts what leaves toward browsers.
 pub const TC_TCP_EGRESS_PROGRAM: &str = "tc_tcp_egress";
@@ -186,29 +184,13 @@ impl TcpFlowAccounting {
 
     /// What each program saw, summed over CPUs: (ingress, egress).
     pub fn stats(&self) -> Result<(TcpStats, TcpStats), EbpfError> {
-        let map = self.ebpf.map(TCP_STATS_MAP).ok_or(EbpfError::MissingMap {
-            name: TCP_STATS_MAP,
-        })?;
-        let stats = PerCpuArray::<_, TcpStats>::try_from(map)
-            .map_err(|source| map_error(TCP_STATS_MAP, source))?;
-        let sum = |index| -> Result<TcpStats, EbpfError> {
-            let per_cpu = stats
-                .get(&index, 0)
-                .map_err(|source| map_error(TCP_STATS_MAP, source))?;
-            Ok(per_cpu
-                .iter()
-                .fold(TcpStats::default(), |sum, cpu| sum.add(*cpu)))
-        };
-        Ok((sum(STATS_INGRESS)?, sum(STATS_EGRESS)?))
+        hook_stats(&self.ebpf, TCP_STATS_MAP, TcpStats::add)
     }
 
     fn flows_map(
         &self,
     ) -> Result<PerCpuHashMap<&aya::maps::MapData, TcpFlowKey, TcpFlowCounters>, EbpfError> {
-        let map = self.ebpf.map(TCP_FLOWS_MAP).ok_or(EbpfError::MissingMap {
-            name: TCP_FLOWS_MAP,
-        })?;
-        PerCpuHashMap::try_from(map).map_err(|source| map_error(TCP_FLOWS_MAP, source))
+        per_cpu_hash(&self.ebpf, TCP_FLOWS_MAP)
     }
 }
 

@@ -23,7 +23,7 @@ mod support;
 use std::collections::BTreeMap;
 
 use frames::*;
-use support::{chain, object_path, require_root};
+use support::{chain, namespace_with_loopback, object_path, require_root};
 
 use gateway::ebpf::{SctpAccounting, SctpAccountingConfig, SctpHook, SctpSnapshot, test_run};
 use gateway_common::{
@@ -1096,10 +1096,8 @@ fn the_cross_check_counts_what_an_association_carried_per_stream() {
 
     let object = object_path();
     require_root();
-    let name = format!("gw-ebpf-xcheck-{}", std::process::id());
-    let netns = testbed::Netns::create(&name).unwrap_or_else(|e| panic!("creating {name}: {e}"));
+    let netns = namespace_with_loopback("gw-ebpf-xcheck");
     let ns = netns.name().to_owned();
-    testbed::ip(&["-n", &ns, "link", "set", "lo", "up"]).unwrap_or_else(|e| panic!("{e}"));
     testbed::in_netns(&ns, move || {
         let accounting = Accounting::start(
             &EbpfConfig {

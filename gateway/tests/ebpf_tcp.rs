@@ -26,7 +26,7 @@ use std::net::{IpAddr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use frames::*;
-use support::{chain, object_path, require_root};
+use support::{chain, namespace_with_loopback, object_path, require_root};
 
 use gateway::ebpf::{TcpFlowAccounting, TcpHook, test_run};
 use gateway_common::{TcpFlowCounters, TcpFlowKey, TcpStats};
@@ -304,9 +304,7 @@ fn random_packets_never_change_the_verdict_or_the_bytes() {
 fn on_a_real_connection_the_flow_matches_what_the_client_read() {
     let object = object_path();
     require_root();
-    let name = format!("gw-ebpf-tcp-{}", std::process::id());
-    let netns = testbed::Netns::create(&name).unwrap_or_else(|e| panic!("creating {name}: {e}"));
-    testbed::ip(&["-n", netns.name(), "link", "set", "lo", "up"]).unwrap_or_else(|e| panic!("{e}"));
+    let netns = namespace_with_loopback("gw-ebpf-tcp");
     testbed::in_netns(netns.name(), move || {
         let mut accounting = TcpFlowAccounting::load_file(&object, &[80])
             .unwrap_or_else(|e| panic!("loading {}: {}", object.display(), chain(&e)));
@@ -340,9 +338,7 @@ fn the_gateway_finds_the_connections_it_serves_in_the_flow_map() {
 
     let object = object_path();
     require_root();
-    let name = format!("gw-ebpf-tcp-gw-{}", std::process::id());
-    let netns = testbed::Netns::create(&name).unwrap_or_else(|e| panic!("creating {name}: {e}"));
-    testbed::ip(&["-n", netns.name(), "link", "set", "lo", "up"]).unwrap_or_else(|e| panic!("{e}"));
+    let netns = namespace_with_loopback("gw-ebpf-tcp-gw");
     testbed::in_netns(netns.name(), move || {
         let lan = LanSide {
             interfaces: vec!["lo".into()],

@@ -50,3 +50,16 @@ pub(crate) fn chain(error: &dyn Error) -> String {
     }
     text
 }
+
+/// A fresh network namespace `{tag}-{pid}` with its loopback up, deleted on
+/// drop (also on panic, taking any attachment in it along).
+#[allow(
+    dead_code,
+    reason = "a module of each eBPF test binary; ebpf_load.rs does not use this"
+)]
+pub(crate) fn namespace_with_loopback(tag: &str) -> testbed::Netns {
+    let name = format!("{tag}-{}", std::process::id());
+    let netns = testbed::Netns::create(&name).unwrap_or_else(|e| panic!("creating {name}: {e}"));
+    testbed::ip(&["-n", netns.name(), "link", "set", "lo", "up"]).unwrap_or_else(|e| panic!("{e}"));
+    netns
+}
