@@ -40,6 +40,7 @@ pub mod accounting;
 pub mod admin;
 pub mod body;
 pub mod cache;
+pub mod client_bytes;
 pub mod config;
 pub mod daemon;
 pub mod direct;

@@ -151,7 +151,7 @@ pub struct CountedStream<S> {
     inner: S,
     socket: Option<Arc<BrowserSocket>>,
     /// The per-client figure of `/metrics`, when counted.
-    client: Option<crate::metrics::ClientTally>,
+    client: Option<crate::client_bytes::ClientTally>,
 }
 
 impl<S: AsRawFd> CountedStream<S> {
@@ -190,7 +190,7 @@ impl<S> CountedStream<S> {
     }
 
     /// Also counts the writes into `client`'s bytes on `/metrics`.
-    pub fn with_client(mut self, client: crate::metrics::ClientTally) -> Self {
+    pub fn with_client(mut self, client: crate::client_bytes::ClientTally) -> Self {
         self.client = Some(client);
         self
     }
