@@ -503,16 +503,7 @@ impl SctpAccounting {
 
     /// The file descriptor of a loaded program, for [`test_run`].
     pub fn program_fd(&self, hook: SctpHook) -> Result<BorrowedFd<'_>, EbpfError> {
-        let name = hook.program();
-        let program = self
-            .ebpf
-            .program(name)
-            .ok_or(EbpfError::MissingProgram { name })?;
-        let fd = program.fd().map_err(|source| EbpfError::Verify {
-            name,
-            source: Box::new(source),
-        })?;
-        Ok(fd.as_fd())
+        program_fd(&self.ebpf, hook.program())
     }
 
     /// How many instructions the verifier processed to accept a loaded program
@@ -586,6 +577,18 @@ impl SctpAccounting {
     ) -> Result<PerCpuHashMap<&aya::maps::MapData, K, V>, EbpfError> {
         per_cpu_hash(&self.ebpf, name)
     }
+}
+
+/// The file descriptor of `ebpf`'s loaded program `name`.
+fn program_fd<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<BorrowedFd<'a>, EbpfError> {
+    let program = ebpf
+        .program(name)
+        .ok_or(EbpfError::MissingProgram { name })?;
+    let fd = program.fd().map_err(|source| EbpfError::Verify {
+        name,
+        source: Box::new(source),
+    })?;
+    Ok(fd.as_fd())
 }
 
 /// The per-CPU hash map `name` of `ebpf`.

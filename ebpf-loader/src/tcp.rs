@@ -4,7 +4,7 @@
 //! map of [`TcpFlowKey`] → [`TcpFlowCounters`] (docs/ebpf.md, "Browser flows").
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd as _, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 
 use aya::{
@@ -150,16 +150,7 @@ impl TcpFlowAccounting {
 
     /// The file descriptor of a loaded program, for [`crate::test_run`].
     pub fn program_fd(&self, hook: TcpHook) -> Result<BorrowedFd<'_>, EbpfError> {
-        let name = hook.program();
-        let program = self
-            .ebpf
-            .program(name)
-            .ok_or(EbpfError::MissingProgram { name })?;
-        let fd = program.fd().map_err(|source| EbpfError::Verify {
-            name,
-            source: Box::new(source),
-        })?;
-        Ok(fd.as_fd())
+        crate::program_fd(&self.ebpf, hook.program())
     }
 
     /// One flow's counters, folded over CPUs; `None` if the programs have not
