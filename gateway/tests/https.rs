@@ -336,6 +336,32 @@ fn direct_tls_log(https: &HttpsDemo, n: usize) -> Vec<testbed::AccessEntry> {
     }
 }
 
+/// Fetches `paths` over HTTPS by the site's name at `ip` through the gateway:
+/// each body must be the file's, byte for byte, and the gateway's last line
+/// for that destination a tunnel that ended cleanly.
+fn fetch_by_name_through_a_tunnel(https: &HttpsDemo, ip: IpAddr, paths: &[&str]) {
+    let demo = &https.demo;
+    let dial = Dial::Named {
+        ip,
+        name: SITE_NAME,
+        cert: &https.site_cert,
+    };
+    for path in paths {
+        let body = curl(demo, &dial, path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            body == demo_file(path),
+            "https://{SITE_NAME}{path} via {ip}: {} bytes that are not the file's",
+            body.len()
+        );
+    }
+    let line = https_line(demo, SocketAddr::new(ip, 443));
+    assert!(
+        line.contains(&format!("peeked=ServerName(\"{SITE_NAME}\")"))
+            && line.contains("outcome=Some(Closed)"),
+        "not a tunnel that ended cleanly: {line}"
+    );
+}
+
 #[test]
 fn https_by_name_is_tunnelled_to_the_origin_on_both_families() {
     let https = start("tunnel", true);
@@ -345,25 +371,7 @@ fn https_by_name_is_tunnelled_to_the_origin_on_both_families() {
         (SITE_V6.into(), ["/assets/app.js", "/assets/tile-02.svg"]),
     ];
     for (ip, paths) in cases {
-        let dial = Dial::Named {
-            ip,
-            name: SITE_NAME,
-            cert: &https.site_cert,
-        };
-        for path in paths {
-            let body = curl(demo, &dial, path).unwrap_or_else(|e| panic!("{e}"));
-            assert!(
-                body == demo_file(path),
-                "https://{SITE_NAME}{path} via {ip}: {} bytes that are not the file's",
-                body.len()
-            );
-        }
-        let line = https_line(demo, SocketAddr::new(ip, 443));
-        assert!(
-            line.contains(&format!("peeked=ServerName(\"{SITE_NAME}\")"))
-                && line.contains("outcome=Some(Closed)"),
-            "not a tunnel that ended cleanly: {line}"
-        );
+        fetch_by_name_through_a_tunnel(&https, ip, &paths);
     }
     for path in cases.iter().flat_map(|(_, p)| p) {
         let streams = origin_streams(demo, path);
@@ -469,23 +477,7 @@ fn https_is_tunnelled_to_an_origin_on_framed_tcp() {
         (SITE_V6.into(), "/assets/app.js"),
     ];
     for (ip, path) in cases {
-        let dial = Dial::Named {
-            ip,
-            name: SITE_NAME,
-            cert: &https.site_cert,
-        };
-        let body = curl(demo, &dial, path).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            body == demo_file(path),
-            "https://{SITE_NAME}{path} via {ip}: {} bytes that are not the file's",
-            body.len()
-        );
-        let line = https_line(demo, SocketAddr::new(ip, 443));
-        assert!(
-            line.contains(&format!("peeked=ServerName(\"{SITE_NAME}\")"))
-                && line.contains("outcome=Some(Closed)"),
-            "not a tunnel that ended cleanly: {line}"
-        );
+        fetch_by_name_through_a_tunnel(&https, ip, &[path]);
         let streams = origin_streams(demo, path);
         assert!(
             !streams.is_empty() && streams.iter().all(|&s| s > 0),

@@ -73,7 +73,7 @@ pub(crate) const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ),
     (
         "openssl",
-        "openssl: the self-signed certificate of the benchmark's HTTPS (HTTP/2) nginx",
+        "openssl: the self-signed certificates of the benchmark's HTTPS (HTTP/2) nginx and of the HTTPS end-to-end tests",
     ),
     (
         "squid",
@@ -85,7 +85,7 @@ pub(crate) const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ),
     (
         "util-linux",
-        "setpriv: the eBPF test that starts the gateway without CAP_BPF",
+        "setpriv: the eBPF tests that start the gateway and the origin without CAP_BPF",
     ),
     (
         "valgrind",
