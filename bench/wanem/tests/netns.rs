@@ -176,8 +176,12 @@ fn the_queue_limit_drops_under_overload() {
         "{arrived} arrived"
     );
     assert_eq!(forward.faults(), 0, "{forward:?}");
+    // No `pending == 0` here: the namespaces' own frames (neighbour
+    // discovery, MLD reports) come at times of the kernel's choosing, and one
+    // that arrives in the last 8 ms before the stop is still in the 1 Mbit/s
+    // link (CI saw exactly that once). That the burst drained is shown by what
+    // arrived; every frame is accounted for by the balance.
     assert!(forward.balanced(), "{forward:?}");
-    assert_eq!(forward.pending, 0, "{forward:?}");
 }
 
 #[test]
