@@ -29,13 +29,14 @@
 
 pub mod conditional;
 pub mod path;
+mod small_cache;
 
 use std::fs::Metadata;
 use std::io::{self, SeekFrom};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use bytes::Bytes;
 use globset::{Glob, GlobMatcher};
@@ -45,12 +46,13 @@ use http::header::{
 };
 use http::{HeaderValue, Method, StatusCode};
 use serde::Deserialize;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::io::AsyncReadExt;
 
 use self::conditional::{
     Precondition, RangeRequest, Validators, evaluate_preconditions, if_range_allows, parse_range,
 };
 use self::path::{PathError, UrlPath};
+use self::small_cache::{SmallFile, SmallFileCache};
 
 /// A GET of a file of at most this many bytes reads it whole in the lookup's
 /// blocking call (the file is open there already); a larger one is read in
@@ -83,6 +85,19 @@ pub struct FilesConfig {
     /// nginx's `from=` part. Below it, they are.
     #[serde(default)]
     pub symlinks_from: Option<PathBuf>,
+    /// Memory for small files (at most [`WHOLE_FILE_MAX_BYTES`] each) kept
+    /// between lookups, bytes; 0 turns it off. See `small_file_recheck`.
+    #[serde(default = "default_small_file_cache_bytes")]
+    pub small_file_cache_bytes: u64,
+    /// How long a small file kept in memory is served without being looked up
+    /// again, milliseconds (nginx's `open_file_cache_valid`): a file changed,
+    /// removed or made unreadable on disk is served as it was for at most this
+    /// long. 0 turns the cache off.
+    #[serde(
+        default = "default_small_file_recheck",
+        with = "gateway_transport::duration_ms"
+    )]
+    pub small_file_recheck: Duration,
 }
 
 /// `files.follow_symlinks`: which symlinks on the way from the root to a file are
@@ -112,6 +127,14 @@ fn default_index() -> String {
     "index.html".to_owned()
 }
 
+fn default_small_file_cache_bytes() -> u64 {
+    8 * 1024 * 1024
+}
+
+fn default_small_file_recheck() -> Duration {
+    Duration::from_secs(1)
+}
+
 impl FilesConfig {
     /// A configuration serving `root` with the defaults.
     pub fn new(root: impl Into<PathBuf>) -> FilesConfig {
@@ -121,6 +144,8 @@ impl FilesConfig {
             cache_control: Vec::new(),
             follow_symlinks: FollowSymlinks::default(),
             symlinks_from: None,
+            small_file_cache_bytes: default_small_file_cache_bytes(),
+            small_file_recheck: default_small_file_recheck(),
         }
     }
 
@@ -490,6 +515,8 @@ struct Inner {
     follow_symlinks: FollowSymlinks,
     /// Relative to the root; validated.
     symlinks_from: Option<PathBuf>,
+    /// Small files found and read by earlier lookups; `None` when off.
+    small_files: Option<SmallFileCache>,
 }
 
 impl StaticFiles {
@@ -510,6 +537,10 @@ impl StaticFiles {
                 cache_control,
                 follow_symlinks: config.follow_symlinks,
                 symlinks_from: config.symlinks_from.clone(),
+                small_files: SmallFileCache::new(
+                    config.small_file_cache_bytes,
+                    config.small_file_recheck,
+                ),
             }),
         })
     }
@@ -546,6 +577,12 @@ impl StaticFiles {
             return Err(method_refusal(&request.method));
         }
         let (url_path, query) = UrlPath::from_target(&request.target).map_err(Refusal::Path)?;
+        // The target's path passed the checks above, so it can be the key.
+        let key = request.target.split('?').next().unwrap_or_default();
+        let cache = self.inner.small_files.as_ref();
+        if let Some(kept) = cache.and_then(|cache| cache.get(key, Instant::now())) {
+            return self.file_response(request, &kept.facts, Body::Memory(kept.contents.clone()));
+        }
         let inner = Arc::clone(&self.inner);
         let lookup_path = url_path.clone();
         let whole = request.method == Method::GET;
@@ -560,44 +597,61 @@ impl StaticFiles {
         })
         .await
         .map_err(|e| Refusal::Io(format!("static file lookup task failed: {e}")))?;
-        match resolved? {
-            Resolved::File(opened) => self.file_response(request, opened).await,
-            Resolved::Directory => redirect(&url_path, query),
+        let opened = match resolved? {
+            Resolved::File(opened) => opened,
+            Resolved::Directory => return redirect(&url_path, query),
+        };
+        let facts = self.facts(&opened)?;
+        let Some(contents) = opened.contents else {
+            return self.file_response(request, &facts, Body::File(opened.file));
+        };
+        let response = self.file_response(request, &facts, Body::Memory(contents.clone()));
+        if let Some(cache) = cache {
+            let kept = Arc::new(SmallFile { facts, contents });
+            cache.insert(key, kept, Instant::now());
         }
+        response
     }
 
-    async fn file_response(
-        &self,
-        request: &RequestHead,
-        opened: Opened,
-    ) -> Result<FileResponse, Refusal> {
-        let Opened {
-            file,
-            meta,
-            url,
-            contents,
-        } = opened;
-        let url = url.as_str();
-        let len = meta.len();
-        let validators = Validators::new(meta.mtime(), meta.mtime_nsec(), len, meta.ino());
-        let etag = HeaderValue::from_str(&validators.etag);
-        let Ok(etag) = etag else {
+    /// The head fields of the file `opened`, from its metadata and URL.
+    fn facts(&self, opened: &Opened) -> Result<FileFacts, Refusal> {
+        let meta = &opened.meta;
+        let validators = Validators::new(meta.mtime(), meta.mtime_nsec(), meta.len(), meta.ino());
+        let Ok(etag) = HeaderValue::from_str(&validators.etag) else {
             return Err(Refusal::Io(format!(
                 "ETag {:?} is not a field value",
                 validators.etag
             )));
         };
-        let last_modified = http_date(UNIX_EPOCH + Duration::from_secs(validators.last_modified));
-        let cache_control = self.cache_control_for(url);
+        Ok(FileFacts {
+            len: meta.len(),
+            etag,
+            last_modified: http_date(UNIX_EPOCH + Duration::from_secs(validators.last_modified)),
+            content_type: content_type(&opened.url),
+            cache_control: self.cache_control_for(&opened.url),
+            validators,
+            url: opened.url.clone(),
+        })
+    }
+
+    /// The response to `request` for the file `facts` describes, whose bytes
+    /// are `body`: preconditions, range, head, body.
+    fn file_response(
+        &self,
+        request: &RequestHead,
+        facts: &FileFacts,
+        body: Body,
+    ) -> Result<FileResponse, Refusal> {
+        let (url, len) = (facts.url.as_str(), facts.len);
         let validator_fields = |head: &mut ResponseHead| {
-            head.push(LAST_MODIFIED, last_modified.clone());
-            head.push(ETAG, etag.clone());
-            if let Some(value) = &cache_control {
+            head.push(LAST_MODIFIED, facts.last_modified.clone());
+            head.push(ETAG, facts.etag.clone());
+            if let Some(value) = &facts.cache_control {
                 head.push(CACHE_CONTROL, value.clone());
             }
         };
 
-        match evaluate_preconditions(request, &validators) {
+        match evaluate_preconditions(request, &facts.validators) {
             Precondition::Proceed => {}
             Precondition::NotModified => {
                 let mut head = ResponseHead::new(StatusCode::NOT_MODIFIED);
@@ -610,7 +664,7 @@ impl StaticFiles {
             Precondition::Failed => return Err(Refusal::PreconditionFailed),
         }
 
-        let range = range_request(request, &validators);
+        let range = range_request(request, &facts.validators);
         let (status, start, count) = match range {
             Some(RangeRequest::Single(spec)) => match spec.resolve(len) {
                 Some((first, last)) => (StatusCode::PARTIAL_CONTENT, first, last - first + 1),
@@ -620,7 +674,7 @@ impl StaticFiles {
         };
 
         let mut head = ResponseHead::new(status);
-        head.push(CONTENT_TYPE, content_type(url));
+        head.push(CONTENT_TYPE, facts.content_type.clone());
         head.push(CONTENT_LENGTH, HeaderValue::from(count));
         if status == StatusCode::PARTIAL_CONTENT {
             let last = start + count - 1;
@@ -638,33 +692,31 @@ impl StaticFiles {
                 body: FileBody::Empty,
             });
         }
-        if let Some(contents) = contents {
-            let range = usize::try_from(start)
-                .ok()
-                .zip(usize::try_from(start + count).ok());
-            let Some(body) = range
-                .and_then(|(from, to)| contents.get(from..to).map(|_| contents.slice(from..to)))
-            else {
-                return Err(Refusal::Io(format!("{url} changed size while read")));
-            };
-            return Ok(FileResponse {
-                head,
-                body: FileBody::Bytes(body),
-            });
-        }
-        let mut file = tokio::fs::File::from_std(file);
-        if start > 0 {
-            file.seek(SeekFrom::Start(start))
-                .await
-                .map_err(|e| Refusal::Io(format!("seek in {url}: {e}")))?;
-        }
-        Ok(FileResponse {
-            head,
-            body: FileBody::File(FileRegion {
-                file,
-                remaining: count,
-            }),
-        })
+        let body = match body {
+            Body::Memory(contents) => {
+                let range = usize::try_from(start)
+                    .ok()
+                    .zip(usize::try_from(start + count).ok());
+                let Some(part) = range.and_then(|(from, to)| {
+                    contents.get(from..to).map(|_| contents.slice(from..to))
+                }) else {
+                    return Err(Refusal::Io(format!("{url} changed size while read")));
+                };
+                FileBody::Bytes(part)
+            }
+            Body::File(mut file) => {
+                if start > 0 {
+                    // lseek on a regular file does no I/O: no blocking-pool trip.
+                    io::Seek::seek(&mut file, SeekFrom::Start(start))
+                        .map_err(|e| Refusal::Io(format!("seek in {url}: {e}")))?;
+                }
+                FileBody::File(FileRegion {
+                    file: tokio::fs::File::from_std(file),
+                    remaining: count,
+                })
+            }
+        };
+        Ok(FileResponse { head, body })
     }
 
     /// The Cache-Control value of the first pattern matching `url`.
@@ -747,6 +799,28 @@ fn content_type(url: &str) -> HeaderValue {
 /// the fallback is never taken.
 fn header_value(text: String) -> HeaderValue {
     HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// What a response head says of a file, worked out once per lookup (and kept
+/// with a small file in [`SmallFileCache`]).
+#[derive(Debug)]
+struct FileFacts {
+    /// The URL path of the file served (the index file's for a directory URL).
+    url: String,
+    len: u64,
+    validators: Validators,
+    etag: HeaderValue,
+    last_modified: HeaderValue,
+    content_type: HeaderValue,
+    cache_control: Option<HeaderValue>,
+}
+
+/// Where a file's bytes come from.
+enum Body {
+    /// Read whole (a small file), now or by an earlier lookup.
+    Memory(Bytes),
+    /// Open, to be read in chunks.
+    File(std::fs::File),
 }
 
 /// What a lookup found.

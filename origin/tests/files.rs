@@ -639,3 +639,79 @@ fn a_missing_root_is_a_config_error() {
     let error = StaticFiles::new(&FilesConfig::new(Path::new("/nonexistent/origin-root")));
     assert!(matches!(error, Err(e) if e.to_string().starts_with("files.root")));
 }
+
+/// The small-file cache (`files.small_file_recheck`): a small file once read
+/// is answered from memory, ranges and conditionals included, until the
+/// recheck time; a refusal is never kept; with the cache off a change shows at
+/// once.
+#[tokio::test]
+async fn small_files_are_kept_until_their_recheck_time() -> TestResult {
+    let fx = fixture()?;
+    let root = fx.root();
+    let with_recheck = |recheck: Duration| {
+        let mut config = FilesConfig::new(&root);
+        config.small_file_recheck = recheck;
+        StaticFiles::new(&config)
+    };
+    // An hour: nothing below can outlast it, however slow the machine.
+    let kept = with_recheck(Duration::from_secs(3600))?;
+    let first = get(&kept, "/hello.txt", &[]).await?;
+    assert_eq!(first.body, HELLO);
+    let etag = first.field("etag").ok_or("no ETag")?.to_owned();
+    fs::write(root.join("hello.txt"), b"changed on disk\n")?;
+    let again = get(&kept, "/hello.txt", &[]).await?;
+    assert_eq!((again.status(), &again.body[..]), (200, HELLO));
+    assert_eq!(again.field("etag"), Some(etag.as_str()));
+    assert_eq!(again.field("last-modified"), first.field("last-modified"));
+    let range = get(&kept, "/hello.txt", &[("Range", "bytes=7-11")]).await?;
+    assert_eq!((range.status(), &range.body[..]), (206, &b"world"[..]));
+    assert_eq!(range.field("content-range"), Some("bytes 7-11/13"));
+    let conditional = get(&kept, "/hello.txt", &[("If-None-Match", &etag)]).await?;
+    assert_eq!(conditional.status(), 304);
+    let head = request(&kept, "HEAD", "/hello.txt", &[]).await?;
+    assert_eq!(
+        (head.status(), head.field("content-length")),
+        (200, Some("13"))
+    );
+    assert!(head.body.is_empty());
+    // A 404 is looked up again: the file appears at once.
+    assert_eq!(get(&kept, "/later.txt", &[]).await?.status(), 404);
+    fs::write(root.join("later.txt"), b"later\n")?;
+    let later = get(&kept, "/later.txt", &[]).await?;
+    assert_eq!((later.status(), &later.body[..]), (200, &b"later\n"[..]));
+    // A large file is not kept: each request reads the disk.
+    let big = get(&kept, "/big.bin", &[("Range", "bytes=0-3")]).await?;
+    assert_eq!(big.body, big_pattern()[..4]);
+    fs::write(root.join("big.bin"), vec![b'n'; BIG_LEN])?;
+    let big = get(&kept, "/big.bin", &[("Range", "bytes=0-3")]).await?;
+    assert_eq!(big.body, b"nnnn");
+
+    // Off: the change shows on the next request.
+    let off = with_recheck(Duration::ZERO)?;
+    assert_eq!(
+        get(&off, "/hello.txt", &[]).await?.body,
+        b"changed on disk\n"
+    );
+    fs::write(root.join("hello.txt"), b"and again\n")?;
+    assert_eq!(get(&off, "/hello.txt", &[]).await?.body, b"and again\n");
+
+    // A short recheck: the change shows once it has passed (waited for with a
+    // deadline, never a fixed sleep).
+    let short = with_recheck(Duration::from_millis(50))?;
+    assert_eq!(get(&short, "/hello.txt", &[]).await?.body, b"and again\n");
+    fs::write(root.join("hello.txt"), b"third\n")?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let body = get(&short, "/hello.txt", &[]).await?.body;
+        if body == b"third\n" {
+            break;
+        }
+        assert_eq!(body, b"and again\n");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the change never showed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
