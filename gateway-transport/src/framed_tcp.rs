@@ -281,6 +281,23 @@ impl Association {
         buffered.get(usize::from(stream)).copied()
     }
 
+    /// [`buffered`](Self::buffered) of each stream, under one lock.
+    pub(crate) fn buffered_each(
+        &self,
+        streams: impl IntoIterator<Item = u16>,
+        out: &mut Vec<(u16, u64)>,
+    ) {
+        let buffered = self
+            .shared
+            .buffered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        out.extend(streams.into_iter().filter_map(|stream| {
+            let depth = buffered.get(usize::from(stream))?;
+            Some((stream, *depth as u64))
+        }));
+    }
+
     pub(crate) async fn close(&self) -> Result<(), TransportError> {
         let (done_tx, done_rx) = oneshot::channel();
         if self

@@ -189,6 +189,22 @@ impl Association {
         dispatch!(self, a => a.buffered(stream))
     }
 
+    /// [`buffered`](Self::buffered) of each of `streams`, appended to `out` as
+    /// `(stream, bytes)`; a stream the backend cannot tell is left out. One
+    /// lock for all of them where the backend has one (a scheduler reads every
+    /// busy stream before each decision).
+    pub fn buffered_each(&self, streams: impl IntoIterator<Item = u16>, out: &mut Vec<(u16, u64)>) {
+        match &*self.inner {
+            Inner::Userspace(a) => a.buffered_each(streams, out),
+            Inner::FramedTcp(a) => a.buffered_each(streams, out),
+            _ => out.extend(
+                streams
+                    .into_iter()
+                    .filter_map(|stream| Some((stream, self.buffered(stream)? as u64))),
+            ),
+        }
+    }
+
     /// Graceful close: what was sent is delivered, then the association ends. The
     /// peer's `recv` returns `Err(Closed)` after its last message.
     pub async fn close(&self) -> Result<(), TransportError> {

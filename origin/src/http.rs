@@ -13,6 +13,7 @@
 //!
 //! Start with [`RequestHead::parse`] and [`HttpError::status`].
 
+use std::cell::RefCell;
 use std::time::SystemTime;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -236,9 +237,27 @@ impl ResponseHead {
             .map(|(_, v)| v)
     }
 
-    /// Appends a Date field for `now` (IMF-fixdate).
+    /// Appends a Date field for `now` (IMF-fixdate). The value is formatted
+    /// once a second per thread, as nginx keeps its time string.
     pub fn push_date(&mut self, now: SystemTime) {
-        self.push(DATE, http_date(now));
+        thread_local! {
+            static LAST: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
+        }
+        let Ok(since_epoch) = now.duration_since(SystemTime::UNIX_EPOCH) else {
+            // A clock before 1970 is broken; httpdate cannot format it.
+            self.push(DATE, http_date(SystemTime::UNIX_EPOCH));
+            return;
+        };
+        let second = since_epoch.as_secs();
+        let value = LAST.with_borrow_mut(|last| match last {
+            Some((at, value)) if *at == second => value.clone(),
+            _ => {
+                let value = http_date(now);
+                *last = Some((second, value.clone()));
+                value
+            }
+        });
+        self.push(DATE, value);
     }
 
     /// The head as HTTP/1.1 bytes: status line, each field as `Name: value`
@@ -301,10 +320,15 @@ pub fn http_date(time: SystemTime) -> HeaderValue {
 /// `Content-Type`, `etag` → `Etag`). Case carries no meaning in HTTP/1.1 field
 /// names; this is for people reading traces.
 fn put_title_case(out: &mut BytesMut, name: &str) {
+    // Copied whole, then cased in place: one capacity check, not one a byte.
+    let start = out.len();
+    out.put_slice(name.as_bytes());
     let mut upper = true;
-    for b in name.bytes() {
-        out.put_u8(if upper { b.to_ascii_uppercase() } else { b });
-        upper = b == b'-';
+    for b in &mut out[start..] {
+        if upper {
+            b.make_ascii_uppercase();
+        }
+        upper = *b == b'-';
     }
 }
 
@@ -459,6 +483,38 @@ mod tests {
         assert_eq!(
             &head.render()[..],
             b"HTTP/1.1 204 No Content\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n"
+        );
+    }
+
+    /// The value kept for a second is that second's, never another's.
+    #[test]
+    fn date_kept_per_second_follows_the_clock() {
+        let epoch = SystemTime::UNIX_EPOCH;
+        let at = |secs: u64, millis: u64| {
+            let mut head = ResponseHead::new(StatusCode::NO_CONTENT);
+            head.push_date(
+                epoch
+                    + std::time::Duration::from_secs(secs)
+                    + std::time::Duration::from_millis(millis),
+            );
+            head.get("date").cloned()
+        };
+        let same = at(784111777, 0);
+        assert_eq!(at(784111777, 999), same);
+        assert_eq!(
+            at(784111778, 1).as_ref().and_then(|v| v.to_str().ok()),
+            Some("Sun, 06 Nov 1994 08:49:38 GMT")
+        );
+        // Back in time (a clock step) formats afresh too.
+        assert_eq!(
+            at(784111777, 500).as_ref().and_then(|v| v.to_str().ok()),
+            Some("Sun, 06 Nov 1994 08:49:37 GMT")
+        );
+        let mut before = ResponseHead::new(StatusCode::NO_CONTENT);
+        before.push_date(epoch - std::time::Duration::from_secs(1));
+        assert_eq!(
+            before.get("date").and_then(|v| v.to_str().ok()),
+            Some("Thu, 01 Jan 1970 00:00:00 GMT")
         );
     }
 }

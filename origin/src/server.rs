@@ -576,10 +576,8 @@ impl<H: Handler> Driver<H> {
         }
         let mut per_stream = std::mem::take(&mut self.depths);
         per_stream.clear();
-        per_stream.extend(self.job_streams.keys().filter_map(|&stream| {
-            let depth = self.assoc.buffered(stream)?;
-            Some((stream, depth as u64))
-        }));
+        self.assoc
+            .buffered_each(self.job_streams.keys().copied(), &mut per_stream);
         let total = per_stream.iter().map(|(_, depth)| depth).sum();
         self.scheduler.handle_transport_queued(total, &per_stream);
         self.depths = per_stream;

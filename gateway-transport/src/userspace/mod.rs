@@ -557,6 +557,20 @@ impl Association {
         Some(lock(&self.shared.state).unsent(stream))
     }
 
+    /// [`buffered`](Self::buffered) of each stream, under one lock.
+    pub(crate) fn buffered_each(
+        &self,
+        streams: impl IntoIterator<Item = u16>,
+        out: &mut Vec<(u16, u64)>,
+    ) {
+        let state = lock(&self.shared.state);
+        out.extend(
+            streams
+                .into_iter()
+                .map(|stream| (stream, state.unsent(stream) as u64)),
+        );
+    }
+
     /// Graceful close: waits until everything sent is acknowledged and the
     /// SHUTDOWN exchange is complete (see [`crate::Association::close`]).
     pub(crate) async fn close(&self) -> Result<(), TransportError> {
