@@ -1,7 +1,7 @@
 //! The userspace SCTP backend over loopback, IPv4 and IPv6, through the public API
 //! only: ordering and boundaries per stream, sizes up to the message limit, stream
 //! negotiation, backpressure, abort, graceful close, heartbeats, an unreachable
-//! peer, and a connect to a silent port. Every test is bounded in time.
+//! peer, a vanished peer (ICMP port unreachable), and a connect to a silent port. Every test is bounded in time.
 //!
 //! `throughput_probe` (ignored) prints bulk Mbit/s; run it with
 //! `cargo test --release -p gateway-transport --test userspace_loopback -- --ignored --nocapture`.
@@ -391,6 +391,90 @@ async fn silent_peer_is_reported_unreachable() -> Result<()> {
             }
         }
         ensure!(started.elapsed() < Duration::from_secs(5));
+        Ok(())
+    })
+    .await?
+}
+
+/// A UDP relay between a client and a listener whose two sockets close (as
+/// a killed process's would) when `gone` is notified.
+async fn vanishing_relay(
+    upstream: SocketAddr,
+    gone: Arc<tokio::sync::Notify>,
+) -> Result<SocketAddr> {
+    let front = UdpSocket::bind("127.0.0.1:0").await?;
+    let back = UdpSocket::bind("127.0.0.1:0").await?;
+    back.connect(upstream).await?;
+    let addr = front.local_addr()?;
+    tokio::spawn(async move {
+        let mut client = None;
+        let mut a = vec![0u8; 65536];
+        let mut b = vec![0u8; 65536];
+        loop {
+            tokio::select! {
+                () = gone.notified() => return,
+                r = front.recv_from(&mut a) => {
+                    let Ok((n, from)) = r else { return };
+                    client = Some(from);
+                    let _ = back.send(&a[..n]).await;
+                }
+                r = back.recv(&mut b) => {
+                    let Ok(n) = r else { return };
+                    if let Some(to) = client {
+                        let _ = front.send_to(&b[..n], to).await;
+                    }
+                }
+            }
+        }
+    });
+    Ok(addr)
+}
+
+/// A peer whose process is gone: its host answers our packets with ICMP
+/// "port unreachable", and each side ends its association at its next
+/// packet (the client's socket is connected, the listener's is not),
+/// long before the idle time-out would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_peer_is_noticed_at_the_next_packet_by_icmp() -> Result<()> {
+    timeout(TEST_LIMIT, async {
+        let cfg = AssociationConfig {
+            // Neither heartbeats nor the idle time-out can end it within the test.
+            heartbeat_interval: Duration::from_secs(120),
+            idle_timeout: Duration::from_secs(600),
+            ..config()
+        };
+        let listener = Listener::bind(BackendKind::Userspace, V4.parse()?, &cfg).await?;
+        let gone = Arc::new(tokio::sync::Notify::new());
+        let via = vanishing_relay(listener.local_addr()?, Arc::clone(&gone)).await?;
+        let (client, server) = tokio::join!(
+            connect(BackendKind::Userspace, via, &cfg),
+            listener.accept()
+        );
+        let (client, server) = (client?, server?);
+        client.send(0, Bytes::from_static(b"hello")).await?;
+        ensure!(server.recv().await?.data == "hello");
+        server.send(0, Bytes::from_static(b"hi")).await?;
+        ensure!(client.recv().await?.data == "hi");
+        gone.notify_one();
+        // The relay's sockets close as its task ends; a send after that is
+        // refused by the host. Sends go on until the refusal ends the
+        // association (the first may still reach the relay before it closes).
+        for side in [&client, &server] {
+            let ended = timeout(Duration::from_secs(20), async {
+                loop {
+                    if let Err(e) = side.send(1, Bytes::from_static(b"anyone?")).await {
+                        return e;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+            .await
+            .context("ICMP port unreachable did not end the association")?;
+            match ended {
+                TransportError::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                other => bail!("a vanished peer gave {other:?}"),
+            }
+        }
         Ok(())
     })
     .await?

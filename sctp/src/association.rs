@@ -109,6 +109,11 @@ pub enum AssociationError {
     /// The peer restarted (RFC 9260 5.2.4 case A): its streams' state is gone.
     #[error("the peer restarted")]
     PeerRestarted,
+    /// The peer's host answered our packets with ICMP "port unreachable"
+    /// quoting the peer's verification tag: over UDP (RFC 6951) nothing
+    /// listens on that port any more.
+    #[error("the peer's port is unreachable (nothing listens there any more)")]
+    PortUnreachable,
 }
 
 fn describe(causes: &[ErrorCause]) -> String {
@@ -743,6 +748,23 @@ impl Association {
         self.end(Event::Lost(AssociationError::LocallyAborted(
             reason.to_owned(),
         )));
+    }
+
+    /// An ICMP "port unreachable" answered one of our packets, quoting its
+    /// verification tag `vtag`. Over UDP encapsulation that is SCTP's
+    /// "protocol unreachable": nothing listens on the peer's port, which
+    /// RFC 9260 Appendix C (ICMP7) says to process as an ABORT, once the
+    /// quoted tag is the peer's (ICMP6), so that an off-path sender who does
+    /// not know the tag cannot end the association. Returns whether it ended
+    /// it. A handshake still in COOKIE-WAIT (no peer tag yet) is left to the
+    /// caller, who may know more (a connected socket's ECONNREFUSED).
+    pub fn handle_port_unreachable(&mut self, vtag: u32) -> bool {
+        if self.state == State::Closed || self.peer_tag == 0 || vtag != self.peer_tag {
+            return false;
+        }
+        self.packets.clear();
+        self.end(Event::Lost(AssociationError::PortUnreachable));
+        true
     }
 
     /// The peer restarted (the endpoint saw a COOKIE ECHO of case A).

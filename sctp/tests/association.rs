@@ -266,6 +266,29 @@ fn abort_from_either_side_is_seen_as_aborted() {
     }
 }
 
+/// RFC 9260 Appendix C (ICMP6, ICMP7): an ICMP "port unreachable" (over UDP,
+/// SCTP's "protocol unreachable") ends the association as an ABORT would, but
+/// only when it quotes the peer's verification tag.
+#[test]
+fn port_unreachable_ends_the_association_only_with_the_peers_tag() {
+    let mut sim = established(Link::default(), 12);
+    let peer_tag = sim.sides[SERVER].assoc().local_tag();
+    let own_tag = sim.sides[CLIENT].assoc().local_tag();
+    let client = sim.sides[CLIENT].assoc();
+    for wrong in [peer_tag.wrapping_add(1), own_tag, 0] {
+        if wrong != peer_tag {
+            assert!(!client.handle_port_unreachable(wrong), "tag {wrong:#x}");
+        }
+    }
+    assert_eq!(client.state(), State::Established);
+    assert!(client.handle_port_unreachable(peer_tag));
+    assert_eq!(client.state(), State::Closed);
+    assert!(!client.handle_port_unreachable(peer_tag), "ends it once");
+    assert!(sim.run_until(SECOND, |s| {
+        s.saw(CLIENT, &Event::Lost(AssociationError::PortUnreachable))
+    }));
+}
+
 #[test]
 fn a_silent_peer_becomes_unreachable() {
     let cfg = Config {

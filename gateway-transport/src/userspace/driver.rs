@@ -59,7 +59,7 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 
-use super::{AssocShared, AssocState, Association, Ended, Settings, UdpStats};
+use super::{AssocShared, AssocState, Association, Ended, Settings, UdpStats, sys};
 use crate::sync::lock;
 
 /// Established associations waiting for `accept`, per listener.
@@ -407,12 +407,9 @@ impl Driver {
             let filled = match result {
                 Ok(n) => n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
-                    self.refused();
-                    continue;
-                }
                 Err(e) => {
                     tracing::debug!(error = %e, "UDP receive error");
+                    self.socket_error(e.kind() == ErrorKind::ConnectionRefused);
                     continue;
                 }
             };
@@ -584,6 +581,7 @@ impl Driver {
                     AssociationError::LocallyAborted(_) if st.aborted => Ended::Closed,
                     AssociationError::LocallyAborted(why) => Ended::Failed(why.clone()),
                     AssociationError::HandshakeFailed => Ended::Failed(reason.to_string()),
+                    AssociationError::PortUnreachable => Ended::Refused,
                 };
                 tracing::debug!(peer = %st.proto.remote(), %reason, "SCTP association lost");
                 st.ended.get_or_insert(ended);
@@ -665,26 +663,63 @@ impl Driver {
                         .store(gso_limit(&self.udp, &self.settings), Ordering::Relaxed);
                     continue;
                 }
-                Err(e) if e.kind() == ErrorKind::ConnectionRefused => self.refused(),
                 // SCTP retransmits what a transient error lost.
-                Err(e) => tracing::debug!(error = %e, %to, count, "UDP send error"),
+                Err(e) => {
+                    tracing::debug!(error = %e, %to, count, "UDP send error");
+                    self.socket_error(e.kind() == ErrorKind::ConnectionRefused);
+                }
             }
             self.outq.drain(..count);
         }
     }
 
-    /// ICMP port unreachable on the connected client socket: a handshake in
-    /// progress fails at once. Established associations ignore it, as SCTP
-    /// would; heartbeats judge their liveness.
-    fn refused(&mut self) {
+    /// A send or receive failed: the socket's error queue (`IP_RECVERR`) holds
+    /// a report for each ICMP error and local failure, drained here, whatever
+    /// the error was, so that it never fills. Each "port unreachable" report
+    /// names the destination and quotes the verification tag of the packet it
+    /// answers: an association with that peer and that tag ends at once
+    /// ([`sctp::Association::handle_port_unreachable`]), where heartbeats
+    /// would take `idle_timeout` to notice. A handshake in COOKIE-WAIT has no
+    /// peer tag yet: on the connected client socket an ECONNREFUSED
+    /// (`refused`) can only be about its one peer, so it fails too.
+    fn socket_error(&mut self, refused: bool) {
+        let reports = sys::port_unreachable_reports(&self.socket);
+        // Only a client's socket is connected, to its one peer.
+        let connected = refused && self.socket.peer_addr().is_ok();
+        let mut lost = Vec::new();
         for (key, entry) in &self.assocs {
             let mut st = lock(&entry.assoc.state);
-            if !st.established && st.ended.is_none() {
+            if st.ended.is_some() {
+                continue;
+            }
+            let remote = canonical(st.proto.remote());
+            // Once one report ends it, the others find it closed.
+            let tag_matched = reports
+                .iter()
+                .filter(|r| canonical(r.to) == remote)
+                .filter_map(|r| r.vtag)
+                .any(|vtag| st.proto.handle_port_unreachable(vtag));
+            if tag_matched {
+                // Ended in the core: the next drive reports it as Refused.
+                lost.push(*key);
+            } else if !st.established && connected {
                 st.ended = Some(Ended::Refused);
                 drop(st);
                 entry.assoc.wake_all();
                 self.finished.push(*key);
             }
+        }
+        if !lost.is_empty() {
+            tracing::debug!(
+                associations = lost.len(),
+                "ICMP port unreachable with the peer's tag: associations end"
+            );
+            for key in lost {
+                self.touch(key);
+            }
+            // Called from `flush` too, after this pass drove its associations:
+            // the next pass must come at once, not at the next packet.
+            self.shared.notify.notify_one();
         }
     }
 
@@ -696,6 +731,12 @@ impl Driver {
             }
         }
     }
+}
+
+/// `addr` with an IPv4-mapped address as plain IPv4, so that a report from
+/// an IPv6 socket matches an association however its peer was written.
+fn canonical(addr: SocketAddr) -> SocketAddr {
+    SocketAddr::new(addr.ip().to_canonical(), addr.port())
 }
 
 /// Most datagrams one send may carry on `udp` under `settings` (1: no GSO).

@@ -212,6 +212,10 @@ fn bind_socket(
     if let Err(e) = socket.set_send_buffer_size(send) {
         tracing::debug!(error = %e, "cannot set SO_SNDBUF");
     }
+    // ICMP "port unreachable" ends an association at once (driver::refused).
+    if let Err(e) = sys::set_recv_errors(&socket, addr.is_ipv6()) {
+        tracing::debug!(error = %e, "cannot set IP_RECVERR: a peer gone is noticed by heartbeats only");
+    }
     socket.bind(&addr.into())?;
     Ok(tokio::net::UdpSocket::from_std(socket.into())?)
 }
