@@ -38,6 +38,9 @@ pub struct DemoHttps {
     /// nginx with TLS (HTTP/2) on the site's addresses, port [`TLS_PORT`],
     /// started by [`DemoHttps::start_direct`]: the original destination.
     pub direct: Option<Nginx>,
+    /// That nginx's own certificate (for the site's addresses, not its name)
+    /// and how to trust it.
+    pub direct_tls: Option<TlsSite>,
     _hosts: NamespaceHosts,
 }
 
@@ -68,6 +71,7 @@ impl DemoHttps {
             tls,
             origin_config,
             direct: None,
+            direct_tls: None,
             _hosts: hosts,
         })
     }
@@ -81,8 +85,9 @@ impl DemoHttps {
         root: &Path,
         dir: &Path,
     ) -> Result<()> {
-        let (nginx, _) = Nginx::start_tls(ns, &tls_addresses(ips), root, dir)?;
+        let (nginx, tls) = Nginx::start_tls(ns, &tls_addresses(ips), root, dir)?;
         self.direct = Some(nginx);
+        self.direct_tls = Some(tls);
         Ok(())
     }
 
