@@ -4,17 +4,21 @@
 //! site's address by that name; the gateway reads the ClientHello, checks the
 //! name against the address the browser dialled, and tunnels the TLS bytes on a
 //! data stream of the association (userspace SCTP) to the origin, which
-//! terminates TLS and serves the file. Beside the site's nginx on port 80, an
-//! nginx on the site's addresses serves TLS on 443 (its own certificate, for
-//! its IP addresses): where every fallback must land.
+//! terminates TLS and serves the file; headless Chromium loads the whole page
+//! that way. Beside the site's nginx on port 80, an nginx on the site's
+//! addresses serves TLS on 443 (its own certificate, for its IP addresses):
+//! where every fallback must land. The demo sets all this up itself
+//! (`DemoOptions::https`, the testbed's `https` module), as for
+//! `cargo xtask run`.
 //!
 //! Name resolution: the gateway checks a server name by resolving it, and the
 //! test namespaces have no DNS. `ip netns exec` (how the testbed starts every
 //! process) mounts `/etc/netns/<namespace>/hosts` over `/etc/hosts`, so the
-//! gateway's namespace gets a hosts file of its own ([`NamespaceHosts`],
-//! removed on drop); the machine's `/etc/hosts` is untouched.
+//! gateway's namespace gets a hosts file of its own (`testbed::NamespaceHosts`,
+//! removed on drop); the machine's `/etc/hosts` is untouched. Chromium gets
+//! `--host-resolver-rules`, curl `--resolve`.
 //!
-//! Needs root, iproute2, nftables, nginx, curl, openssl, and the `origin`
+//! Needs root, iproute2, nftables, nginx, curl, openssl, chromium, and the `origin`
 //! binary beside the gateway's (`cargo build -p gateway -p origin`). These
 //! tests fail, never skip, when something is missing. Logs stay in
 //! `target/e2e-artifacts/https-<test>/`.
@@ -25,14 +29,17 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use testbed::https::DemoHttps;
 use testbed::topology::{SITE_V4, SITE_V6, WAN, WEB_V4};
-use testbed::{Binaries, Demo, DemoOptions, GatewayConfigOverrides, Nginx, OPENSSL, exec_in, run};
+use testbed::{
+    Binaries, Browser, BrowserConfig, Demo, DemoOptions, GatewayConfigOverrides, Nginx, exec_in,
+};
 
 /// Namespace prefix of these tests.
 const PREFIX: &str = "gwtls-";
 /// The name the origin holds a certificate for; resolves to the site's
 /// addresses in the gateway's namespace.
-const SITE_NAME: &str = "site.test";
+const SITE_NAME: &str = testbed::https::SITE_NAME;
 /// A name that resolves elsewhere (the unmapped web server): sent to the
 /// site's address, it is a forgery.
 const OTHER_NAME: &str = "elsewhere.test";
@@ -60,94 +67,29 @@ fn artifacts(name: &str) -> PathBuf {
     dir
 }
 
-/// A hosts file for one namespace, `/etc/netns/<ns>/hosts`, which
-/// `ip netns exec` mounts over `/etc/hosts` for the processes it starts.
-/// Removed on drop.
-struct NamespaceHosts {
-    dir: PathBuf,
-}
-
-impl NamespaceHosts {
-    fn write(ns: &str, entries: &[(IpAddr, &str)]) -> Self {
-        let dir = Path::new("/etc/netns").join(ns);
-        std::fs::create_dir_all(&dir).expect("creating /etc/netns/<ns>");
-        let guard = NamespaceHosts { dir };
-        let mut text = String::from("127.0.0.1 localhost\n::1 localhost\n");
-        for (ip, name) in entries {
-            text.push_str(&format!("{ip} {name}\n"));
-        }
-        std::fs::write(guard.dir.join("hosts"), text).expect("writing the namespace's hosts");
-        guard
-    }
-}
-
-impl Drop for NamespaceHosts {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A self-signed leaf certificate for [`SITE_NAME`] (ECDSA P-256) in `dir`:
-/// `(cert.pem, key.pem)`.
-fn site_certificate(dir: &Path) -> (PathBuf, PathBuf) {
-    let cert = dir.join("site-cert.pem");
-    let key = dir.join("site-key.pem");
-    run(Command::new(OPENSSL)
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .arg("ec_paramgen_curve:prime256v1")
-        .args(["-nodes", "-days", "2", "-subj"])
-        .arg(format!("/CN={SITE_NAME}"))
-        .arg("-addext")
-        .arg(format!("subjectAltName=DNS:{SITE_NAME}"))
-        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
-        .args(["-addext", "extendedKeyUsage=serverAuth"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert))
-    .expect("openssl makes the site's certificate");
-    (cert, key)
-}
-
-/// config/origin.toml serving the demo site, with `[[tls.certificates]]` for
-/// [`SITE_NAME`], written to `dir/origin.toml`.
-fn origin_config(dir: &Path, cert: &Path, key: &Path) -> PathBuf {
-    let shipped = testbed::workspace_root().join("config/origin.toml");
-    let text = std::fs::read_to_string(&shipped).expect("reading config/origin.toml");
-    let mut table: toml::Table = text.parse().expect("config/origin.toml parses");
-    let files = table
-        .get_mut("files")
-        .and_then(toml::Value::as_table_mut)
-        .expect("config/origin.toml has [files]");
-    files.insert(
-        "root".into(),
-        testbed::demo_site().display().to_string().into(),
-    );
-    let mut entry = toml::Table::new();
-    entry.insert("names".into(), vec![SITE_NAME.to_owned()].into());
-    entry.insert("cert".into(), cert.display().to_string().into());
-    entry.insert("key".into(), key.display().to_string().into());
-    let mut tls = toml::Table::new();
-    tls.insert(
-        "certificates".into(),
-        toml::Value::Array(vec![entry.into()]),
-    );
-    table.insert("tls".into(), tls.into());
-    let path = dir.join("origin.toml");
-    std::fs::write(&path, toml::to_string(&table).expect("TOML")).expect("writing origin.toml");
-    path
-}
-
-/// The demo with HTTPS: the origin terminating [`SITE_NAME`] (unless
-/// `start_origin` is false), TLS nginx on the site's addresses, and the gateway
-/// intercepting 443 for the site's networks over userspace SCTP.
+/// The demo with HTTPS ([`DemoOptions::https`]): the origin terminating
+/// [`SITE_NAME`] (unless `start_origin` is false), TLS nginx on the site's
+/// addresses, and the gateway intercepting 443 for the site's networks over
+/// userspace SCTP.
 struct HttpsDemo {
     demo: Demo,
     /// What curl trusts for [`SITE_NAME`].
     site_cert: PathBuf,
+}
+
+impl HttpsDemo {
+    /// The demo's HTTPS part.
+    fn https(&self) -> &DemoHttps {
+        self.demo.https.as_ref().expect("the demo runs with HTTPS")
+    }
+
     /// nginx serving TLS on the site's addresses: the original destination.
-    direct_tls: Nginx,
-    _hosts: NamespaceHosts,
+    fn direct_tls(&self) -> &Nginx {
+        self.https()
+            .direct
+            .as_ref()
+            .expect("the demo's TLS nginx runs")
+    }
 }
 
 fn start(name: &str, start_origin: bool) -> HttpsDemo {
@@ -159,11 +101,10 @@ fn start(name: &str, start_origin: bool) -> HttpsDemo {
 fn start_with(name: &str, start_origin: bool, tweak: impl FnOnce(&mut DemoOptions)) -> HttpsDemo {
     testbed::cleanup_stale(PREFIX).expect("removing namespaces of killed runs");
     let dir = artifacts(name);
-    let (site_cert, site_key) = site_certificate(&dir);
     let mut options = DemoOptions::new(PREFIX, &testbed::workspace_root(), &dir);
-    options.origin_config = Some(origin_config(&dir, &site_cert, &site_key));
+    options.https = true;
+    options.gateway_hosts = vec![(WEB_V4.into(), OTHER_NAME.to_owned())];
     options.start_origin = start_origin;
-    options.start_gateway = false;
     options.gateway = GatewayConfigOverrides {
         tls_port: Some(443),
         backend: Some("userspace".into()),
@@ -172,34 +113,14 @@ fn start_with(name: &str, start_origin: bool, tweak: impl FnOnce(&mut DemoOption
         ..GatewayConfigOverrides::default()
     };
     tweak(&mut options);
-    let mut demo = Demo::start(binaries(), options)
+    let demo = Demo::start(binaries(), options)
         .unwrap_or_else(|e| panic!("demo did not start: {e}\n(logs in {})", dir.display()));
-    let (direct_tls, _) = Nginx::start_tls(
-        demo.topology.origin.name(),
-        &[
-            SocketAddr::new(SITE_V4.into(), 443),
-            SocketAddr::new(SITE_V6.into(), 443),
-        ],
-        &testbed::demo_site(),
-        &dir.join("nginx-site-tls"),
-    )
-    .expect("TLS nginx on the site's addresses starts");
-    let hosts = NamespaceHosts::write(
-        demo.topology.gateway.name(),
-        &[
-            (SITE_V4.into(), SITE_NAME),
-            (SITE_V6.into(), SITE_NAME),
-            (WEB_V4.into(), OTHER_NAME),
-        ],
-    );
-    demo.start_gateway()
-        .unwrap_or_else(|e| panic!("gateway did not start: {e}\n(logs in {})", dir.display()));
-    HttpsDemo {
-        demo,
-        site_cert,
-        direct_tls,
-        _hosts: hosts,
-    }
+    let site_cert = demo
+        .https
+        .as_ref()
+        .map(|h| h.tls.cert.clone())
+        .expect("the demo runs with HTTPS");
+    HttpsDemo { demo, site_cert }
 }
 
 /// How curl reaches the server and what it trusts.
@@ -328,7 +249,7 @@ fn https_line(demo: &Demo, dst: SocketAddr) -> String {
 fn direct_tls_log(https: &HttpsDemo, n: usize) -> Vec<testbed::AccessEntry> {
     let deadline = Instant::now() + LOG_WAIT;
     loop {
-        let seen = https.direct_tls.access_log();
+        let seen = https.direct_tls().access_log();
         if seen.len() >= n || Instant::now() >= deadline {
             return seen;
         }
@@ -382,7 +303,7 @@ fn https_by_name_is_tunnelled_to_the_origin_on_both_families() {
     }
     assert_via_tls(demo, cases.iter().flat_map(|(_, p)| p));
     assert!(
-        https.direct_tls.access_log().is_empty() && demo.site.access_log().is_empty(),
+        https.direct_tls().access_log().is_empty() && demo.site.access_log().is_empty(),
         "nginx served what the origin should have"
     );
 }
@@ -486,7 +407,7 @@ fn https_is_tunnelled_to_an_origin_on_framed_tcp() {
         assert_via_tls(demo, &[path]);
     }
     assert!(
-        https.direct_tls.access_log().is_empty() && demo.site.access_log().is_empty(),
+        https.direct_tls().access_log().is_empty() && demo.site.access_log().is_empty(),
         "nginx served what the origin should have"
     );
 }
@@ -675,8 +596,8 @@ fn https_slow_client_hello_goes_to_the_original_destination_after_the_header_tim
     );
 }
 
-/// A document root in `dir` with one file, `big.bin`, of `len` pseudo-random
-/// bytes: `(root, content)`.
+/// A document root in `dir` with `big.bin`, `len` pseudo-random bytes, and
+/// the demo site's index.html: `(root, big.bin's content)`.
 fn big_site(dir: &Path, len: usize) -> (PathBuf, Vec<u8>) {
     let root = dir.join("big-root");
     std::fs::create_dir_all(&root).expect("creating the big file's root");
@@ -690,6 +611,9 @@ fn big_site(dir: &Path, len: usize) -> (PathBuf, Vec<u8>) {
         })
         .collect();
     std::fs::write(root.join("big.bin"), &content).expect("writing big.bin");
+    // What the TLS nginx at the original destination (which serves this root
+    // too) answers once the origin is gone.
+    std::fs::write(root.join("index.html"), demo_file("/index.html")).expect("writing index.html");
     (root, content)
 }
 
@@ -801,4 +725,163 @@ fn https_origin_killed_mid_tunnel_fails_the_download_and_the_gateway_stays_up() 
     let body = curl(&https.demo, &Dial::Address(SITE_V4.into()), "/index.html")
         .unwrap_or_else(|e| panic!("after the origin's death: {e}"));
     assert!(body == demo_file("/index.html"), "after the origin's death");
+}
+
+/// One Chromium at a time: two at once on a small machine miss their
+/// deadlines.
+fn one_browser_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static BROWSER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    gateway::sync::lock(&BROWSER)
+}
+
+/// How long Chromium gets for the page (the document and 36 subresources).
+const PAGE_WAIT: Duration = Duration::from_secs(60);
+
+/// The demo site's file behind a request target (`/` is the index).
+fn demo_file_at(target: &str) -> Vec<u8> {
+    demo_file(if target == "/" { "/index.html" } else { target })
+}
+
+/// JavaScript that fetches each of the page's targets again (no cache) and
+/// returns their bytes as arrays of numbers, in order; a status other than
+/// 200 rejects.
+fn refetch_js(targets: &[String]) -> String {
+    let list = testbed::serde_json::to_string(targets).expect("JSON");
+    format!(
+        "Promise.all({list}.map(t => fetch(t, {{ cache: 'no-store' }}).then(r => \
+         r.status === 200 ? r.arrayBuffer() : Promise.reject(new Error(t + ': ' + r.status)))\
+         .then(b => Array.from(new Uint8Array(b)))))"
+    )
+}
+
+/// Headless Chromium in the client namespace loads `https://site.test/`, the
+/// name mapped to `ip` (the client has no DNS) and the origin's certificate
+/// trusted by its key. Every request must succeed over HTTP/1.1 (the origin's
+/// ALPN: a tunnel never carries h2), and every resource, fetched again by the
+/// page, must be the file's bytes. Returns the request targets.
+fn chromium_loads_the_site_over_https(https: &HttpsDemo, ip: IpAddr) -> Vec<String> {
+    let demo = &https.demo;
+    let family = if ip.is_ipv4() { "v4" } else { "v6" };
+    let config = BrowserConfig {
+        extra_args: https.https().chromium_args(ip),
+        log: Some(demo.dir().join(format!("chromium-{family}.log"))),
+        ..BrowserConfig::default()
+    };
+    let mut browser =
+        Browser::launch(demo.topology.client.name(), &config).expect("chromium starts");
+    let mut page = browser.new_page().expect("new tab");
+    page.set_cache_disabled(true).expect("cache off");
+    let url = https.https().url("/");
+    let load = page
+        .load(&url, PAGE_WAIT)
+        .unwrap_or_else(|e| panic!("{url} via {ip}: {e}\n(logs in {})", demo.dir().display()));
+    assert!(
+        load.failures().is_empty(),
+        "{url} via {ip}: failed requests {:#?}",
+        load.failures()
+    );
+    let origin = format!("https://{SITE_NAME}");
+    let targets: Vec<String> = load
+        .requests
+        .iter()
+        .map(|r| {
+            r.url
+                .strip_prefix(&origin)
+                .unwrap_or_else(|| panic!("a request elsewhere than {origin}: {}", r.url))
+                .to_owned()
+        })
+        .collect();
+    assert!(
+        targets.len() >= 37 && targets[0] == "/",
+        "the page and its 36 subresources, got {targets:?}"
+    );
+    assert_eq!(
+        load.timing.next_hop_protocol, "http/1.1",
+        "the document's protocol"
+    );
+    let fetched = page.evaluate(&refetch_js(&targets)).expect("refetching");
+    for (target, bytes) in targets.iter().zip(fetched.as_array().expect("an array")) {
+        let bytes: Vec<u8> = bytes
+            .as_array()
+            .expect("an array of bytes")
+            .iter()
+            .map(|b| {
+                b.as_u64()
+                    .and_then(|b| u8::try_from(b).ok())
+                    .expect("a byte")
+            })
+            .collect();
+        assert!(
+            bytes == demo_file_at(target),
+            "{target} via {ip}: {} bytes that are not the file's",
+            bytes.len()
+        );
+    }
+    println!(
+        "{url} via {ip}: {} requests, load event at {:.0} ms, {}",
+        targets.len(),
+        load.load_event_ms,
+        load.timing.next_hop_protocol
+    );
+    targets
+}
+
+/// Asserts what the gateway and the origin logged for Chromium's page over
+/// `ip` (once Chromium has gone and its connections ended): every TLS
+/// connection to `ip` was a tunnel for [`SITE_NAME`], never a pass-through,
+/// and every one of `targets` reached the origin decrypted from a tunnel on a
+/// data stream.
+fn assert_tunnelled(demo: &Demo, ip: IpAddr, targets: &[String]) {
+    let needle = format!("dst={} ", SocketAddr::new(ip, 443));
+    let lines: Vec<String> = gateway_https_lines(demo, |l| l.iter().any(|l| l.contains(&needle)))
+        .into_iter()
+        .filter(|l| l.contains(&needle))
+        .collect();
+    assert!(
+        !lines.is_empty()
+            && lines.iter().all(|l| {
+                l.contains(&format!("peeked=ServerName(\"{SITE_NAME}\")"))
+                    && !l.contains("outcome=None")
+            }),
+        "Chromium's connections to {ip} were not all tunnelled: {lines:#?}"
+    );
+    for target in targets {
+        let streams = origin_streams(demo, target);
+        assert!(
+            !streams.is_empty() && streams.iter().all(|&s| s > 0),
+            "{target}: the origin's request lines name streams {streams:?}"
+        );
+    }
+    let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
+    assert_via_tls(demo, &targets);
+}
+
+#[test]
+fn chromium_loads_the_site_over_https_through_a_tunnel_on_both_families() {
+    let _one_browser = one_browser_at_a_time();
+    let https = start("chromium", true);
+    for ip in [IpAddr::from(SITE_V4), IpAddr::from(SITE_V6)] {
+        let targets = chromium_loads_the_site_over_https(&https, ip);
+        assert_tunnelled(&https.demo, ip, &targets);
+    }
+    assert!(
+        https.direct_tls().access_log().is_empty() && https.demo.site.access_log().is_empty(),
+        "nginx served what the origin should have"
+    );
+}
+
+#[test]
+fn chromium_loads_the_site_over_https_through_a_tunnel_on_framed_tcp() {
+    let _one_browser = one_browser_at_a_time();
+    let https = start_with("chromium-framed-tcp", true, |options| {
+        options.origin_transport = Some("framed-tcp".into());
+        options.gateway.backend = Some("framed-tcp".into());
+    });
+    let ip = IpAddr::from(SITE_V4);
+    let targets = chromium_loads_the_site_over_https(&https, ip);
+    assert_tunnelled(&https.demo, ip, &targets);
+    assert!(
+        https.direct_tls().access_log().is_empty() && https.demo.site.access_log().is_empty(),
+        "nginx served what the origin should have"
+    );
 }

@@ -1,9 +1,16 @@
 //! `cargo xtask run`: the demo. Installs what is missing, builds the gateway and
 //! the origin (release), brings up the testbed's topology (client, gateway,
 //! origin host, unmapped web server, each a network namespace), starts nginx, the
-//! origin and the gateway, checks the page with headless Chromium, prints what to
-//! try, and on Ctrl-C (SIGINT, SIGTERM, SIGHUP) stops the gateway first, checks it
+//! origin and the gateway, checks the page with headless Chromium over HTTP and
+//! over HTTPS, prints what to try, and on Ctrl-C (SIGINT, SIGTERM, SIGHUP) stops the gateway first, checks it
 //! removed its interception, and deletes everything it created.
+//!
+//! HTTPS: the site is also `https://site.test/`. The origin holds a demo
+//! certificate for that name, made at start into the run's directory; the
+//! gateway intercepts port 443 for the site's addresses and tunnels the TLS
+//! bytes on a data stream to the origin, which terminates TLS (the gateway
+//! never decrypts). The instructions show how curl (`--cacert`) and Chromium
+//! (the certificate's key pin) trust it.
 //!
 //! With `--site DIR` the origin (and the site's nginx) serve DIR instead of
 //! config/demo-site, and the Chromium check loads DIR's index.html through the
@@ -23,9 +30,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
+use testbed::https::{DemoHttps, SITE_NAME};
 use testbed::topology::{SITE_V4, SITE_V6, WEB_V4};
 use testbed::{
-    Binaries, Browser, Demo, DemoOptions, GatewayConfig, GatewayConfigOverrides, NsProcess,
+    Binaries, Browser, BrowserConfig, Demo, DemoOptions, GatewayConfig, GatewayConfigOverrides,
+    NsProcess,
 };
 
 use crate::cmd::{install_stop_handlers, run_command, stop_requested, workspace_root};
@@ -134,6 +143,7 @@ fn run_demo(options: &RunOptions, site: Option<PathBuf>) -> Result<()> {
         .unwrap_or_else(|| root.join("config/demo-site"));
     let demo_options = DemoOptions {
         origin_root: site.clone(),
+        https: true,
         ..DemoOptions::new(PREFIX, &root, &dir)
     };
     let mut demo = Demo::start(binaries, demo_options)
@@ -143,13 +153,22 @@ fn run_demo(options: &RunOptions, site: Option<PathBuf>) -> Result<()> {
         "  site served by the origin (and by nginx, for direct access): {}",
         served.display()
     );
+    if let Some(https) = &demo.https {
+        println!(
+            "  https://{SITE_NAME}/: the origin's demo certificate {}",
+            https.tls.cert.display()
+        );
+    }
 
     if !options.no_check {
         step(&format!(
             "check: {} in headless Chromium, from the client namespace",
             served.join("index.html").display()
         ));
-        check_page(&demo, site.is_some());
+        check_page(&demo, site.is_some(), None);
+        if let Some(https) = &demo.https {
+            check_page(&demo, site.is_some(), Some(https));
+        }
     }
     print_instructions(&demo, &served);
 
@@ -215,7 +234,11 @@ fn stop(demo: &mut Demo) -> Result<()> {
     if let Some(origin) = demo.origin.as_mut() {
         result = result.and(stop_process(origin, SERVER_STOP_GRACE));
     }
-    for nginx in [&mut demo.site, &mut demo.web] {
+    let direct_tls = demo.https.as_mut().and_then(|h| h.direct.as_mut());
+    for nginx in [Some(&mut demo.site), Some(&mut demo.web), direct_tls]
+        .into_iter()
+        .flatten()
+    {
         result = result.and(stop_process(nginx.process(), SERVER_STOP_GRACE));
     }
     result
@@ -239,17 +262,27 @@ fn stop_process(process: &mut NsProcess, grace: Duration) -> Result<()> {
     Ok(())
 }
 
-/// Loads the site's index (`/`) in Chromium; `own_site` names the screenshot
-/// after the user's site rather than the demo's.
-fn check_page(demo: &Demo, own_site: bool) {
-    let shot = demo.dir().join(if own_site {
-        "site.png"
-    } else {
-        "demo-site.png"
-    });
-    let url = format!("http://{SITE_V4}/");
+/// Loads the site's index (`/`) in Chromium, over HTTP, or over HTTPS by the
+/// site's name through the tunnel when `https` is given; `own_site` names the
+/// screenshot after the user's site rather than the demo's.
+fn check_page(demo: &Demo, own_site: bool, https: Option<&DemoHttps>) {
+    let name = match (own_site, https.is_some()) {
+        (false, false) => "demo-site.png",
+        (false, true) => "demo-site-https.png",
+        (true, false) => "site.png",
+        (true, true) => "site-https.png",
+    };
+    let shot = demo.dir().join(name);
+    let (url, extra_args) = match https {
+        Some(https) => (https.url("/"), https.chromium_args(SITE_V4.into())),
+        None => (format!("http://{SITE_V4}/"), Vec::new()),
+    };
+    let config = BrowserConfig {
+        extra_args,
+        ..BrowserConfig::default()
+    };
     let result = (|| -> Result<String> {
-        let mut browser = Browser::launch_in(demo.topology.client.name())?;
+        let mut browser = Browser::launch(demo.topology.client.name(), &config)?;
         let mut page = browser.new_page()?;
         let load = page.load(&url, CHECK_TIMEOUT)?;
         page.screenshot(&shot)?;
@@ -273,7 +306,7 @@ fn check_page(demo: &Demo, own_site: bool) {
     })();
     match result {
         Ok(summary) => println!("  {url}: {summary}"),
-        Err(e) => println!("  WARNING: the page check failed: {e:#}"),
+        Err(e) => println!("  WARNING: the page check of {url} failed: {e:#}"),
     }
 }
 
@@ -293,7 +326,7 @@ fn print_instructions(demo: &Demo, served: &Path) {
     ip netns exec {client} curl -v http://[{SITE_V6}]/
   An unmapped destination, proxied over plain TCP:
     ip netns exec {client} curl -v http://{WEB_V4}/
-
+{https}
   The page in Chromium, headless, to a screenshot:
     ip netns exec {client} chromium {chromium_flags} --user-data-dir=$(mktemp -d) \\
         --window-size=1280,800 --screenshot={shot} http://{SITE_V4}/
@@ -311,7 +344,44 @@ fn print_instructions(demo: &Demo, served: &Path) {
         shot = dir.join("screenshot.png").display(),
         dir = dir.display(),
         served = served.display(),
+        https = demo
+            .https
+            .as_ref()
+            .map(|https| https_instructions(
+                client,
+                &https.tls.cert,
+                &https.chromium_args(SITE_V4.into()),
+                &dir.join("screenshot-https.png"),
+            ))
+            .unwrap_or_default(),
     );
+}
+
+/// The HTTPS lines of the instructions for namespace `client`: curl by the
+/// site's name on both families, trusting the demo certificate `cert`
+/// (`--cacert`), and Chromium with `chromium_args` (the certificate's key
+/// pin and the name's mapping), its screenshot to `shot`.
+fn https_instructions(client: &str, cert: &Path, chromium_args: &[String], shot: &Path) -> String {
+    let cert = cert.display();
+    let chromium_flags = testbed::CHROMIUM_FLAGS.join(" ");
+    let trust: Vec<String> = chromium_args.iter().map(|a| format!("'{a}'")).collect();
+    format!(
+        "  The site over HTTPS as https://{SITE_NAME}/: the gateway tunnels the TLS bytes
+  to the origin, which holds the demo certificate ({cert}); the
+  gateway never decrypts. Trust that certificate, and resolve the name (the
+  client has no DNS):
+    ip netns exec {client} curl -v --cacert {cert} \\
+        --resolve {SITE_NAME}:443:{SITE_V4} https://{SITE_NAME}/
+    ip netns exec {client} curl -v --cacert {cert} \\
+        --resolve '{SITE_NAME}:443:[{SITE_V6}]' https://{SITE_NAME}/
+  The same in Chromium, which trusts the certificate by its key's pin:
+    ip netns exec {client} chromium {chromium_flags} --user-data-dir=$(mktemp -d) \\
+        {trust} \\
+        --window-size=1280,800 --screenshot={shot} https://{SITE_NAME}/
+",
+        shot = shot.display(),
+        trust = trust.join(" "),
+    )
 }
 
 fn run_router(options: &RunOptions, origin: SocketAddr) -> Result<()> {
@@ -459,6 +529,29 @@ mod tests {
         assert!(root.is_absolute());
         assert_eq!(root, dir.path().canonicalize()?);
         Ok(())
+    }
+
+    #[test]
+    fn the_https_instructions_trust_the_demo_certificate_on_both_families() {
+        let args = [
+            "--ignore-certificate-errors-spki-list=PIN+/=".to_owned(),
+            format!("--host-resolver-rules=MAP {SITE_NAME} {SITE_V4}"),
+        ];
+        let text = https_instructions(
+            "ns-client",
+            Path::new("/d/cert.pem"),
+            &args,
+            Path::new("/d/shot.png"),
+        );
+        for expected in [
+            "ip netns exec ns-client curl -v --cacert /d/cert.pem".to_owned(),
+            format!("--resolve {SITE_NAME}:443:{SITE_V4} https://{SITE_NAME}/"),
+            format!("--resolve '{SITE_NAME}:443:[{SITE_V6}]' https://{SITE_NAME}/"),
+            format!("'{}' '{}'", args[0], args[1]),
+            format!("--screenshot=/d/shot.png https://{SITE_NAME}/"),
+        ] {
+            assert!(text.contains(&expected), "{expected:?} not in:\n{text}");
+        }
     }
 
     #[test]

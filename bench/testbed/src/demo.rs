@@ -6,12 +6,13 @@
 //! `cargo xtask run` and the gateway's end-to-end tests both start it through
 //! [`Demo::start`]; the tests then stop, kill and restart the parts one by one.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use crate::error::{Result, TestbedError, io};
+use crate::https::{DemoHttps, TLS_PORT};
 use crate::netns::{exec_in, ip, run};
 use crate::nginx::{Nginx, write_web_page};
 use crate::process::{NsProcess, wait_until};
@@ -384,6 +385,17 @@ pub struct DemoOptions {
     pub start_gateway: bool,
     /// Put the WAN emulator between the gateway and the origin host.
     pub wan: Option<DemoWan>,
+    /// Serve the site over HTTPS too ([`crate::https`]): the origin gets a
+    /// certificate for [`SITE_NAME`](crate::https::SITE_NAME) made at start
+    /// (its config, the given or shipped one, is rewritten into `dir` with a
+    /// `[tls]` section), the gateway intercepts port 443 for the site's
+    /// addresses (unless `gateway.tls_port` says otherwise) and resolves the
+    /// name through its namespace's hosts file, and nginx serves the site
+    /// over TLS on the site's addresses.
+    pub https: bool,
+    /// More entries of the gateway namespace's hosts file, which exists only
+    /// with [`DemoOptions::https`].
+    pub gateway_hosts: Vec<(IpAddr, String)>,
 }
 
 /// The WAN emulator of a demo: its executable and the link it emulates.
@@ -410,6 +422,8 @@ impl DemoOptions {
             start_origin: true,
             start_gateway: true,
             wan: None,
+            https: false,
+            gateway_hosts: Vec::new(),
         }
     }
 }
@@ -427,6 +441,8 @@ pub struct Demo {
     pub web: Nginx,
     /// The WAN emulator, if asked for.
     pub wan: Option<WanEmulator>,
+    /// The site over HTTPS, if asked for ([`DemoOptions::https`]).
+    pub https: Option<DemoHttps>,
     /// The generated gateway config.
     pub gateway_config: GatewayConfig,
     /// Its path.
@@ -441,7 +457,7 @@ pub struct Demo {
 impl Demo {
     /// Builds the topology and starts nginx twice, the origin and (if asked) the
     /// gateway, each waited for until ready.
-    pub fn start(binaries: Binaries, options: DemoOptions) -> Result<Self> {
+    pub fn start(binaries: Binaries, mut options: DemoOptions) -> Result<Self> {
         for binary in [&binaries.gateway, &binaries.origin] {
             if !binary.is_file() {
                 return Err(TestbedError::Io {
@@ -450,7 +466,7 @@ impl Demo {
                 });
             }
         }
-        let dir = &options.dir;
+        let dir = &options.dir.clone();
         std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
         let topology = match &options.wan {
             None => Topology::create(&options.prefix)?,
@@ -465,18 +481,24 @@ impl Demo {
                 &dir.join("wanem.log"),
             )?),
         };
+        let root = options
+            .origin_root
+            .clone()
+            .unwrap_or_else(|| options.workspace.join("config/demo-site"));
         let site = Nginx::start(
             topology.origin.name(),
             &[
                 SocketAddr::new(SITE_V4.into(), 80),
                 SocketAddr::new(SITE_V6.into(), 80),
             ],
-            &options
-                .origin_root
-                .clone()
-                .unwrap_or_else(|| options.workspace.join("config/demo-site")),
+            &root,
             &dir.join("nginx-site"),
         )?;
+        let https = if options.https {
+            Some(start_https(&mut options, &topology, &root)?)
+        } else {
+            None
+        };
         let web_root = write_web_page(&dir.join("web-root"))?;
         let web = Nginx::start(
             topology.web.name(),
@@ -506,6 +528,7 @@ impl Demo {
             options,
             origin_starts: 0,
             wan,
+            https,
         };
         if start_origin {
             demo.start_origin()?;
@@ -622,6 +645,32 @@ impl Demo {
     pub fn dir(&self) -> &Path {
         &self.options.dir
     }
+}
+
+/// The demo's HTTPS ([`DemoOptions::https`]): the certificate and origin
+/// config, the gateway's hosts file, the TLS nginx; `options` then name that
+/// origin config and (unless set) the TLS port.
+fn start_https(options: &mut DemoOptions, topology: &Topology, root: &Path) -> Result<DemoHttps> {
+    let base = (options.origin_config.clone())
+        .unwrap_or_else(|| options.workspace.join("config/origin.toml"));
+    let site_ips = [IpAddr::from(SITE_V4), IpAddr::from(SITE_V6)];
+    let mut https = DemoHttps::prepare(
+        &base,
+        root,
+        &options.dir,
+        topology.gateway.name(),
+        &site_ips,
+        &options.gateway_hosts,
+    )?;
+    https.start_direct(
+        topology.origin.name(),
+        &site_ips,
+        root,
+        &options.dir.join("nginx-site-tls"),
+    )?;
+    options.origin_config = Some(https.origin_config.clone());
+    options.gateway.tls_port.get_or_insert(TLS_PORT);
+    Ok(https)
 }
 
 /// The shipped gateway config with `overrides`, where the topology's LAN

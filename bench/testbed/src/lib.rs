@@ -15,6 +15,9 @@
 //!   the page-load benchmark's caching-proxy alternative.
 //! - [`Demo`]: all of the above with the `origin` and `gateway` binaries running,
 //!   the gateway's config generated from `config/gateway.toml`.
+//! - [`https`]: the demo's site over HTTPS (a certificate for
+//!   [`https::SITE_NAME`] at the origin, the gateway's tunnel), and how curl
+//!   and Chromium trust it.
 //! - [`Browser`]: headless Chromium in a namespace over the DevTools pipe: page
 //!   loads with every request's outcome and navigation timing, JavaScript
 //!   evaluation, screenshots.
@@ -37,6 +40,7 @@ mod browser;
 pub mod corpus;
 mod demo;
 mod error;
+pub mod https;
 mod netns;
 mod nginx;
 pub mod probe;
@@ -59,7 +63,8 @@ pub use demo::{
 };
 pub use error::{Result, TestbedError};
 pub use netns::{
-    Netns, VethPair, cleanup_stale, display, exec_in, exists, in_netns, ip, run, sysctl, veth,
+    NETNS_ETC, NamespaceHosts, Netns, VethPair, cleanup_stale, display, exec_in, exists, in_netns,
+    ip, run, sysctl, veth,
 };
 pub use nginx::{AccessEntry, NGINX, Nginx, OPENSSL, TlsSite, WEB_PAGE, write_web_page};
 pub use process::{NsProcess, Signal, tcp_accepts, wait_for_tcp, wait_until};

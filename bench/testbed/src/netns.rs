@@ -9,8 +9,9 @@
 use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::fs::File;
+use std::net::IpAddr;
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::error::{Result, TestbedError, io};
@@ -149,6 +150,47 @@ impl Drop for Netns {
 fn delete_namespace(name: &str) {
     kill_processes_in(name);
     let _ = ip(&["netns", "del", name]);
+    // A hosts file given to the namespace ([`NamespaceHosts`]) by a run that
+    // was killed before its guard could remove it.
+    let _ = std::fs::remove_dir_all(Path::new(NETNS_ETC).join(name));
+}
+
+/// Where `ip netns exec` looks for per-namespace files: it bind-mounts
+/// `NETNS_ETC/<ns>/<file>` over `/etc/<file>` for the processes it starts.
+pub const NETNS_ETC: &str = "/etc/netns";
+
+/// A hosts file for one namespace, `/etc/netns/<ns>/hosts`, which
+/// `ip netns exec` mounts over `/etc/hosts` for the processes it starts (the
+/// namespaces have no DNS): how the gateway resolves a TLS server name to
+/// check it against the address the browser dialled. The machine's
+/// `/etc/hosts` is untouched. Removed on drop.
+#[derive(Debug)]
+pub struct NamespaceHosts {
+    dir: PathBuf,
+}
+
+impl NamespaceHosts {
+    /// Writes `localhost` and `entries` (address, name) as namespace `ns`'s
+    /// hosts file. Processes started in `ns` before this call keep the
+    /// `/etc/hosts` they saw.
+    pub fn write(ns: &str, entries: &[(IpAddr, String)]) -> Result<Self> {
+        let dir = Path::new(NETNS_ETC).join(ns);
+        std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+        let guard = NamespaceHosts { dir };
+        let mut text = String::from("127.0.0.1 localhost\n::1 localhost\n");
+        for (ip, name) in entries {
+            text.push_str(&format!("{ip} {name}\n"));
+        }
+        let path = guard.dir.join("hosts");
+        std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
+        Ok(guard)
+    }
+}
+
+impl Drop for NamespaceHosts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// SIGKILLs every process in namespace `name` (`ip netns pids`).

@@ -170,19 +170,33 @@ impl TlsSite {
             path: dir.to_owned(),
             what: "a TLS certificate needs at least one address".into(),
         })?;
+        let san: Vec<String> = ips.iter().map(|ip| format!("IP:{ip}")).collect();
+        Self::generate_with(&first.to_string(), &san.join(","), dir)
+    }
+
+    /// [`TlsSite::generate`] for a server name instead of addresses: the
+    /// certificate an HTTPS origin holds for a site (`name` as its CN and its
+    /// one subjectAltName DNS entry), into `cert.pem` and `key.pem` in `dir`
+    /// (created).
+    pub fn generate_for_name(name: &str, dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+        Self::generate_with(name, &format!("DNS:{name}"), dir)
+    }
+
+    /// The certificate with subject CN `common_name` and the subjectAltName
+    /// list `san` (openssl's syntax), and its SPKI pin.
+    fn generate_with(common_name: &str, san: &str, dir: &Path) -> Result<Self> {
         let cert = dir.join("cert.pem");
         let key = dir.join("key.pem");
-        let spki = dir.join("spki.der");
-        let san: Vec<String> = ips.iter().map(|ip| format!("IP:{ip}")).collect();
         // A leaf, not a CA (what `req -x509` makes by default), so that a
         // browser sees what a real site would send.
         run(Command::new(OPENSSL)
             .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
             .arg("ec_paramgen_curve:prime256v1")
             .args(["-nodes", "-days", &CERT_DAYS.to_string(), "-subj"])
-            .arg(format!("/CN={first}"))
+            .arg(format!("/CN={common_name}"))
             .arg("-addext")
-            .arg(format!("subjectAltName={}", san.join(",")))
+            .arg(format!("subjectAltName={san}"))
             .args(["-addext", "basicConstraints=critical,CA:FALSE"])
             .args(["-addext", "keyUsage=critical,digitalSignature"])
             .args(["-addext", "extendedKeyUsage=serverAuth"])
@@ -190,25 +204,11 @@ impl TlsSite {
             .arg(&key)
             .arg("-out")
             .arg(&cert))?;
-        run(Command::new(OPENSSL)
-            .args(["pkey", "-pubout", "-outform", "DER", "-in"])
-            .arg(&key)
-            .arg("-out")
-            .arg(&spki))?;
-        // `-r` prints `HEX *FILE`: text, where `-binary` would not survive the
-        // UTF-8 conversion of the output.
-        let digest = run(Command::new(OPENSSL)
-            .args(["dgst", "-sha256", "-r"])
-            .arg(&spki))?;
-        let hex = digest.split_whitespace().next().unwrap_or_default();
-        let bytes = decode_hex(hex).ok_or_else(|| TestbedError::Config {
-            path: spki.clone(),
-            what: format!("`openssl dgst -sha256 -r` printed no SHA-256: {digest:?}"),
-        })?;
+        let spki_sha256_base64 = spki_pin(&key, &dir.join("spki.der"))?;
         Ok(TlsSite {
             cert,
             key,
-            spki_sha256_base64: base64::engine::general_purpose::STANDARD.encode(bytes),
+            spki_sha256_base64,
         })
     }
 
@@ -221,6 +221,27 @@ impl TlsSite {
             self.spki_sha256_base64
         )]
     }
+}
+
+/// SHA-256 of the DER SubjectPublicKeyInfo of the PEM private key `key`,
+/// base64 (Chromium's pin); the DER is written to `spki`.
+fn spki_pin(key: &Path, spki: &Path) -> Result<String> {
+    run(Command::new(OPENSSL)
+        .args(["pkey", "-pubout", "-outform", "DER", "-in"])
+        .arg(key)
+        .arg("-out")
+        .arg(spki))?;
+    // `-r` prints `HEX *FILE`: text, where `-binary` would not survive the
+    // UTF-8 conversion of the output.
+    let digest = run(Command::new(OPENSSL)
+        .args(["dgst", "-sha256", "-r"])
+        .arg(spki))?;
+    let hex = digest.split_whitespace().next().unwrap_or_default();
+    let bytes = decode_hex(hex).ok_or_else(|| TestbedError::Config {
+        path: spki.to_owned(),
+        what: format!("`openssl dgst -sha256 -r` printed no SHA-256: {digest:?}"),
+    })?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
 }
 
 /// `hex` as 32 bytes, if it is 64 hex digits.

@@ -8,7 +8,10 @@
 //! - (d) our gateway over the framed-TCP backend, cold cache, prefetch off;
 //! - (e) our gateway over userspace SCTP, cold cache, prefetch off;
 //! - (f) the same with prefetch on;
-//! - (g) the same with a warm cache.
+//! - (g) the same with a warm cache;
+//! - (h) HTTPS through the gateway: the site by its name over TLS, the
+//!   gateway tunnelling each TLS connection on a stream of the userspace-SCTP
+//!   association to the origin, which terminates TLS (against (b)).
 //!
 //! Every load goes from the client namespace through the router namespace and
 //! the WAN emulator (`wanem`) to the origin host, where nginx and the SCTP origin
@@ -36,7 +39,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use testbed::corpus::{self, GeneratedPage, Link};
 use testbed::{
-    Binaries, Browser, BrowserConfig, Demo, DemoOptions, DemoWan, GatewayConfigOverrides, Nginx,
+    Binaries, Browser, BrowserConfig, Demo, DemoOptions, DemoWan, GatewayConfigOverrides,
     NsProcess, PageLoad, Squid, TlsSite, WanEmulator, WanParams,
 };
 
@@ -82,10 +85,12 @@ pub(crate) enum Alternative {
     G,
     /// The gateway over QUIC (quinn), cold cache, prefetch off.
     Q,
+    /// HTTPS through the gateway's tunnel over userspace SCTP.
+    H,
 }
 
 impl Alternative {
-    pub(crate) const ALL: [Alternative; 8] = [
+    pub(crate) const ALL: [Alternative; 9] = [
         Self::A,
         Self::B,
         Self::C,
@@ -94,6 +99,7 @@ impl Alternative {
         Self::F,
         Self::G,
         Self::Q,
+        Self::H,
     ];
 
     fn letter(self) -> char {
@@ -106,6 +112,7 @@ impl Alternative {
             Self::F => 'f',
             Self::G => 'g',
             Self::Q => 'q',
+            Self::H => 'h',
         }
     }
 
@@ -123,6 +130,7 @@ impl Alternative {
             Self::F => "gateway SCTP, cold, prefetch",
             Self::G => "gateway SCTP, warm cache",
             Self::Q => "gateway QUIC, cold",
+            Self::H => "gateway SCTP, HTTPS tunnel",
         }
     }
 
@@ -143,6 +151,9 @@ impl Alternative {
             Self::E => "as (d) over userspace SCTP (one association, 32 streams)",
             Self::F => "as (e) with the prefetch queue on",
             Self::G => "as (f); the cache keeps what one unrecorded load (fresh profile) put in it",
+            Self::H => {
+                "Chromium over HTTPS by the site's name (a certificate at the origin, trusted by its key); the gateway intercepts port 443 for the site, reads the ClientHello's server name and tunnels each TLS connection on a stream of the userspace-SCTP association to the origin, which terminates TLS (HTTP/1.1 by its ALPN); nothing cached or prefetched; one warm-up request over port 80 before each load"
+            }
             Self::Q => {
                 "as (e) over the QUIC backend (quinn with the controller named by the shipped configs' `congestion`, mapped to quinn's; one connection, one QUIC stream per stream number): the multistream transport our SCTP is measured against"
             }
@@ -150,7 +161,10 @@ impl Alternative {
     }
 
     fn is_gateway(self) -> bool {
-        matches!(self, Self::D | Self::E | Self::F | Self::G | Self::Q)
+        matches!(
+            self,
+            Self::D | Self::E | Self::F | Self::G | Self::Q | Self::H
+        )
     }
 }
 
@@ -240,8 +254,9 @@ struct Bench {
     wanem: PathBuf,
     dir: PathBuf,
     pages: Vec<GeneratedPage>,
+    /// (b)'s nginx's certificate (the demo's TLS nginx on the site's
+    /// addresses).
     tls: TlsSite,
-    _tls_nginx: Nginx,
     _framed_origin: NsProcess,
     _quic_origin: NsProcess,
     /// The certificate pin the QUIC origin logged at start, for (q)'s gateway.
@@ -496,6 +511,8 @@ impl Bench {
         options.origin_root = Some(site.to_owned());
         options.origin_transport = Some("userspace".into());
         options.start_gateway = false;
+        // (h)'s certificate at the origin and (b)'s TLS nginx.
+        options.https = true;
         options.wan = Some(DemoWan {
             wanem: built[2].clone(),
             params: first.params(),
@@ -528,22 +545,15 @@ impl Bench {
         )?;
         let quic_pin = quic_origin_pin(&quic_origin)?;
 
-        let (tls_nginx, tls) = Nginx::start_tls(
-            &origin_ns,
-            &[
-                SocketAddr::new(testbed::topology::SITE_V4.into(), 443),
-                SocketAddr::new(testbed::topology::SITE_V6.into(), 443),
-            ],
-            site,
-            &dir.join("nginx-tls"),
-        )?;
+        let tls = (demo.https.as_ref())
+            .and_then(|h| h.direct_tls.clone())
+            .context("the demo started no TLS nginx")?;
         Ok(Self {
             demo,
             wanem: built[2].clone(),
             dir: dir.to_owned(),
             pages,
             tls,
-            _tls_nginx: tls_nginx,
             _framed_origin: framed_origin,
             _quic_origin: quic_origin,
             quic_pin,
@@ -590,6 +600,7 @@ impl Bench {
             quic_server_cert_sha256: (alternative == Alternative::Q).then(|| self.quic_pin.clone()),
             // A dead origin must show as failed loads, not as nginx's answers.
             fail_open: Some(false),
+            tls_port: (alternative == Alternative::H).then_some(testbed::https::TLS_PORT),
             ..GatewayConfigOverrides::default()
         })?;
         Ok(())
@@ -672,6 +683,11 @@ impl Bench {
                 Ok(None)
             }
             Alternative::G => Ok(None),
+            // Nothing of a tunnel is cached: the association up is all.
+            Alternative::H => {
+                self.warm_up()?;
+                Ok(None)
+            }
         }
     }
 
@@ -725,9 +741,17 @@ impl Bench {
 
     /// One page load in a fresh Chromium.
     fn load(&self, alternative: Alternative, page: &GeneratedPage) -> Result<Measured> {
-        let (scheme, extra_args) = match alternative {
-            Alternative::B => ("https", self.tls.chromium_args()),
-            _ => ("http", Vec::new()),
+        let site_v4 = testbed::topology::SITE_V4.into();
+        let (url, extra_args) = match (alternative, &self.demo.https) {
+            (Alternative::B, _) => (
+                format!("https://{SITE}{}", page.url_path),
+                self.tls.chromium_args(),
+            ),
+            (Alternative::H, Some(https)) => {
+                (https.url(&page.url_path), https.chromium_args(site_v4))
+            }
+            (Alternative::H, None) => bail!("(h) needs the demo's HTTPS"),
+            _ => (format!("http://{SITE}{}", page.url_path), Vec::new()),
         };
         let config = BrowserConfig {
             extra_args,
@@ -736,7 +760,6 @@ impl Bench {
         };
         let mut browser = Browser::launch(self.demo.topology.client.name(), &config)?;
         let mut tab = browser.new_page()?;
-        let url = format!("{scheme}://{SITE}{}", page.url_path);
         let load = tab.load(&url, LOAD_TIMEOUT)?;
         let failures = load.failures();
         if !failures.is_empty() {
@@ -1170,6 +1193,7 @@ fn report(
 
     targets(&mut r, run, rows)?;
     transport_targets(&mut r, run, rows, pages)?;
+    https_targets(&mut r, run, rows)?;
     quartiles_at_80_ms(&mut r, run, rows)?;
 
     for page in pages {
@@ -1429,6 +1453,41 @@ fn transport_targets(
                 ratio(e, m(Alternative::B)),
                 ratio(e, m(Alternative::D)),
                 ratio(e, m(Alternative::Q)),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Issue 19's targets for HTTPS, one row per page and link where (h) and (b)
+/// ran: (h) no slower than (b) on any link, at most 0.8 x (b) on links of
+/// 80 ms or more.
+fn https_targets(r: &mut String, run: &RunShape, rows: &[LoadRow]) -> Result<()> {
+    if !run.alternatives.contains(&Alternative::H) || !run.alternatives.contains(&Alternative::B) {
+        return Ok(());
+    }
+    writeln!(r, "\n## Targets of HTTPS (median loadEventEnd)\n")?;
+    writeln!(
+        r,
+        "(h) is met where it is no slower than (b), and on links of 80 ms or more where it \
+         takes at most 0.8 x (b).\n"
+    )?;
+    writeln!(r, "| page | link | (h) / (b) | target | |")?;
+    writeln!(r, "|---|---|---|---|---|")?;
+    for page in &run.pages {
+        for &cell in &run.cells {
+            let m = |a| summarize(rows, page, a, cell).load_median;
+            let limit = if cell.rtt_ms >= 80 { 0.8 } else { 1.0 };
+            let verdict = match (m(Alternative::H), m(Alternative::B)) {
+                (Some(h), Some(b)) if h <= limit * b => "met",
+                (Some(_), Some(_)) => "missed",
+                _ => "–",
+            };
+            writeln!(
+                r,
+                "| {page} | {} | {} | ≤ {limit} | {verdict} |",
+                cell.name(),
+                ratio(m(Alternative::H), m(Alternative::B)),
             )?;
         }
     }
