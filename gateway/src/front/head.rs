@@ -10,8 +10,10 @@
 //!
 //! [`check`] refuses, in this order, a target longer than `http.max_uri_bytes`
 //! (414), a request that already passed through this gateway (its `Via`
-//! names us: 508), `CONNECT` (405), and a missing, repeated or malformed Host
-//! (400); otherwise it says which authority the request names. [`end_to_end`]
+//! names us: 508), `CONNECT` (405), the asterisk-form target on any method
+//! but OPTIONS (400), and a missing, repeated or malformed Host (400);
+//! otherwise it says which authority the request names and the target to send
+//! on. [`end_to_end`]
 //! drops the hop-by-hop fields; [`origin_head`] writes the HTTP/1.1 head a
 //! REQUEST message carries to an origin.
 //!
@@ -41,7 +43,7 @@ pub struct Checked {
     pub host: String,
     /// Its port: the named one, else 80.
     pub port: u16,
-    /// The target to send on: origin-form (or `*` as sent).
+    /// The target to send on: origin-form, or `*` for OPTIONS.
     pub target: String,
 }
 
@@ -58,6 +60,10 @@ pub enum HeadRefusal {
     /// `CONNECT`: an intercepted connection is not a proxy's.
     #[error("CONNECT is not served on intercepted connections")]
     Connect,
+    /// `*` as the target of another method than OPTIONS (RFC 9112, section
+    /// 3.2.4).
+    #[error("an asterisk-form request target is only for OPTIONS")]
+    AsteriskForm,
     /// The Host (or the target's authority) is missing, repeated or invalid.
     #[error(transparent)]
     Host(#[from] HostError),
@@ -70,7 +76,7 @@ impl HeadRefusal {
             Self::UriTooLong => StatusCode::URI_TOO_LONG,
             Self::Loop => StatusCode::LOOP_DETECTED,
             Self::Connect => StatusCode::METHOD_NOT_ALLOWED,
-            Self::Host(_) => StatusCode::BAD_REQUEST,
+            Self::AsteriskForm | Self::Host(_) => StatusCode::BAD_REQUEST,
         }
     }
 }
@@ -93,18 +99,28 @@ pub fn check(
     if parts.method == Method::CONNECT {
         return Err(HeadRefusal::Connect);
     }
+    let target = origin_form(&parts.uri);
+    if target == "*" && parts.method != Method::OPTIONS {
+        return Err(HeadRefusal::AsteriskForm);
+    }
     let (host_value, host, port) = request_host(parts, dst)?;
     Ok(Checked {
         host_value,
         host,
         port,
-        target: origin_form(&parts.uri).to_owned(),
+        target,
     })
 }
 
-/// The target as the origin gets it: an absolute-form target's path and query.
-fn origin_form(uri: &http::Uri) -> &str {
-    uri.path_and_query().map_or("/", |p| p.as_str())
+/// The target as the origin gets it: an absolute-form target's path and
+/// query, with the `/` an empty path stands for (RFC 9112, section 3.2.1:
+/// `http://h?q` is `/?q` there, never `?q`).
+fn origin_form(uri: &http::Uri) -> String {
+    match uri.path_and_query().map(|p| p.as_str()) {
+        Some(query) if query.starts_with('?') => format!("/{query}"),
+        Some(target) => target.to_owned(),
+        None => "/".to_owned(),
+    }
 }
 
 /// The Host header value to forward, and the parsed host and port.
@@ -156,13 +172,14 @@ fn target_len(uri: &http::Uri) -> usize {
 
 /// Removes hop-by-hop fields (RFC 9110, section 7.6.1): `Connection` and the
 /// fields it names, and the fixed list. `Expect` goes too: the body is already read.
+/// A `Connection` value is read as bytes: a byte past ASCII elsewhere in it
+/// (obs-text) must not keep the fields it names.
 pub fn end_to_end(mut headers: HeaderMap) -> HeaderMap {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .flat_map(|v| list_items(v.as_bytes()))
+        .filter_map(|name| HeaderName::from_bytes(name).ok())
         .collect();
     for name in named {
         headers.remove(name);
@@ -193,19 +210,29 @@ pub fn via_value(received_by: &str) -> HeaderValue {
 /// Whether any `Via` entry in `headers` was received by `received_by` (RFC 9110,
 /// section 7.6.3: `received-protocol RWS received-by [RWS comment]`, in a
 /// comma-separated list). Comments may hold commas; they cannot make an entry's
-/// second word equal our pseudonym, which contains none.
+/// second word equal our pseudonym, which contains none. Values are read as
+/// bytes: obs-text in another entry of the same field must not hide a loop.
 fn names_received_by(headers: &HeaderMap, received_by: &str) -> bool {
     headers
         .get_all(header::VIA)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
+        .flat_map(|v| list_items(v.as_bytes()))
         .any(|entry| {
             entry
-                .split_ascii_whitespace()
+                .split(u8::is_ascii_whitespace)
+                .filter(|word| !word.is_empty())
                 .nth(1)
-                .is_some_and(|by| by.eq_ignore_ascii_case(received_by))
+                .is_some_and(|by| by.eq_ignore_ascii_case(received_by.as_bytes()))
         })
+}
+
+/// The items of a comma-separated field value, without the whitespace around
+/// them; empty items are left out (RFC 9110, section 5.6.1).
+fn list_items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|item| !item.is_empty())
 }
 
 /// The HTTP/1.1 request head carried in a REQUEST message: `method` and the
@@ -327,6 +354,61 @@ mod tests {
             &via(&["1.0 fred", "HTTP/1.1  sctp-gateway-0123abcd"]),
             ours
         ));
+    }
+
+    /// Found while writing the `front_head` fuzz target, whose checks read
+    /// these fields as bytes: a byte past ASCII anywhere in a `Connection` or
+    /// `Via` field made the whole value unreadable, so the fields it named
+    /// were forwarded and a loop went unseen.
+    #[test]
+    fn obs_text_hides_neither_connection_names_nor_a_via_loop() {
+        let value = |bytes: &[u8]| HeaderValue::from_bytes(bytes).expect("obs-text is a value");
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, value(b"x-secret, caf\xe9"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        let h = end_to_end(h);
+        assert_eq!(h.keys().collect::<Vec<_>>(), [header::ACCEPT]);
+
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::VIA,
+            value(b"1.0 caf\xe9, 1.1 sctp-gateway-0123abcd"),
+        );
+        assert!(names_received_by(&h, "sctp-gateway-0123abcd"));
+    }
+
+    /// `request` parsed as hyper does: httparse, then the `http` types.
+    fn parts(request: &[u8]) -> http::request::Parts {
+        let mut fields = [httparse::EMPTY_HEADER; 8];
+        let mut parsed = httparse::Request::new(&mut fields);
+        assert!(parsed.parse(request).expect("a head").is_complete());
+        let mut builder = Request::builder()
+            .method(parsed.method.expect("method"))
+            .uri(parsed.path.expect("target"));
+        for field in parsed.headers.iter() {
+            builder = builder.header(field.name, field.value);
+        }
+        builder.body(()).expect("request").into_parts().0
+    }
+
+    /// Found by the `front_head` fuzz target (on its seeds): `http://h?q`
+    /// went to the origin as `GET ?q`, and `GET *` as it was.
+    #[test]
+    fn targets_sent_on_are_origin_form_or_asterisk_for_options() {
+        let dst: SocketAddr = "203.0.113.10:80".parse().expect("literal");
+        let check = |head: &[u8]| check(&parts(head), dst, 1024, "sctp-gateway-0123abcd");
+        let target = |head: &[u8]| check(head).expect("served").target;
+        assert_eq!(
+            target(b"GET http://h.example?q=1 HTTP/1.1\r\n\r\n"),
+            "/?q=1"
+        );
+        assert_eq!(target(b"GET http://h.example HTTP/1.1\r\n\r\n"), "/");
+        assert_eq!(target(b"GET /a?b HTTP/1.1\r\nHost: h\r\n\r\n"), "/a?b");
+        assert_eq!(target(b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n"), "*");
+        let refusal = check(b"GET * HTTP/1.1\r\nHost: h\r\n\r\n").expect_err("refused");
+        assert_eq!(refusal, HeadRefusal::AsteriskForm);
+        assert_eq!(refusal.status(), StatusCode::BAD_REQUEST);
     }
 
     #[test]
