@@ -204,6 +204,59 @@ async fn a_request_carrying_this_gateways_via_is_a_loop() -> Result<()> {
     Ok(())
 }
 
+/// What the `front_head` fuzz target found, with the exact bytes: obs-text in
+/// another entry of a `Via` field hid a loop, and in a `Connection` field kept
+/// the fields it named; `GET *` went upstream as it was and `http://h?q` as
+/// `GET ?q` (there: a 400 of the gateway's own making).
+#[tokio::test]
+async fn obs_text_and_target_forms_found_by_fuzzing() -> Result<()> {
+    let up = upstream().await?;
+    let gw = front(GatewayConfig::default(), up.addr).await?;
+    let host = up.addr.to_string();
+    let first = exchange(gw, get("/echo", &host, true).as_bytes()).await?;
+    let via = our_via(&first[0])?.to_owned();
+
+    let looped = [
+        format!("GET /loop HTTP/1.1\r\nhost: {host}\r\nvia: 1.0 caf").as_bytes(),
+        b"\xe9",
+        format!(", {via}\r\nconnection: close\r\n\r\n").as_bytes(),
+    ]
+    .concat();
+    let answers = exchange(gw, &looped).await?;
+    assert_eq!(answers[0].status, 508, "{}", answers[0].text());
+
+    let star = format!("GET * HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
+    let answers = exchange(gw, star.as_bytes()).await?;
+    assert_eq!(
+        answers[0].text(),
+        "400 Bad Request: an asterisk-form request target is only for OPTIONS\n"
+    );
+    assert_eq!(
+        up.requests.load(Ordering::SeqCst),
+        1,
+        "nothing more went upstream"
+    );
+
+    let named = [
+        format!("GET /echo HTTP/1.1\r\nhost: {host}\r\nvia: 1.0 browser-side\r\nconnection: close\r\nconnection: via, caf").as_bytes(),
+        b"\xe9\r\n\r\n",
+    ]
+    .concat();
+    let answers = exchange(gw, &named).await?;
+    assert_eq!(
+        answers[0].text(),
+        format!("GET /echo host={host} via={via} connection= body=")
+    );
+
+    let query = format!("GET http://{host}?q=1 HTTP/1.1\r\nconnection: close\r\n\r\n");
+    let answers = exchange(gw, query.as_bytes()).await?;
+    assert_eq!(
+        answers[0].text(),
+        format!("GET /?q=1 host={host} via={via} connection= body=")
+    );
+    Ok(())
+}
+
 /// A destination that is one of this host's own addresses (not loopback) is
 /// never connected to: the request could only loop back into the gateway. In a
 /// namespace of its own, with addresses of both families on its loopback

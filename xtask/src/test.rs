@@ -36,7 +36,7 @@ pub(crate) struct TestOptions {
 }
 
 /// Fuzz targets in fuzz/Cargo.toml, run in this order.
-const FUZZ_TARGETS: [&str; 8] = [
+const FUZZ_TARGETS: [&str; 9] = [
     "decode",
     "session",
     "sctp_packet",
@@ -45,6 +45,7 @@ const FUZZ_TARGETS: [&str; 8] = [
     "extract",
     "origin_path",
     "framing",
+    "front_head",
 ];
 
 pub(crate) fn run(options: &TestOptions) -> Result<()> {

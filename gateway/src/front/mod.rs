@@ -8,7 +8,9 @@
 //!    413 at once for a chunk size past the limit), and the HTTP version (a
 //!    higher 1.x minor is served as 1.1, another major gets 505), both seen
 //!    ahead of hyper by [`framing`];
-//! 2. the Host check against the original destination ([`crate::route`]);
+//! 2. the head's own checks, I/O-free in [`head`] (a `Via` naming this gateway
+//!    is a loop, CONNECT is refused, exactly one Host), then the Host check
+//!    against the original destination ([`crate::route`]);
 //! 3. the cache ([`crate::cache`]) for requests whose Host was verified: a hit
 //!    is answered here; a miss is forwarded through a fill that stores the
 //!    response and shares it with concurrent requests for it;
@@ -30,8 +32,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
@@ -40,10 +42,12 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
 pub mod framing;
+pub mod head;
 mod prefetch;
 pub mod tls;
 
 use self::framing::{Finding, FramedStream, Noted, RequestFraming};
+use self::head::{Checked, end_to_end, via_value};
 pub use self::prefetch::Prefetcher;
 use crate::body::{Body, BoxError};
 use crate::cache::{Cache, CacheRequest, Filled, Lookup};
@@ -54,7 +58,7 @@ use crate::metrics::{RequestMetrics, Side};
 use crate::origin_link::{
     BrowserSocket, CountedStream, LinkError, OriginLink, OriginRequest, StreamPin,
 };
-use crate::route::{Decision, HostCheck, HostError, HostVerifier, RouteTable, Target, parse_host};
+use crate::route::{Decision, HostCheck, HostVerifier, RouteTable, Target};
 
 /// The start of the gateway's `Via` pseudonym (RFC 9110, section 7.6.3); each
 /// running gateway appends an id of its own, so that two gateways in a row (a
@@ -425,27 +429,18 @@ impl Front {
                 format!("HTTP/{major} is not served here; HTTP/1.1 is"),
             ));
         }
-        if target_len(&parts.uri) > self.http.max_uri_bytes {
-            return Err(Refusal::browser(
-                StatusCode::URI_TOO_LONG,
-                "request target too long",
-            ));
-        }
-        if names_received_by(&parts.headers, &self.via_received_by) {
-            // It would come back here again: the gateway calling itself.
-            return Err(Refusal::browser(
-                StatusCode::LOOP_DETECTED,
-                "the request has already passed through this gateway",
-            ));
-        }
-        if parts.method == Method::CONNECT {
-            return Err(Refusal::browser(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "CONNECT is not served on intercepted connections",
-            ));
-        }
-        let (host_value, host, port) = request_host(&parts, flow.dst)
-            .map_err(|e| Refusal::browser(StatusCode::BAD_REQUEST, e.to_string()))?;
+        let Checked {
+            host_value,
+            host,
+            port,
+            target,
+        } = head::check(
+            &parts,
+            flow.dst,
+            self.http.max_uri_bytes,
+            &self.via_received_by,
+        )
+        .map_err(|e| Refusal::browser(e.status(), e.to_string()))?;
         let check = self.verifier.check(&host, port, flow.dst).await;
         let decision = self.routes.decide(flow.dst.ip(), &check);
         if check == HostCheck::Mismatch {
@@ -460,11 +455,7 @@ impl Front {
         }
         let forwarded = Forwarded {
             method: parts.method,
-            path: parts
-                .uri
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_owned(),
+            path: target,
             host: host_value,
             headers,
             body,
@@ -643,7 +634,14 @@ impl Front {
         }
         let pin = flow.pin(index, &origin.link);
         let origin_request = OriginRequest {
-            head: origin_head(&request, &self.via),
+            head: head::origin_head(
+                &request.method,
+                &request.path,
+                &request.host,
+                &request.headers,
+                request.body.len(),
+                &self.via,
+            ),
             body: request.body.clone(),
             urgency: request.urgency,
             class: request.class,
@@ -825,140 +823,12 @@ struct Forwarded {
     promote: Option<watch::Receiver<(u8, gateway_protocol::RequestClass)>>,
 }
 
-/// The Host header value to forward, and the parsed host and port.
-///
-/// An absolute-form target's authority overrides the Host header (RFC 9112,
-/// section 3.2.2). An HTTP/1.0 request without Host is taken as addressed to the
-/// original destination.
-fn request_host(
-    parts: &http::request::Parts,
-    dst: SocketAddr,
-) -> Result<(HeaderValue, String, u16), HostError> {
-    let mut hosts = parts.headers.get_all(header::HOST).iter();
-    let value = if let Some(authority) = parts.uri.authority() {
-        // RFC 9112, section 3.2: more than one Host field is a 400 whatever
-        // the target's form; an absolute-form target's authority replaces
-        // the one Host field there may be (section 3.2.2).
-        if parts.uri.scheme().is_none() {
-            return Err(HostError::AuthorityForm);
-        }
-        if hosts.nth(1).is_some() {
-            return Err(HostError::Repeated);
-        }
-        HeaderValue::from_str(authority.as_str()).map_err(|_| HostError::Invalid)?
-    } else {
-        match (hosts.next(), hosts.next()) {
-            (Some(host), None) => host.clone(),
-            (Some(_), Some(_)) => return Err(HostError::Repeated),
-            (None, _) if parts.version == Version::HTTP_10 => {
-                let literal = match dst {
-                    SocketAddr::V4(v4) => v4.ip().to_string(),
-                    SocketAddr::V6(v6) => format!("[{}]", v6.ip()),
-                };
-                HeaderValue::from_str(&literal).map_err(|_| HostError::Invalid)?
-            }
-            (None, _) => return Err(HostError::Missing),
-        }
-    };
-    let (host, port) = parse_host(value.as_bytes())?;
-    Ok((value, host, port))
-}
-
-/// The request target's length as the browser sent it.
-fn target_len(uri: &http::Uri) -> usize {
-    let path = uri.path_and_query().map_or(0, |p| p.as_str().len());
-    let authority = uri.authority().map_or(0, |a| a.as_str().len());
-    let scheme = uri.scheme_str().map_or(0, |s| s.len() + 3);
-    scheme + authority + path
-}
-
-/// Removes hop-by-hop fields (RFC 9110, section 7.6.1): `Connection` and the
-/// fields it names, and the fixed list. `Expect` goes too: the body is already read.
-fn end_to_end(mut headers: HeaderMap) -> HeaderMap {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in [
-        header::CONNECTION,
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        header::EXPECT,
-    ] {
-        headers.remove(name);
-    }
-    headers.remove("keep-alive");
-    headers.remove("proxy-connection");
-    headers
-}
-
-/// The `Via` entry for a gateway received-by `received_by`.
-fn via_value(received_by: &str) -> HeaderValue {
-    HeaderValue::from_str(&format!("1.1 {received_by}"))
-        .expect("the pseudonym and a hex id are visible ASCII")
-}
-
-/// Whether any `Via` entry in `headers` was received by `received_by` (RFC 9110,
-/// section 7.6.3: `received-protocol RWS received-by [RWS comment]`, in a
-/// comma-separated list). Comments may hold commas; they cannot make an entry's
-/// second word equal our pseudonym, which contains none.
-fn names_received_by(headers: &HeaderMap, received_by: &str) -> bool {
-    headers
-        .get_all(header::VIA)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|entry| {
-            entry
-                .split_ascii_whitespace()
-                .nth(1)
-                .is_some_and(|by| by.eq_ignore_ascii_case(received_by))
-        })
-}
-
 /// RFC 9110, section 9.2.2: safe to send twice.
 fn is_idempotent(method: &Method) -> bool {
     matches!(
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
     )
-}
-
-/// The HTTP/1.1 request head carried in a REQUEST message, with `via` added.
-fn origin_head(request: &Forwarded, via: &HeaderValue) -> Bytes {
-    let mut head = BytesMut::with_capacity(512);
-    head.put_slice(request.method.as_str().as_bytes());
-    head.put_u8(b' ');
-    head.put_slice(request.path.as_bytes());
-    head.put_slice(b" HTTP/1.1\r\nhost: ");
-    head.put_slice(request.host.as_bytes());
-    head.put_slice(b"\r\n");
-    for (name, value) in &request.headers {
-        if name == header::HOST || name == header::CONTENT_LENGTH {
-            continue;
-        }
-        head.put_slice(name.as_str().as_bytes());
-        head.put_slice(b": ");
-        head.put_slice(value.as_bytes());
-        head.put_slice(b"\r\n");
-    }
-    if !request.body.is_empty() {
-        head.put_slice(format!("content-length: {}\r\n", request.body.len()).as_bytes());
-    }
-    head.put_slice(b"via: ");
-    head.put_slice(via.as_bytes());
-    head.put_slice(b"\r\n\r\n");
-    head.freeze()
 }
 
 /// The gateway's own answer: a short plain-text body.
@@ -985,140 +855,4 @@ fn refusal_response(refusal: &Refusal) -> Response<Body> {
         headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     response
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hop_by_hop_fields_are_removed() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("keep-alive, x-secret"),
-        );
-        h.insert("x-secret", HeaderValue::from_static("1"));
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("chunked"),
-        );
-        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
-        let h = end_to_end(h);
-        assert_eq!(h.len(), 1, "{h:?}");
-        assert!(h.contains_key(header::ACCEPT));
-    }
-
-    #[test]
-    fn origin_head_is_a_valid_request() {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::ACCEPT, HeaderValue::from_static("text/html"));
-        headers.insert(header::HOST, HeaderValue::from_static("ignored"));
-        let request = Forwarded {
-            method: Method::POST,
-            path: "/a?b=c".to_owned(),
-            host: HeaderValue::from_static("203.0.113.10"),
-            headers,
-            body: Bytes::from_static(b"xyz"),
-            urgency: DEMAND_URGENCY,
-            class: gateway_protocol::RequestClass::Demand,
-            promote: None,
-        };
-        let head = origin_head(&request, &via_value("sctp-gateway-0123abcd"));
-        let mut parsed = [httparse::EMPTY_HEADER; 8];
-        let mut req = httparse::Request::new(&mut parsed);
-        let status = req.parse(&head).expect("parses");
-        assert_eq!(status, httparse::Status::Complete(head.len()));
-        assert_eq!(req.method, Some("POST"));
-        assert_eq!(req.path, Some("/a?b=c"));
-        let names: Vec<_> = req.headers.iter().map(|h| h.name).collect();
-        assert_eq!(names, ["host", "accept", "content-length", "via"]);
-        assert_eq!(req.headers[0].value, b"203.0.113.10");
-        assert_eq!(req.headers[3].value, b"1.1 sctp-gateway-0123abcd");
-    }
-
-    #[test]
-    fn only_this_gateways_via_entry_is_a_loop() {
-        let ours = "sctp-gateway-0123abcd";
-        let via = |values: &[&'static str]| {
-            let mut h = HeaderMap::new();
-            for v in values {
-                h.append(header::VIA, HeaderValue::from_static(v));
-            }
-            h
-        };
-        assert!(!names_received_by(&via(&[]), ours));
-        assert!(!names_received_by(
-            &via(&["1.1 sctp-gateway-99999999"]),
-            ours
-        ));
-        assert!(!names_received_by(
-            &via(&["1.0 fred, 1.1 p.example (sctp-gateway-0123abcd)"]),
-            ours
-        ));
-        assert!(names_received_by(
-            &via(&["1.1 sctp-gateway-0123abcd"]),
-            ours
-        ));
-        assert!(names_received_by(
-            &via(&["1.0 fred, 1.1 SCTP-Gateway-0123ABCD (x, y)"]),
-            ours
-        ));
-        assert!(names_received_by(
-            &via(&["1.0 fred", "HTTP/1.1  sctp-gateway-0123abcd"]),
-            ours
-        ));
-    }
-
-    #[test]
-    fn absolute_form_authority_overrides_host() {
-        let request = Request::builder()
-            .uri("http://203.0.113.10:8080/x")
-            .header(header::HOST, "elsewhere.example")
-            .body(())
-            .expect("request");
-        let (parts, ()) = request.into_parts();
-        let dst = "203.0.113.10:8080".parse().expect("literal");
-        let (value, host, port) = request_host(&parts, dst).expect("host");
-        assert_eq!(
-            (value.as_bytes(), host.as_str(), port),
-            (&b"203.0.113.10:8080"[..], "203.0.113.10", 8080)
-        );
-    }
-
-    #[test]
-    fn missing_and_repeated_hosts_are_refused() {
-        let dst: SocketAddr = "[2001:db8::10]:80".parse().expect("literal");
-        let (parts, ()) = Request::builder()
-            .uri("/")
-            .body(())
-            .expect("request")
-            .into_parts();
-        assert_eq!(
-            request_host(&parts, dst).expect_err("must fail"),
-            HostError::Missing
-        );
-
-        let (parts, ()) = Request::builder()
-            .uri("/")
-            .version(Version::HTTP_10)
-            .body(())
-            .expect("request")
-            .into_parts();
-        let (_, host, port) = request_host(&parts, dst).expect("HTTP/1.0 without Host");
-        assert_eq!((host.as_str(), port), ("2001:db8::10", 80));
-
-        let (parts, ()) = Request::builder()
-            .uri("/")
-            .header(header::HOST, "a")
-            .header(header::HOST, "b")
-            .body(())
-            .expect("request")
-            .into_parts();
-        assert_eq!(
-            request_host(&parts, dst).expect_err("must fail"),
-            HostError::Repeated
-        );
-    }
 }
