@@ -885,3 +885,72 @@ fn chromium_loads_the_site_over_https_through_a_tunnel_on_framed_tcp() {
         "nginx served what the origin should have"
     );
 }
+
+/// config/origin.toml with `[tls] h2 = true`, written into `dir` (the demo
+/// adds its certificate beside that key).
+fn origin_config_with_h2(dir: &Path) -> PathBuf {
+    let base = testbed::workspace_root().join("config/origin.toml");
+    let text = std::fs::read_to_string(&base).expect("config/origin.toml");
+    let out = dir.join("origin-h2-base.toml");
+    std::fs::write(&out, format!("{text}\n[tls]\nh2 = true\n")).expect("writing the h2 config");
+    out
+}
+
+/// `tls.h2` at the origin: curl offers h2 and gets it, two requests share one
+/// tunnel (one connection, one https line at the gateway, one data stream at
+/// the origin), and the bytes are the files'.
+#[test]
+fn with_tls_h2_the_origin_speaks_http2_inside_one_tunnel() {
+    let dir = artifacts("h2-base");
+    let config = origin_config_with_h2(&dir);
+    let https = start_with("h2", true, |options| options.origin_config = Some(config));
+    let demo = &https.demo;
+    let paths = ["/index.html", "/assets/site.css"];
+    let out = demo.dir().join("h2-bodies");
+    std::fs::create_dir_all(&out).expect("bodies directory");
+    let mut command = Command::new("curl");
+    command
+        .args(["-sS", "--fail", "--max-time", "15", "--http2"])
+        .args(["-w", "%{http_version}\\n", "--resolve"])
+        .arg(format!("{SITE_NAME}:443:{}", IpAddr::from(SITE_V4)))
+        .arg("--cacert")
+        .arg(&https.site_cert);
+    for (n, path) in paths.iter().enumerate() {
+        command
+            .arg("-o")
+            .arg(out.join(n.to_string()))
+            .arg(format!("https://{SITE_NAME}{path}"));
+    }
+    let result = exec_in(demo.topology.client.name(), &command)
+        .output()
+        .expect("running curl");
+    assert!(
+        result.status.success(),
+        "curl: {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&result.stdout),
+        "2\n2\n",
+        "HTTP versions"
+    );
+    for (n, path) in paths.iter().enumerate() {
+        let body = std::fs::read(out.join(n.to_string())).expect("body");
+        assert!(body == demo_file(path), "{path}: not the file's bytes");
+    }
+    let dst = SocketAddr::new(SITE_V4.into(), 443);
+    let lines = gateway_https_lines(demo, |lines| {
+        lines.iter().any(|l| l.contains(&format!("dst={dst} ")))
+    });
+    let tunnels = lines
+        .iter()
+        .filter(|l| l.contains(&format!("dst={dst} ")))
+        .count();
+    assert_eq!(tunnels, 1, "one connection, one tunnel: {lines:#?}");
+    let streams: Vec<u16> = paths.iter().flat_map(|p| origin_streams(demo, p)).collect();
+    assert!(
+        streams.len() == 2 && streams[0] > 0 && streams[0] == streams[1],
+        "both requests on the one tunnel's data stream: {streams:?}"
+    );
+    assert_via_tls(demo, paths.iter());
+}

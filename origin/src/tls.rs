@@ -1,7 +1,8 @@
 //! `[tls]`: what the origin does with a TLS tunnel, by the server name the
 //! browser asked for (docs/origin.md, "TLS").
 //!
-//! A name with a certificate is terminated here (rustls, ALPN `http/1.1`) and
+//! A name with a certificate is terminated here (rustls, ALPN `http/1.1`, and
+//! `h2` first when `tls.h2` is set) and
 //! its requests are served by the same handler as plain ones; a name listed
 //! under `passthrough` is relayed as bytes to an upstream that holds its keys;
 //! any other name is refused (RESET REFUSED: the gateway then passes the
@@ -28,6 +29,11 @@ pub struct TlsConfig {
     pub certificates: Vec<CertificateEntry>,
     /// Names relayed as TCP to an upstream (TLS passthrough).
     pub passthrough: Vec<PassthroughEntry>,
+    /// Offer `h2` before `http/1.1` by ALPN on terminated tunnels (default
+    /// off). A browser then opens one connection, so one tunnel and one TLS
+    /// handshake per site, but the scheduler sees the whole page as one job
+    /// and a lost packet stalls every request in it (docs/origin.md, "TLS").
+    pub h2: bool,
 }
 
 /// `[[tls.certificates]]`.
@@ -142,9 +148,9 @@ impl std::fmt::Debug for Tunnels {
 
 impl Tunnels {
     /// Reads every certificate and key and builds the rustls server config:
-    /// TLS 1.2 and 1.3, no client certificates, ALPN `http/1.1` only (HTTP/2
-    /// would multiplex a page's requests inside one tunnel, out of the
-    /// scheduler's sight; docs/origin.md, "TLS").
+    /// TLS 1.2 and 1.3, no client certificates, ALPN `http/1.1` only unless
+    /// `tls.h2` (HTTP/2 multiplexes a page's requests inside one tunnel, out
+    /// of the scheduler's sight; docs/origin.md, "TLS").
     pub fn load(config: &TlsConfig) -> Result<Self, TlsError> {
         let provider = Arc::new(ring::default_provider());
         let mut resolver = ResolvesServerCertUsingSni::new();
@@ -169,7 +175,11 @@ impl Tunnels {
             })?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(resolver));
-        server.alpn_protocols = vec![b"http/1.1".to_vec()];
+        server.alpn_protocols = if config.h2 {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
         let passthrough = config
             .passthrough
             .iter()

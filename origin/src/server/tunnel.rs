@@ -2,7 +2,7 @@
 //! stands where a response's producer stands for a request.
 //!
 //! ```text
-//!  driver ──Inbound (TUNNEL_DATA)──► pump ──► TLS end (rustls) ──► hyper HTTP/1.1
+//!  driver ──Inbound (TUNNEL_DATA)──► pump ──► TLS end (rustls) ──► hyper HTTP/1.1 or h2
 //!     ▲                               │        or upstream TCP        │
 //!     └──Produced::Tunnel*, Credit────┘                      Handler (files, proxy)
 //! ```
@@ -24,7 +24,7 @@ use gateway_protocol::{Request, RequestClass, RequestId, Urgency};
 use http_body::Frame;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::sync::{Semaphore, mpsc};
 
@@ -176,7 +176,8 @@ async fn pump<S: AsyncRead + AsyncWrite>(
     tokio::join!(writes, reads);
 }
 
-/// The TLS end: rustls's handshake, then hyper's HTTP/1.1 server whose every
+/// The TLS end: rustls's handshake, then hyper's HTTP/1.1 server (HTTP/2
+/// when the browser chose `h2` by ALPN, which `tls.h2` offers) whose every
 /// request goes to `handler` as if it had come as a REQUEST on the tunnel's
 /// stream.
 async fn serve_tls<H: Handler>(
@@ -193,6 +194,7 @@ async fn serve_tls<H: Handler>(
             return;
         }
     };
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let service = hyper::service::service_fn(move |request| {
         let handler = Arc::clone(&handler);
         async move {
@@ -200,10 +202,17 @@ async fn serve_tls<H: Handler>(
             Ok::<_, Infallible>(response)
         }
     });
-    let served = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .serve_connection(TokioIo::new(tls), service)
-        .await;
+    let served = if h2 {
+        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .serve_connection(TokioIo::new(tls), service)
+            .await
+    } else {
+        hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .serve_connection(TokioIo::new(tls), service)
+            .await
+    };
     if let Err(e) = served {
         tracing::debug!(id, stream, "tunnel HTTP connection ended: {e}");
     }
@@ -243,9 +252,24 @@ async fn answer<H: Handler>(
     response_from(reply)
 }
 
-/// The request as the protocol's REQUEST head would carry it.
+/// The request as the protocol's REQUEST head would carry it. An HTTP/2
+/// request's target is its `:path`, and its `:authority` becomes the Host
+/// field (RFC 9113 section 8.3.1), so the handler sees what HTTP/1.1 would
+/// have sent.
 fn render_request_head(parts: &http::request::Parts) -> Bytes {
-    let mut head = format!("{} {} HTTP/1.1\r\n", parts.method, parts.uri).into_bytes();
+    let h2 = parts.version == http::Version::HTTP_2;
+    let mut head = if h2 {
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut head = format!("{} {target} HTTP/1.1\r\n", parts.method).into_bytes();
+        if let Some(authority) = parts.uri.authority()
+            && !parts.headers.contains_key(http::header::HOST)
+        {
+            head.extend_from_slice(format!("host: {authority}\r\n").as_bytes());
+        }
+        head
+    } else {
+        format!("{} {} HTTP/1.1\r\n", parts.method, parts.uri).into_bytes()
+    };
     for (name, value) in &parts.headers {
         head.extend_from_slice(name.as_str().as_bytes());
         head.extend_from_slice(b": ");

@@ -70,6 +70,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
             pages: options.pages.clone(),
             name: options.name.clone(),
             origin_tcp_cc: options.origin_tcp_cc.clone(),
+            tunnel_h2: options.tunnel_h2,
         }),
         Which::Papers => papers::run(&options.only),
         Which::Prefetch => prefetch::run(prefetch::PrefetchBench {

@@ -74,6 +74,10 @@ pub(crate) struct BenchOptions {
     /// reno (pages; the kernel's default otherwise).
     #[arg(long)]
     pub origin_tcp_cc: Option<String>,
+    /// The origin offers h2 by ALPN on HTTPS tunnels (`tls.h2`), so (h) runs
+    /// HTTP/2 inside one tunnel instead of HTTP/1.1 on six (pages).
+    #[arg(long)]
+    pub tunnel_h2: bool,
 }
 
 /// The benchmarks this command knows.

@@ -188,6 +188,8 @@ pub(crate) struct PagesBench {
     /// TCP congestion control for every TCP sender on the origin host (nginx,
     /// the framed-TCP origin), e.g. `reno`; the kernel's default if `None`.
     pub origin_tcp_cc: Option<String>,
+    /// The origin offers h2 on HTTPS tunnels (`tls.h2`): (h) is HTTP/2.
+    pub tunnel_h2: bool,
 }
 
 /// One emulated link.
@@ -302,6 +304,7 @@ pub(crate) fn run(options: &PagesBench) -> Result<()> {
         pages,
         first,
         options.origin_tcp_cc.as_deref(),
+        options.tunnel_h2,
     )?;
     let mut records = Vec::new();
     'links: for (n, &cell) in cells.iter().enumerate() {
@@ -325,17 +328,44 @@ pub(crate) fn run(options: &PagesBench) -> Result<()> {
         .map(|r| LoadRow::from_record(r, &bench.pages))
         .collect();
     write_loads(&csv_dir.join("loads.csv"), &rows)?;
-    let notes = match &options.origin_tcp_cc {
+    let mut notes = match &options.origin_tcp_cc {
         Some(cc) => vec![format!(
             "TCP congestion control on the origin host (nginx, the framed-TCP origin): {cc}"
         )],
         None => Vec::new(),
     };
+    if options.tunnel_h2 {
+        notes.push(
+            "the origin offers h2 by ALPN on HTTPS tunnels (`tls.h2`): (h) is HTTP/2 inside one tunnel"
+                .into(),
+        );
+    }
     // Kept beside the CSV so that --from-csv says them again.
     std::fs::write(csv_dir.join(NOTES_FILE), notes.join("\n"))?;
     let command = invocation();
     std::fs::write(csv_dir.join(COMMAND_FILE), &command)?;
     render(&options.name, &command, &rows, &bench.pages, &notes)
+}
+
+/// config/origin.toml with `[tls] h2 = true`, written into `dir`: the demo
+/// then adds its certificate beside that key.
+fn origin_config_with_h2(dir: &Path) -> Result<PathBuf> {
+    let base = workspace_root().join("config/origin.toml");
+    let text =
+        std::fs::read_to_string(&base).with_context(|| format!("reading {}", base.display()))?;
+    let mut table: toml::Table = text
+        .parse()
+        .with_context(|| format!("parsing {}", base.display()))?;
+    let tls = table
+        .entry("tls")
+        .or_insert_with(|| toml::Table::new().into())
+        .as_table_mut()
+        .context("[tls] in config/origin.toml is not a table")?;
+    tls.insert("h2".into(), true.into());
+    let out = dir.join("origin-h2.toml");
+    std::fs::write(&out, toml::to_string(&table)?)
+        .with_context(|| format!("writing {}", out.display()))?;
+    Ok(out)
 }
 
 /// `cargo xtask bench pages --from-csv`: the report and charts again from the
@@ -502,6 +532,7 @@ impl Bench {
         pages: Vec<GeneratedPage>,
         first: LinkCell,
         origin_tcp_cc: Option<&str>,
+        tunnel_h2: bool,
     ) -> Result<Self> {
         let binaries = Binaries {
             gateway: built[0].clone(),
@@ -513,6 +544,9 @@ impl Bench {
         options.start_gateway = false;
         // (h)'s certificate at the origin and (b)'s TLS nginx.
         options.https = true;
+        if tunnel_h2 {
+            options.origin_config = Some(origin_config_with_h2(dir)?);
+        }
         options.wan = Some(DemoWan {
             wanem: built[2].clone(),
             params: first.params(),
