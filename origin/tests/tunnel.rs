@@ -152,6 +152,7 @@ async fn tunnels_for_test(dir: &std::path::Path) -> Result<(Tunnels, Certificate
             names: vec![PASS.into()],
             upstream: echo_upstream().await?,
         }],
+        h2: false,
     };
     tls.validate()
         .map_err(|(k, r)| anyhow::anyhow!("{k}: {r}"))?;
