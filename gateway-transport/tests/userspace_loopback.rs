@@ -1,7 +1,8 @@
 //! The userspace SCTP backend over loopback, IPv4 and IPv6, through the public API
 //! only: ordering and boundaries per stream, sizes up to the message limit, stream
 //! negotiation, backpressure, abort, graceful close, heartbeats, an unreachable
-//! peer, a vanished peer (ICMP port unreachable), and a connect to a silent port. Every test is bounded in time.
+//! peer, a vanished peer (ICMP port unreachable), and a connect to a silent
+//! port. Every test is bounded in time.
 //!
 //! `throughput_probe` (ignored) prints bulk Mbit/s; run it with
 //! `cargo test --release -p gateway-transport --test userspace_loopback -- --ignored --nocapture`.
@@ -333,8 +334,16 @@ async fn heartbeats_keep_an_idle_association_alive() -> Result<()> {
     .await?
 }
 
-/// A UDP relay between a client and a listener that can be told to go silent.
-async fn relay(upstream: SocketAddr, silent: Arc<AtomicBool>) -> Result<SocketAddr> {
+/// What a test can do to a [`relay`]: make it drop what passes (`silent`),
+/// or close both its sockets, as a killed process's would (`gone`).
+#[derive(Default)]
+struct RelayControl {
+    silent: AtomicBool,
+    gone: tokio::sync::Notify,
+}
+
+/// A UDP relay between a client and a listener, under `control`.
+async fn relay(upstream: SocketAddr, control: Arc<RelayControl>) -> Result<SocketAddr> {
     let front = UdpSocket::bind("127.0.0.1:0").await?;
     let back = UdpSocket::bind("127.0.0.1:0").await?;
     back.connect(upstream).await?;
@@ -344,17 +353,19 @@ async fn relay(upstream: SocketAddr, silent: Arc<AtomicBool>) -> Result<SocketAd
         let mut a = vec![0u8; 65536];
         let mut b = vec![0u8; 65536];
         loop {
+            let silent = || control.silent.load(Ordering::Relaxed);
             tokio::select! {
+                () = control.gone.notified() => return,
                 r = front.recv_from(&mut a) => {
                     let Ok((n, from)) = r else { return };
                     client = Some(from);
-                    if !silent.load(Ordering::Relaxed) {
+                    if !silent() {
                         let _ = back.send(&a[..n]).await;
                     }
                 }
                 r = back.recv(&mut b) => {
                     let Ok(n) = r else { return };
-                    if let (Some(to), false) = (client, silent.load(Ordering::Relaxed)) {
+                    if let (Some(to), false) = (client, silent()) {
                         let _ = front.send_to(&b[..n], to).await;
                     }
                 }
@@ -373,8 +384,8 @@ async fn silent_peer_is_reported_unreachable() -> Result<()> {
             ..config()
         };
         let listener = Listener::bind(BackendKind::Userspace, V4.parse()?, &cfg).await?;
-        let silent = Arc::new(AtomicBool::new(false));
-        let via = relay(listener.local_addr()?, Arc::clone(&silent)).await?;
+        let control = Arc::new(RelayControl::default());
+        let via = relay(listener.local_addr()?, Arc::clone(&control)).await?;
         let (client, server) = tokio::join!(
             connect(BackendKind::Userspace, via, &cfg),
             listener.accept()
@@ -382,7 +393,7 @@ async fn silent_peer_is_reported_unreachable() -> Result<()> {
         let (client, server) = (client?, server?);
         client.send(0, Bytes::from_static(b"hello")).await?;
         ensure!(server.recv().await?.data == "hello");
-        silent.store(true, Ordering::Relaxed);
+        control.silent.store(true, Ordering::Relaxed);
         let started = Instant::now();
         for side in [&client, &server] {
             match side.recv().await {
@@ -394,40 +405,6 @@ async fn silent_peer_is_reported_unreachable() -> Result<()> {
         Ok(())
     })
     .await?
-}
-
-/// A UDP relay between a client and a listener whose two sockets close (as
-/// a killed process's would) when `gone` is notified.
-async fn vanishing_relay(
-    upstream: SocketAddr,
-    gone: Arc<tokio::sync::Notify>,
-) -> Result<SocketAddr> {
-    let front = UdpSocket::bind("127.0.0.1:0").await?;
-    let back = UdpSocket::bind("127.0.0.1:0").await?;
-    back.connect(upstream).await?;
-    let addr = front.local_addr()?;
-    tokio::spawn(async move {
-        let mut client = None;
-        let mut a = vec![0u8; 65536];
-        let mut b = vec![0u8; 65536];
-        loop {
-            tokio::select! {
-                () = gone.notified() => return,
-                r = front.recv_from(&mut a) => {
-                    let Ok((n, from)) = r else { return };
-                    client = Some(from);
-                    let _ = back.send(&a[..n]).await;
-                }
-                r = back.recv(&mut b) => {
-                    let Ok(n) = r else { return };
-                    if let Some(to) = client {
-                        let _ = front.send_to(&b[..n], to).await;
-                    }
-                }
-            }
-        }
-    });
-    Ok(addr)
 }
 
 /// A peer whose process is gone: its host answers our packets with ICMP
@@ -444,8 +421,8 @@ async fn a_vanished_peer_is_noticed_at_the_next_packet_by_icmp() -> Result<()> {
             ..config()
         };
         let listener = Listener::bind(BackendKind::Userspace, V4.parse()?, &cfg).await?;
-        let gone = Arc::new(tokio::sync::Notify::new());
-        let via = vanishing_relay(listener.local_addr()?, Arc::clone(&gone)).await?;
+        let control = Arc::new(RelayControl::default());
+        let via = relay(listener.local_addr()?, Arc::clone(&control)).await?;
         let (client, server) = tokio::join!(
             connect(BackendKind::Userspace, via, &cfg),
             listener.accept()
@@ -455,7 +432,7 @@ async fn a_vanished_peer_is_noticed_at_the_next_packet_by_icmp() -> Result<()> {
         ensure!(server.recv().await?.data == "hello");
         server.send(0, Bytes::from_static(b"hi")).await?;
         ensure!(client.recv().await?.data == "hi");
-        gone.notify_one();
+        control.gone.notify_one();
         // The relay's sockets close as its task ends; a send after that is
         // refused by the host. Sends go on until the refusal ends the
         // association (the first may still reach the relay before it closes).
