@@ -886,24 +886,12 @@ fn chromium_loads_the_site_over_https_through_a_tunnel_on_framed_tcp() {
     );
 }
 
-/// config/origin.toml with `[tls] h2 = true`, written into `dir` (the demo
-/// adds its certificate beside that key).
-fn origin_config_with_h2(dir: &Path) -> PathBuf {
-    let base = testbed::workspace_root().join("config/origin.toml");
-    let text = std::fs::read_to_string(&base).expect("config/origin.toml");
-    let out = dir.join("origin-h2-base.toml");
-    std::fs::write(&out, format!("{text}\n[tls]\nh2 = true\n")).expect("writing the h2 config");
-    out
-}
-
 /// `tls.h2` at the origin: curl offers h2 and gets it, two requests share one
 /// tunnel (one connection, one https line at the gateway, one data stream at
 /// the origin), and the bytes are the files'.
 #[test]
 fn with_tls_h2_the_origin_speaks_http2_inside_one_tunnel() {
-    let dir = artifacts("h2-base");
-    let config = origin_config_with_h2(&dir);
-    let https = start_with("h2", true, |options| options.origin_config = Some(config));
+    let https = start_with("h2", true, |options| options.https_h2 = true);
     let demo = &https.demo;
     let paths = ["/index.html", "/assets/site.css"];
     let out = demo.dir().join("h2-bodies");

@@ -393,6 +393,9 @@ pub struct DemoOptions {
     /// name through its namespace's hosts file, and nginx serves the site
     /// over TLS on the site's addresses.
     pub https: bool,
+    /// With [`DemoOptions::https`]: the origin offers HTTP/2 on its tunnels
+    /// (`tls.h2`).
+    pub https_h2: bool,
     /// More entries of the gateway namespace's hosts file, which exists only
     /// with [`DemoOptions::https`].
     pub gateway_hosts: Vec<(IpAddr, String)>,
@@ -423,6 +426,7 @@ impl DemoOptions {
             start_gateway: true,
             wan: None,
             https: false,
+            https_h2: false,
             gateway_hosts: Vec::new(),
         }
     }
@@ -661,6 +665,7 @@ fn start_https(options: &mut DemoOptions, topology: &Topology, root: &Path) -> R
         topology.gateway.name(),
         &site_ips,
         &options.gateway_hosts,
+        options.https_h2,
     )?;
     https.start_direct(
         topology.origin.name(),

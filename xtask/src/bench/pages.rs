@@ -347,27 +347,6 @@ pub(crate) fn run(options: &PagesBench) -> Result<()> {
     render(&options.name, &command, &rows, &bench.pages, &notes)
 }
 
-/// config/origin.toml with `[tls] h2 = true`, written into `dir`: the demo
-/// then adds its certificate beside that key.
-fn origin_config_with_h2(dir: &Path) -> Result<PathBuf> {
-    let base = workspace_root().join("config/origin.toml");
-    let text =
-        std::fs::read_to_string(&base).with_context(|| format!("reading {}", base.display()))?;
-    let mut table: toml::Table = text
-        .parse()
-        .with_context(|| format!("parsing {}", base.display()))?;
-    let tls = table
-        .entry("tls")
-        .or_insert_with(|| toml::Table::new().into())
-        .as_table_mut()
-        .context("[tls] in config/origin.toml is not a table")?;
-    tls.insert("h2".into(), true.into());
-    let out = dir.join("origin-h2.toml");
-    std::fs::write(&out, toml::to_string(&table)?)
-        .with_context(|| format!("writing {}", out.display()))?;
-    Ok(out)
-}
-
 /// `cargo xtask bench pages --from-csv`: the report and charts again from the
 /// last run's bench/results/pages/loads.csv, without loading anything.
 pub(crate) fn rerender(name: &str) -> Result<()> {
@@ -544,9 +523,7 @@ impl Bench {
         options.start_gateway = false;
         // (h)'s certificate at the origin and (b)'s TLS nginx.
         options.https = true;
-        if tunnel_h2 {
-            options.origin_config = Some(origin_config_with_h2(dir)?);
-        }
+        options.https_h2 = tunnel_h2;
         options.wan = Some(DemoWan {
             wanem: built[2].clone(),
             params: first.params(),
