@@ -375,6 +375,22 @@ async fn relay(upstream: SocketAddr, control: Arc<RelayControl>) -> Result<Socke
     Ok(addr)
 }
 
+/// A listener, a client connected to it through a [`relay`], the accepted
+/// server side, and a first message that crossed; the listener must be kept.
+async fn relayed_pair(
+    cfg: &AssociationConfig,
+) -> Result<(Listener, Arc<RelayControl>, Association, Association)> {
+    let listener = Listener::bind(BackendKind::Userspace, V4.parse()?, cfg).await?;
+    let control = Arc::new(RelayControl::default());
+    let via = relay(listener.local_addr()?, Arc::clone(&control)).await?;
+    let (client, server) =
+        tokio::join!(connect(BackendKind::Userspace, via, cfg), listener.accept());
+    let (client, server) = (client?, server?);
+    client.send(0, Bytes::from_static(b"hello")).await?;
+    ensure!(server.recv().await?.data == "hello");
+    Ok((listener, control, client, server))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_peer_is_reported_unreachable() -> Result<()> {
     timeout(TEST_LIMIT, async {
@@ -383,16 +399,7 @@ async fn silent_peer_is_reported_unreachable() -> Result<()> {
             idle_timeout: Duration::from_millis(600),
             ..config()
         };
-        let listener = Listener::bind(BackendKind::Userspace, V4.parse()?, &cfg).await?;
-        let control = Arc::new(RelayControl::default());
-        let via = relay(listener.local_addr()?, Arc::clone(&control)).await?;
-        let (client, server) = tokio::join!(
-            connect(BackendKind::Userspace, via, &cfg),
-            listener.accept()
-        );
-        let (client, server) = (client?, server?);
-        client.send(0, Bytes::from_static(b"hello")).await?;
-        ensure!(server.recv().await?.data == "hello");
+        let (_listener, control, client, server) = relayed_pair(&cfg).await?;
         control.silent.store(true, Ordering::Relaxed);
         let started = Instant::now();
         for side in [&client, &server] {
@@ -420,16 +427,7 @@ async fn a_vanished_peer_is_noticed_at_the_next_packet_by_icmp() -> Result<()> {
             idle_timeout: Duration::from_secs(600),
             ..config()
         };
-        let listener = Listener::bind(BackendKind::Userspace, V4.parse()?, &cfg).await?;
-        let control = Arc::new(RelayControl::default());
-        let via = relay(listener.local_addr()?, Arc::clone(&control)).await?;
-        let (client, server) = tokio::join!(
-            connect(BackendKind::Userspace, via, &cfg),
-            listener.accept()
-        );
-        let (client, server) = (client?, server?);
-        client.send(0, Bytes::from_static(b"hello")).await?;
-        ensure!(server.recv().await?.data == "hello");
+        let (_listener, control, client, server) = relayed_pair(&cfg).await?;
         server.send(0, Bytes::from_static(b"hi")).await?;
         ensure!(client.recv().await?.data == "hi");
         control.gone.notify_one();
