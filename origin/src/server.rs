@@ -236,6 +236,29 @@ struct Job {
     received_end: bool,
 }
 
+impl Job {
+    /// A job whose producer (a request's handler task, or a tunnel's) has
+    /// just been spawned: nothing ready, nothing sent.
+    fn new(
+        stream: u16,
+        producer: AbortHandle,
+        permits: Arc<Semaphore>,
+        tunnel_in: Option<mpsc::UnboundedSender<Inbound>>,
+    ) -> Job {
+        Job {
+            stream,
+            ready: VecDeque::new(),
+            producer: Some(producer),
+            permits,
+            body_sent: 0,
+            head_len: 0,
+            tunnel_in,
+            sent_end: false,
+            received_end: false,
+        }
+    }
+}
+
 struct PendingBody {
     request: Request,
     stream: u16,
@@ -772,20 +795,7 @@ impl<H: Handler> Driver<H> {
             Arc::clone(&permits),
             self.config.chunk_size,
         ));
-        self.insert_job(
-            id,
-            Job {
-                stream,
-                ready: VecDeque::new(),
-                producer: Some(producer.abort_handle()),
-                permits,
-                body_sent: 0,
-                head_len: 0,
-                tunnel_in: None,
-                sent_end: false,
-                received_end: false,
-            },
-        );
+        self.insert_job(id, Job::new(stream, producer.abort_handle(), permits, None));
     }
 
     fn insert_job(&mut self, id: RequestId, job: Job) {
@@ -860,17 +870,7 @@ impl<H: Handler> Driver<H> {
         let producer = tokio::spawn(tunnel::run(task, rx, sink));
         self.insert_job(
             id,
-            Job {
-                stream,
-                ready: VecDeque::new(),
-                producer: Some(producer.abort_handle()),
-                permits,
-                body_sent: 0,
-                head_len: 0,
-                tunnel_in: Some(tx),
-                sent_end: false,
-                received_end: false,
-            },
+            Job::new(stream, producer.abort_handle(), permits, Some(tx)),
         );
         Ok(())
     }
