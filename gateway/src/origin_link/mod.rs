@@ -271,6 +271,21 @@ impl fmt::Debug for OriginLink {
 }
 
 impl OriginLink {
+    /// The association, if it is up and takes new requests; otherwise the
+    /// reconnect loop is woken and the caller gets `Unavailable` with why.
+    fn accepting_conn(&self) -> Result<Arc<Conn>, LinkError> {
+        let shared = &self.inner.shared;
+        let conn = lock(&shared.current).clone().filter(|c| c.accepting());
+        conn.ok_or_else(|| {
+            shared.kick.notify_one();
+            LinkError::Unavailable(format!(
+                "origin {} is down: {}",
+                shared.name,
+                lock(&shared.down_reason)
+            ))
+        })
+    }
+
     /// Starts the background task that connects to `entry.address` with
     /// `entry.backend` and `entry.transport`, exchanges HELLO, and re-establishes
     /// the association with exponential backoff (`reconnect_min` doubling to
@@ -436,17 +451,11 @@ impl OriginLink {
         pin: &StreamPin,
         req: OriginRequest,
     ) -> Result<http::Response<ResponseBody>, LinkError> {
-        let shared = &self.inner.shared;
-        debug_assert!(Arc::ptr_eq(&pin.shared, shared), "pin of another origin");
-        let conn = lock(&shared.current).clone().filter(|c| c.accepting());
-        let Some(conn) = conn else {
-            shared.kick.notify_one();
-            return Err(LinkError::Unavailable(format!(
-                "origin {} is down: {}",
-                shared.name,
-                lock(&shared.down_reason)
-            )));
-        };
+        debug_assert!(
+            Arc::ptr_eq(&pin.shared, &self.inner.shared),
+            "pin of another origin"
+        );
+        let conn = self.accepting_conn()?;
         let socket = pin.socket.get().cloned();
         let mut pending = conn.send_request(pin.stream, req, socket).await?;
         match pending.rx.recv().await {

@@ -10,7 +10,6 @@ use gateway_protocol::TUNNEL_WINDOW;
 use super::conn::{Conn, Event, Pending};
 use super::error::LinkError;
 use super::{OriginLink, StreamPin};
-use crate::sync::lock;
 
 /// What the origin sent on a tunnel.
 #[derive(Debug, PartialEq, Eq)]
@@ -46,16 +45,7 @@ impl OriginLink {
         destination: SocketAddr,
         server_name: &str,
     ) -> Result<OriginTunnel, LinkError> {
-        let shared = &self.inner.shared;
-        let conn = lock(&shared.current).clone().filter(|c| c.accepting());
-        let Some(conn) = conn else {
-            shared.kick.notify_one();
-            return Err(LinkError::Unavailable(format!(
-                "origin {} is down: {}",
-                shared.name,
-                lock(&shared.down_reason)
-            )));
-        };
+        let conn = self.accepting_conn()?;
         let socket = pin.socket.get().cloned();
         let (pending, stream) = conn
             .send_tunnel_open(pin.stream, destination, server_name.to_owned(), socket)
