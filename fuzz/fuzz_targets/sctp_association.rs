@@ -419,7 +419,10 @@ fn forged(u: &mut Unstructured<'_>, pair: &mut Pair, to: usize) -> ArbResult<Byt
         chunks,
     };
     let mut out = BytesMut::with_capacity(packet.encoded_len());
-    packet.encode(&mut out);
+    // A forged chunk too long to encode is not a packet anyone can send.
+    packet
+        .encode(&mut out)
+        .map_err(|_| libfuzzer_sys::arbitrary::Error::IncorrectFormat)?;
     Ok(out.freeze())
 }
 

@@ -25,7 +25,9 @@ fn check(datagram: Bytes) {
         return;
     };
     let mut out = BytesMut::new();
-    packet.encode(&mut out);
+    packet
+        .encode(&mut out)
+        .expect("a decoded packet fits its length fields again");
     assert_eq!(out.len(), packet.encoded_len());
     let again = Packet::decode(out.freeze()).expect("a re-encoded packet decodes");
     assert_eq!(again, packet);

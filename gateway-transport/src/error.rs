@@ -35,6 +35,10 @@ pub enum TransportError {
         /// The limit.
         limit: usize,
     },
+    /// The listener stopped for good (its socket failed, or its driver
+    /// panicked and could not start again): no association will be accepted.
+    #[error("the listener stopped: {0}")]
+    ListenerStopped(String),
     /// The peer broke the transport's own framing or handshake.
     #[error("transport protocol violation: {0}")]
     Protocol(String),

@@ -326,6 +326,13 @@ impl Collector for TransportCollector {
                 }
             }
         }
+        let panics = encoder.encode_descriptor(
+            "gateway_transport_driver_panics",
+            "Times a userspace SCTP driver task panicked (its association ended and the link reconnected); nonzero means a bug to report",
+            None,
+            ConstCounter::new(0u64).metric_type(),
+        )?;
+        ConstCounter::new(gateway_transport::userspace::driver_panics()).encode(panics)?;
         for (name, help, pick) in TRANSPORT_COUNTERS {
             let mut family = encoder.encode_descriptor(
                 name,

@@ -1594,3 +1594,212 @@ fn generated_configs_validate() {
     assert_eq!(generated.table, config.intercept.table);
     assert_eq!(generated.tproxy_mark, config.intercept.tproxy_mark);
 }
+
+/// Bytes of the largest SCTP packet one UDP datagram over IPv4 carries.
+const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// The datagram of issue 27's first finding: an INIT as large as a UDP
+/// datagram allows (65,504 bytes) whose 16 parameters of unknown types ask
+/// to be skipped and reported (RFC 9260 3.2.1), from `src_port` to
+/// `dst_port`. Reporting them all would take an INIT ACK longer than a chunk
+/// can be; the encoder used to panic on it.
+fn init_asking_for_huge_reports(src_port: u16, dst_port: u16) -> Vec<u8> {
+    use sctp::chunk::{Chunk, Init, Packet};
+    const LARGE: usize = 4092;
+    let params: Vec<bytes::Bytes> = (0..16u16)
+        .map(|i| {
+            let mut p = Vec::with_capacity(LARGE);
+            p.extend_from_slice(&(0xc100 | i).to_be_bytes());
+            p.extend_from_slice(&(LARGE as u16).to_be_bytes());
+            p.resize(LARGE, 0xa5);
+            p.into()
+        })
+        .collect();
+    let packet = Packet {
+        src_port,
+        dst_port,
+        vtag: 0,
+        chunks: vec![Chunk::Init(Init {
+            initiate_tag: 0x5eed_0001,
+            a_rwnd: 65_536,
+            outbound_streams: 4,
+            inbound_streams: 4,
+            initial_tsn: 1000,
+            unrecognized: params,
+            ..Init::default()
+        })],
+    };
+    let mut out = bytes::BytesMut::new();
+    packet.encode(&mut out).expect("the INIT encodes");
+    assert!(out.len() <= MAX_UDP_PAYLOAD && out.len() > MAX_UDP_PAYLOAD - LARGE);
+    out.to_vec()
+}
+
+/// The gateway's UDP address of its association to the origin, from `ss`
+/// in its namespace.
+fn gateway_association_port(demo: &Demo) -> u16 {
+    let origin = testbed::topology::origin_sctp_v4();
+    let mut ss = Command::new("ss");
+    ss.args(["-Hnu", "dst", &origin.to_string()]);
+    let out = exec_in(demo.topology.gateway.name(), &ss)
+        .output()
+        .expect("run ss");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // `[ESTAB] 0 0 192.0.2.65:41234 192.0.2.66:9899`: the address that is
+    // not the origin's is ours.
+    text.split_whitespace()
+        .filter_map(|field| field.parse::<SocketAddr>().ok())
+        .find(|addr| *addr != origin)
+        .map(|local| local.port())
+        .unwrap_or_else(|| panic!("no UDP socket toward {origin} in the gateway: {text:?}"))
+}
+
+/// A UDP datagram from `from` (an address of namespace `ns`, any port the
+/// kernel allows, even one another socket holds) to `to`, sent through a raw
+/// socket so that its source port is ours to choose: this is how a spoofer
+/// on the WAN writes it. The UDP checksum is 0 (none, allowed over IPv4).
+fn send_spoofed_udp(
+    ns: &str,
+    from: std::net::SocketAddrV4,
+    to: std::net::SocketAddrV4,
+    payload: &[u8],
+) {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let mut datagram = Vec::with_capacity(8 + payload.len());
+    datagram.extend_from_slice(&from.port().to_be_bytes());
+    datagram.extend_from_slice(&to.port().to_be_bytes());
+    datagram.extend_from_slice(
+        &u16::try_from(8 + payload.len())
+            .expect("fits")
+            .to_be_bytes(),
+    );
+    datagram.extend_from_slice(&[0, 0]);
+    datagram.extend_from_slice(payload);
+    testbed::in_netns(ns, || {
+        let socket = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::UDP)).expect("raw socket");
+        socket
+            .bind(&SocketAddr::from((*from.ip(), 0)).into())
+            .expect("bind the raw socket to the spoofed address");
+        let sent = socket
+            .send_to(&datagram, &SocketAddr::from(to).into())
+            .expect("send the spoofed datagram");
+        assert_eq!(sent, datagram.len());
+    })
+    .expect("in the namespace");
+}
+
+/// Issue 27, item 1 on the real binaries. The datagram that stopped
+/// listeners goes to the origin's SCTP port from the WAN, and then, with the
+/// origin's address and port as its source, to the gateway's association
+/// port. The origin answers it with an INIT ACK that fits one packet, both
+/// daemons keep their association (no panic, no reconnection), and requests
+/// are served by the origin after each.
+#[test]
+fn the_largest_report_asking_init_neither_stops_the_origin_nor_a_gateway() {
+    let demo = start(options("hostile-init"));
+    let served_by_origin = |path: &str| {
+        let body = curl(&demo, &format!("http://203.0.113.10{path}"))
+            .unwrap_or_else(|e| panic!("{e}\n(logs in {})", demo.dir().display()));
+        assert!(body == demo_file(&path[1..]), "{path}: wrong bytes");
+        let mut log = String::new();
+        wait_until(
+            "the origin to log the request",
+            Duration::from_secs(10),
+            || {
+                log = origin_log(&demo);
+                Ok(!origin_streams(&log, path).is_empty())
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}: {path} did not reach the origin:\n{log}"));
+    };
+    served_by_origin("/index.html");
+
+    // 1. To the origin's listener, from the gateway's WAN address.
+    let origin = testbed::topology::origin_sctp_v4();
+    let answer = testbed::in_netns(demo.topology.gateway.name(), || {
+        let socket = std::net::UdpSocket::bind((WAN.gateway_v4, 0)).expect("bind");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let port = socket.local_addr().expect("address").port();
+        let init = init_asking_for_huge_reports(port, origin.port());
+        assert_eq!(socket.send_to(&init, origin).expect("send"), init.len());
+        let mut buf = vec![0; 65_536];
+        let n = socket
+            .recv(&mut buf)
+            .expect("an answer from the origin within 5 s");
+        buf.truncate(n);
+        buf
+    })
+    .expect("in the gateway's namespace");
+    assert!(
+        answer.len() <= 1500,
+        "an INIT ACK of {} bytes",
+        answer.len()
+    );
+    let answer = sctp::chunk::Packet::decode(answer.into()).expect("a valid packet");
+    assert!(
+        matches!(&answer.chunks[..], [sctp::chunk::Chunk::InitAck(ack)] if ack.cookie.is_some()),
+        "expected an INIT ACK with a cookie: {answer:?}"
+    );
+    served_by_origin("/assets/site.css");
+
+    // 2. To the gateway's association port, as if from the origin. An nft
+    // counter in the origin's namespace sees the gateway's INIT ACK (chunk
+    // type 2 right after the UDP and SCTP common headers), which says the
+    // INIT reached the association and was answered (RFC 9260 5.2.2).
+    let gateway_port = gateway_association_port(&demo);
+    let origin_ns = demo.topology.origin.name();
+    let rules = format!(
+        "add table inet e2e_init_acks; \
+         add chain inet e2e_init_acks in {{ type filter hook input priority 0; }} ; \
+         add rule inet e2e_init_acks in udp sport {gateway_port} @th,160,8 2 counter"
+    );
+    testbed::run(&mut exec_in(origin_ns, Command::new("nft").arg(rules)))
+        .expect("nft counter of the gateway's INIT ACKs");
+    let init_acks = || {
+        let mut nft = Command::new("nft");
+        nft.args(["list", "table", "inet", "e2e_init_acks"]);
+        let out = exec_in(origin_ns, &nft).output().expect("nft list");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.split_whitespace()
+            .skip_while(|w| *w != "packets")
+            .nth(1)
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no counter in {text:?}"))
+    };
+    assert_eq!(init_acks(), 0);
+    send_spoofed_udp(
+        demo.topology.origin.name(),
+        std::net::SocketAddrV4::new(WAN.host_v4, origin.port()),
+        std::net::SocketAddrV4::new(WAN.gateway_v4, gateway_port),
+        &init_asking_for_huge_reports(origin.port(), gateway_port),
+    );
+    wait_until("the gateway's INIT ACK", Duration::from_secs(10), || {
+        Ok(init_acks() == 1)
+    })
+    .unwrap_or_else(|e| panic!("{e}: the spoofed INIT was not answered"));
+    served_by_origin("/assets/tile-01.svg");
+
+    let gateway_log = demo.gateway.as_ref().map(|g| g.log()).unwrap_or_default();
+    let ups = gateway_log.lines().filter(|l| l.contains(": up (")).count();
+    assert_eq!(
+        ups, 1,
+        "the gateway's association was replaced:\n{gateway_log}"
+    );
+    for (who, log) in [("gateway", &gateway_log), ("origin", &origin_log(&demo))] {
+        assert!(
+            !log.contains("panicked"),
+            "the {who} logged a panic:\n{log}"
+        );
+    }
+    let metrics = admin_metrics(&demo);
+    assert_eq!(
+        metrics
+            .get("gateway_transport_driver_panics_total")
+            .map(String::as_str),
+        Some("0"),
+        "{metrics:?}"
+    );
+    assert_eq!(gateway_association_port(&demo), gateway_port);
+}

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use gateway_transport::{Association, BackendChoice, BackendKind, Listener};
+use gateway_transport::{Association, BackendChoice, BackendKind, Listener, TransportError};
 use origin::access::AccessLog;
 use origin::config::{LogFormat, OriginConfig};
 use origin::ebpf::{EbpfConfig, EgressCounters};
@@ -276,8 +276,9 @@ async fn main() -> Result<()> {
         }
         None => None,
     };
+    let mut accepting = JoinSet::new();
     for listener in listeners {
-        tasks.spawn(accept_loop(
+        accepting.spawn(accept_loop(
             listener,
             Arc::clone(&service),
             driver_config.clone(),
@@ -286,14 +287,28 @@ async fn main() -> Result<()> {
             stop_rx.clone(),
         ));
     }
-    shutdown_signal().await?;
+    // A listener that stops for good stops the origin, with an error, so
+    // that its supervisor (systemd's Restart=on-failure) starts it again; a
+    // port that is bound but never read would look alive to no one's benefit.
+    let outcome = tokio::select! {
+        signal = shutdown_signal() => signal,
+        Some(ended) = accepting.join_next() => match ended {
+            Ok(Ok(())) => Err(anyhow::anyhow!("a listener's accept loop ended")),
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(anyhow::anyhow!("a listener's accept loop failed: {e}")),
+        },
+    };
+    if let Err(e) = &outcome {
+        tracing::error!("stopping: {e:#}");
+    }
     tracing::info!("stopping: closing associations");
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), async {
         while tasks.join_next().await.is_some() {}
+        while accepting.join_next().await.is_some() {}
     })
     .await;
-    Ok(())
+    outcome
 }
 
 /// `tc_sctp` for kernel SCTP, if configured and the kernel allows it; says
@@ -332,8 +347,10 @@ async fn accept_loop(
     metrics: Option<OriginMetrics>,
     slots: Arc<Semaphore>,
     mut stop: watch::Receiver<bool>,
-) {
+) -> Result<()> {
     let mut associations: JoinSet<()> = JoinSet::new();
+    // Why the loop ended, if not because the origin is stopping.
+    let mut stopped = None;
     // The open associations, so that stopping can close them; each removes
     // itself when its driver returns.
     let live: Arc<Mutex<HashMap<u64, Association>>> = Arc::default();
@@ -349,6 +366,10 @@ async fn accept_loop(
         let assoc = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(assoc) => assoc,
+                Err(e @ TransportError::ListenerStopped(_)) => {
+                    stopped = Some(e);
+                    break;
+                }
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");
                     continue;
@@ -387,6 +408,10 @@ async fn accept_loop(
     })
     .await;
     associations.abort_all();
+    match stopped {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
 }
 
 async fn shutdown_signal() -> Result<()> {

@@ -18,6 +18,7 @@
 //! | `origin_body_bytes_total` | counter | response body bytes handed to the transport |
 //! | `origin_scheduler_chunks_total{policy}` | counter | messages the stream scheduler handed to the transport |
 //! | `origin_scheduler_holds_total{policy,reason}` | counter | times the scheduler began holding ready work back: `backlog`, `stream_transport` (queue-aware), `transport` (every policy) |
+//! | `origin_transport_driver_panics_total` | counter | times a userspace SCTP driver task panicked (a bug; its associations ended, the listener started again) |
 //!
 //! The scheduler's series exist from the start, at 0, for the configured
 //! policy ([`OriginMetrics::for_policy`]); holds count when they begin, not
@@ -45,8 +46,9 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
@@ -239,6 +241,7 @@ impl OriginMetrics {
             Unit::Bytes,
             self.body_bytes.clone(),
         );
+        r.register_collector(Box::new(DriverPanics));
         r.register(
             "origin_scheduler_chunks",
             "Messages the stream scheduler handed to the transport, by policy",
@@ -250,6 +253,23 @@ impl OriginMetrics {
             self.scheduler_holds.clone(),
         );
         r
+    }
+}
+
+/// `origin_transport_driver_panics_total`, read at each scrape from the
+/// userspace SCTP backend's process-wide count.
+#[derive(Debug)]
+struct DriverPanics;
+
+impl Collector for DriverPanics {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let metric = encoder.encode_descriptor(
+            "origin_transport_driver_panics",
+            "Times a userspace SCTP driver task panicked (the associations of its socket ended and the listener started again); nonzero means a bug to report",
+            None,
+            ConstCounter::new(0u64).metric_type(),
+        )?;
+        ConstCounter::new(gateway_transport::userspace::driver_panics()).encode(metric)
     }
 }
 

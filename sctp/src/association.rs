@@ -527,10 +527,11 @@ impl Association {
             deadline: now + self.rtt.rto().max(MIN_PROBE_TIMEOUT),
             attempts,
         });
-        Some(self.probe_packet(now, size, nonce))
+        self.probe_packet(now, size, nonce)
     }
 
-    fn probe_packet(&self, now: Instant, size: usize, nonce: u64) -> Bytes {
+    /// A HEARTBEAT padded to `size` bytes; none if `size` cannot be encoded.
+    fn probe_packet(&self, now: Instant, size: usize, nonce: u64) -> Option<Bytes> {
         let heartbeat = Chunk::Heartbeat(self.heartbeat_info(now, nonce));
         let used = COMMON_HEADER_LEN + heartbeat.encoded_len() + 4;
         let pad = u16::try_from(size.saturating_sub(used)).unwrap_or(u16::MAX);
@@ -541,9 +542,9 @@ impl Association {
             chunks: vec![heartbeat, Chunk::Pad(pad)],
         };
         let mut buf = BytesMut::with_capacity(size);
-        packet.encode(&mut buf);
+        packet.encode(&mut buf).ok()?;
         debug_assert_eq!(buf.len(), size);
-        buf.freeze()
+        Some(buf.freeze())
     }
 
     /// The probe's answer did not come.
@@ -559,8 +560,9 @@ impl Association {
                 attempts: probe.attempts + 1,
                 ..probe
             });
-            let packet = self.probe_packet(now, probe.size, nonce);
-            self.packets.push_back(packet);
+            if let Some(packet) = self.probe_packet(now, probe.size, nonce) {
+                self.packets.push_back(packet);
+            }
         } else {
             debug!(remote = %self.remote, size = probe.size, "PMTU probe size does not fit the path");
             self.pmtu.too_big = probe.size;
@@ -782,7 +784,7 @@ impl Association {
             causes,
         };
         let tag = self.peer_tag;
-        self.packets.push_back(self.encode_alone(tag, abort));
+        self.send_alone(tag, abort);
     }
 
     fn violation(&mut self, what: &str) {
@@ -955,8 +957,7 @@ impl Association {
         match chunk {
             Chunk::Init(_) => {
                 // INIT travels alone with a zero tag (RFC 9260 8.5.1 A).
-                let packet = self.encode_alone(0, chunk);
-                self.packets.push_back(packet);
+                self.send_alone(0, chunk);
             }
             chunk => self.control.push_front(chunk),
         }
@@ -1035,6 +1036,10 @@ impl Association {
         }
         let mut arrival = Arrival::default();
         let mut had_data = false;
+        // Unknown chunks to report, in one ERROR for the whole packet
+        // (RFC 9260 3.2), and their bytes as reported.
+        let mut unrecognized: Vec<ErrorCause> = Vec::new();
+        let mut reported = 0;
         for chunk in packet.chunks {
             if self.state == State::Closed {
                 return;
@@ -1082,19 +1087,27 @@ impl Association {
                 Chunk::Unknown { kind, flags, value } => {
                     // RFC 9260 3.2: the two high bits say what to do.
                     let action = kind >> 6;
-                    if action & 1 == 1 {
+                    let unknown = Chunk::Unknown { kind, flags, value };
+                    let len = wire::report_len(unknown.encoded_len());
+                    if action & 1 == 1 && reported + len <= wire::MAX_REPORT_LEN {
+                        // One packet's reports fit MAX_REPORT_LEN: a peer
+                        // cannot have us echo more than that, nor make a
+                        // packet of tiny chunks ask for an ERROR apiece.
                         let mut chunk = BytesMut::new();
-                        Chunk::Unknown { kind, flags, value }.encode(&mut chunk);
-                        self.control.push_back(Chunk::Error(vec![ErrorCause::new(
-                            cause::UNRECOGNIZED_CHUNK,
-                            chunk.freeze(),
-                        )]));
+                        if unknown.encode(&mut chunk).is_ok() {
+                            reported += len;
+                            unrecognized
+                                .push(ErrorCause::new(cause::UNRECOGNIZED_CHUNK, chunk.freeze()));
+                        }
                     }
                     if action & 2 == 0 {
                         break;
                     }
                 }
             }
+        }
+        if !unrecognized.is_empty() {
+            self.control.push_back(Chunk::Error(unrecognized));
         }
         if had_data && self.receiver.is_some() {
             if self.ack.on_data(now, arrival) {
@@ -1228,8 +1241,7 @@ impl Association {
             ack.extensions.clear();
         }
         // INIT ACK goes to the INIT's initiate tag (RFC 9260 5.2.1, 5.2.2).
-        let packet = self.encode_alone(init.initiate_tag, Chunk::InitAck(ack));
-        self.packets.push_back(packet);
+        self.send_alone(init.initiate_tag, Chunk::InitAck(ack));
     }
 
     fn on_init_ack(&mut self, now: Instant, ack: Init) {
@@ -1418,14 +1430,14 @@ impl Association {
             State::ShutdownSent | State::ShutdownAckSent => {
                 let complete = Chunk::ShutdownComplete { reflected: false };
                 let tag = self.peer_tag;
-                self.packets.push_back(self.encode_alone(tag, complete));
+                self.send_alone(tag, complete);
                 self.end(Event::Closed);
             }
             State::CookieWait | State::CookieEchoed => {
                 // RFC 9260 8.4 rule 5 applies to our own half-open handshake too.
                 let complete = Chunk::ShutdownComplete { reflected: true };
                 let tag = self.peer_tag;
-                self.packets.push_back(self.encode_alone(tag, complete));
+                self.send_alone(tag, complete);
             }
             _ => {}
         }
@@ -1494,7 +1506,10 @@ impl Association {
 
     // ----- output -----
 
-    fn encode_alone(&self, vtag: u32, chunk: Chunk) -> Bytes {
+    /// Queues a packet of one chunk, unless it cannot be encoded (a chunk
+    /// longer than a length field holds: never one this core builds, since
+    /// what it echoes of a peer is capped by `wire::MAX_REPORT_LEN`).
+    fn send_alone(&mut self, vtag: u32, chunk: Chunk) {
         let packet = Packet {
             src_port: self.local_port,
             dst_port: self.peer_port,
@@ -1502,8 +1517,10 @@ impl Association {
             chunks: vec![chunk],
         };
         let mut buf = BytesMut::with_capacity(packet.encoded_len());
-        packet.encode(&mut buf);
-        buf.freeze()
+        match packet.encode(&mut buf) {
+            Ok(()) => self.packets.push_back(buf.freeze()),
+            Err(e) => debug!(remote = %self.remote, error = %e, "packet not sent"),
+        }
     }
 
     /// The next datagram to send, if any. A packet is built in this order:
@@ -1579,9 +1596,11 @@ impl Association {
             let Some(chunk) = self.control.pop_front() else {
                 break;
             };
-            cookie |= matches!(chunk, Chunk::CookieEcho(_));
-            chunk.encode(buf);
-            chunks += 1;
+            // A chunk too long to encode writes nothing and is dropped.
+            if chunk.encode(buf).is_ok() {
+                cookie |= matches!(chunk, Chunk::CookieEcho(_));
+                chunks += 1;
+            }
         }
         (chunks, cookie)
     }
@@ -1597,10 +1616,9 @@ impl Association {
         let sack = receiver.build_sack();
         let a_rwnd = sack.a_rwnd;
         let sack = Chunk::Sack(sack);
-        if buf.len() + sack.encoded_len() > mtu {
+        if buf.len() + sack.encoded_len() > mtu || sack.encode(buf).is_err() {
             return 0;
         }
-        sack.encode(buf);
         self.advertised = a_rwnd;
         self.sack_needed = false;
         self.ack.on_sack_sent(now);
@@ -1651,9 +1669,10 @@ impl Association {
                 break;
             };
             used_fast = true;
-            last_data_at = Some(buf.len());
-            Chunk::Data(chunk).encode(buf);
-            chunks += 1;
+            if let Some(at) = put_data(buf, chunk) {
+                last_data_at = Some(at);
+                chunks += 1;
+            }
         }
         if used_fast {
             sender.fast_retransmit_sent();
@@ -1663,9 +1682,10 @@ impl Association {
             let Some(chunk) = sender.next_fragment(now, room, self.cc.as_mut()) else {
                 break;
             };
-            last_data_at = Some(buf.len());
-            Chunk::Data(chunk).encode(buf);
-            chunks += 1;
+            if let Some(at) = put_data(buf, chunk) {
+                last_data_at = Some(at);
+                chunks += 1;
+            }
         }
         if !sender.has_unsent() && !sender.has_marked() && sender.flight() < self.cc.window() {
             // Run dry with room in the window: the rate samples of what
@@ -1690,6 +1710,15 @@ impl Association {
         }
         chunks
     }
+}
+
+/// Appends a DATA chunk that the sender sized to the room left in the packet
+/// and returns where it starts. The packet is at most the MTU, which
+/// `Config::validate` holds to 65535 bytes, so encoding cannot fail; if it
+/// ever did, nothing is written and the chunk waits for its retransmission.
+fn put_data(buf: &mut BytesMut, chunk: DataChunk) -> Option<usize> {
+    let at = buf.len();
+    Chunk::Data(chunk).encode(buf).ok().map(|()| at)
 }
 
 /// A random non-zero verification tag (RFC 9260 5.3.1: zero is reserved).

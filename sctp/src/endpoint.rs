@@ -21,7 +21,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tracing::trace;
+use tracing::{debug, trace};
 
 use crate::association::{Association, Incoming, Shared, Transmit, nonzero};
 use crate::chunk::{Chunk, ErrorCause, Init, Packet, cause, kind};
@@ -226,12 +226,12 @@ impl Endpoint {
             let info =
                 Bytes::copy_from_slice(&u32::try_from(by_us).unwrap_or(u32::MAX).to_be_bytes());
             let error = Chunk::Error(vec![ErrorCause::new(cause::STALE_COOKIE, info)]);
-            return Some(self.respond(
+            return self.respond(
                 remote,
                 (state.local_port, state.peer_port),
                 state.peer_tag,
                 error,
-            ));
+            );
         }
         let replaces = match existing {
             Some((handle, tag)) if tag == state.local_tag => {
@@ -301,17 +301,17 @@ impl Endpoint {
                         reflected: false,
                         causes: vec![ErrorCause::new(cause::INVALID_PARAMETER, Bytes::new())],
                     };
-                    return Some(self.respond(
+                    return self.respond(
                         remote,
                         (packet.dst_port, packet.src_port),
                         init.initiate_tag,
                         abort,
-                    ));
+                    );
                 }
                 let init = init.clone();
                 self.stats.out_of_the_blue -= 1;
                 self.stats.init_acks += 1;
-                Some(self.init_ack(now, remote, packet.src_port, packet.dst_port, init))
+                self.init_ack(now, remote, packet.src_port, packet.dst_port, init)
             }
             // Rules 2, 6 and 7: never answered.
             Chunk::Abort { .. }
@@ -321,12 +321,12 @@ impl Endpoint {
             // Rule 5: SHUTDOWN ACK is answered with SHUTDOWN COMPLETE, T set.
             Chunk::ShutdownAck => {
                 let complete = Chunk::ShutdownComplete { reflected: true };
-                Some(self.respond(
+                self.respond(
                     remote,
                     (packet.dst_port, packet.src_port),
                     packet.vtag,
                     complete,
-                ))
+                )
             }
             // Rule 8: anything else gets an ABORT with the T bit.
             _ => {
@@ -337,12 +337,12 @@ impl Endpoint {
                     reflected: true,
                     causes: Vec::new(),
                 };
-                Some(self.respond(
+                self.respond(
                     remote,
                     (packet.dst_port, packet.src_port),
                     packet.vtag,
                     abort,
-                ))
+                )
             }
         }
     }
@@ -354,7 +354,7 @@ impl Endpoint {
         peer_port: u16,
         local_port: u16,
         init: Init,
-    ) -> DatagramEvent {
+    ) -> Option<DatagramEvent> {
         let config = &self.shared.config;
         let idata = config.idata && init.supports_idata();
         let local_tag = nonzero(&mut self.rng);
@@ -402,14 +402,16 @@ impl Endpoint {
     }
 
     /// A one-chunk packet to `remote`; `ports` are (ours as the peer
-    /// addressed it, the peer's).
+    /// addressed it, the peer's). None if the chunk cannot be encoded, which
+    /// nothing an endpoint answers with can be: what it echoes of a peer is
+    /// capped by `wire::MAX_REPORT_LEN`.
     fn respond(
         &self,
         remote: SocketAddr,
         ports: (u16, u16),
         vtag: u32,
         chunk: Chunk,
-    ) -> DatagramEvent {
+    ) -> Option<DatagramEvent> {
         let packet = Packet {
             src_port: ports.0,
             dst_port: ports.1,
@@ -417,10 +419,13 @@ impl Endpoint {
             chunks: vec![chunk],
         };
         let mut buf = BytesMut::with_capacity(packet.encoded_len());
-        packet.encode(&mut buf);
-        DatagramEvent::Response(Transmit {
+        if let Err(e) = packet.encode(&mut buf) {
+            debug!(%remote, error = %e, "answer not sent");
+            return None;
+        }
+        Some(DatagramEvent::Response(Transmit {
             destination: remote,
             contents: buf.freeze(),
-        })
+        }))
     }
 }

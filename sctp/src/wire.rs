@@ -144,6 +144,20 @@ pub enum WireError {
     },
 }
 
+/// Why a chunk or packet cannot be encoded. Nothing is written when it is
+/// returned; the caller drops what it meant to send.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum EncodeError {
+    /// The chunk would be longer than its 16-bit length field can say.
+    #[error("chunk type {kind} would be {length} bytes, above the 65535 a length field holds")]
+    ChunkTooLong {
+        /// Chunk type.
+        kind: u8,
+        /// Its length without padding, bytes.
+        length: usize,
+    },
+}
+
 /// Common header: source port, destination port, verification tag, checksum.
 pub const COMMON_HEADER_LEN: usize = 12;
 /// Bytes a DATA chunk's header takes (16) and I-DATA's (20).
@@ -164,6 +178,15 @@ pub const MAX_ERROR_CAUSES: usize = 16;
 /// Parameters decoded into `Init::unrecognized` from one INIT or INIT ACK;
 /// further ones are still skipped or stop processing, but are not reported.
 pub const MAX_UNRECOGNIZED_PARAMS: usize = 16;
+/// Bytes of a peer's own parameters or chunk that we echo back in one report,
+/// each counted as it goes out (wrapped in its 4-byte header, padded): the
+/// Unrecognized Parameter parameters of an INIT ACK (decoding keeps no more
+/// than this in `Init::unrecognized`) and an Unrecognized Chunk Type cause.
+/// What does not fit is not reported, which RFC 9260 section 3.2.1 allows (a
+/// report is advice to the peer). Without it, an INIT of 65,500 bytes would
+/// ask for an INIT ACK longer than a chunk can be, and any peer could have us
+/// echo a datagram-sized chunk.
+pub const MAX_REPORT_LEN: usize = 1024;
 /// Chunk types kept from Supported Extensions parameters (there are 256
 /// chunk types; more entries can only be repeats).
 pub const MAX_SUPPORTED_EXTENSIONS: usize = 256;
@@ -248,11 +271,18 @@ fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// A length that must fit a 16-bit length field. Every caller builds chunks
-/// for one datagram, which the sender sizes to the path MTU; a longer one is
-/// a bug in the sender, not input.
+/// A length that fits a 16-bit length field: a decoded chunk's, or one inside
+/// a chunk that [`Chunk::encode`] checked first (a parameter, a cause or a
+/// SACK count is never longer than the chunk that holds it).
 fn length_field(len: usize) -> u16 {
-    u16::try_from(len).expect("an SCTP chunk, parameter or cause longer than 65535 bytes")
+    debug_assert!(len <= usize::from(u16::MAX), "unchecked length {len}");
+    u16::try_from(len).unwrap_or(u16::MAX)
+}
+
+/// Bytes one reported parameter or chunk of `len` bytes takes in a report:
+/// its own 4-byte header and padding (see [`MAX_REPORT_LEN`]).
+pub fn report_len(len: usize) -> usize {
+    pad4(TLV_HEADER_LEN + len)
 }
 
 /// The CRC32c of a packet as if its checksum field were zero (RFC 9260
@@ -351,15 +381,20 @@ impl Packet {
         })
     }
 
-    /// Appends the encoded packet, checksum included, to `out`.
-    pub fn encode(&self, out: &mut BytesMut) {
+    /// Appends the encoded packet, checksum included, to `out`; or, if a
+    /// chunk is too long to encode, appends nothing.
+    pub fn encode(&self, out: &mut BytesMut) -> Result<(), EncodeError> {
+        for chunk in &self.chunks {
+            chunk.check_length()?;
+        }
         let start = out.len();
         out.reserve(self.encoded_len());
         encode_header(out, self.src_port, self.dst_port, self.vtag);
         for chunk in &self.chunks {
-            chunk.encode(out);
+            chunk.encode(out)?;
         }
         seal_checksum(&mut out[start..]);
+        Ok(())
     }
 
     /// Bytes `encode` appends.
@@ -517,9 +552,15 @@ fn decode_init(chunk: u8, whole: &Bytes) -> Result<Init, WireError> {
         initial_tsn: be32(whole, 16),
         ..Init::default()
     };
-    let report = |init: &mut Init, whole_param: Bytes| {
-        if init.unrecognized.len() < MAX_UNRECOGNIZED_PARAMS {
-            init.unrecognized.push(whole_param);
+    // What is kept is what an INIT ACK will report (or, from an INIT ACK,
+    // what the peer reported): at most MAX_UNRECOGNIZED_PARAMS parameters
+    // and MAX_REPORT_LEN bytes as reported.
+    let mut reported = 0;
+    let mut report = |init: &mut Init, param: Bytes| {
+        let len = report_len(param.len());
+        if init.unrecognized.len() < MAX_UNRECOGNIZED_PARAMS && reported + len <= MAX_REPORT_LEN {
+            reported += len;
+            init.unrecognized.push(param);
         }
     };
     for tlv in Tlvs::new(whole.slice(INIT_FIXED_LEN..)) {
@@ -800,10 +841,25 @@ impl Chunk {
             }
     }
 
-    /// Appends the chunk with its padding.
-    pub fn encode(&self, out: &mut BytesMut) {
-        let start = out.len();
+    /// Fails if the chunk's length does not fit its length field. Every
+    /// length inside a chunk (parameters, causes, SACK counts) is shorter
+    /// than the chunk's, so this is the one check encoding needs.
+    fn check_length(&self) -> Result<usize, EncodeError> {
         let length = self.length();
+        if length > usize::from(u16::MAX) {
+            return Err(EncodeError::ChunkTooLong {
+                kind: chunk_kind(self),
+                length,
+            });
+        }
+        Ok(length)
+    }
+
+    /// Appends the chunk with its padding; or, if it is too long to encode,
+    /// appends nothing.
+    pub fn encode(&self, out: &mut BytesMut) -> Result<(), EncodeError> {
+        let length = self.check_length()?;
+        let start = out.len();
         out.put_u8(chunk_kind(self));
         out.put_u8(self.flags());
         out.put_u16(length_field(length));
@@ -852,6 +908,7 @@ impl Chunk {
         let end = start + pad4(length);
         debug_assert!(out.len() <= end, "a chunk wrote past its length");
         out.put_bytes(0, end - out.len());
+        Ok(())
     }
 
     /// The flags byte for this chunk.
@@ -915,7 +972,7 @@ mod tests {
     /// Encodes one chunk alone.
     fn chunk_bytes(chunk: &Chunk) -> Vec<u8> {
         let mut out = BytesMut::new();
-        chunk.encode(&mut out);
+        chunk.encode(&mut out).expect("encodes");
         assert_eq!(out.len(), chunk.encoded_len(), "encoded_len of {chunk:?}");
         out.to_vec()
     }
@@ -972,7 +1029,7 @@ mod tests {
             chunks: vec![Chunk::CookieAck],
         };
         let mut out = BytesMut::new();
-        packet.encode(&mut out);
+        packet.encode(&mut out).expect("encodes");
         assert_eq!(&out[..], &p[..]);
         assert_eq!(packet.encoded_len(), p.len());
         assert_eq!(Packet::decode(p), Ok(packet));
@@ -1092,6 +1149,58 @@ mod tests {
         ];
         assert!(init.supports_idata());
         assert_wire(Chunk::Init(init), &wire);
+    }
+
+    #[test]
+    fn a_chunk_longer_than_its_length_field_is_refused_and_writes_nothing() {
+        let long = Chunk::CookieEcho(Bytes::from(vec![0; 65_532]));
+        let packet = Packet {
+            src_port: 1,
+            dst_port: 2,
+            vtag: 3,
+            chunks: vec![Chunk::CookieAck, long.clone()],
+        };
+        let mut out = BytesMut::from(&b"kept"[..]);
+        assert_eq!(
+            packet.encode(&mut out),
+            Err(EncodeError::ChunkTooLong {
+                kind: kind::COOKIE_ECHO,
+                length: 65_536
+            })
+        );
+        assert_eq!(long.encode(&mut out), packet.encode(&mut out));
+        assert_eq!(&out[..], b"kept");
+        // One byte less fits.
+        let fits = Chunk::CookieEcho(Bytes::from(vec![0; 65_531]));
+        fits.encode(&mut out).expect("65,535 bytes fit");
+        assert_eq!(out.len(), 4 + fits.encoded_len());
+    }
+
+    #[test]
+    fn decoding_keeps_only_the_reports_that_fit() {
+        // 16 reportable parameters of 100 bytes: 104 each as reported, so
+        // MAX_REPORT_LEN / 104 of them are kept.
+        let params: Vec<Bytes> = (0..16u16)
+            .map(|i| {
+                let mut p = BytesMut::new();
+                Param::Tlv(0xc100 | i, &[0; 96]).encode(&mut p);
+                p.freeze()
+            })
+            .collect();
+        let init = Init {
+            initiate_tag: 1,
+            outbound_streams: 1,
+            inbound_streams: 1,
+            unrecognized: params.clone(),
+            ..Init::default()
+        };
+        let mut out = BytesMut::new();
+        Chunk::Init(init).encode(&mut out).expect("encodes");
+        let decoded = decode_one(&out).expect("decodes");
+        let Chunk::Init(decoded) = decoded else {
+            panic!("not an INIT: {decoded:?}");
+        };
+        assert_eq!(decoded.unrecognized, params[..MAX_REPORT_LEN / 104]);
     }
 
     #[test]
@@ -1536,7 +1645,7 @@ mod tests {
         #[test]
         fn packets_round_trip(packet in packet()) {
             let mut out = BytesMut::from(&b"prefix"[..]);
-            packet.encode(&mut out);
+            packet.encode(&mut out).expect("encodes");
             prop_assert_eq!(out.len(), 6 + packet.encoded_len());
             prop_assert_eq!(out.len() % 4, 6 % 4);
             let wire = out.freeze().slice(6..);
@@ -1550,7 +1659,7 @@ mod tests {
             }
             if let Ok(packet) = Packet::decode(raw.into()) {
                 let mut out = BytesMut::new();
-                packet.encode(&mut out);
+                packet.encode(&mut out).expect("encodes");
                 prop_assert_eq!(Packet::decode(out.freeze()), Ok(packet));
             }
         }
@@ -1663,7 +1772,7 @@ mod tests {
     fn fuzz_seeds_round_trip() {
         for (name, packet) in fuzz_seeds() {
             let mut out = BytesMut::new();
-            packet.encode(&mut out);
+            packet.encode(&mut out).expect("encodes");
             assert_eq!(Packet::decode(out.freeze()), Ok(packet), "{name}");
         }
     }
@@ -1678,7 +1787,7 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("create the corpus directory");
         for (name, packet) in fuzz_seeds() {
             let mut out = BytesMut::new();
-            packet.encode(&mut out);
+            packet.encode(&mut out).expect("encodes");
             std::fs::write(dir.join(name), &out).expect("write a seed");
         }
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use sctp::chunk::{Chunk, DataChunk, DataKind, ErrorCause, Init, Packet, cause};
 use sctp::{Config, DatagramEvent, Endpoint, Event, State};
-use support::{CLIENT, Link, SERVER, Sim};
+use support::{CLIENT, Link, SERVER, Sim, init_asking_for_huge_reports};
 
 const PORT: u16 = 9899;
 
@@ -26,7 +26,7 @@ fn encode(vtag: u32, chunks: Vec<Chunk>) -> Bytes {
         chunks,
     };
     let mut buf = BytesMut::new();
-    packet.encode(&mut buf);
+    packet.encode(&mut buf).expect("encodes");
     buf.freeze()
 }
 
@@ -78,6 +78,51 @@ fn an_init_flood_keeps_no_state() {
     }
     assert_eq!(ep.associations(), 0);
     assert_eq!(ep.stats().init_acks, 10_000);
+}
+
+/// RFC 9260 3.2.1 lets a receiver report what it did not recognize; it
+/// need not report everything. An INIT as large as a datagram, whose
+/// parameters all ask to be reported, gets an INIT ACK that reports what
+/// fits `wire::MAX_REPORT_LEN` (the small one, not the 4 KB ones), and the
+/// handshake completes on it. It used to panic the encoder.
+#[test]
+fn an_init_asking_for_more_reports_than_a_chunk_holds_gets_a_bounded_init_ack() {
+    let now = Instant::now();
+    let mut ep = server(now);
+    for small in [false, true] {
+        let from = peer(u32::from(small));
+        let init = init_asking_for_huge_reports(0xabcd, (PORT, PORT), small);
+        let Some(DatagramEvent::Response(t)) = ep.handle(now, from, init) else {
+            panic!("the INIT was not answered");
+        };
+        assert!(
+            t.contents.len() <= sctp::DEFAULT_MTU,
+            "the INIT ACK is {} bytes",
+            t.contents.len()
+        );
+        let answer = Packet::decode(t.contents).expect("valid answer");
+        let Chunk::InitAck(ack) = &answer.chunks[0] else {
+            panic!("expected INIT ACK, got {answer:?}");
+        };
+        let reported: Vec<usize> = ack.unrecognized.iter().map(Bytes::len).collect();
+        assert_eq!(reported, if small { vec![8] } else { vec![] });
+        let reported: usize = ack
+            .unrecognized
+            .iter()
+            .map(|p| sctp::wire::report_len(p.len()))
+            .sum();
+        assert!(reported <= sctp::wire::MAX_REPORT_LEN);
+        let echo = encode(
+            ack.initiate_tag,
+            vec![Chunk::CookieEcho(cookie_of(&answer))],
+        );
+        let Some(DatagramEvent::NewAssociation { association, .. }) = ep.handle(now, from, echo)
+        else {
+            panic!("the cookie of a bounded INIT ACK opens the association");
+        };
+        assert_eq!(association.state(), State::Established);
+    }
+    assert_eq!(ep.associations(), 2);
 }
 
 #[test]
@@ -309,4 +354,97 @@ fn unknown_chunks_follow_their_type_bits() {
             .iter()
             .any(|p| p.chunks.iter().any(|c| matches!(c, Chunk::Error(_))))
     );
+}
+
+/// A datagram of unknown "skip and report" chunks gets one ERROR whose
+/// reports fit `wire::MAX_REPORT_LEN`, not an ERROR per chunk (16,000
+/// four-byte chunks would have asked for 16,000 ERRORs, three times the
+/// bytes that came in), and a chunk too large to echo is not echoed.
+#[test]
+fn a_datagram_of_unknown_chunks_gets_one_bounded_error() {
+    let mut sim = Sim::new(Config::default(), Config::default(), Link::default(), 3);
+    sim.connect();
+    assert!(sim.run_until(Duration::from_secs(2), |s| s.saw(SERVER, &Event::Connected)));
+    sim.run_for(Duration::from_secs(1));
+    let tag = sim.sides[SERVER].assoc().local_tag();
+    let tiny = Chunk::Unknown {
+        kind: 0xc0 | 0x3f,
+        flags: 0,
+        value: Bytes::new(),
+    };
+    let huge = Chunk::Unknown {
+        kind: 0xc0 | 0x3e,
+        flags: 0,
+        value: Bytes::from(vec![7; 60_000]),
+    };
+    let mut chunks = vec![huge];
+    chunks.extend(std::iter::repeat_n(tiny, 1_000));
+    let datagram = encode(tag, chunks);
+    assert!(datagram.len() > 60_000);
+    let before = sim.sent[SERVER].len();
+    sim.transmit(CLIENT, datagram);
+    sim.run_for(Duration::from_millis(50));
+    let errors: Vec<(usize, Vec<ErrorCause>)> = sim.sent[SERVER][before..]
+        .iter()
+        .map(|d| (d.len(), Packet::decode(d.clone()).expect("valid").chunks))
+        .filter_map(|(len, chunks)| match &chunks[..] {
+            [Chunk::Error(causes)] => Some((len, causes.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors.len(), 1, "one ERROR for the packet: {errors:?}");
+    // Each tiny chunk is reported as an 8-byte cause; the huge one is not.
+    let (len, causes) = &errors[0];
+    let reports = sctp::wire::MAX_REPORT_LEN / 8;
+    assert_eq!(*len, 12 + 4 + reports * 8, "header, ERROR chunk, causes");
+    assert!(causes.iter().all(|c| c.info[..] == [0xff, 0, 0, 4]));
+    assert_eq!(sim.sides[SERVER].assoc().state(), State::Established);
+}
+
+/// The INIT of `init_asking_for_huge_reports`, spoofed from the server's
+/// address into the client's established association (a gateway's, in the
+/// product), is answered as RFC 9260 5.2.2 says, with reports that fit, and
+/// the association goes on carrying messages. It used to panic inside the
+/// association, which left a gateway's link up but dead.
+#[test]
+fn a_spoofed_init_asking_for_huge_reports_leaves_the_association_working() {
+    let mut sim = Sim::new(Config::default(), Config::default(), Link::default(), 4);
+    sim.connect();
+    assert!(
+        sim.run_until(Duration::from_secs(2), |s| s.saw(CLIENT, &Event::Connected)
+            && s.saw(SERVER, &Event::Connected))
+    );
+    let ports = (sim.sides[SERVER].addr.port(), sim.sides[CLIENT].addr.port());
+    let before = sim.sent[CLIENT].len();
+    sim.transmit(SERVER, init_asking_for_huge_reports(0x5eed, ports, true));
+    sim.run_for(Duration::from_millis(50));
+    let init_acks: Vec<(usize, Init)> = sim.sent[CLIENT][before..]
+        .iter()
+        .map(|d| (d.len(), Packet::decode(d.clone()).expect("valid")))
+        .filter_map(|(len, p)| match p.chunks.into_iter().next() {
+            Some(Chunk::InitAck(ack)) => Some((len, ack)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        init_acks.len(),
+        1,
+        "RFC 9260 5.2.2: answered with an INIT ACK"
+    );
+    let (len, ack) = &init_acks[0];
+    assert!(*len <= sctp::DEFAULT_MTU, "INIT ACK of {len} bytes");
+    assert_eq!(ack.unrecognized.len(), 1, "the small parameter is reported");
+    sim.sides[SERVER].reading = true;
+    sim.sides[CLIENT]
+        .assoc()
+        .send(1, Bytes::from_static(b"after the spoofed INIT"), 0, false)
+        .expect("send");
+    assert!(sim.run_until(Duration::from_secs(2), |s| {
+        !s.sides[SERVER].received.is_empty()
+    }));
+    assert_eq!(
+        &sim.sides[SERVER].received[0].data[..],
+        b"after the spoofed INIT"
+    );
+    assert_eq!(sim.sides[CLIENT].assoc().state(), State::Established);
 }

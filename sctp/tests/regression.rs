@@ -55,7 +55,7 @@ fn shutdown_acknowledging_unsent_data_aborts_once() {
         }],
     };
     let mut buf = BytesMut::new();
-    packet.encode(&mut buf);
+    packet.encode(&mut buf).expect("encodes");
     let sent_before = sim.sent[SERVER].len();
     sim.transmit(CLIENT, buf.freeze());
     sim.run_for(10 * SECOND);

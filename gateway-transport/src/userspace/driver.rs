@@ -40,6 +40,20 @@
 //! Finding due timers walks every association each turn: right for the handful
 //! of associations a gateway or origin holds, not for thousands.
 //!
+//! Supervision: the driver runs under `catch_unwind` ([`Driver::supervise`]).
+//! A panic (a broken invariant in the core or here; no peer input is meant to
+//! reach one) is never silent: it is logged with its message, counted in
+//! [`driver_panics`], and every association of the socket ends at once with
+//! [`Ended::Failed`], so their users see the link down instead of waiting on
+//! a task that is gone. A listener's driver then starts again on the same
+//! socket with a fresh `sctp::Endpoint` (a new cookie secret; the old
+//! associations' peers find them gone and connect again), so one bad datagram
+//! cannot leave a port bound and deaf. A client socket's driver stops: its one
+//! association is what failed, and the caller connects again on a new socket.
+//! Why not exit the process: every association of the socket is lost either
+//! way, and a restart in place keeps the listener answering without waiting
+//! for systemd (or, outside systemd, for a person).
+//!
 //! Lock discipline: the driver holds an association's lock only around core
 //! calls, fires notifications after releasing it, and never drops an
 //! [`Association`] handle while holding that association's lock, since a
@@ -48,11 +62,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, IoSliceMut};
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 use sctp::{AssocHandle, AssociationError, DatagramEvent, Endpoint, Event};
 use tokio::io::Interest;
@@ -84,6 +100,16 @@ const MAX_GSO_BYTES: usize = 65_507;
 /// A deadline the core left in the past is retried no sooner than this, so
 /// that it cannot make the driver spin.
 const MIN_TIMER_STEP: Duration = Duration::from_millis(1);
+
+/// Driver tasks that panicked since the process started.
+static DRIVER_PANICS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times a userspace SCTP driver task panicked in this process
+/// (each time, every association of its socket ended and a listener's driver
+/// started again). Nonzero means a bug to report.
+pub fn driver_panics() -> u64 {
+    DRIVER_PANICS.load(Ordering::Relaxed)
+}
 
 /// What the driver of one socket shares with its listener and handles.
 #[derive(Debug)]
@@ -211,6 +237,13 @@ pub(super) struct Driver {
     gso_refusal_logged: bool,
     /// The endpoint was told to stop answering INITs.
     rejecting: bool,
+    /// For a listener, what a fresh endpoint is made of after a panic.
+    restart: Option<Restart>,
+}
+
+/// What a listener's driver needs to start again on its socket.
+struct Restart {
+    core: sctp::Config,
 }
 
 /// What one receive call fills: RECV_BUFFERS buffers of RECV_BUFFER bytes.
@@ -232,12 +265,15 @@ impl RxBatch {
 impl Driver {
     /// Starts the driver task; `client` is the association a `connect` opened.
     /// Fails if the socket cannot be set up for batched I/O.
+    /// A listener's driver keeps `core` to make a fresh endpoint from after
+    /// a panic (see the module doc).
     pub(super) fn spawn(
         socket: UdpSocket,
         endpoint: Endpoint,
         shared: Arc<EndpointShared>,
         settings: Arc<Settings>,
         client: Option<Arc<AssocShared>>,
+        core: Option<sctp::Config>,
     ) -> std::io::Result<()> {
         // Also turns on GRO where the kernel has it, and sets the don't-fragment
         // policy to IP_PMTUDISC_PROBE: a datagram above the interface MTU fails
@@ -271,11 +307,71 @@ impl Driver {
             tx: Vec::with_capacity(MAX_GSO_BYTES),
             gso_refusal_logged: false,
             rejecting: false,
+            restart: core.map(|core| Restart { core }),
         };
         if let Some(assoc) = client {
             driver.insert(assoc);
         }
-        tokio::spawn(driver.run());
+        tokio::spawn(driver.supervise());
+        Ok(())
+    }
+
+    /// Runs the driver; after a panic, ends every association of the socket
+    /// and, for a listener, runs again with a fresh endpoint.
+    async fn supervise(mut self) {
+        loop {
+            let Err(panic) = AssertUnwindSafe(self.run()).catch_unwind().await else {
+                return;
+            };
+            DRIVER_PANICS.fetch_add(1, Ordering::Relaxed);
+            let what = panic_message(panic.as_ref());
+            let local = self.shared.local_addr;
+            let restarting =
+                self.restart.is_some() && self.shared.listening.load(Ordering::Acquire);
+            tracing::error!(
+                %local,
+                panic = %what,
+                associations = self.assocs.len(),
+                restarting,
+                "userspace SCTP driver panicked: its associations are lost"
+            );
+            let why = format!("the SCTP driver panicked: {what}");
+            self.end_all(&why);
+            if !restarting {
+                lock(&self.shared.accept).failed = Some(why);
+                self.shared.accept_ready.notify_waiters();
+                return;
+            }
+            if let Err(e) = self.start_again() {
+                tracing::error!(%local, error = %e, "cannot start the SCTP listener's driver again");
+                lock(&self.shared.accept).failed = Some(format!("{why}; restart failed: {e}"));
+                self.shared.accept_ready.notify_waiters();
+                return;
+            }
+        }
+    }
+
+    /// A fresh endpoint and empty queues on the same socket, after a panic
+    /// left the old ones in an unknown state.
+    fn start_again(&mut self) -> Result<(), sctp::ConfigError> {
+        let Some(restart) = &self.restart else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        self.endpoint = Endpoint::new(
+            restart.core.clone(),
+            self.shared.local_addr.port(),
+            true,
+            super::seed(),
+            now,
+        )?;
+        self.assocs.clear();
+        self.touched.clear();
+        self.finished.clear();
+        self.outq.clear();
+        self.rx = RxBatch::new();
+        self.tx.clear();
+        self.rejecting = false;
         Ok(())
     }
 
@@ -301,7 +397,7 @@ impl Driver {
         }
     }
 
-    async fn run(mut self) {
+    async fn run(&mut self) {
         loop {
             let now = Instant::now();
             self.receive(now);
@@ -370,16 +466,25 @@ impl Driver {
     fn fail(&mut self, e: &std::io::Error) {
         tracing::error!(error = %e, local = %self.shared.local_addr, "UDP socket failed");
         let why = format!("UDP socket failed: {e}");
+        self.end_all(&why);
+        lock(&self.shared.accept).failed = Some(why);
+        self.shared.accept_ready.notify_waiters();
+    }
+
+    /// Ends every association of the socket with `why` and wakes everything
+    /// that waits on one; not yet accepted ones leave the accept queue.
+    fn end_all(&mut self, why: &str) {
         for entry in self.assocs.values() {
             let mut st = lock(&entry.assoc.state);
             if st.ended.is_none() {
-                st.ended = Some(Ended::Failed(why.clone()));
+                st.ended = Some(Ended::Failed(why.to_owned()));
             }
             drop(st);
             entry.assoc.wake_all();
         }
-        lock(&self.shared.accept).failed = Some(why);
-        self.shared.accept_ready.notify_waiters();
+        // Dropped outside the lock: a handle's `Drop` takes it.
+        let pending = std::mem::take(&mut lock(&self.shared.accept).ready);
+        drop(pending);
     }
 
     /// Reads what the socket holds, up to RECV_BUDGET datagrams, and feeds
@@ -441,6 +546,8 @@ impl Driver {
     }
 
     fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: Bytes) {
+        #[cfg(test)]
+        tests::panic_if_asked(self.shared.local_addr.port());
         match self.endpoint.handle(now, from, datagram) {
             None => {}
             Some(DatagramEvent::Association(handle, incoming)) => {
@@ -733,6 +840,17 @@ impl Driver {
     }
 }
 
+/// The text a panic was raised with (`panic!` with a literal or a format).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = panic.downcast_ref::<&'static str>() {
+        s
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s
+    } else {
+        "a panic without a message"
+    }
+}
+
 /// `addr` with an IPv4-mapped address as plain IPv4, so that a report from
 /// an IPv6 socket matches an association however its peer was written.
 fn canonical(addr: SocketAddr) -> SocketAddr {
@@ -773,10 +891,111 @@ fn gso_run(mut queue: impl Iterator<Item = (SocketAddr, usize)>, limit: usize) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicU16;
+    use std::time::Duration;
+
+    use crate::AssociationConfig;
+    use crate::userspace::{Listener, connect};
+
+    /// The port whose driver panics at its next datagram (0: none). By port,
+    /// so that the other tests' drivers, in the same process, go on.
+    static PANIC_AT: AtomicU16 = AtomicU16::new(0);
+
+    pub(super) fn panic_if_asked(port: u16) {
+        if PANIC_AT
+            .compare_exchange(port, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            panic!("injected by a test");
+        }
+    }
+
+    /// `future`'s output, or a panic saying what did not happen in 10 s.
+    async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+        match tokio::time::timeout(Duration::from_secs(10), future).await {
+            Ok(output) => output,
+            Err(_) => panic!("not {what} within 10 s"),
+        }
+    }
+
+    /// A listener's driver that panics is not silent: the association it
+    /// served ends at once (its user sees an error, not a hang), the panic is
+    /// counted, and the listener answers the next association.
+    #[tokio::test]
+    async fn a_listener_driver_that_panics_ends_its_associations_and_starts_again() {
+        let config = AssociationConfig::default();
+        let listener = Listener::bind(([127, 0, 0, 1], 0).into(), &config)
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let client = connect(addr, &config).await.expect("connect");
+        let served = within("accepted", listener.accept()).await.expect("accept");
+        let panics = driver_panics();
+
+        PANIC_AT.store(addr.port(), Ordering::SeqCst);
+        client
+            .send(1, Bytes::from_static(b"the datagram that panics"))
+            .await
+            .expect("send");
+        let ended = within("the served association ended", served.recv()).await;
+        match ended {
+            Err(crate::TransportError::Protocol(why)) => {
+                assert!(why.contains("panicked: injected by a test"), "{why}");
+            }
+            other => panic!("expected the association to fail, got {other:?}"),
+        }
+        assert!(driver_panics() > panics);
+
+        // The listener's socket is answered by a fresh endpoint.
+        let again = within("connected again", connect(addr, &config))
+            .await
+            .expect("connect again");
+        let served = within("accepted again", listener.accept())
+            .await
+            .expect("accept again");
+        again
+            .send(1, Bytes::from_static(b"after the restart"))
+            .await
+            .expect("send");
+        let message = within("a message after the restart", served.recv())
+            .await
+            .expect("recv");
+        assert_eq!(&message.data[..], b"after the restart");
+    }
 
     fn run(queue: &[(u16, usize)], limit: usize) -> (usize, usize) {
         let addr = |port| SocketAddr::from(([10, 0, 0, 1], port));
         gso_run(queue.iter().map(|&(p, n)| (addr(p), n)), limit)
+    }
+
+    /// A client socket's driver that panics ends its one association at
+    /// once, so that its user (a gateway's origin link) sees the link down
+    /// and connects again, instead of waiting on a task that is gone.
+    #[tokio::test]
+    async fn a_client_driver_that_panics_ends_its_association() {
+        let config = AssociationConfig::default();
+        let listener = Listener::bind(([127, 0, 0, 1], 0).into(), &config)
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let client = connect(addr, &config).await.expect("connect");
+        let served = within("accepted", listener.accept()).await.expect("accept");
+
+        PANIC_AT.store(served.peer_addr().port(), Ordering::SeqCst);
+        served
+            .send(1, Bytes::from_static(b"the datagram that panics"))
+            .await
+            .expect("send");
+        match within("the client's association ended", client.recv()).await {
+            Err(crate::TransportError::Protocol(why)) => {
+                assert!(why.contains("panicked: injected by a test"), "{why}");
+            }
+            other => panic!("expected the association to fail, got {other:?}"),
+        }
+        assert!(
+            client.send(1, Bytes::from_static(b"late")).await.is_err(),
+            "nothing is sent on an association whose driver is gone"
+        );
     }
 
     #[test]

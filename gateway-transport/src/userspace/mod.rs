@@ -40,6 +40,8 @@
 //! Start reading at `connect`, `Listener::bind` and then `driver::Driver::run`.
 
 mod driver;
+
+pub use driver::driver_panics;
 mod sys;
 
 use std::fmt;
@@ -677,8 +679,14 @@ impl Listener {
         let core = core_config(config)?;
         let socket = bind_socket(addr, config)?;
         let local_addr = socket.local_addr()?;
-        let endpoint = sctp::Endpoint::new(core, local_addr.port(), true, seed(), Instant::now())
-            .map_err(|e| TransportError::Config {
+        let endpoint = sctp::Endpoint::new(
+            core.clone(),
+            local_addr.port(),
+            true,
+            seed(),
+            Instant::now(),
+        )
+        .map_err(|e| TransportError::Config {
             key: config_key(e.key),
             reason: e.reason,
         })?;
@@ -689,6 +697,7 @@ impl Listener {
             Arc::clone(&shared),
             Arc::new(Settings::new(config)),
             None,
+            Some(core),
         )?;
         tracing::debug!(%local_addr, "userspace SCTP listening");
         Ok(Listener { shared })
@@ -717,7 +726,7 @@ impl Listener {
                     return Ok(a);
                 }
                 if let Some(why) = &accept.failed {
-                    return Err(TransportError::Io(std::io::Error::other(why.clone())));
+                    return Err(TransportError::ListenerStopped(why.clone()));
                 }
             }
             notified.await;
@@ -765,7 +774,14 @@ pub(crate) async fn connect(
         Arc::clone(&shared),
         AssocState::new(proto, false),
     );
-    driver::Driver::spawn(socket, endpoint, shared, settings, Some(Arc::clone(&assoc)))?;
+    driver::Driver::spawn(
+        socket,
+        endpoint,
+        shared,
+        settings,
+        Some(Arc::clone(&assoc)),
+        None,
+    )?;
     // Dropped by the caller's time-out, this handle closes the half-open
     // association (the core aborts a handshake it is asked to close), and so
     // ends the driver.

@@ -426,3 +426,64 @@ impl Sim {
         self.sides[i].events.iter().any(|(_, e)| e == event)
     }
 }
+
+/// Bytes of the largest SCTP packet one UDP datagram over IPv4 carries
+/// (65,535 minus 20 bytes of IP and 8 of UDP header).
+pub(crate) const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// An INIT as large as a UDP datagram over IPv4 allows, whose parameters are
+/// all of unknown types that ask to be skipped and reported (RFC 9260
+/// 3.2.1): `small` first, then parameters of 4,092 bytes while they fit.
+/// Reporting them all would take an INIT ACK longer than a chunk can be;
+/// once such a datagram made the encoder panic, which stopped the
+/// listener's driver (and, spoofed, a gateway's association).
+pub(crate) fn init_asking_for_huge_reports(tag: u32, ports: (u16, u16), small: bool) -> Bytes {
+    use bytes::BytesMut;
+    use sctp::chunk::{Chunk, Init, Packet};
+
+    const FIXED: usize = 12 + 20;
+    const LARGE: usize = 4092;
+    let param = |kind: u16, len: usize| {
+        let mut p = Vec::with_capacity(len);
+        p.extend_from_slice(&kind.to_be_bytes());
+        p.extend_from_slice(&u16::try_from(len).expect("short").to_be_bytes());
+        p.resize(len, 0xa5);
+        Bytes::from(p)
+    };
+    let mut params = Vec::new();
+    let mut total = FIXED;
+    if small {
+        params.push(param(0xc1ff, 8));
+        total += 8;
+    }
+    let mut kind = 0xc100;
+    while total + LARGE <= MAX_UDP_PAYLOAD {
+        params.push(param(kind, LARGE));
+        total += LARGE;
+        kind += 1;
+    }
+    let packet = Packet {
+        src_port: ports.0,
+        dst_port: ports.1,
+        vtag: 0,
+        chunks: vec![Chunk::Init(Init {
+            initiate_tag: tag,
+            a_rwnd: 65_536,
+            outbound_streams: 4,
+            inbound_streams: 4,
+            initial_tsn: 1000,
+            unrecognized: params,
+            ..Init::default()
+        })],
+    };
+    let mut out = BytesMut::new();
+    packet
+        .encode(&mut out)
+        .expect("an INIT of one datagram encodes");
+    assert_eq!(out.len(), total, "built as planned");
+    assert!(
+        out.len() > MAX_UDP_PAYLOAD - LARGE,
+        "as large as a datagram allows"
+    );
+    out.freeze()
+}
