@@ -18,7 +18,7 @@ use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -453,12 +453,16 @@ pub struct Arrival {
 #[derive(Debug)]
 pub struct UdpSink {
     worker: Worker<Vec<Arrival>>,
+    /// Datagrams read so far (kept or not).
+    read: Arc<AtomicUsize>,
 }
 
 impl UdpSink {
     /// Starts recording on `addr` inside `ns`; at most `limit` arrivals are kept.
     pub fn start(ns: &str, addr: SocketAddr, limit: usize) -> Result<Self> {
         let socket = udp_socket(ns, addr)?;
+        let read = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&read);
         let worker = Worker::spawn("udp-sink", move |stop| {
             let mut arrivals = Vec::with_capacity(limit.min(1 << 20));
             let mut buffer = [0u8; 65_536];
@@ -466,6 +470,7 @@ impl UdpSink {
                 let Ok(n) = socket.recv(&mut buffer) else {
                     continue;
                 };
+                counter.fetch_add(1, Ordering::Relaxed);
                 if n >= SEQ_BYTES && arrivals.len() < limit {
                     arrivals.push(Arrival {
                         at: Instant::now(),
@@ -476,7 +481,21 @@ impl UdpSink {
             }
             arrivals
         })?;
-        Ok(Self { worker })
+        Ok(Self { worker, read })
+    }
+
+    /// Waits until at least `count` datagrams were read, or `deadline`
+    /// passed; returns how many were read. A test asserts what arrived by
+    /// waiting for it, never by reading the count at an instant it chose.
+    pub fn wait_for(&self, count: usize, deadline: Duration) -> usize {
+        let until = Instant::now() + deadline;
+        loop {
+            let read = self.read.load(Ordering::Relaxed);
+            if read >= count || Instant::now() >= until {
+                return read;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Stops; what arrived, in order.

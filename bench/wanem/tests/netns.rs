@@ -73,8 +73,9 @@ fn frames_pass_both_ways_over_ipv4_and_ipv6() {
 /// under 40 ms. How close to 40 ms the round trips stay is the emulator's
 /// accuracy, a figure that moves with the machine's load; it is measured by
 /// `cargo xtask bench wan` (bench/results/wan-emulator.md), not asserted here.
-/// The median below 60 ms only says the delay is added once per direction, not
-/// twice or on every queue pass.
+/// A minimum below 80 ms says the delay is added once per direction, not
+/// twice or on every queue pass (the minimum of 50 round trips, not their
+/// median: load only ever adds to a round trip).
 #[test]
 fn a_20ms_one_way_delay_gives_a_round_trip_of_at_least_40ms() {
     let topology = topology();
@@ -92,12 +93,9 @@ fn a_20ms_one_way_delay_gives_a_round_trip_of_at_least_40ms() {
     )
     .expect("probes");
     assert_eq!(report.lost(), 0, "{report:?}");
-    let (min, median) = (
-        report.min().expect("answers"),
-        report.median().expect("answers"),
-    );
+    let min = report.min().expect("answers");
     assert!(min >= Duration::from_millis(40), "min {min:?}");
-    assert!(median < Duration::from_millis(60), "median {median:?}");
+    assert!(min < Duration::from_millis(80), "min {min:?}");
 }
 
 #[test]
@@ -130,14 +128,18 @@ fn full_loss_passes_nothing() {
     assert_eq!(stats.a_to_b.sent, 0);
 }
 
+/// What is in flight at an instant moves with the machine's load, so
+/// nothing here reads it: the queue's bound is asserted against the burst's
+/// measured length (what the link can have passed meanwhile), the drain by
+/// waiting for what must arrive, and every frame by the counters' balance.
 #[test]
 fn the_queue_limit_drops_under_overload() {
     let topology = topology();
     let dir = tempfile::tempdir().expect("tempdir");
-    let queue = 10;
+    let queue: usize = 10;
     let params = WanParams::symmetric(LinkParams {
         rate_bits_per_second: Some(1_000_000),
-        queue_frames: Some(queue),
+        queue_frames: Some(u32::try_from(queue).expect("small")),
         ..LinkParams::default()
     });
     let wanem = start(&topology, &params, dir.path());
@@ -154,6 +156,7 @@ fn the_queue_limit_drops_under_overload() {
     )
     .expect("warm-up");
     std::thread::sleep(Duration::from_millis(100));
+    let burst_started = std::time::Instant::now();
     let sent = probe::send_udp(
         topology.gateway.name(),
         origin(false, 9000),
@@ -163,24 +166,34 @@ fn the_queue_limit_drops_under_overload() {
         Duration::from_secs(2),
     )
     .expect("send");
+    let burst = burst_started.elapsed();
     assert_eq!(sent, 300);
-    // The queue drains in 10 × 8.3 ms.
-    std::thread::sleep(Duration::from_millis(300));
-    let arrived = sink.stop().expect("sink stops").len() as u64;
+    // Taken by the emulator at most: what the link serialized while the
+    // burst lasted (rounded up, with 100 ms for the emulator to read the
+    // last frames), the queue then, and the frame being serialized.
+    let frame = Duration::from_nanos(1042 * 8 * 1_000);
+    let lasted = burst + Duration::from_millis(100);
+    let most =
+        usize::try_from(lasted.as_nanos().div_ceil(frame.as_nanos())).expect("small") + queue + 1;
+    assert!(most < 300, "the burst took {burst:?}: no overload to test");
+    // The queue filled (or nothing was dropped, which the bound below
+    // refutes), and all it took leaves: at least its size arrives.
+    let drained = sink.wait_for(queue, Duration::from_secs(10));
+    assert!(drained >= queue, "{drained} arrived");
     let stats = wanem.stop().expect("final counters");
+    let arrived = sink.stop().expect("sink stops").len();
     let forward = stats.a_to_b;
-    assert!(forward.dropped_queue > 250, "{forward:?}");
-    // The queue plus what the link serialized while the burst lasted.
     assert!(
-        arrived >= u64::from(queue) && arrived < 30,
-        "{arrived} arrived"
+        arrived >= queue && arrived <= most,
+        "{arrived} arrived, at most {most} could (burst of {burst:?})"
+    );
+    // Every datagram of the burst that did not arrive or wait was dropped by
+    // the queue (the namespaces' own frames can only add drops).
+    assert!(
+        forward.dropped_queue >= (300 - most) as u64,
+        "{forward:?}, burst of {burst:?}"
     );
     assert_eq!(forward.faults(), 0, "{forward:?}");
-    // No `pending == 0` here: the namespaces' own frames (neighbour
-    // discovery, MLD reports) come at times of the kernel's choosing, and one
-    // that arrives in the last 8 ms before the stop is still in the 1 Mbit/s
-    // link (CI saw exactly that once). That the burst drained is shown by what
-    // arrived; every frame is accounted for by the balance.
     assert!(forward.balanced(), "{forward:?}");
 }
 
@@ -205,10 +218,12 @@ fn a_large_tcp_transfer_crosses_without_oversize_frames() {
     assert!(sent.bytes > 10 << 20, "only {} bytes", sent.bytes);
     assert_eq!(sent.mss, 1448, "MSS of a 1500-byte MTU with timestamps");
     let stats = wanem.stop().expect("final counters");
+    // What is still pending at the stop is the machine's timing, not the
+    // emulator's (a busy machine once left 11 frames in the 1 ms delay line):
+    // the balance accounts for them, and what arrived was asserted above.
     for direction in [stats.a_to_b, stats.b_to_a] {
         assert_eq!(direction.faults(), 0, "{direction:?}");
         assert!(direction.balanced(), "{direction:?}");
-        assert!(direction.pending <= 2, "{direction:?}");
     }
     assert!(stats.a_to_b.received_bytes / stats.a_to_b.received.max(1) > 1000);
 }
