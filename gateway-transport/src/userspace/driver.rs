@@ -891,21 +891,25 @@ fn gso_run(mut queue: impl Iterator<Item = (SocketAddr, usize)>, limit: usize) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU16;
     use std::time::Duration;
 
     use crate::AssociationConfig;
     use crate::userspace::{Listener, connect};
 
-    /// The port whose driver panics at its next datagram (0: none). By port,
-    /// so that the other tests' drivers, in the same process, go on.
-    static PANIC_AT: AtomicU16 = AtomicU16::new(0);
+    /// The ports whose drivers panic at their next datagram. By port, so
+    /// that the drivers of the other tests, in the same process and running
+    /// at the same time, go on.
+    static PANIC_AT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+
+    fn panic_at(port: u16) {
+        lock(&PANIC_AT).push(port);
+    }
 
     pub(super) fn panic_if_asked(port: u16) {
-        if PANIC_AT
-            .compare_exchange(port, 0, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
+        let mut ports = lock(&PANIC_AT);
+        if let Some(i) = ports.iter().position(|&p| p == port) {
+            ports.swap_remove(i);
+            drop(ports);
             panic!("injected by a test");
         }
     }
@@ -932,7 +936,7 @@ mod tests {
         let served = within("accepted", listener.accept()).await.expect("accept");
         let panics = driver_panics();
 
-        PANIC_AT.store(addr.port(), Ordering::SeqCst);
+        panic_at(addr.port());
         client
             .send(1, Bytes::from_static(b"the datagram that panics"))
             .await
@@ -981,7 +985,7 @@ mod tests {
         let client = connect(addr, &config).await.expect("connect");
         let served = within("accepted", listener.accept()).await.expect("accept");
 
-        PANIC_AT.store(served.peer_addr().port(), Ordering::SeqCst);
+        panic_at(served.peer_addr().port());
         served
             .send(1, Bytes::from_static(b"the datagram that panics"))
             .await
