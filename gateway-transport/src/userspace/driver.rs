@@ -922,18 +922,37 @@ mod tests {
         }
     }
 
+    /// A listener on loopback, an association to it, and its accepted end.
+    async fn connected(config: &AssociationConfig) -> (Listener, Association, Association) {
+        let listener = Listener::bind(([127, 0, 0, 1], 0).into(), config)
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let client = within("connected", connect(addr, config))
+            .await
+            .expect("connect");
+        let served = within("accepted", listener.accept()).await.expect("accept");
+        (listener, client, served)
+    }
+
+    /// `received` is the error an association ended by the injected panic gives.
+    fn ended_by_the_injected_panic(received: Result<crate::Message, crate::TransportError>) {
+        match received {
+            Err(crate::TransportError::Protocol(why)) => {
+                assert!(why.contains("panicked: injected by a test"), "{why}");
+            }
+            other => panic!("expected the association to fail, got {other:?}"),
+        }
+    }
+
     /// A listener's driver that panics is not silent: the association it
     /// served ends at once (its user sees an error, not a hang), the panic is
     /// counted, and the listener answers the next association.
     #[tokio::test]
     async fn a_listener_driver_that_panics_ends_its_associations_and_starts_again() {
         let config = AssociationConfig::default();
-        let listener = Listener::bind(([127, 0, 0, 1], 0).into(), &config)
-            .await
-            .expect("bind");
+        let (listener, client, served) = connected(&config).await;
         let addr = listener.local_addr().expect("address");
-        let client = connect(addr, &config).await.expect("connect");
-        let served = within("accepted", listener.accept()).await.expect("accept");
         let panics = driver_panics();
 
         panic_at(addr.port());
@@ -941,13 +960,7 @@ mod tests {
             .send(1, Bytes::from_static(b"the datagram that panics"))
             .await
             .expect("send");
-        let ended = within("the served association ended", served.recv()).await;
-        match ended {
-            Err(crate::TransportError::Protocol(why)) => {
-                assert!(why.contains("panicked: injected by a test"), "{why}");
-            }
-            other => panic!("expected the association to fail, got {other:?}"),
-        }
+        ended_by_the_injected_panic(within("the served association ended", served.recv()).await);
         assert!(driver_panics() > panics);
 
         // The listener's socket is answered by a fresh endpoint.
@@ -977,25 +990,14 @@ mod tests {
     /// and connects again, instead of waiting on a task that is gone.
     #[tokio::test]
     async fn a_client_driver_that_panics_ends_its_association() {
-        let config = AssociationConfig::default();
-        let listener = Listener::bind(([127, 0, 0, 1], 0).into(), &config)
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("address");
-        let client = connect(addr, &config).await.expect("connect");
-        let served = within("accepted", listener.accept()).await.expect("accept");
+        let (_listener, client, served) = connected(&AssociationConfig::default()).await;
 
         panic_at(served.peer_addr().port());
         served
             .send(1, Bytes::from_static(b"the datagram that panics"))
             .await
             .expect("send");
-        match within("the client's association ended", client.recv()).await {
-            Err(crate::TransportError::Protocol(why)) => {
-                assert!(why.contains("panicked: injected by a test"), "{why}");
-            }
-            other => panic!("expected the association to fail, got {other:?}"),
-        }
+        ended_by_the_injected_panic(within("the client's association ended", client.recv()).await);
         assert!(
             client.send(1, Bytes::from_static(b"late")).await.is_err(),
             "nothing is sent on an association whose driver is gone"
