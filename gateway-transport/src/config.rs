@@ -290,6 +290,12 @@ pub struct AssociationConfig {
     /// client accepts exactly that certificate and nothing else; required for
     /// `transport = "quic"`.
     pub quic_server_cert_sha256: Option<String>,
+    /// Userspace SCTP, listening: how many associations peers may open, in
+    /// all and per source, and the receive memory they share (see
+    /// `sctp::Limits`). Not read from `[transport]`: the origin sets it from
+    /// its `[limits]`.
+    #[serde(skip)]
+    pub listener_limits: sctp::Limits,
 }
 
 impl Default for AssociationConfig {
@@ -321,6 +327,7 @@ impl Default for AssociationConfig {
             pacing: true,
             udp_offload: UdpOffload::Auto,
             quic_server_cert_sha256: None,
+            listener_limits: sctp::Limits::default(),
         }
     }
 }

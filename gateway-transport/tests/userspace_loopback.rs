@@ -614,3 +614,50 @@ async fn throughput_probe() -> Result<()> {
     }
     Ok(())
 }
+
+/// A listener at its association limit refuses the next INIT with an ABORT:
+/// the client learns it at once instead of waiting out its connect time-out,
+/// and may connect once an association has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_at_its_limit_refuses_at_once_and_admits_after_a_close() -> Result<()> {
+    timeout(TEST_LIMIT, async {
+        let server_cfg = AssociationConfig {
+            listener_limits: gateway_transport::SctpLimits {
+                max_associations: 1,
+                ..gateway_transport::SctpLimits::default()
+            },
+            ..config()
+        };
+        let cfg = AssociationConfig {
+            connect_timeout: Duration::from_secs(10),
+            ..config()
+        };
+        let (listener, server, client) = pair(V4, &server_cfg, &cfg).await?;
+        let target = listener.local_addr()?;
+        let started = Instant::now();
+        let refused = connect(BackendKind::Userspace, target, &cfg).await;
+        ensure!(
+            refused.is_err(),
+            "a second association past the limit of one was opened"
+        );
+        ensure!(
+            started.elapsed() < Duration::from_secs(5),
+            "the refusal took {:?}: it waited for a time-out, not an ABORT ({refused:?})",
+            started.elapsed()
+        );
+        client.close().await?;
+        drop(server);
+        // The listener forgets the closed association when its driver next
+        // runs: try until it has, within the test's limit.
+        loop {
+            if let Ok(again) = connect(BackendKind::Userspace, target, &cfg).await {
+                again.send(1, numbered(1, 0)).await?;
+                let accepted = listener.accept().await?;
+                ensure!(accepted.recv().await?.data == numbered(1, 0));
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await?
+}

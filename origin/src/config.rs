@@ -73,8 +73,19 @@ impl Default for ListenConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
-    /// Associations served at once; further peers wait in the backlog.
+    /// Associations served at once. Userspace SCTP refuses an INIT beyond
+    /// it with an ABORT ("Out of Resource"); other transports leave further
+    /// peers waiting in the backlog.
     pub max_associations: usize,
+    /// Userspace SCTP: associations from one IPv4 address or one IPv6 /64;
+    /// beyond it INITs are refused as above. Households behind one carrier
+    /// NAT share an address.
+    pub max_associations_per_source: usize,
+    /// Userspace SCTP: the receive memory all associations of one listener
+    /// share, bytes (payload held, with what of its datagram it pins, and
+    /// bookkeeping). Past it receivers take only what unblocks delivery, so
+    /// they hold less than twice this (docs/security.md).
+    pub receive_memory: usize,
     /// Requests open at once on one association; more are refused (RESET REFUSED).
     pub max_open_requests: usize,
     /// Body bytes per RESPONSE_BODY message (at most 64 KiB, the protocol's limit).
@@ -90,6 +101,8 @@ impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
             max_associations: 64,
+            max_associations_per_source: 256,
+            receive_memory: 1 << 30,
             max_open_requests: 1024,
             chunk_size: 16 * 1024,
             max_request_body: 16 * 1024 * 1024,
@@ -175,6 +188,12 @@ impl OriginConfig {
         }
         if l.max_associations == 0 {
             return invalid("limits.max_associations", "must be at least 1");
+        }
+        if l.max_associations_per_source == 0 {
+            return invalid("limits.max_associations_per_source", "must be at least 1");
+        }
+        if l.receive_memory < 1 << 20 {
+            return invalid("limits.receive_memory", "must be at least 1 MiB");
         }
         if l.max_open_requests == 0 {
             return invalid("limits.max_open_requests", "must be at least 1");

@@ -224,9 +224,15 @@ async fn main() -> Result<()> {
         "transport: {backend} ({why}); scheduler: {}; serving {source}",
         config.scheduler.policy,
     );
+    let mut transport = config.transport.clone();
+    transport.listener_limits = gateway_transport::SctpLimits {
+        max_associations: config.limits.max_associations,
+        max_per_source: config.limits.max_associations_per_source,
+        receive_memory: config.limits.receive_memory,
+    };
     let mut listeners = Vec::new();
     for addr in &config.listen.addresses {
-        match Listener::bind(backend, *addr, &config.transport).await {
+        match Listener::bind(backend, *addr, &transport).await {
             Ok(listener) => {
                 tracing::info!("listening on {}", listener.local_addr()?);
                 if let Some(pin) = listener.quic_cert_sha256() {

@@ -45,7 +45,7 @@ use crate::config::Config;
 use crate::congestion::Controller;
 use crate::cookie::{CookieKey, CookieState};
 use crate::pacer::Pacer;
-use crate::recv::{Receiver, Verdict};
+use crate::recv::{ReceivePool, Receiver, Verdict};
 use crate::rtt::RttEstimator;
 use crate::send::{Counters, SendError, Sender, StreamStats};
 use crate::wire::{self, COMMON_HEADER_LEN};
@@ -206,6 +206,8 @@ pub(crate) struct Shared {
     /// The instant cookie times count from.
     pub(crate) epoch: Instant,
     pub(crate) local_port: u16,
+    /// The receive memory the endpoint's associations share.
+    pub(crate) pool: Arc<ReceivePool>,
 }
 
 impl Shared {
@@ -470,6 +472,7 @@ impl Association {
             config.max_message,
             state.inbound_streams,
             state.idata,
+            Arc::clone(&self.shared.pool),
         ));
         self.advertised = config.recv_window;
     }

@@ -140,4 +140,16 @@ impl Config {
         }
         Ok(())
     }
+
+    /// The most memory, in allocated bytes, a peer can make one
+    /// association's receiver hold with this configuration, whatever it
+    /// sends: 2.7 receive windows of payload (twice the window may be held,
+    /// each payload pinning at most 4/3 of itself), bookkeeping of at most
+    /// 640 bytes per held chunk (a window holds one chunk per 256 bytes,
+    /// 4,096 at most: 5 windows' worth for small windows, 5.2 MB at most),
+    /// and 0.5 MB for the TSN map. The sender's side holds only what our
+    /// own application queued.
+    pub fn receive_memory_bound(&self) -> usize {
+        crate::recv::memory_bound(self.recv_window, self.max_inbound_streams)
+    }
 }

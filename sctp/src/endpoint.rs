@@ -9,24 +9,32 @@
 //! INIT flood costs no memory. Everything else for no association is
 //! out of the blue and answered as section 8.4 says.
 //!
+//! A listening endpoint admits at most [`Limits`] associations, in all and
+//! per source: an INIT past a limit is refused with an ABORT carrying "Out
+//! of Resource" (RFC 9260 3.3.10.4), and so is a COOKIE ECHO of a cookie
+//! issued before the limit was reached. Refusing keeps no state either.
+//! Each limit's first refusal is logged, then at most one line a minute
+//! with the count since.
+//!
 //! The endpoint never owns an association: `connect` and `handle` give them
 //! to the caller (the driver), which hands packets back through
 //! `Association::handle` and calls `forget` when one is over.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tracing::{debug, trace};
+use tracing::{debug, trace, warn};
 
 use crate::association::{Association, Incoming, Shared, Transmit, nonzero};
 use crate::chunk::{Chunk, ErrorCause, Init, Packet, cause, kind};
 use crate::config::{Config, ConfigError};
 use crate::cookie::{CookieKey, CookieState};
+use crate::recv::ReceivePool;
 
 /// Identifies an association among an endpoint's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -66,6 +74,73 @@ pub struct EndpointStats {
     pub stale_cookies: u64,
     /// Out-of-the-blue packets.
     pub out_of_the_blue: u64,
+    /// INITs and COOKIE ECHOs refused at `Limits::max_associations`.
+    pub refused_at_total_limit: u64,
+    /// INITs and COOKIE ECHOs refused at `Limits::max_per_source`.
+    pub refused_at_source_limit: u64,
+}
+
+/// How many associations peers may open on a listening endpoint, and the
+/// receive memory they share. What one association can hold is bounded by
+/// its `Config` (`Config::receive_memory_bound`), and all together by twice
+/// `receive_memory`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Associations in all.
+    pub max_associations: usize,
+    /// Associations from one source: one IPv4 address, or one IPv6 /64
+    /// (the least a subscriber is given, RFC 6177; counting IPv6 addresses
+    /// one by one would limit nothing). Many households behind one carrier
+    /// NAT share an IPv4 address, so this is not small.
+    pub max_per_source: usize,
+    /// The receive memory all associations share, bytes: payload held
+    /// (counted with what of its datagram it pins) and the bookkeeping of
+    /// held chunks. Past it, a receiver takes only the chunk that may
+    /// unblock delivery, and only within its share (this divided among the
+    /// associations); what is held stays below twice this.
+    pub receive_memory: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_associations: 10_000,
+            max_per_source: 256,
+            receive_memory: 1 << 30,
+        }
+    }
+}
+
+/// Which limit refused an association.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    Total,
+    PerSource,
+}
+
+/// The least time between two log lines about one limit.
+const LIMIT_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// What is counted per source: the IPv4 address, or the IPv6 /64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Source {
+    V4(u32),
+    V6(u64),
+}
+
+fn source_of(remote: &SocketAddr) -> Source {
+    match remote.ip().to_canonical() {
+        IpAddr::V4(v4) => Source::V4(u32::from(v4)),
+        IpAddr::V6(v6) => Source::V6((u128::from(v6) >> 64) as u64),
+    }
+}
+
+/// The log lines of one limit: the first refusal, then one a minute.
+#[derive(Debug, Default)]
+struct LimitLog {
+    last: Option<Instant>,
+    /// Refusals since the last line.
+    since: u64,
 }
 
 /// One local SCTP port.
@@ -75,6 +150,10 @@ pub struct Endpoint {
     rng: StdRng,
     /// The association each peer address has, and its tag.
     by_remote: HashMap<SocketAddr, (AssocHandle, u32)>,
+    /// Associations per source (`source_of`), for `Limits::max_per_source`.
+    per_source: HashMap<Source, usize>,
+    limits: Limits,
+    limit_logs: [LimitLog; 2],
     next_handle: usize,
     listening: bool,
     stats: EndpointStats,
@@ -100,9 +179,13 @@ impl Endpoint {
                 key,
                 epoch: now,
                 local_port,
+                pool: Arc::new(ReceivePool::new(Limits::default().receive_memory)),
             }),
             rng,
             by_remote: HashMap::new(),
+            per_source: HashMap::new(),
+            limits: Limits::default(),
+            limit_logs: Default::default(),
             next_handle: 0,
             listening,
             stats: EndpointStats::default(),
@@ -122,6 +205,18 @@ impl Endpoint {
     /// Associations the endpoint routes to (what it keeps per peer).
     pub fn associations(&self) -> usize {
         self.by_remote.len()
+    }
+
+    /// How many associations peers may open (`Limits::default()` until set).
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.shared.pool.set_budget(limits.receive_memory);
+        self.limits = limits;
+    }
+
+    /// Receive memory the associations hold, as charged against
+    /// `Limits::receive_memory`, bytes.
+    pub fn receive_memory(&self) -> usize {
+        self.shared.pool.used()
     }
 
     /// Whether INITs from new peers are answered.
@@ -145,13 +240,94 @@ impl Endpoint {
             peer_port,
             self.rng.random(),
         );
-        self.by_remote.insert(remote, (handle, assoc.local_tag()));
+        self.insert(remote, handle, assoc.local_tag());
         (handle, assoc)
     }
 
     /// The association is over: its address may start a new one.
     pub fn forget(&mut self, handle: AssocHandle) {
-        self.by_remote.retain(|_, (h, _)| *h != handle);
+        let per_source = &mut self.per_source;
+        self.by_remote.retain(|remote, (h, _)| {
+            if *h != handle {
+                return true;
+            }
+            let source = source_of(remote);
+            if let Some(n) = per_source.get_mut(&source) {
+                *n -= 1;
+                if *n == 0 {
+                    per_source.remove(&source);
+                }
+            }
+            false
+        });
+    }
+
+    /// Routes `remote` to `handle`, counting it against its source.
+    fn insert(&mut self, remote: SocketAddr, handle: AssocHandle, tag: u32) {
+        if let Some((_, _)) = self.by_remote.insert(remote, (handle, tag)) {
+            // The same peer address again (a restart): counted once.
+            return;
+        }
+        *self.per_source.entry(source_of(&remote)).or_default() += 1;
+    }
+
+    /// Which limit a new association from `remote` would pass, if any.
+    fn over_limit(&self, remote: &SocketAddr) -> Option<Limit> {
+        if self.by_remote.len() >= self.limits.max_associations {
+            return Some(Limit::Total);
+        }
+        let from_source = self.per_source.get(&source_of(remote)).copied();
+        if from_source.unwrap_or(0) >= self.limits.max_per_source {
+            return Some(Limit::PerSource);
+        }
+        None
+    }
+
+    /// Counts and logs (first, then at most once a minute) a refusal.
+    fn refused(&mut self, now: Instant, remote: SocketAddr, limit: Limit) {
+        let (count, log, what, max) = match limit {
+            Limit::Total => (
+                &mut self.stats.refused_at_total_limit,
+                &mut self.limit_logs[0],
+                "associations in all",
+                self.limits.max_associations,
+            ),
+            Limit::PerSource => (
+                &mut self.stats.refused_at_source_limit,
+                &mut self.limit_logs[1],
+                "associations from one source",
+                self.limits.max_per_source,
+            ),
+        };
+        *count += 1;
+        log.since += 1;
+        if log.last.is_none_or(|t| now >= t + LIMIT_LOG_INTERVAL) {
+            warn!(
+                %remote,
+                refused = log.since,
+                "at the limit of {max} {what}: new associations refused \
+                 (one line a minute at most; `refused` counts since the last)"
+            );
+            log.last = Some(now);
+            log.since = 0;
+        }
+    }
+
+    /// An ABORT with "Out of Resource", for a peer refused at a limit.
+    fn refuse(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        ports: (u16, u16),
+        peer_tag: u32,
+        limit: Limit,
+    ) -> Option<DatagramEvent> {
+        self.refused(now, remote, limit);
+        let abort = Chunk::Abort {
+            reflected: false,
+            causes: vec![ErrorCause::new(cause::OUT_OF_RESOURCE, Bytes::new())],
+        };
+        self.respond(remote, ports, peer_tag, abort)
     }
 
     fn new_handle(&mut self) -> AssocHandle {
@@ -250,7 +426,13 @@ impl Endpoint {
             // Case C, or a cookie from before an association we have now.
             Some(_) => return None,
             None if !self.listening => return None,
-            None => None,
+            None => {
+                if let Some(limit) = self.over_limit(&remote) {
+                    let ports = (state.local_port, state.peer_port);
+                    return self.refuse(now, remote, ports, state.peer_tag, limit);
+                }
+                None
+            }
         };
         let handle = self.new_handle();
         let mut association = Box::new(Association::accept(
@@ -260,8 +442,7 @@ impl Endpoint {
             &state,
             self.rng.random(),
         ));
-        self.by_remote
-            .insert(remote, (handle, association.local_tag()));
+        self.insert(remote, handle, association.local_tag());
         packet.chunks.remove(0);
         if !packet.chunks.is_empty() {
             association.handle(
@@ -310,6 +491,10 @@ impl Endpoint {
                 }
                 let init = init.clone();
                 self.stats.out_of_the_blue -= 1;
+                if let Some(limit) = self.over_limit(&remote) {
+                    let ports = (packet.dst_port, packet.src_port);
+                    return self.refuse(now, remote, ports, init.initiate_tag, limit);
+                }
                 self.stats.init_acks += 1;
                 self.init_ack(now, remote, packet.src_port, packet.dst_port, init)
             }

@@ -52,5 +52,5 @@ pub use association::{
     Association, AssociationError, Event, Incoming, Message, State, Stats, Transmit,
 };
 pub use config::{Config, ConfigError, DEFAULT_MTU, MIN_MTU};
-pub use endpoint::{AssocHandle, DatagramEvent, Endpoint, EndpointStats};
+pub use endpoint::{AssocHandle, DatagramEvent, Endpoint, EndpointStats, Limits};
 pub use send::{Counters, SendError, StreamStats};

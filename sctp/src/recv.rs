@@ -58,9 +58,13 @@
 //!   past [`OVERCOMMIT`] times the window. So `buffered <= OVERCOMMIT *
 //!   window` whatever the peer sends.
 //! - The chunks held (fragments plus whole messages) are counted the same way
-//!   against [`MAX_HELD_CHUNKS`]: a payload `Bytes` shares its datagram, so
-//!   a flood of one-byte chunks would otherwise pin far more memory than the
-//!   window says.
+//!   against [`held_chunk_limit`], since each costs bookkeeping beyond its
+//!   payload. A payload shares its datagram only when it fills at least 3/4
+//!   of it (shorter ones are copied out on decoding, `wire::detach`), so what
+//!   is held never pins more than 4/3 of its bytes.
+//! - Together: [`memory_bound`] is what one receiver can be made to hold,
+//!   in allocated bytes, whatever the peer sends; sctp/tests/memory.rs drives
+//!   the worst cases under a counting allocator against it.
 //! - A message is never buffered beyond `max_message` bytes in one I-DATA
 //!   partial or DATA run: the size is checked as fragments arrive.
 //! - The TSN map holds at most `MAX_TSN_AHEAD / 2` ranges (TSNs further
@@ -76,6 +80,8 @@
 //! peer's retransmissions are dropped) instead of growing.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::{Bytes, BytesMut};
 
@@ -103,15 +109,111 @@ pub(crate) const MAX_GAP_BLOCKS: usize = 200;
 pub(crate) const MAX_DUPS: usize = 64;
 
 /// The hard bound on what may be held, as a multiple of the soft bound: the
-/// window in bytes, [`MAX_HELD_CHUNKS`] in chunks. Only the chunk at
+/// window in bytes, [`held_chunk_limit`] in chunks. Only the chunk at
 /// `cum_tsn + 1` may go past the soft bound.
 pub(crate) const OVERCOMMIT: usize = 2;
 
 /// The most chunks held (fragments in reassembly plus whole messages not yet
-/// popped), beyond the one at `cum_tsn + 1`. Each payload pins the datagram it
-/// came in, so this bounds memory when the peer sends tiny chunks; 4096 holds
-/// a 1 MiB window of 256-byte messages.
+/// popped), beyond the one at `cum_tsn + 1`, with the largest windows. Each
+/// costs bookkeeping beyond its payload, so this bounds memory when the peer
+/// sends tiny chunks; 4096 holds a 1 MiB window of 256-byte messages.
 pub(crate) const MAX_HELD_CHUNKS: usize = 4096;
+
+/// A window holds one chunk per this many bytes ([`held_chunk_limit`]), so
+/// that a small window's bookkeeping is small too.
+const BYTES_PER_HELD_CHUNK: usize = 256;
+
+/// The fewest chunks any window may hold.
+const MIN_HELD_CHUNKS: usize = 64;
+
+/// The soft bound on chunks held for a window of `window` bytes.
+pub(crate) fn held_chunk_limit(window: usize) -> usize {
+    (window / BYTES_PER_HELD_CHUNK).clamp(MIN_HELD_CHUNKS, MAX_HELD_CHUNKS)
+}
+
+/// Allocated bytes one held chunk may cost beyond its payload: the payload's
+/// own allocation rounded up by the allocator, its place in a run or a
+/// partial message, and the map entries that index it. sctp/tests/memory.rs
+/// measures about 85 for DATA and 515 for the first fragment of an I-DATA
+/// message (a partial message with its own fragment map).
+const HELD_CHUNK_COST: usize = 640;
+
+/// Allocated bytes per gap range in the TSN map: a `(u32, u32)` in a
+/// `VecDeque` whose capacity may be twice its length.
+const RANGE_COST: usize = 16;
+
+/// Allocated bytes of ordered-delivery state per inbound stream.
+const STREAM_COST: usize = 256;
+
+/// The most one receiver with this window and stream count can be made to
+/// hold, in allocated bytes, whatever the peer sends: payload bytes up to
+/// [`OVERCOMMIT`] windows, each pinning at most 4/3 of itself; every held
+/// chunk's bookkeeping; the TSN map; the duplicate list; per-stream state.
+pub(crate) fn memory_bound(window: u32, inbound_streams: u16) -> usize {
+    let (num, den) = crate::wire::PIN_RATIO;
+    let window = window as usize;
+    OVERCOMMIT * window * den / num
+        + (OVERCOMMIT * held_chunk_limit(window) + 1) * HELD_CHUNK_COST
+        + (MAX_TSN_AHEAD as usize / 2 + 1) * RANGE_COST
+        + MAX_DUPS * 4
+        + usize::from(inbound_streams) * STREAM_COST
+}
+
+/// What a receiver holding `buffered` payload bytes in `held_chunks` chunks
+/// is charged: the payload with the most of its datagrams it can pin, and
+/// the bookkeeping of its chunks.
+fn charge(buffered: usize, held_chunks: usize) -> usize {
+    let (num, den) = crate::wire::PIN_RATIO;
+    buffered * den / num + held_chunks * HELD_CHUNK_COST
+}
+
+/// The receive memory all the associations of one endpoint share
+/// (`Limits::receive_memory`), as their receivers charge it ([`charge`]).
+///
+/// While the pool has room, each receiver keeps to its own bounds. When a
+/// chunk would take the pool past its budget, a receiver takes it only if
+/// it is the chunk at `cum_tsn + 1` (the one that may unblock delivery) and
+/// the receiver stays within its share, the budget divided among the
+/// receivers. What is held then is at most twice the budget: what
+/// receivers above their share took while there was room (at most the
+/// budget), and what the others hold (at most their shares, the budget).
+/// A receiver above its share waits, dropping what the peer will send again,
+/// until the application reads or other associations end.
+#[derive(Debug)]
+pub(crate) struct ReceivePool {
+    budget: AtomicUsize,
+    used: AtomicUsize,
+    receivers: AtomicUsize,
+}
+
+impl ReceivePool {
+    pub(crate) fn new(budget: usize) -> Self {
+        ReceivePool {
+            budget: AtomicUsize::new(budget),
+            used: AtomicUsize::new(0),
+            receivers: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn set_budget(&self, budget: usize) {
+        self.budget.store(budget, Ordering::Relaxed);
+    }
+
+    /// Bytes charged by every receiver.
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Whether `add` more bytes keep the pool within its budget.
+    fn fits(&self, add: usize) -> bool {
+        self.used().saturating_add(add) <= self.budget.load(Ordering::Relaxed)
+    }
+
+    /// One receiver's share of the budget.
+    fn share(&self) -> usize {
+        self.budget.load(Ordering::Relaxed) / self.receivers.load(Ordering::Relaxed).max(1)
+    }
+}
 
 /// A whole received message, ready for the application.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,6 +369,11 @@ pub(crate) struct Receiver {
     buffered: usize,
     /// Chunks held: fragments in reassembly plus whole messages.
     held_chunks: usize,
+    /// The soft bound on `held_chunks` for this window.
+    max_held: usize,
+    /// The endpoint's pool, and what this receiver has charged to it.
+    pool: Arc<ReceivePool>,
+    charged: usize,
     /// DATA runs by first TSN.
     runs: BTreeMap<u32, Run>,
     /// First TSN of each DATA run, by its last TSN.
@@ -282,14 +389,16 @@ pub(crate) struct Receiver {
 impl Receiver {
     /// `peer_initial_tsn` from the peer's INIT/INIT ACK; `window`: the receive
     /// buffer, bytes; `max_message`: the largest message we accept, bytes (<
-    /// window); `idata`: I-DATA was negotiated.
+    /// window); `idata`: I-DATA was negotiated; `pool`: the endpoint's.
     pub(crate) fn new(
         peer_initial_tsn: u32,
         window: u32,
         max_message: usize,
         inbound_streams: u16,
         idata: bool,
+        pool: Arc<ReceivePool>,
     ) -> Self {
+        pool.receivers.fetch_add(1, Ordering::Relaxed);
         Receiver {
             idata,
             window: window as usize,
@@ -300,6 +409,9 @@ impl Receiver {
             dups: Vec::new(),
             buffered: 0,
             held_chunks: 0,
+            max_held: held_chunk_limit(window as usize),
+            pool,
+            charged: 0,
             runs: BTreeMap::new(),
             run_ends: BTreeMap::new(),
             partials: BTreeMap::new(),
@@ -358,7 +470,23 @@ impl Receiver {
             Some(plan) => self.add_data(chunk, plan),
             None => self.add_idata(chunk),
         }
+        self.settle();
         Verdict::New
+    }
+
+    /// Brings the pool up to date with what is held now.
+    fn settle(&mut self) {
+        let now = charge(self.buffered, self.held_chunks);
+        if now >= self.charged {
+            self.pool
+                .used
+                .fetch_add(now - self.charged, Ordering::Relaxed);
+        } else {
+            self.pool
+                .used
+                .fetch_sub(self.charged - now, Ordering::Relaxed);
+        }
+        self.charged = now;
     }
 
     /// Every TSN up to this one has arrived.
@@ -409,6 +537,7 @@ impl Receiver {
         let message = self.ready.pop_front()?;
         self.buffered -= message.data.len();
         self.held_chunks -= 1;
+        self.settle();
         Some(message)
     }
 
@@ -463,12 +592,14 @@ impl Receiver {
     fn has_room(&self, tsn: u32, len: usize) -> bool {
         let bytes = self.buffered + len;
         let chunks = self.held_chunks + 1;
-        if bytes <= self.window && chunks <= MAX_HELD_CHUNKS {
-            return true;
+        let next = tsn == self.cum_tsn.wrapping_add(1);
+        let own = (bytes <= self.window && chunks <= self.max_held)
+            || (next && bytes <= OVERCOMMIT * self.window && chunks <= OVERCOMMIT * self.max_held);
+        if !own {
+            return false;
         }
-        tsn == self.cum_tsn.wrapping_add(1)
-            && bytes <= OVERCOMMIT * self.window
-            && chunks <= OVERCOMMIT * MAX_HELD_CHUNKS
+        let after = charge(bytes, chunks);
+        self.pool.fits(after - self.charged) || (next && after <= self.pool.share())
     }
 
     /// The SSN or MID to deliver next on `stream`.
@@ -723,6 +854,13 @@ impl Receiver {
 }
 
 /// The low 16 bits: a DATA SSN kept in a `u32`.
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.pool.used.fetch_sub(self.charged, Ordering::Relaxed);
+        self.pool.receivers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 fn low16(seq: u32) -> u16 {
     (seq & 0xffff) as u16
 }
@@ -793,11 +931,25 @@ mod tests {
     }
 
     fn receiver(initial_tsn: u32) -> Receiver {
-        Receiver::new(initial_tsn, WINDOW, MAX_MESSAGE, 4, false)
+        Receiver::new(
+            initial_tsn,
+            WINDOW,
+            MAX_MESSAGE,
+            4,
+            false,
+            Arc::new(ReceivePool::new(usize::MAX)),
+        )
     }
 
     fn idata_receiver(initial_tsn: u32) -> Receiver {
-        Receiver::new(initial_tsn, WINDOW, MAX_MESSAGE, 4, true)
+        Receiver::new(
+            initial_tsn,
+            WINDOW,
+            MAX_MESSAGE,
+            4,
+            true,
+            Arc::new(ReceivePool::new(usize::MAX)),
+        )
     }
 
     fn gaps(blocks: &[(u16, u16)]) -> Vec<GapBlock> {
@@ -1072,7 +1224,7 @@ mod tests {
 
     #[test]
     fn a_data_message_above_the_maximum_is_a_violation() {
-        let mut r = Receiver::new(0, 100, 10, 1, false);
+        let mut r = Receiver::new(0, 100, 10, 1, false, Arc::new(ReceivePool::new(usize::MAX)));
         assert_eq!(r.on_data(data(0, 0, 0, "B", b"123456")), Verdict::New);
         assert_eq!(r.on_data(data(2, 0, 0, "E", b"1")), Verdict::New);
         let too_big = Verdict::Violation("message larger than the maximum");
@@ -1122,7 +1274,7 @@ mod tests {
 
     #[test]
     fn inconsistent_idata_fragments_are_violations() {
-        let mut r = Receiver::new(1, 1000, 10, 2, true);
+        let mut r = Receiver::new(1, 1000, 10, 2, true, Arc::new(ReceivePool::new(usize::MAX)));
         assert_eq!(
             r.on_data(idata(1, 0, 0, 0, "", b"x")),
             Verdict::Violation("I-DATA fragment with FSN 0 but no B bit")
@@ -1164,7 +1316,7 @@ mod tests {
 
     #[test]
     fn the_window_drops_all_but_the_next_tsn_and_that_up_to_twice_the_window() {
-        let mut r = Receiver::new(1, 10, 8, 8, false);
+        let mut r = Receiver::new(1, 10, 8, 8, false, Arc::new(ReceivePool::new(usize::MAX)));
         // Partial messages on several streams fill the window.
         for (tsn, stream) in [(2, 1), (5, 2), (8, 3)] {
             assert_eq!(r.on_data(data(tsn, stream, 0, "B", b"xxx")), Verdict::New);
@@ -1192,7 +1344,14 @@ mod tests {
 
     #[test]
     fn held_chunks_are_bounded() {
-        let mut r = Receiver::new(0, u32::MAX, 1 << 20, 1, true);
+        let mut r = Receiver::new(
+            0,
+            u32::MAX,
+            1 << 20,
+            1,
+            true,
+            Arc::new(ReceivePool::new(usize::MAX)),
+        );
         for fsn in 1..=MAX_HELD_CHUNKS as u32 {
             assert_eq!(r.on_data(idata(fsn, 0, 0, fsn, "", b"x")), Verdict::New);
         }
@@ -1408,7 +1567,7 @@ mod tests {
             got.insert(offset);
         }
         prop_assert!(r.buffered() <= OVERCOMMIT * r.window);
-        prop_assert!(r.held_chunks <= OVERCOMMIT * MAX_HELD_CHUNKS);
+        prop_assert!(r.held_chunks <= OVERCOMMIT * r.max_held);
         let sack = r.build_sack();
         let dups = if verdict == Verdict::Duplicate {
             vec![tsn]
@@ -1445,7 +1604,14 @@ mod tests {
         arrivals: Vec<DataChunk>,
         idata: bool,
     ) -> Result<(), TestCaseError> {
-        let mut r = Receiver::new(initial, WINDOW, 40, STREAMS, idata);
+        let mut r = Receiver::new(
+            initial,
+            WINDOW,
+            40,
+            STREAMS,
+            idata,
+            Arc::new(ReceivePool::new(usize::MAX)),
+        );
         let mut got = BTreeSet::new();
         let mut delivered = Vec::new();
         for (step, chunk) in arrivals.into_iter().enumerate() {
@@ -1477,7 +1643,14 @@ mod tests {
     ) -> Result<(), TestCaseError> {
         chunks.sort_by_key(|c| c.tsn.wrapping_sub(initial));
         chunks.dedup_by_key(|c| c.tsn);
-        let mut r = Receiver::new(initial, 64, 40, STREAMS, idata);
+        let mut r = Receiver::new(
+            initial,
+            64,
+            40,
+            STREAMS,
+            idata,
+            Arc::new(ReceivePool::new(usize::MAX)),
+        );
         let mut got = BTreeSet::new();
         let mut delivered = Vec::new();
         let mut seeds = seeds.iter().copied().cycle();

@@ -327,7 +327,10 @@ pub fn peek_header(datagram: &[u8]) -> Option<(u16, u16, u32)> {
 }
 
 impl Packet {
-    /// Decodes one datagram (an RFC 6951 UDP payload), checking the CRC32c first. Payloads/values are slices of `datagram` (no copy).
+    /// Decodes one datagram (an RFC 6951 UDP payload), checking the CRC32c
+    /// first. Values are slices of `datagram` (no copy), except what the
+    /// association may keep for long and is short beside its datagram (DATA
+    /// payloads, an INIT ACK's cookie): see [`detach`].
     pub fn decode(datagram: Bytes) -> Result<Packet, WireError> {
         let (src_port, dst_port, vtag) = peek_header(&datagram).ok_or(WireError::TooShort {
             len: datagram.len(),
@@ -363,7 +366,12 @@ impl Packet {
                     remaining,
                 });
             }
-            chunks.push(decode_chunk(kind, flags, datagram.slice(at..at + len))?);
+            chunks.push(decode_chunk(
+                kind,
+                flags,
+                datagram.slice(at..at + len),
+                datagram.len(),
+            )?);
             // Section 3.2 has the sender pad the last chunk too, but the
             // padding carries nothing, so a sender that omits it is forgiven.
             at = (at + pad4(len)).min(datagram.len());
@@ -434,7 +442,12 @@ fn chunk_kind(chunk: &Chunk) -> u8 {
 
 /// Decodes one chunk; `whole` is the chunk from its header to its length
 /// field's end (no padding), at least a header long.
-fn decode_chunk(kind: u8, flags: u8, whole: Bytes) -> Result<Chunk, WireError> {
+fn decode_chunk(
+    kind: u8,
+    flags: u8,
+    whole: Bytes,
+    datagram_len: usize,
+) -> Result<Chunk, WireError> {
     let length = length_field(whole.len());
     let need = |min: usize| {
         if whole.len() < min {
@@ -451,11 +464,11 @@ fn decode_chunk(kind: u8, flags: u8, whole: Bytes) -> Result<Chunk, WireError> {
             } else {
                 DATA_HEADER_LEN
             })?;
-            Chunk::Data(decode_data(idata, flags, &whole))
+            Chunk::Data(decode_data(idata, flags, &whole, datagram_len))
         }
         kind::INIT | kind::INIT_ACK => {
             need(INIT_FIXED_LEN)?;
-            let init = decode_init(kind, &whole)?;
+            let init = decode_init(kind, &whole, datagram_len)?;
             if kind == kind::INIT {
                 Chunk::Init(init)
             } else {
@@ -505,7 +518,7 @@ fn decode_chunk(kind: u8, flags: u8, whole: Bytes) -> Result<Chunk, WireError> {
 /// DATA (RFC 9260 section 3.3.1) or I-DATA (RFC 8260 section 2.1); the
 /// caller has checked the header length. An empty payload is kept for the
 /// association to answer with "No User Data".
-fn decode_data(idata: bool, flags: u8, whole: &Bytes) -> DataChunk {
+fn decode_data(idata: bool, flags: u8, whole: &Bytes, datagram_len: usize) -> DataChunk {
     let beginning = flags & flag::BEGINNING != 0;
     let (kind, mid, fsn, ppid, header) = if idata {
         let ppid_or_fsn = be32(whole, 16);
@@ -536,13 +549,36 @@ fn decode_data(idata: bool, flags: u8, whole: &Bytes) -> DataChunk {
         mid,
         fsn,
         ppid,
-        payload: whole.slice(header..),
+        payload: detach(whole.slice(header..), datagram_len),
     }
 }
 
+/// What the association keeps of a datagram: `value` itself, or a copy of it
+/// when it is shorter than [`PIN_RATIO`] of `datagram_len`.
+///
+/// A slice keeps its whole datagram allocated. The receiver holds DATA
+/// payloads until the application reads them, so a peer sending one-byte
+/// chunks each in a 65,507-byte datagram pinned 65,507 bytes per byte of
+/// window. Copying what is short means a held value never pins more than
+/// 4/3 of its own length, and a full-size payload (one per datagram, the
+/// common case) is still never copied; what is copied is small beside the
+/// system call that brought it.
+pub(crate) fn detach(value: Bytes, datagram_len: usize) -> Bytes {
+    if value.len() * PIN_RATIO.1 < datagram_len * PIN_RATIO.0 {
+        Bytes::copy_from_slice(&value)
+    } else {
+        value
+    }
+}
+
+/// A kept value is at least this fraction (numerator, denominator) of the
+/// datagram it shares, so the datagram is at most the inverse of it: 4/3 of
+/// the value.
+pub(crate) const PIN_RATIO: (usize, usize) = (3, 4);
+
 /// INIT or INIT ACK (RFC 9260 sections 3.3.2, 3.3.3) with the parameter
 /// rules of section 3.2.1; the caller has checked the fixed length.
-fn decode_init(chunk: u8, whole: &Bytes) -> Result<Init, WireError> {
+fn decode_init(chunk: u8, whole: &Bytes, datagram_len: usize) -> Result<Init, WireError> {
     let ack = chunk == kind::INIT_ACK;
     let mut init = Init {
         initiate_tag: be32(whole, 4),
@@ -567,7 +603,7 @@ fn decode_init(chunk: u8, whole: &Bytes) -> Result<Init, WireError> {
         let tlv = tlv.map_err(|()| WireError::ParameterLength { chunk })?;
         let value = tlv.value();
         match tlv.kind {
-            param::STATE_COOKIE => init.cookie = Some(value),
+            param::STATE_COOKIE => init.cookie = Some(detach(value, datagram_len)),
             param::SUPPORTED_EXTENSIONS => {
                 let room = MAX_SUPPORTED_EXTENSIONS.saturating_sub(init.extensions.len());
                 init.extensions

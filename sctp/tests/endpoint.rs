@@ -467,3 +467,93 @@ fn a_spoofed_init_asking_for_huge_reports_leaves_the_association_working() {
     );
     assert_eq!(sim.sides[CLIENT].assoc().state(), State::Established);
 }
+
+/// Opens an association from `from` with the peer tag `tag`; its handle.
+fn open(ep: &mut Endpoint, now: Instant, from: SocketAddr, tag: u32) -> sctp::AssocHandle {
+    let answer = response(ep.handle(now, from, encode(0, vec![init(tag)])));
+    let echo = encode(
+        initiate_tag_of(&answer),
+        vec![Chunk::CookieEcho(cookie_of(&answer))],
+    );
+    match ep.handle(now, from, echo) {
+        Some(DatagramEvent::NewAssociation { handle, .. }) => handle,
+        other => panic!("expected a new association from {from}, got {other:?}"),
+    }
+}
+
+/// An ABORT with "Out of Resource" to the tag `tag`.
+fn assert_refused(event: Option<DatagramEvent>, tag: u32) {
+    let answer = response(event);
+    assert_eq!(answer.vtag, tag, "the ABORT goes to the peer's tag");
+    match &answer.chunks[..] {
+        [
+            Chunk::Abort {
+                reflected: false,
+                causes,
+            },
+        ] => {
+            assert_eq!(causes[0].code, cause::OUT_OF_RESOURCE);
+        }
+        other => panic!("expected an ABORT with Out of Resource, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_association_limit_refuses_inits_and_earlier_cookies_with_out_of_resource() {
+    let now = Instant::now();
+    let mut ep = server(now);
+    ep.set_limits(sctp::Limits {
+        max_associations: 2,
+        max_per_source: 256,
+        ..sctp::Limits::default()
+    });
+    // A cookie issued while there was room, echoed when there is none.
+    let early = response(ep.handle(now, peer(3), encode(0, vec![init(33)])));
+    let first = open(&mut ep, now, peer(1), 11);
+    open(&mut ep, now, peer(2), 22);
+    assert_refused(ep.handle(now, peer(4), encode(0, vec![init(44)])), 44);
+    let echo = encode(
+        initiate_tag_of(&early),
+        vec![Chunk::CookieEcho(cookie_of(&early))],
+    );
+    assert_refused(ep.handle(now, peer(3), echo.clone()), 33);
+    assert_eq!(ep.associations(), 2);
+    assert_eq!(ep.stats().refused_at_total_limit, 2);
+    // One ends: there is room again, for the same cookie too.
+    ep.forget(first);
+    assert!(matches!(
+        ep.handle(now, peer(3), echo),
+        Some(DatagramEvent::NewAssociation { .. })
+    ));
+    assert_eq!(ep.associations(), 2);
+}
+
+#[test]
+fn the_per_source_limit_counts_an_ipv4_address_and_an_ipv6_64() {
+    let now = Instant::now();
+    let mut ep = server(now);
+    ep.set_limits(sctp::Limits {
+        max_associations: 100,
+        max_per_source: 2,
+        ..sctp::Limits::default()
+    });
+    let at = |ip: &str, port: u16| SocketAddr::new(ip.parse().expect("an address"), port);
+    for (source, other_in_source, elsewhere) in [
+        ("192.0.2.1", "192.0.2.1", "192.0.2.2"),
+        ("2001:db8::1", "2001:db8::ffff", "2001:db8:0:1::1"),
+    ] {
+        let first = open(&mut ep, now, at(source, 1000), 1);
+        open(&mut ep, now, at(other_in_source, 1001), 2);
+        let init_3 = encode(0, vec![init(3)]);
+        assert_refused(ep.handle(now, at(source, 1002), init_3.clone()), 3);
+        open(&mut ep, now, at(elsewhere, 1002), 4);
+        // When one of the source's associations ends, it may open another.
+        ep.forget(first);
+        open(&mut ep, now, at(source, 1002), 3);
+    }
+    // An IPv4-mapped IPv6 address is its IPv4 address.
+    let mapped = at("::ffff:192.0.2.1", 1003);
+    assert_refused(ep.handle(now, mapped, encode(0, vec![init(5)])), 5);
+    assert_eq!(ep.stats().refused_at_source_limit, 3);
+    assert_eq!(ep.stats().refused_at_total_limit, 0);
+}

@@ -242,8 +242,9 @@ pub(super) struct Driver {
 }
 
 /// What a listener's driver needs to start again on its socket.
-struct Restart {
-    core: sctp::Config,
+pub(super) struct Restart {
+    pub(super) core: sctp::Config,
+    pub(super) limits: sctp::Limits,
 }
 
 /// What one receive call fills: RECV_BUFFERS buffers of RECV_BUFFER bytes.
@@ -265,15 +266,15 @@ impl RxBatch {
 impl Driver {
     /// Starts the driver task; `client` is the association a `connect` opened.
     /// Fails if the socket cannot be set up for batched I/O.
-    /// A listener's driver keeps `core` to make a fresh endpoint from after
-    /// a panic (see the module doc).
+    /// A listener's driver keeps `restart` to make a fresh endpoint from
+    /// after a panic (see the module doc).
     pub(super) fn spawn(
         socket: UdpSocket,
         endpoint: Endpoint,
         shared: Arc<EndpointShared>,
         settings: Arc<Settings>,
         client: Option<Arc<AssocShared>>,
-        core: Option<sctp::Config>,
+        restart: Option<Restart>,
     ) -> std::io::Result<()> {
         // Also turns on GRO where the kernel has it, and sets the don't-fragment
         // policy to IP_PMTUDISC_PROBE: a datagram above the interface MTU fails
@@ -307,7 +308,7 @@ impl Driver {
             tx: Vec::with_capacity(MAX_GSO_BYTES),
             gso_refusal_logged: false,
             rejecting: false,
-            restart: core.map(|core| Restart { core }),
+            restart,
         };
         if let Some(assoc) = client {
             driver.insert(assoc);
@@ -365,6 +366,7 @@ impl Driver {
             super::seed(),
             now,
         )?;
+        self.endpoint.set_limits(restart.limits);
         self.assocs.clear();
         self.touched.clear();
         self.finished.clear();

@@ -679,7 +679,7 @@ impl Listener {
         let core = core_config(config)?;
         let socket = bind_socket(addr, config)?;
         let local_addr = socket.local_addr()?;
-        let endpoint = sctp::Endpoint::new(
+        let mut endpoint = sctp::Endpoint::new(
             core.clone(),
             local_addr.port(),
             true,
@@ -690,6 +690,7 @@ impl Listener {
             key: config_key(e.key),
             reason: e.reason,
         })?;
+        endpoint.set_limits(config.listener_limits);
         let shared = driver::EndpointShared::new(local_addr, true, duplicate(&socket)?);
         driver::Driver::spawn(
             socket,
@@ -697,7 +698,10 @@ impl Listener {
             Arc::clone(&shared),
             Arc::new(Settings::new(config)),
             None,
-            Some(core),
+            Some(driver::Restart {
+                core,
+                limits: config.listener_limits,
+            }),
         )?;
         tracing::debug!(%local_addr, "userspace SCTP listening");
         Ok(Listener { shared })
