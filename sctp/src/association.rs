@@ -68,6 +68,10 @@ const MIN_PTO: Duration = Duration::from_millis(10);
 /// Shortest wait for a probe's answer: a probe's loss is not a congestion
 /// signal, so it has its own timer rather than the T3 one.
 const MIN_PROBE_TIMEOUT: Duration = Duration::from_millis(200);
+/// The most slack a Cookie Preservative asks for beyond the staleness the
+/// peer measured (RFC 9260 5.2.6: "no more than 1 second beyond the
+/// measured RTT"), ms.
+const MAX_PRESERVATIVE_SLACK_MS: u64 = 1000;
 
 /// The association's state (RFC 9260 section 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,9 +300,14 @@ pub struct Association {
     my_tag: u32,
     peer_tag: u32,
     local_initial_tsn: u32,
+    /// The peer's first TSN, once the handshake has told us.
+    peer_initial_tsn: u32,
     /// Set once the handshake has told us what the peer grants.
     negotiated: Option<Negotiated>,
-    /// Messages sent before the handshake finished (client side).
+    /// Every message sent before the handshake finished (client side), in
+    /// order. Kept (their bytes shared with the sender's queue) until COOKIE
+    /// ACK: a Stale Cookie error restarts the handshake with a new sender,
+    /// and these are queued on it again (RFC 9260 5.2.6).
     early: Vec<(u16, Bytes, u32, bool)>,
     sender: Option<Sender>,
     receiver: Option<Receiver>,
@@ -313,7 +322,15 @@ pub struct Association {
     packets: VecDeque<Bytes>,
     /// The INIT or COOKIE ECHO that T1 retransmits.
     handshake_chunk: Option<Chunk>,
+    /// Transmissions of `handshake_chunk`.
     handshake_transmits: u32,
+    /// INITs sent in this handshake, restarts after a Stale Cookie error
+    /// included: all count against `max_init_transmits`.
+    inits_sent: u32,
+    /// When `handshake_chunk` was last sent.
+    handshake_sent_at: Option<Instant>,
+    /// The Cookie Preservative our INIT asks for (RFC 9260 5.2.6), ms.
+    cookie_preservative: Option<u32>,
     t1: Option<Instant>,
     t2: Option<Instant>,
     t3: Option<Instant>,
@@ -372,6 +389,7 @@ impl Association {
             my_tag,
             peer_tag: 0,
             local_initial_tsn,
+            peer_initial_tsn: 0,
             negotiated: None,
             early: Vec::new(),
             sender: None,
@@ -385,6 +403,9 @@ impl Association {
             packets: VecDeque::new(),
             handshake_chunk: None,
             handshake_transmits: 0,
+            inits_sent: 0,
+            handshake_sent_at: None,
+            cookie_preservative: None,
             t1: None,
             t2: None,
             t3: None,
@@ -443,6 +464,7 @@ impl Association {
     /// Sets up both data halves from what the handshake negotiated.
     fn establish_from(&mut self, state: &CookieState) {
         self.peer_tag = state.peer_tag;
+        self.peer_initial_tsn = state.peer_initial_tsn;
         self.negotiated = Some(Negotiated {
             outbound: state.outbound_streams,
             inbound: state.inbound_streams,
@@ -457,7 +479,7 @@ impl Association {
             config.scheduler,
         );
         sender.set_rack(config.rack);
-        for (stream, data, ppid, unordered) in self.early.drain(..) {
+        for (stream, data, ppid, unordered) in self.early.iter().cloned() {
             if sender.enqueue(stream, data, ppid, unordered).is_err() {
                 debug!(
                     stream,
@@ -491,7 +513,7 @@ impl Association {
             } else {
                 Vec::new()
             },
-            cookie_preservative: None,
+            cookie_preservative: self.cookie_preservative,
             unrecognized: Vec::new(),
         }
     }
@@ -501,6 +523,8 @@ impl Association {
             trace!(from = ?self.state, to = ?state, "association state");
             self.state = state;
             if state == State::Established {
+                // Nothing can restart the handshake now.
+                self.early = Vec::new();
                 self.pmtu.due = true;
                 self.heartbeat_due = Some(self.last_heard + self.shared.config.heartbeat_interval);
             }
@@ -678,7 +702,15 @@ impl Association {
                 self.early.push((stream, data, ppid, unordered));
                 Ok(())
             }
-            State::CookieEchoed | State::Established => match self.sender.as_mut() {
+            State::CookieEchoed => match self.sender.as_mut() {
+                Some(sender) => {
+                    sender.enqueue(stream, data.clone(), ppid, unordered)?;
+                    self.early.push((stream, data, ppid, unordered));
+                    Ok(())
+                }
+                None => Err(SendError::Closed),
+            },
+            State::Established => match self.sender.as_mut() {
                 Some(sender) => sender.enqueue(stream, data, ppid, unordered),
                 None => Err(SendError::Closed),
             },
@@ -957,8 +989,10 @@ impl Association {
             return;
         };
         self.handshake_transmits += 1;
+        self.handshake_sent_at = Some(now);
         match chunk {
             Chunk::Init(_) => {
+                self.inits_sent += 1;
                 // INIT travels alone with a zero tag (RFC 9260 8.5.1 A).
                 self.send_alone(0, chunk);
             }
@@ -1022,6 +1056,7 @@ impl Association {
         if self.state == State::Closed {
             return;
         }
+        let vtag = packet.vtag;
         if !self.tag_ok(&packet, cookie.as_ref()) {
             trace!(
                 vtag = packet.vtag,
@@ -1078,7 +1113,7 @@ impl Association {
                     return;
                 }
                 Chunk::Shutdown { cum_tsn_ack } => self.on_shutdown(now, cum_tsn_ack),
-                Chunk::ShutdownAck => self.on_shutdown_ack(),
+                Chunk::ShutdownAck => self.on_shutdown_ack(vtag),
                 Chunk::ShutdownComplete { .. } => {
                     if self.state == State::ShutdownAckSent {
                         self.end(Event::Closed);
@@ -1129,9 +1164,13 @@ impl Association {
     fn tag_ok(&self, packet: &Packet, cookie: Option<&CookieState>) -> bool {
         match packet.chunks.first() {
             Some(Chunk::Init(_)) => packet.vtag == 0 && packet.chunks.len() == 1,
+            // RFC 9260 8.5.1 B and C: our tag, or with the T bit the peer's.
+            // In COOKIE-WAIT the peer's tag is not known (0 here is "none",
+            // the value only an INIT's packet carries, 8.5.1 A), so the T
+            // bit matches nothing.
             Some(Chunk::Abort { reflected, .. } | Chunk::ShutdownComplete { reflected }) => {
                 if *reflected {
-                    packet.vtag == self.peer_tag
+                    self.peer_tag != 0 && packet.vtag == self.peer_tag
                 } else {
                     packet.vtag == self.my_tag
                 }
@@ -1222,7 +1261,7 @@ impl Association {
         let idata = config.idata && init.supports_idata();
         let state = CookieState {
             issued_ms: self.shared.now_ms(now),
-            lifetime_ms: u32::try_from(config.cookie_lifetime.as_millis()).unwrap_or(u32::MAX),
+            lifetime_ms: config.cookie_life_ms(init.cookie_preservative),
             local_tag,
             local_initial_tsn: self.local_initial_tsn,
             peer_tag: init.initiate_tag,
@@ -1281,9 +1320,8 @@ impl Association {
         self.establish_from(&negotiated);
         // The INIT's RTT is a valid sample if it was sent once.
         if self.handshake_transmits == 1
-            && let Some(t1) = self.t1
+            && let Some(sent) = self.handshake_sent_at
         {
-            let sent = t1.checked_sub(self.rtt.rto()).unwrap_or(now);
             self.rtt.on_sample(now.saturating_duration_since(sent));
         }
         self.handshake_chunk = Some(Chunk::CookieEcho(cookie));
@@ -1300,11 +1338,15 @@ impl Association {
             return;
         }
         if state.peer_tag != self.peer_tag {
-            // Case B: both sides sent INIT; take the peer's tag and its TSNs.
-            if !matches!(self.state, State::CookieWait | State::CookieEchoed) {
-                return;
+            // Case B: our tag, another peer tag. The peer's INIT crossed
+            // ours and it may have picked a new tag since: stay in or enter
+            // ESTABLISHED under the cookie's peer tag, and COOKIE ACK.
+            match self.state {
+                State::CookieWait | State::CookieEchoed => self.establish_from(state),
+                State::Established => self.adopt_peer_tag(state),
+                // Shutting down: the association is not started again.
+                _ => return,
             }
-            self.establish_from(state);
         }
         // Case D (and B): answer COOKIE ACK; establish if not yet.
         if matches!(self.state, State::CookieWait | State::CookieEchoed) {
@@ -1317,6 +1359,33 @@ impl Association {
             self.events.push_back(Event::Connected);
         }
         self.control.push_back(Chunk::CookieAck);
+    }
+
+    /// Case B of RFC 9260 5.2.4 in ESTABLISHED: the peer's tag is the
+    /// cookie's from now on. If the peer has sent no DATA yet, its TSNs also
+    /// start where the cookie says (the INIT that cookie answered is the
+    /// association the peer goes on with); once DATA has come, the
+    /// numbering in use stays.
+    fn adopt_peer_tag(&mut self, state: &CookieState) {
+        debug!(remote = %self.remote, "COOKIE ECHO case B: the peer's tag changes");
+        self.peer_tag = state.peer_tag;
+        let untouched = self.receiver.as_ref().is_some_and(|r| {
+            r.cum_tsn() == self.peer_initial_tsn.wrapping_sub(1) && !r.has_gaps() && !r.readable()
+        });
+        if untouched && state.peer_initial_tsn != self.peer_initial_tsn {
+            let config = &self.shared.config;
+            let inbound = self.negotiated.map_or(state.inbound_streams, |n| n.inbound);
+            let idata = self.negotiated.is_some_and(|n| n.idata);
+            self.receiver = Some(Receiver::new(
+                state.peer_initial_tsn,
+                config.recv_window,
+                config.max_message,
+                inbound,
+                idata,
+                Arc::clone(&self.shared.pool),
+            ));
+            self.peer_initial_tsn = state.peer_initial_tsn;
+        }
     }
 
     fn on_sack(&mut self, now: Instant, sack: &crate::chunk::Sack) {
@@ -1428,7 +1497,8 @@ impl Association {
         }
     }
 
-    fn on_shutdown_ack(&mut self) {
+    /// SHUTDOWN ACK in a packet whose verification tag was `vtag`.
+    fn on_shutdown_ack(&mut self, vtag: u32) {
         match self.state {
             State::ShutdownSent | State::ShutdownAckSent => {
                 let complete = Chunk::ShutdownComplete { reflected: false };
@@ -1437,10 +1507,12 @@ impl Association {
                 self.end(Event::Closed);
             }
             State::CookieWait | State::CookieEchoed => {
-                // RFC 9260 8.4 rule 5 applies to our own half-open handshake too.
+                // RFC 9260 8.5.1 E: out of the blue for a handshake, so 8.4
+                // rule 5 answers: SHUTDOWN COMPLETE with the T bit, under the
+                // tag the packet came with (not ours for the peer, which in
+                // COOKIE-WAIT is not even known).
                 let complete = Chunk::ShutdownComplete { reflected: true };
-                let tag = self.peer_tag;
-                self.send_alone(tag, complete);
+                self.send_alone(vtag, complete);
             }
             _ => {}
         }
@@ -1449,18 +1521,61 @@ impl Association {
     fn on_error(&mut self, now: Instant, causes: &[ErrorCause]) {
         for c in causes {
             if c.code == cause::STALE_COOKIE && self.state == State::CookieEchoed {
-                // RFC 9260 5.2.6: start over with a fresh INIT.
-                self.handshake_transmits = 0;
-                self.set_state(State::CookieWait);
-                let init = self.our_init(None);
-                self.handshake_chunk = Some(Chunk::Init(init));
-                self.sender = None;
-                self.receiver = None;
-                self.send_handshake_chunk(now);
-            } else {
-                debug!(remote = %self.remote, code = c.code, "ERROR from the peer");
+                self.on_stale_cookie(now, &c.info);
+                return;
             }
+            debug!(remote = %self.remote, code = c.code, "ERROR from the peer");
         }
+    }
+
+    /// The peer found our cookie stale (RFC 9260 5.2.6): the handshake
+    /// starts over with a new INIT that carries a Cookie Preservative asking
+    /// for the staleness the peer measured (`info`, µs) plus the round trip
+    /// of the COOKIE ECHO and this ERROR (at most 1 s of it), since the next
+    /// cookie spends about that long on the way again. The INIT counts as
+    /// one more against `max_init_transmits`, so a peer that keeps
+    /// answering with Stale Cookie errors fails the handshake instead of
+    /// looping it. Messages sent so far are queued again on the new
+    /// handshake's sender.
+    fn on_stale_cookie(&mut self, now: Instant, info: &[u8]) {
+        if self.inits_sent >= self.shared.config.max_init_transmits {
+            debug!(remote = %self.remote, "cookie stale again: handshake abandoned");
+            self.end(Event::Lost(AssociationError::HandshakeFailed));
+            return;
+        }
+        let staleness_us = info
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u32::from_be_bytes);
+        let exchange = self
+            .handshake_sent_at
+            .map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
+        let slack_ms = u64::try_from(exchange.as_millis())
+            .map_or(MAX_PRESERVATIVE_SLACK_MS, |ms| {
+                ms.min(MAX_PRESERVATIVE_SLACK_MS)
+            });
+        let extension_ms = u64::from(staleness_us).div_ceil(1000) + slack_ms;
+        self.cookie_preservative = Some(u32::try_from(extension_ms).unwrap_or(u32::MAX));
+        debug!(
+            remote = %self.remote,
+            staleness_us,
+            extension_ms,
+            "stale cookie: INIT again with a Cookie Preservative"
+        );
+        // Back to COOKIE-WAIT: what the INIT ACK told us is void.
+        self.peer_tag = 0;
+        self.negotiated = None;
+        self.sender = None;
+        self.receiver = None;
+        self.control
+            .retain(|c| !matches!(c, Chunk::CookieEcho(_) | Chunk::Sack(_)));
+        self.sack_needed = false;
+        self.t3 = None;
+        self.pto = None;
+        self.set_state(State::CookieWait);
+        self.handshake_chunk = Some(Chunk::Init(self.our_init(None)));
+        self.handshake_transmits = self.inits_sent;
+        self.send_handshake_chunk(now);
     }
 
     /// Sends SHUTDOWN or SHUTDOWN ACK once nothing is outstanding.

@@ -17,6 +17,11 @@ pub const DEFAULT_MTU: usize = 1452;
 /// The smallest packet size we accept as a configured MTU, bytes: IPv6's
 /// minimum link MTU (1280) less the IPv6 and UDP headers.
 pub const MIN_MTU: usize = 1232;
+/// The most a peer's Cookie Preservative may add to a state cookie's life by
+/// default: a few seconds cover a staleness of one slow round trip and RFC
+/// 9260 5.2.6's "no more than 1 second beyond the measured RTT", while a
+/// cookie that stays valid for long is a longer window for its replay.
+pub const DEFAULT_MAX_COOKIE_EXTENSION: Duration = Duration::from_secs(5);
 
 /// An endpoint's and its associations' settings.
 #[derive(Debug, Clone)]
@@ -67,6 +72,9 @@ pub struct Config {
     pub max_retransmits: u32,
     /// How long an issued state cookie is good for (RFC 9260 Valid.Cookie.Life).
     pub cookie_lifetime: Duration,
+    /// The most a peer's Cookie Preservative (RFC 9260 5.2.6) adds to
+    /// `cookie_lifetime`; a larger request is cut to this, zero ignores it.
+    pub max_cookie_extension: Duration,
 }
 
 impl Default for Config {
@@ -91,6 +99,7 @@ impl Default for Config {
             max_init_transmits: 8,
             max_retransmits: 10,
             cookie_lifetime: Duration::from_secs(60),
+            max_cookie_extension: DEFAULT_MAX_COOKIE_EXTENSION,
         }
     }
 }
@@ -106,6 +115,17 @@ pub struct ConfigError {
 }
 
 impl Config {
+    /// The life of a state cookie issued to a peer whose INIT asked for
+    /// `preservative_ms` more (RFC 9260 5.2.6), in milliseconds: the request
+    /// counts up to `max_cookie_extension`, so a peer cannot have a cookie
+    /// that stays valid (and replayable) for days.
+    pub(crate) fn cookie_life_ms(&self, preservative_ms: Option<u32>) -> u32 {
+        let max = u64::try_from(self.max_cookie_extension.as_millis()).unwrap_or(u64::MAX);
+        let extension = u64::from(preservative_ms.unwrap_or(0)).min(max);
+        let base = u64::try_from(self.cookie_lifetime.as_millis()).unwrap_or(u64::MAX);
+        u32::try_from(base.saturating_add(extension)).unwrap_or(u32::MAX)
+    }
+
     /// Rejects settings that cannot work, naming the setting.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |key, reason: &str| {

@@ -475,9 +475,14 @@ impl Endpoint {
                 if !self.listening || packet.vtag != 0 || packet.chunks.len() != 1 {
                     return None;
                 }
-                if init.initiate_tag == 0 || init.outbound_streams == 0 || init.inbound_streams == 0
-                {
-                    // RFC 9260 5.1: an INIT with a zero tag or zero streams is aborted.
+                if init.initiate_tag == 0 {
+                    // RFC 9260 3.3.2: silently discarded. Zero is no tag
+                    // (8.5.1 A reserves it for the INIT's own header), so an
+                    // ABORT to it would reach nobody.
+                    return None;
+                }
+                if init.outbound_streams == 0 || init.inbound_streams == 0 {
+                    // RFC 9260 3.3.2: an INIT with zero streams is aborted.
                     let abort = Chunk::Abort {
                         reflected: false,
                         causes: vec![ErrorCause::new(cause::INVALID_PARAMETER, Bytes::new())],
@@ -544,11 +549,9 @@ impl Endpoint {
         let idata = config.idata && init.supports_idata();
         let local_tag = nonzero(&mut self.rng);
         let local_initial_tsn: u32 = self.rng.random();
-        let lifetime =
-            config.cookie_lifetime.as_millis() + u128::from(init.cookie_preservative.unwrap_or(0));
         let state = CookieState {
             issued_ms: self.shared.now_ms(now),
-            lifetime_ms: u32::try_from(lifetime).unwrap_or(u32::MAX),
+            lifetime_ms: config.cookie_life_ms(init.cookie_preservative),
             local_tag,
             local_initial_tsn,
             peer_tag: init.initiate_tag,

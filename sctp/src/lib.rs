@@ -51,6 +51,6 @@ pub mod wire;
 pub use association::{
     Association, AssociationError, Event, Incoming, Message, State, Stats, Transmit,
 };
-pub use config::{Config, ConfigError, DEFAULT_MTU, MIN_MTU};
+pub use config::{Config, ConfigError, DEFAULT_MAX_COOKIE_EXTENSION, DEFAULT_MTU, MIN_MTU};
 pub use endpoint::{AssocHandle, DatagramEvent, Endpoint, EndpointStats, Limits};
 pub use send::{Counters, SendError, StreamStats};

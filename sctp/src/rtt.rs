@@ -4,7 +4,8 @@
 //!
 //! It only does arithmetic on measurements the association hands it. Choosing
 //! what to measure is the caller's: at most one measurement per round trip
-//! (C4) and never from a chunk that was retransmitted (Karn's rule, C5).
+//! (C4; the others go to `observe`, which keeps only the latest and the
+//! minimum) and never from a chunk that was retransmitted (Karn's rule, C5).
 //!
 //! Invariants:
 //! - `rto()` is always within `[config.min, config.max]` (when `min <= max`;
@@ -138,6 +139,15 @@ impl RttEstimator {
             .srtt
             .saturating_add(smoothed.rttvar.saturating_mul(RTTVAR_MULTIPLIER));
         self.rto = self.config.clamp(rto);
+    }
+
+    /// A measurement that does not update SRTT, RTTVAR or the RTO (RFC
+    /// 9260 6.3.1 C4 takes one per round trip for those): only the most
+    /// recent and the minimum sample, which loss detection reads on every
+    /// acknowledgement.
+    pub fn observe(&mut self, rtt: Duration) {
+        self.latest = Some(rtt);
+        self.min = Some(self.min.map_or(rtt, |min| min.min(rtt)));
     }
 
     /// The current RTO, back-off included.

@@ -165,8 +165,9 @@ struct SackTally {
     late_bytes: u64,
     /// The newest send time among the chunks acknowledged.
     newest_sent: Option<Instant>,
-    /// The RTT sample of the last chunk acknowledged that gives one.
-    sample: Option<Duration>,
+    /// The RTT sample of the last chunk acknowledged that gives one, and
+    /// that chunk's send time.
+    sample: Option<(Duration, Instant)>,
     /// The newest delivered chunk by send time (RACK), and how many times it
     /// was sent.
     delivered: Option<(Instant, u32)>,
@@ -210,7 +211,10 @@ impl SackTally {
         // Karn's rule, and no sample from a chunk already taken for
         // lost: its ack may have waited behind a hole for a long time.
         if sent.transmissions == 1 && !sent.marked {
-            self.sample = Some(self.now.saturating_duration_since(sent.sent_at));
+            self.sample = Some((
+                self.now.saturating_duration_since(sent.sent_at),
+                sent.sent_at,
+            ));
         }
     }
 }
@@ -305,6 +309,8 @@ pub(crate) struct Sender {
     undo: Option<UndoEpisode>,
     /// When a chunk sent before the RACK time becomes lost if still missing.
     reorder_deadline: Option<Instant>,
+    /// When the RTO last took a measurement (RFC 9260 6.3.1 C4).
+    rto_measured_at: Option<Instant>,
     /// A tail-loss probe may send one packet of new data ignoring the window.
     probe_new: bool,
     /// Bytes of user data queued and not yet sent, all streams.
@@ -347,6 +353,7 @@ impl Sender {
             counters: Counters::default(),
             undo: None,
             reorder_deadline: None,
+            rto_measured_at: None,
             probe_new: false,
             unsent_total: 0,
         }
@@ -617,6 +624,11 @@ impl Sender {
                 acked: sack.cum_tsn_ack,
             });
         }
+        if sack.cum_tsn_ack == self.cum_ack && self.overtaken(sack) {
+            // Generated before a SACK already taken in, arriving after it:
+            // its missing blocks are not a renege, its window is older.
+            return Ok(outcome);
+        }
         if self.spurious_by(&sack.dups) {
             cc.on_spurious_congestion(now);
             self.counters.spurious_recoveries += 1;
@@ -628,8 +640,18 @@ impl Sender {
         self.cum_ack = sack.cum_tsn_ack;
         self.ack_gap_blocks(sack, &mut tally);
 
-        if let Some(sample) = tally.sample {
-            rtt.on_sample(sample);
+        if let Some((sample, sent_at)) = tally.sample {
+            // RFC 9260 6.3.1 C4: the RTO takes at most one measurement per
+            // round trip, from a chunk sent after the previous measurement
+            // was taken (so its ack comes a round trip later). Every sample
+            // still feeds the minimum RTT (RACK's reordering window and its
+            // plausibility check), and the controller below gets each one.
+            if self.rto_measured_at.is_none_or(|at| sent_at >= at) {
+                rtt.on_sample(sample);
+                self.rto_measured_at = Some(now);
+            } else {
+                rtt.observe(sample);
+            }
         }
         if self
             .recovery
@@ -653,7 +675,7 @@ impl Sender {
                     flight_before,
                     cum_advanced: outcome.cum_advanced,
                     smoothed_rtt: rtt.smoothed(),
-                    rtt_sample: tally.sample,
+                    rtt_sample: tally.sample.map(|(sample, _)| sample),
                     late_bytes: tally.late_bytes,
                 },
             );
@@ -703,6 +725,41 @@ impl Sender {
             advanced = true;
         }
         advanced
+    }
+
+    /// Whether a SACK with the current cumulative ack is older than what an
+    /// earlier one told us: it leaves out a TSN a gap block acknowledged
+    /// before and acknowledges nothing new. Without a renege a receiver's
+    /// reports at one cumulative ack only grow, so a report that only
+    /// shrinks is one that was overtaken on the way (RFC 9260 6.2.1 D i
+    /// drops such a SACK when its cumulative ack is lower; at an equal one
+    /// it takes this test). A true renege that drops blocks at an unchanged
+    /// cumulative ack is then seen at the next SACK that moves it: the
+    /// hole at cum + 1 is never gap-acked, so it is retransmitted and
+    /// filled whatever the peer dropped above it.
+    fn overtaken(&self, sack: &Sack) -> bool {
+        if self.gap_acked == 0 {
+            return false;
+        }
+        let base = sack.cum_tsn_ack;
+        // Silent above its last block, as in `ack_gap_blocks`.
+        let reported = sack.gaps.last().map_or(u32::MAX, |b| u32::from(b.end));
+        let mut blocks = sack.gaps.iter().peekable();
+        let mut leaves_out = false;
+        for sent in &self.outstanding {
+            let offset = sent.chunk.tsn.wrapping_sub(base);
+            while blocks.peek().is_some_and(|b| u32::from(b.end) < offset) {
+                blocks.next();
+            }
+            let in_block = blocks
+                .peek()
+                .is_some_and(|b| u32::from(b.start) <= offset && offset <= u32::from(b.end));
+            if in_block && !sent.gap_acked {
+                return false;
+            }
+            leaves_out |= !in_block && sent.gap_acked && offset <= reported;
+        }
+        leaves_out
     }
 
     /// Gap blocks: offsets from the cumulative ack. Anything outstanding not
@@ -993,6 +1050,8 @@ mod tests {
     struct Recorder {
         acked: u64,
         late: u64,
+        /// The RTT sample of each `on_ack`.
+        samples: Vec<Option<Duration>>,
     }
 
     impl Controller for Recorder {
@@ -1000,6 +1059,7 @@ mod tests {
         fn on_ack(&mut self, _now: Instant, acked: &Acked) {
             self.acked += acked.bytes;
             self.late += acked.late_bytes;
+            self.samples.push(acked.rtt_sample);
         }
         fn on_congestion_event(&mut self, _: Instant, _: Instant, _: bool, _: u64) {}
         fn on_mtu(&mut self, _mtu: usize) {}
@@ -1070,9 +1130,12 @@ mod tests {
         assert_eq!(cc.acked, 7 * size);
         // A block the peer really dropped below its last block is a renege
         // (RFC 9260 6.2.1 D iv): back in flight, but counted delivered once.
-        s.on_sack(now, &sack(TSN0 - 1, &[(2, 2), (7, 10)]), &mut rtt, &mut cc)
+        // At the same cumulative ack such a report cannot be told from one
+        // overtaken on the way (`overtaken`), so the renege shows once the
+        // cumulative ack moves: TSN0 arrives, TSN0 + 3 and + 4 are gone.
+        s.on_sack(now, &sack(TSN0, &[(1, 1), (6, 9)]), &mut rtt, &mut cc)
             .expect("valid");
-        assert_eq!(s.flight(), flight + 2 * size);
+        assert_eq!(s.flight(), flight - size + 2 * size);
         s.on_sack(now, &sack(TSN0 + 9, &[]), &mut rtt, &mut cc)
             .expect("valid");
         assert_eq!(s.flight(), 0);
@@ -1094,5 +1157,114 @@ mod tests {
         s.on_sack(now, &sack(TSN0 + 5, &[]), &mut rtt, &mut cc)
             .expect("valid");
         assert_eq!((cc.acked, cc.late), (6 * size, 5 * size));
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// RFC 9260 6.3.1 rule C4: "RTT measurements SHOULD be made no more
+    /// than once per round trip for a given destination transport address."
+    /// Chunks sent in one burst and acknowledged by several SACKs give the
+    /// RTO one measurement; a chunk sent after that measurement gives the
+    /// next. The congestion controller (BBR's own min-RTT filter) still gets
+    /// every SACK's sample, and the minimum RTT (RACK) sees every sample.
+    #[test]
+    fn rfc9260_6_3_1_c4_the_rto_measures_once_per_round_trip() {
+        let start = Instant::now();
+        let mut cc = Recorder::default();
+        let (mut s, _) = sent(4, &mut cc, start);
+        let open = RttConfig {
+            initial: ms(1000),
+            min: ms(1),
+            max: ms(60_000),
+        };
+        let mut rtt = RttEstimator::new(open);
+        // TSN0 (sent at 0 ms) acked at 100 ms: the first measurement.
+        s.on_sack(start + ms(100), &sack(TSN0, &[]), &mut rtt, &mut cc)
+            .expect("valid");
+        assert_eq!(rtt.smoothed(), Some(ms(100)));
+        let rto = rtt.rto();
+        // TSN0 + 1 (sent at 1 ms) acked at 301 ms, TSN0 + 2 (at 2 ms) at
+        // 52 ms... later: same round trip, sent before the measurement.
+        s.on_sack(start + ms(301), &sack(TSN0 + 1, &[]), &mut rtt, &mut cc)
+            .expect("valid");
+        s.on_sack(start + ms(302), &sack(TSN0 + 2, &[]), &mut rtt, &mut cc)
+            .expect("valid");
+        assert_eq!(
+            rtt.smoothed(),
+            Some(ms(100)),
+            "one measurement per round trip"
+        );
+        assert_eq!(rtt.rto(), rto);
+        assert_eq!(rtt.latest(), Some(ms(300)), "the samples are still seen");
+        // A chunk sent after the measurement was taken: the next round trip.
+        s.enqueue(0, Bytes::from(vec![0; 100]), 0, false)
+            .expect("enqueue");
+        s.next_fragment(start + ms(310), 1200, &mut cc)
+            .expect("a chunk");
+        s.on_sack(start + ms(390), &sack(TSN0 + 4, &[]), &mut rtt, &mut cc)
+            .expect("valid");
+        // SRTT = 7/8 * 100 + 1/8 * 80.
+        assert_eq!(rtt.smoothed(), Some(ms(97) + Duration::from_micros(500)));
+        assert_eq!(rtt.min(), Some(ms(80)));
+        // Every SACK's sample went to the controller, the C4-skipped ones too
+        // (TSN0 + 3's ack, by the last SACK, is older than TSN0 + 4's).
+        assert_eq!(
+            cc.samples,
+            vec![Some(ms(100)), Some(ms(300)), Some(ms(300)), Some(ms(80))]
+        );
+    }
+
+    /// RFC 9260 6.2.1: SACKs may arrive out of order. One whose cumulative
+    /// ack is below the current one is dropped (D i); one with the same
+    /// cumulative ack that was generated before a SACK already taken in
+    /// reports fewer gap blocks, and those missing blocks are not a renege:
+    /// it is dropped too, window included (docs/sctp.md says why).
+    #[test]
+    fn rfc9260_6_2_1_a_reordered_sack_with_the_same_cum_ack_is_not_a_renege() {
+        let start = Instant::now();
+        let mut cc = Recorder::default();
+        let (mut s, size) = sent(10, &mut cc, start);
+        let mut rtt = RttEstimator::new(RttConfig::default());
+        let now = start + ms(50);
+        let mut newer = sack(TSN0 - 1, &[(2, 5)]);
+        newer.a_rwnd = 50_000;
+        // Generated before TSN0 + 2 and + 3 arrived.
+        let mut older = sack(TSN0 - 1, &[(2, 2), (5, 5)]);
+        older.a_rwnd = 90_000;
+        // The newer SACK arrives first.
+        s.on_sack(now, &newer, &mut rtt, &mut cc).expect("valid");
+        let flight = s.flight();
+        assert_eq!(flight, 6 * size);
+        let rwnd = s.peer_rwnd();
+        assert_eq!(rwnd, 50_000 - flight);
+        // Then the older one.
+        s.on_sack(now + ms(1), &older, &mut rtt, &mut cc)
+            .expect("valid");
+        assert_eq!(s.flight(), flight, "TSN0 + 2 and + 3 are not reneged");
+        assert_eq!(s.peer_rwnd(), rwnd, "the older window is not taken");
+        assert_eq!(cc.acked, 4 * size);
+        // A SACK at the same cumulative ack that reports more is taken.
+        s.on_sack(
+            now + ms(2),
+            &sack(TSN0 - 1, &[(2, 5), (7, 7)]),
+            &mut rtt,
+            &mut cc,
+        )
+        .expect("valid");
+        assert_eq!(s.flight(), flight - size);
+        // One with the same report and a new window (a window update) too.
+        let mut update = sack(TSN0 - 1, &[(2, 5), (7, 7)]);
+        update.a_rwnd = 80_000;
+        s.on_sack(now + ms(3), &update, &mut rtt, &mut cc)
+            .expect("valid");
+        assert_eq!(s.peer_rwnd(), 80_000 - (flight - size));
+        // A lower cumulative ack is dropped whatever it says (D i).
+        s.on_sack(now + ms(4), &sack(TSN0 + 1, &[]), &mut rtt, &mut cc)
+            .expect("valid");
+        s.on_sack(now + ms(5), &sack(TSN0 - 1, &[]), &mut rtt, &mut cc)
+            .expect("valid");
+        assert_eq!(s.cum_ack(), TSN0 + 1);
     }
 }
