@@ -8,12 +8,12 @@
 //!        │     Association(h, p) ──► lock h, Association::handle, touch h           │
 //!        │     NewAssociation    ──► new AssocShared, touch (offered once Connected)│
 //!        │     Response          ──► outq (INIT ACK, out-of-the-blue replies)       │
-//!        │ touch what handles marked dirty and whose deadline is due                │
+//!        │ touch what handles marked dirty, and whose deadline is due (timer heap)  │
 //!        │ drive each touched association once:                                     │
 //!        │     close request ─► handle_timeout if due ─► poll_transmit* ─► outq     │
 //!        │     poll_event* ─► ended / established ─► readable, writable, changed    │
 //!        │ flush outq (runs of equal datagrams as one GSO send), reap drained ones  │
-//!        └─ sleep until: socket readable | outq writable | notify | min deadline ───┘
+//!        └─ sleep until: socket readable | outq writable | notify | heap's first ───┘
 //! ```
 //!
 //! Polling once per batch, not per datagram, lets one packet carry the SACK
@@ -59,7 +59,8 @@
 //! [`Association`] handle while holding that association's lock, since a
 //! handle's `Drop` takes it.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io::{ErrorKind, IoSliceMut};
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -226,6 +227,11 @@ pub(super) struct Driver {
     shared: Arc<EndpointShared>,
     settings: Arc<Settings>,
     assocs: HashMap<AssocHandle, Entry>,
+    /// Every association's deadline, soonest first, so that a turn costs
+    /// what is due rather than a walk over all associations (an origin holds
+    /// thousands). Entries are not removed when a deadline moves: one whose
+    /// instant is no longer its association's deadline is skipped.
+    timers: BinaryHeap<Reverse<(Instant, AssocHandle)>>,
     touched: Vec<AssocHandle>,
     finished: Vec<AssocHandle>,
     outq: VecDeque<(SocketAddr, Bytes)>,
@@ -301,6 +307,7 @@ impl Driver {
             shared,
             settings,
             assocs: HashMap::new(),
+            timers: BinaryHeap::new(),
             touched: Vec::new(),
             finished: Vec::new(),
             outq: VecDeque::new(),
@@ -368,6 +375,7 @@ impl Driver {
         )?;
         self.endpoint.set_limits(restart.limits);
         self.assocs.clear();
+        self.timers.clear();
         self.touched.clear();
         self.finished.clear();
         self.outq.clear();
@@ -407,13 +415,7 @@ impl Driver {
             for key in dirty {
                 self.touch(key);
             }
-            let due: Vec<AssocHandle> = self
-                .assocs
-                .iter()
-                .filter(|(_, e)| e.deadline.is_some_and(|d| d <= now))
-                .map(|(k, _)| *k)
-                .collect();
-            for key in due {
+            while let Some(key) = self.pop_due(now) {
                 self.touch(key);
             }
             let mut touched = std::mem::take(&mut self.touched);
@@ -440,9 +442,51 @@ impl Driver {
         tracing::debug!(local = %self.shared.local_addr, "userspace SCTP driver done");
     }
 
+    /// The next association whose deadline is at or before `now`.
+    fn pop_due(&mut self, now: Instant) -> Option<AssocHandle> {
+        while let Some(&Reverse((at, key))) = self.timers.peek() {
+            if at > now {
+                return None;
+            }
+            self.timers.pop();
+            // Stale entries (the deadline moved, or the association is
+            // gone) are dropped here.
+            if self.assocs.get(&key).is_some_and(|e| e.deadline == Some(at)) {
+                return Some(key);
+            }
+        }
+        None
+    }
+
+    /// Rebuilds the timer heap from the live deadlines once stale entries
+    /// outnumber them: a busy association moves its deadline on every SACK,
+    /// and stale entries would otherwise wait until their instant passes.
+    /// Amortized, each push pays for one entry of the rebuild.
+    fn compact_timers(&mut self) {
+        if self.timers.len() <= 2 * self.assocs.len() + 64 {
+            return;
+        }
+        self.timers = self
+            .assocs
+            .iter()
+            .filter_map(|(key, e)| e.deadline.map(|at| Reverse((at, *key))))
+            .collect();
+    }
+
+    /// The soonest live deadline, dropping stale entries on the way.
+    fn next_deadline(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((at, key))) = self.timers.peek() {
+            if self.assocs.get(&key).is_some_and(|e| e.deadline == Some(at)) {
+                return Some(at);
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
     /// Sleeps until the socket, a handle or a deadline needs the driver.
-    async fn wait(&self) -> std::io::Result<()> {
-        let deadline = self.assocs.values().filter_map(|e| e.deadline).min();
+    async fn wait(&mut self) -> std::io::Result<()> {
+        let deadline = self.next_deadline();
         let timer = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -641,8 +685,14 @@ impl Driver {
             let deadline = st.proto.poll_timeout().map(|t| t.max(now + MIN_TIMER_STEP));
             (deadline, st.proto.is_drained())
         };
-        if let Some(entry) = self.assocs.get_mut(&key) {
+        if let Some(entry) = self.assocs.get_mut(&key)
+            && entry.deadline != deadline
+        {
             entry.deadline = deadline;
+            if let Some(at) = deadline {
+                self.timers.push(Reverse((at, key)));
+                self.compact_timers();
+            }
         }
         if wake.ended {
             assoc.wake_all();
