@@ -45,7 +45,10 @@ mod bbr;
 mod cubic;
 mod reno;
 
-pub use bbr::{BW_WINDOW_ROUNDS, Bbr, BbrConfig, MIN_RTT_WINDOW};
+pub use bbr::{
+    BW_WINDOW_ROUNDS, Bbr, BbrConfig, LOSS_THRESH, MIN_RTT_WINDOW, Mode as BbrMode,
+    PROBE_RTT_INTERVAL, Phase as BbrPhase,
+};
 pub use cubic::{Cubic, CubicConfig, MAX_FLOWS};
 pub use reno::{Reno, RenoConfig};
 
