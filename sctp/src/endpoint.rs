@@ -2,7 +2,11 @@
 //! the handshake (RFC 9260 5.1, 5.1.3, 5.1.5, 8.4, 8.5.1).
 //!
 //! A datagram is decoded (its CRC32c checked) and routed by the peer's UDP
-//! address to the association that peer has. An INIT for no association is
+//! address to the association that peer has. A NAT on the way may give the
+//! peer a new UDP port at any time (a rebinding): a packet from an address
+//! with no association, from the IP address of an association's peer and
+//! carrying that association's own verification tag, is routed to it, and
+//! the association takes the new port (RFC 6951 5.4; see `rebound`). An INIT for no association is
 //! answered with an INIT ACK whose state cookie carries everything the
 //! association will need, signed with the endpoint's key: nothing is kept
 //! until a COOKIE ECHO proves the peer can receive at its address, so an
@@ -14,7 +18,7 @@
 //! `Association::handle` and calls `forget` when one is over.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,7 +27,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tracing::{debug, trace};
 
-use crate::association::{Association, Incoming, Shared, Transmit, nonzero};
+use crate::association::{Association, Incoming, Shared, Transmit, nonzero, proves_peer};
 use crate::chunk::{Chunk, ErrorCause, Init, Packet, cause, kind};
 use crate::config::{Config, ConfigError};
 use crate::cookie::{CookieKey, CookieState};
@@ -66,6 +70,10 @@ pub struct EndpointStats {
     pub stale_cookies: u64,
     /// Out-of-the-blue packets.
     pub out_of_the_blue: u64,
+    /// Packets from a new UDP port of a peer that proved, by the
+    /// association's verification tag, to be that peer: the association
+    /// moved to the new port (RFC 6951 5.4).
+    pub port_changes: u64,
 }
 
 /// One local SCTP port.
@@ -75,6 +83,13 @@ pub struct Endpoint {
     rng: StdRng,
     /// The association each peer address has, and its tag.
     by_remote: HashMap<SocketAddr, (AssocHandle, u32)>,
+    /// Each association by its peer's IP address and its own verification
+    /// tag (the tag the peer puts on its packets), with the address it has
+    /// in `by_remote`: how a peer whose UDP port changed is found.
+    /// Associations enter and leave it with `by_remote`; one whose key is
+    /// taken (the same peer IP and tag, which the tag draws avoid) stays out
+    /// of it and cannot follow a port change.
+    by_tag: HashMap<(IpAddr, u32), (AssocHandle, SocketAddr)>,
     next_handle: usize,
     listening: bool,
     stats: EndpointStats,
@@ -103,6 +118,7 @@ impl Endpoint {
             }),
             rng,
             by_remote: HashMap::new(),
+            by_tag: HashMap::new(),
             next_handle: 0,
             listening,
             stats: EndpointStats::default(),
@@ -138,20 +154,66 @@ impl Endpoint {
         peer_port: u16,
     ) -> (AssocHandle, Association) {
         let handle = self.new_handle();
-        let assoc = Association::connect(
-            self.shared.clone(),
-            now,
-            remote,
-            peer_port,
-            self.rng.random(),
-        );
-        self.by_remote.insert(remote, (handle, assoc.local_tag()));
+        let assoc = loop {
+            let assoc = Association::connect(
+                self.shared.clone(),
+                now,
+                remote,
+                peer_port,
+                self.rng.random(),
+            );
+            if !self.by_tag.contains_key(&(remote.ip(), assoc.local_tag())) {
+                break assoc;
+            }
+        };
+        self.insert(remote, handle, assoc.local_tag());
         (handle, assoc)
     }
 
     /// The association is over: its address may start a new one.
     pub fn forget(&mut self, handle: AssocHandle) {
         self.by_remote.retain(|_, (h, _)| *h != handle);
+        self.by_tag.retain(|_, (h, _)| *h != handle);
+    }
+
+    /// Routes `remote` and (`remote`'s IP, `tag`) to `handle`. A key already
+    /// taken in `by_tag` keeps its association (see `by_tag`).
+    fn insert(&mut self, remote: SocketAddr, handle: AssocHandle, tag: u32) {
+        self.by_remote.insert(remote, (handle, tag));
+        self.by_tag
+            .entry((remote.ip(), tag))
+            .or_insert((handle, remote));
+    }
+
+    /// The association a packet from `remote` proves to belong to although
+    /// it came from another UDP port, now routed from `remote`: a NAT
+    /// rebinding (RFC 6951 5.4). The proof is the association's own
+    /// verification tag on a packet that must carry it (`proves_peer`) from
+    /// the peer's IP address; the association checks the same when it
+    /// handles the packet, and takes the port too.
+    ///
+    /// Our tags are 32 random bits, seen only by the peer and the hops
+    /// between us: an off-path sender must guess one (and the peer's IP
+    /// address), and a wrong guess is out of the blue as before. A hop on
+    /// the path can move the association, but it can already drop or
+    /// rewrite the packets; that is what RFC 6951 5.4 accepts.
+    fn rebound(&mut self, remote: SocketAddr, packet: &Packet) -> Option<AssocHandle> {
+        let key = (remote.ip(), packet.vtag);
+        let &(handle, old) = self.by_tag.get(&key)?;
+        if old == remote || !proves_peer(packet, packet.vtag) {
+            return None;
+        }
+        if self.by_remote.get(&old).is_some_and(|(h, _)| *h == handle) {
+            self.by_remote.remove(&old);
+        }
+        // An association still routed from `remote` (its peer's NAT mapping
+        // went, and the port was given to this one) keeps its tag entry, so
+        // that its own peer, if alive, brings it back from another port.
+        self.by_remote.insert(remote, (handle, packet.vtag));
+        self.by_tag.insert(key, (handle, remote));
+        self.stats.port_changes += 1;
+        debug!(%old, new = %remote, "a peer's UDP port changed: its association follows");
+        Some(handle)
     }
 
     fn new_handle(&mut self) -> AssocHandle {
@@ -185,16 +247,24 @@ impl Endpoint {
             let cookie = cookie.clone();
             return self.on_cookie_echo(now, remote, packet, &cookie, existing);
         }
-        if let Some((handle, _)) = existing {
-            return Some(DatagramEvent::Association(
+        let handle = match existing {
+            // Most packets: the peer's address and its tag.
+            Some((handle, tag)) if packet.vtag == tag => Some(handle),
+            _ => self
+                .rebound(remote, &packet)
+                .or(existing.map(|(handle, _)| handle)),
+        };
+        match handle {
+            Some(handle) => Some(DatagramEvent::Association(
                 handle,
                 Incoming {
                     packet,
+                    from: remote,
                     cookie: None,
                 },
-            ));
+            )),
+            None => self.out_of_the_blue(now, remote, packet),
         }
-        self.out_of_the_blue(now, remote, packet)
     }
 
     fn on_cookie_echo(
@@ -240,6 +310,7 @@ impl Endpoint {
                     handle,
                     Incoming {
                         packet,
+                        from: remote,
                         cookie: Some(state),
                     },
                 ));
@@ -260,14 +331,14 @@ impl Endpoint {
             &state,
             self.rng.random(),
         ));
-        self.by_remote
-            .insert(remote, (handle, association.local_tag()));
+        self.insert(remote, handle, association.local_tag());
         packet.chunks.remove(0);
         if !packet.chunks.is_empty() {
             association.handle(
                 now,
                 Incoming {
                     packet,
+                    from: remote,
                     cookie: None,
                 },
             );
@@ -357,7 +428,14 @@ impl Endpoint {
     ) -> Option<DatagramEvent> {
         let config = &self.shared.config;
         let idata = config.idata && init.supports_idata();
-        let local_tag = nonzero(&mut self.rng);
+        // A tag that an association with this peer's IP address has would
+        // make the two indistinguishable after a port change (`by_tag`).
+        let local_tag = loop {
+            let tag = nonzero(&mut self.rng);
+            if !self.by_tag.contains_key(&(remote.ip(), tag)) {
+                break tag;
+            }
+        };
         let local_initial_tsn: u32 = self.rng.random();
         let lifetime =
             config.cookie_lifetime.as_millis() + u128::from(init.cookie_preservative.unwrap_or(0));
