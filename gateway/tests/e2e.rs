@@ -1803,3 +1803,153 @@ fn the_largest_report_asking_init_neither_stops_the_origin_nor_a_gateway() {
     );
     assert_eq!(gateway_association_port(&demo), gateway_port);
 }
+
+/// Size of the file downloaded across the NAT rebindings: far more than
+/// everything buffered between the origin and the client (about 16 MB, see
+/// `ABORTED_FILE_BYTES`), so that most of it must cross each new port.
+const REBOUND_FILE_BYTES: u64 = 200 << 20;
+/// The ports a NAT in front of the gateway gives its association, in turn
+/// (outside the ephemeral range, so that no socket of the namespace has them).
+const NAT_PORTS: [u16; 2] = [20_001, 20_002];
+
+/// A stateless NAT in namespace `ns` (table `ip e2e_nat`): the gateway's
+/// datagrams from `port` to the origin leave from `nat_port`, and the
+/// origin's to `nat_port` come back to `port`, counted as `out_<nat_port>`
+/// and `in_<nat_port>`. Called again, it replaces the mapping in one
+/// transaction, as a NAT whose mapping expired maps the flow anew; the old
+/// port then leads nowhere. Stateless rewriting in the raw hooks, not `snat`:
+/// a conntrack NAT keeps an existing flow's mapping however its rules change.
+fn remap_gateway_port(ns: &str, port: u16, nat_port: u16) {
+    let origin = testbed::topology::origin_sctp_v4();
+    let (ip, sctp) = (origin.ip(), origin.port());
+    let rules = format!(
+        "add table ip e2e_nat; \
+         add chain ip e2e_nat out {{ type filter hook output priority raw; }} ; \
+         add chain ip e2e_nat pre {{ type filter hook prerouting priority raw; }} ; \
+         flush chain ip e2e_nat out; flush chain ip e2e_nat pre; \
+         add counter ip e2e_nat out_{nat_port}; add counter ip e2e_nat in_{nat_port}; \
+         add rule ip e2e_nat out ip daddr {ip} udp dport {sctp} udp sport {port} \
+             udp sport set {nat_port} counter name out_{nat_port}; \
+         add rule ip e2e_nat pre ip saddr {ip} udp sport {sctp} udp dport {nat_port} \
+             udp dport set {port} counter name in_{nat_port}"
+    );
+    testbed::run(&mut exec_in(ns, Command::new("nft").arg(rules)))
+        .expect("nft rules rewriting the gateway's port");
+}
+
+/// Packets counted by `counter` of table `ip e2e_nat` in namespace `ns`.
+fn nat_packets(ns: &str, counter: &str) -> u64 {
+    let mut nft = Command::new("nft");
+    nft.args(["list", "counter", "ip", "e2e_nat", counter]);
+    let out = exec_in(ns, &nft).output().expect("nft list counter");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.split_whitespace()
+        .skip_while(|w| *w != "packets")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no counter {counter} in {text:?}"))
+}
+
+/// Issue 27, item 3 on the real binaries: a NAT in front of the gateway
+/// gives its association's flow a new UDP port twice during a download (no
+/// port, then the first, then the second). The origin finds the association
+/// by its verification tag from each new port and sends there (RFC 6951
+/// 5.4): the download completes, on the gateway's one association.
+/// The gateway's host sends no ICMP port unreachable (dropped, as a NAT's
+/// filtering firewall would): datagrams still on their way to a port that a
+/// new mapping left would draw one, which ends the association at once.
+#[test]
+fn a_download_survives_nat_rebindings_of_the_gateways_port() {
+    let root = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        testbed::demo_site().join("index.html"),
+        root.path().join("index.html"),
+    )
+    .expect("copy index.html");
+    // Sparse: zeros that cost no disk.
+    std::fs::File::create(root.path().join("big.bin"))
+        .and_then(|f| f.set_len(REBOUND_FILE_BYTES))
+        .expect("big file");
+    let mut options = options("nat-rebinding");
+    options.origin_root = Some(root.path().to_owned());
+    options.gateway = GatewayConfigOverrides {
+        fail_open: Some(false),
+        prefetch_enabled: Some(false),
+        ..GatewayConfigOverrides::default()
+    };
+    let demo = start(options);
+    let gateway_ns = demo.topology.gateway.name();
+    drop_port_unreachable(gateway_ns);
+    let port = gateway_association_port(&demo);
+
+    let response = raw_get(&demo, SocketAddr::new(SITE_V4.into(), 80), "/big.bin");
+    assert_eq!(response.status, 200);
+    assert_eq!(response.content_length, REBOUND_FILE_BYTES);
+    let progress = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let progress = Arc::clone(&progress);
+        let mut reader = response.reader;
+        std::thread::spawn(move || {
+            let mut buf = vec![0; 64 * 1024];
+            let mut received = 0u64;
+            loop {
+                match read_retrying(&mut reader, &mut buf) {
+                    Ok(0) => return Ok(received),
+                    Ok(n) => {
+                        assert!(buf[..n].iter().all(|b| *b == 0), "wrong bytes");
+                        received += n as u64;
+                        progress.store(received, Ordering::Relaxed);
+                    }
+                    Err(e) => return Err(format!("after {received} bytes: {e}")),
+                }
+                // At most about 30 MB/s: the rebindings happen mid-download.
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    let logs = demo.dir().display().to_string();
+    for (i, nat_port) in NAT_PORTS.into_iter().enumerate() {
+        let at = REBOUND_FILE_BYTES * (i as u64 + 1) / 4;
+        wait_until(
+            &format!("{} MiB of the body", at >> 20),
+            Duration::from_secs(60),
+            || Ok(progress.load(Ordering::Relaxed) >= at),
+        )
+        .unwrap_or_else(|e| panic!("{e} (logs in {logs})"));
+        remap_gateway_port(gateway_ns, port, nat_port);
+        // The origin follows: its datagrams go to the new port.
+        wait_until(
+            &format!("the origin's datagrams to port {nat_port}"),
+            Duration::from_secs(10),
+            || Ok(nat_packets(gateway_ns, &format!("in_{nat_port}")) > 0),
+        )
+        .unwrap_or_else(|e| panic!("{e} (logs in {logs})"));
+    }
+    let received = reader
+        .join()
+        .expect("reader thread")
+        .unwrap_or_else(|e| panic!("the download failed {e} (logs in {logs})"));
+    assert_eq!(received, REBOUND_FILE_BYTES);
+    let last = format!("in_{}", NAT_PORTS[1]);
+    let (sent, answered) = (
+        nat_packets(gateway_ns, &format!("out_{}", NAT_PORTS[1])),
+        nat_packets(gateway_ns, &last),
+    );
+    assert!(
+        answered > 1000,
+        "most of the download came through the last port: {answered} datagrams \
+         ({sent} sent from it)"
+    );
+
+    let gateway_log = demo.gateway.as_ref().map(|g| g.log()).unwrap_or_default();
+    let ups = gateway_log.lines().filter(|l| l.contains(": up (")).count();
+    assert_eq!(
+        ups, 1,
+        "the gateway's association was replaced:\n{gateway_log}"
+    );
+    assert_eq!(
+        gateway_association_port(&demo),
+        port,
+        "the gateway's socket is the same"
+    );
+}

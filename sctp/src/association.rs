@@ -194,12 +194,34 @@ pub struct Stats {
     pub counters: Counters,
 }
 
-/// What the endpoint hands an association: the packet, and the verified
-/// cookie of a COOKIE ECHO it carried.
+/// What the endpoint hands an association: the packet, the UDP address it
+/// came from, and the verified cookie of a COOKIE ECHO it carried.
 #[derive(Debug)]
 pub struct Incoming {
     pub(crate) packet: Packet,
+    pub(crate) from: SocketAddr,
     pub(crate) cookie: Option<CookieState>,
+}
+
+/// Whether `packet` proves its sender is the peer of the association whose
+/// own tag is `my_tag`, so that its UDP source port may become the
+/// association's (RFC 6951 5.4: the port is stored "after finding the SCTP
+/// association (which includes checking the verification tag)").
+///
+/// Only packets that must carry our own tag count: an INIT (tag 0), a
+/// COOKIE ECHO (checked against its cookie, which is sealed with the address
+/// it was issued to) and an ABORT or SHUTDOWN COMPLETE with the T bit (which
+/// carry the peer's tag, learnt by anyone who saw one of our packets) are
+/// verified otherwise or not at all, so none of them moves the port.
+pub(crate) fn proves_peer(packet: &Packet, my_tag: u32) -> bool {
+    if packet.vtag != my_tag || my_tag == 0 {
+        return false;
+    }
+    match packet.chunks.first() {
+        None | Some(Chunk::Init(_) | Chunk::CookieEcho(_)) => false,
+        Some(Chunk::Abort { reflected, .. } | Chunk::ShutdownComplete { reflected }) => !reflected,
+        Some(_) => true,
+    }
 }
 
 /// What every association of one endpoint shares with it.
@@ -341,6 +363,8 @@ pub struct Association {
     /// Packets handed out by `poll_transmit`, and accepted by `handle`.
     packets_sent: u64,
     packets_received: u64,
+    /// Times a verified packet moved the peer's UDP port (RFC 6951 5.4).
+    port_changes: u64,
     /// The last DATA packet asked for an immediate SACK (RFC 7053).
     last_immediate: bool,
     /// Spaces DATA packets over the round trip.
@@ -413,6 +437,7 @@ impl Association {
             tlp_in_flight: false,
             packets_sent: 0,
             packets_received: 0,
+            port_changes: 0,
             last_immediate: false,
             pacer,
             pace_at: None,
@@ -668,6 +693,7 @@ impl Association {
             counters: Counters {
                 packets_sent: self.packets_sent,
                 packets_received: self.packets_received,
+                port_changes: self.port_changes,
                 ..self
                     .sender
                     .as_ref()
@@ -1052,7 +1078,11 @@ impl Association {
 
     /// A packet the endpoint routed to this association.
     pub fn handle(&mut self, now: Instant, incoming: Incoming) {
-        let Incoming { packet, cookie } = incoming;
+        let Incoming {
+            packet,
+            from,
+            cookie,
+        } = incoming;
         if self.state == State::Closed {
             return;
         }
@@ -1063,6 +1093,9 @@ impl Association {
                 "packet with a wrong verification tag dropped"
             );
             return;
+        }
+        if from != self.remote && proves_peer(&packet, self.my_tag) {
+            self.rebind(from);
         }
         self.last_heard = now;
         self.packets_received += 1;
@@ -1158,6 +1191,19 @@ impl Association {
                 self.sack_needed = true;
             }
         }
+    }
+
+    /// A verified packet came from `from`: a NAT on the way gave the peer a
+    /// new UDP port, and everything goes there from now on (RFC 6951 5.4).
+    /// Single-homed: only the port may change; the endpoint routes by tag
+    /// only packets from the peer's own IP address.
+    fn rebind(&mut self, from: SocketAddr) {
+        if from.ip() != self.remote.ip() {
+            return;
+        }
+        debug!(old = %self.remote, new = %from, "the peer's UDP port changed: following it");
+        self.remote = from;
+        self.port_changes += 1;
     }
 
     /// Checks the verification tag (RFC 9260 8.5, 8.5.1).

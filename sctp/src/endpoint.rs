@@ -2,7 +2,11 @@
 //! the handshake (RFC 9260 5.1, 5.1.3, 5.1.5, 8.4, 8.5.1).
 //!
 //! A datagram is decoded (its CRC32c checked) and routed by the peer's UDP
-//! address to the association that peer has. An INIT for no association is
+//! address to the association that peer has. A NAT on the way may give the
+//! peer a new UDP port at any time (a rebinding): a packet from an address
+//! with no association, from the IP address of an association's peer and
+//! carrying that association's own verification tag, is routed to it, and
+//! the association takes the new port (RFC 6951 5.4; see `rebound`). An INIT for no association is
 //! answered with an INIT ACK whose state cookie carries everything the
 //! association will need, signed with the endpoint's key: nothing is kept
 //! until a COOKIE ECHO proves the peer can receive at its address, so an
@@ -30,7 +34,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tracing::{debug, trace, warn};
 
-use crate::association::{Association, Incoming, Shared, Transmit, nonzero};
+use crate::association::{Association, Incoming, Shared, Transmit, nonzero, proves_peer};
 use crate::chunk::{Chunk, ErrorCause, Init, Packet, cause, kind};
 use crate::config::{Config, ConfigError};
 use crate::cookie::{CookieKey, CookieState};
@@ -78,6 +82,10 @@ pub struct EndpointStats {
     pub refused_at_total_limit: u64,
     /// INITs and COOKIE ECHOs refused at `Limits::max_per_source`.
     pub refused_at_source_limit: u64,
+    /// Packets from a new UDP port of a peer that proved, by the
+    /// association's verification tag, to be that peer: the association
+    /// moved to the new port (RFC 6951 5.4).
+    pub port_changes: u64,
 }
 
 /// How many associations peers may open on a listening endpoint, and the
@@ -154,6 +162,13 @@ pub struct Endpoint {
     per_source: HashMap<Source, usize>,
     limits: Limits,
     limit_logs: [LimitLog; 2],
+    /// Each association by its peer's IP address and its own verification
+    /// tag (the tag the peer puts on its packets), with the address it has
+    /// in `by_remote`: how a peer whose UDP port changed is found.
+    /// Associations enter and leave it with `by_remote`; one whose key is
+    /// taken (the same peer IP and tag, which the tag draws avoid) stays out
+    /// of it and cannot follow a port change.
+    by_tag: HashMap<(IpAddr, u32), (AssocHandle, SocketAddr)>,
     next_handle: usize,
     listening: bool,
     stats: EndpointStats,
@@ -186,6 +201,7 @@ impl Endpoint {
             per_source: HashMap::new(),
             limits: Limits::default(),
             limit_logs: Default::default(),
+            by_tag: HashMap::new(),
             next_handle: 0,
             listening,
             stats: EndpointStats::default(),
@@ -233,42 +249,66 @@ impl Endpoint {
         peer_port: u16,
     ) -> (AssocHandle, Association) {
         let handle = self.new_handle();
-        let assoc = Association::connect(
-            self.shared.clone(),
-            now,
-            remote,
-            peer_port,
-            self.rng.random(),
-        );
+        let assoc = loop {
+            let assoc = Association::connect(
+                self.shared.clone(),
+                now,
+                remote,
+                peer_port,
+                self.rng.random(),
+            );
+            if !self.by_tag.contains_key(&(remote.ip(), assoc.local_tag())) {
+                break assoc;
+            }
+        };
         self.insert(remote, handle, assoc.local_tag());
         (handle, assoc)
     }
 
     /// The association is over: its address may start a new one.
     pub fn forget(&mut self, handle: AssocHandle) {
-        let per_source = &mut self.per_source;
-        self.by_remote.retain(|remote, (h, _)| {
-            if *h != handle {
-                return true;
-            }
-            let source = source_of(remote);
-            if let Some(n) = per_source.get_mut(&source) {
-                *n -= 1;
-                if *n == 0 {
-                    per_source.remove(&source);
-                }
-            }
-            false
-        });
+        let gone: Vec<SocketAddr> = self
+            .by_remote
+            .iter()
+            .filter(|(_, (h, _))| *h == handle)
+            .map(|(remote, _)| *remote)
+            .collect();
+        for remote in gone {
+            self.unroute(&remote);
+        }
+        self.by_tag.retain(|_, (h, _)| *h != handle);
     }
 
-    /// Routes `remote` to `handle`, counting it against its source.
+    /// Routes `remote` and (`remote`'s IP, `tag`) to `handle`. A key already
+    /// taken in `by_tag` keeps its association (see `by_tag`).
     fn insert(&mut self, remote: SocketAddr, handle: AssocHandle, tag: u32) {
-        if let Some((_, _)) = self.by_remote.insert(remote, (handle, tag)) {
-            // The same peer address again (a restart): counted once.
+        self.route(remote, handle, tag);
+        self.by_tag
+            .entry((remote.ip(), tag))
+            .or_insert((handle, remote));
+    }
+
+    /// Routes datagrams from `remote` to `handle`, counting the address
+    /// against its source unless it was routed already (a restart, or a
+    /// port taken over from another association).
+    fn route(&mut self, remote: SocketAddr, handle: AssocHandle, tag: u32) {
+        if self.by_remote.insert(remote, (handle, tag)).is_none() {
+            *self.per_source.entry(source_of(&remote)).or_default() += 1;
+        }
+    }
+
+    /// Routes nothing from `remote` any more, and uncounts it.
+    fn unroute(&mut self, remote: &SocketAddr) {
+        if self.by_remote.remove(remote).is_none() {
             return;
         }
-        *self.per_source.entry(source_of(&remote)).or_default() += 1;
+        let source = source_of(remote);
+        if let Some(n) = self.per_source.get_mut(&source) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_source.remove(&source);
+            }
+        }
     }
 
     /// Which limit a new association from `remote` would pass, if any.
@@ -330,6 +370,37 @@ impl Endpoint {
         self.respond(remote, ports, peer_tag, abort)
     }
 
+    /// The association a packet from `remote` proves to belong to although
+    /// it came from another UDP port, now routed from `remote`: a NAT
+    /// rebinding (RFC 6951 5.4). The proof is the association's own
+    /// verification tag on a packet that must carry it (`proves_peer`) from
+    /// the peer's IP address; the association checks the same when it
+    /// handles the packet, and takes the port too.
+    ///
+    /// Our tags are 32 random bits, seen only by the peer and the hops
+    /// between us: an off-path sender must guess one (and the peer's IP
+    /// address), and a wrong guess is out of the blue as before. A hop on
+    /// the path can move the association, but it can already drop or
+    /// rewrite the packets; that is what RFC 6951 5.4 accepts.
+    fn rebound(&mut self, remote: SocketAddr, packet: &Packet) -> Option<AssocHandle> {
+        let key = (remote.ip(), packet.vtag);
+        let &(handle, old) = self.by_tag.get(&key)?;
+        if old == remote || !proves_peer(packet, packet.vtag) {
+            return None;
+        }
+        if self.by_remote.get(&old).is_some_and(|(h, _)| *h == handle) {
+            self.unroute(&old);
+        }
+        // An association still routed from `remote` (its peer's NAT mapping
+        // went, and the port was given to this one) keeps its tag entry, so
+        // that its own peer, if alive, brings it back from another port.
+        self.route(remote, handle, packet.vtag);
+        self.by_tag.insert(key, (handle, remote));
+        self.stats.port_changes += 1;
+        debug!(%old, new = %remote, "a peer's UDP port changed: its association follows");
+        Some(handle)
+    }
+
     fn new_handle(&mut self) -> AssocHandle {
         let handle = AssocHandle(self.next_handle);
         self.next_handle += 1;
@@ -361,16 +432,24 @@ impl Endpoint {
             let cookie = cookie.clone();
             return self.on_cookie_echo(now, remote, packet, &cookie, existing);
         }
-        if let Some((handle, _)) = existing {
-            return Some(DatagramEvent::Association(
+        let handle = match existing {
+            // Most packets: the peer's address and its tag.
+            Some((handle, tag)) if packet.vtag == tag => Some(handle),
+            _ => self
+                .rebound(remote, &packet)
+                .or(existing.map(|(handle, _)| handle)),
+        };
+        match handle {
+            Some(handle) => Some(DatagramEvent::Association(
                 handle,
                 Incoming {
                     packet,
+                    from: remote,
                     cookie: None,
                 },
-            ));
+            )),
+            None => self.out_of_the_blue(now, remote, packet),
         }
-        self.out_of_the_blue(now, remote, packet)
     }
 
     fn on_cookie_echo(
@@ -416,6 +495,7 @@ impl Endpoint {
                     handle,
                     Incoming {
                         packet,
+                        from: remote,
                         cookie: Some(state),
                     },
                 ));
@@ -449,6 +529,7 @@ impl Endpoint {
                 now,
                 Incoming {
                     packet,
+                    from: remote,
                     cookie: None,
                 },
             );
@@ -547,7 +628,14 @@ impl Endpoint {
     ) -> Option<DatagramEvent> {
         let config = &self.shared.config;
         let idata = config.idata && init.supports_idata();
-        let local_tag = nonzero(&mut self.rng);
+        // A tag that an association with this peer's IP address has would
+        // make the two indistinguishable after a port change (`by_tag`).
+        let local_tag = loop {
+            let tag = nonzero(&mut self.rng);
+            if !self.by_tag.contains_key(&(remote.ip(), tag)) {
+                break tag;
+            }
+        };
         let local_initial_tsn: u32 = self.rng.random();
         let state = CookieState {
             issued_ms: self.shared.now_ms(now),

@@ -79,6 +79,10 @@ pub struct Counters {
     pub packets_sent: u64,
     /// SCTP packets received with the right verification tag.
     pub packets_received: u64,
+    /// Times a packet with our verification tag came from a new UDP port of
+    /// the peer's address and the association followed it (a NAT rebinding,
+    /// RFC 6951 5.4).
+    pub port_changes: u64,
     /// DATA chunks sent again, whatever marked them.
     pub retransmitted_chunks: u64,
     /// Chunks declared lost from SACKs (gap reports, RACK's time rule).
@@ -109,7 +113,8 @@ impl std::fmt::Display for Counters {
         write!(
             f,
             "{} packets sent, {} received; {} chunks retransmitted; lost: {} by SACK, \
-             {} by the reorder timer; {} tail-loss probes; {} RTOs; {} recoveries undone",
+             {} by the reorder timer; {} tail-loss probes; {} RTOs; {} recoveries undone; \
+             {} peer port changes",
             self.packets_sent,
             self.packets_received,
             self.retransmitted_chunks,
@@ -117,7 +122,8 @@ impl std::fmt::Display for Counters {
             self.lost_by_reorder_timer,
             self.tail_probes,
             self.rto_expirations,
-            self.spurious_recoveries
+            self.spurious_recoveries,
+            self.port_changes
         )
     }
 }

@@ -37,6 +37,15 @@
 //! turns both off from the start. WouldBlock keeps the rest of `outq` queued
 //! until the socket is writable again.
 //!
+//! NAT rebinding: each transmit carries the association's address as the core
+//! has it now, and the core moves it to a new UDP port of the peer's IP when a
+//! packet proves with the association's verification tag that it comes from
+//! the peer (RFC 6951 5.4, `sctp::Endpoint`), so the driver sends wherever the
+//! peer is without keeping an address of its own. A client's socket is
+//! connected to the peer's address, so its kernel drops datagrams from any
+//! other source port: the peer follows the client's port changes (a gateway
+//! behind a home NAT or CGNAT), but a client does not follow the peer's.
+//!
 //! Finding due timers walks every association each turn: right for the handful
 //! of associations a gateway or origin holds, not for thousands.
 //!

@@ -304,6 +304,8 @@ impl AssocState {
 struct AssocShared {
     /// The core's handle on the driver's endpoint.
     key: sctp::AssocHandle,
+    /// The peer's UDP address when the association began (the core's
+    /// `remote` follows the peer's port changes).
     peer_addr: SocketAddr,
     settings: Arc<Settings>,
     endpoint: Arc<driver::EndpointShared>,
@@ -420,9 +422,11 @@ impl Association {
         lock(&self.shared.state).proto.idata()
     }
 
-    /// The peer's UDP address.
+    /// The peer's UDP address as it is now: a NAT between us may have given
+    /// the peer a new port since the association began (RFC 6951 5.4, see
+    /// `sctp::Endpoint`), and the core follows it.
     pub(crate) fn peer_addr(&self) -> SocketAddr {
-        self.shared.peer_addr
+        lock(&self.shared.state).proto.remote()
     }
 
     /// The protocol core's transmission state and counts (see

@@ -109,6 +109,7 @@ pub(crate) fn sum_counters(a: &SctpCounters, b: &SctpCounters) -> SctpCounters {
     let SctpCounters {
         packets_sent,
         packets_received,
+        port_changes,
         retransmitted_chunks,
         lost_by_sack,
         lost_by_reorder_timer,
@@ -119,6 +120,7 @@ pub(crate) fn sum_counters(a: &SctpCounters, b: &SctpCounters) -> SctpCounters {
     SctpCounters {
         packets_sent: a.packets_sent.saturating_add(packets_sent),
         packets_received: a.packets_received.saturating_add(packets_received),
+        port_changes: a.port_changes.saturating_add(port_changes),
         retransmitted_chunks: a.retransmitted_chunks.saturating_add(retransmitted_chunks),
         lost_by_sack: a.lost_by_sack.saturating_add(lost_by_sack),
         lost_by_reorder_timer: a

@@ -121,6 +121,8 @@ pub(crate) struct Sim {
     /// Datagrams carrying DATA with one of these TSNs arrive this much later
     /// than the link would deliver them, once per entry: reordering.
     pub(crate) hold_tsns: Vec<(u32, Duration)>,
+    /// Datagrams to these addresses are dropped (a NAT mapping that is gone).
+    pub(crate) unreachable: Vec<SocketAddr>,
 }
 
 /// Turns the loop may take without the clock moving before the run counts
@@ -171,6 +173,7 @@ impl Sim {
             dropped: 0,
             drop_tsns: Vec::new(),
             hold_tsns: Vec::new(),
+            unreachable: Vec::new(),
         }
     }
 
@@ -286,7 +289,11 @@ impl Sim {
                 side.assocs.insert(handle, *association);
             }
             Some(DatagramEvent::Response(transmit)) => {
-                self.transmit(to, transmit.contents);
+                if self.unreachable.contains(&transmit.destination) {
+                    self.dropped += 1;
+                } else {
+                    self.transmit(to, transmit.contents);
+                }
             }
         }
     }
@@ -300,7 +307,7 @@ impl Sim {
             let mut over = Vec::new();
             for (handle, assoc) in side.assocs.iter_mut() {
                 while let Some(t) = assoc.poll_transmit(now) {
-                    out.push(t.contents);
+                    out.push(t);
                 }
                 while let Some(event) = assoc.poll_event() {
                     side.events.push((*handle, event));
@@ -311,7 +318,7 @@ impl Sim {
                     }
                     // Reading may have reopened the window: a SACK may be due.
                     while let Some(t) = assoc.poll_transmit(now) {
-                        out.push(t.contents);
+                        out.push(t);
                     }
                 }
                 if assoc.is_drained() {
@@ -321,8 +328,12 @@ impl Sim {
             for handle in over {
                 side.endpoint.forget(handle);
             }
-            for data in out {
-                self.transmit(i, data);
+            for t in out {
+                if self.unreachable.contains(&t.destination) {
+                    self.dropped += 1;
+                } else {
+                    self.transmit(i, t.contents);
+                }
             }
         }
     }
