@@ -634,6 +634,13 @@ async fn a_listener_at_its_limit_refuses_at_once_and_admits_after_a_close() -> R
         };
         let (listener, server, client) = pair(V4, &server_cfg, &cfg).await?;
         let target = listener.local_addr()?;
+        let refusals = || {
+            gateway_transport::userspace::endpoint_events()
+                .into_iter()
+                .find(|(event, _)| *event == "refused_at_total_limit")
+                .map_or(0, |(_, n)| n)
+        };
+        let refused_before = refusals();
         let started = Instant::now();
         let refused = connect(BackendKind::Userspace, target, &cfg).await;
         ensure!(
@@ -645,6 +652,10 @@ async fn a_listener_at_its_limit_refuses_at_once_and_admits_after_a_close() -> R
             "the refusal took {:?}: it waited for a time-out, not an ABORT ({refused:?})",
             started.elapsed()
         );
+        // Counted for the metrics (added at the end of the driver's turn).
+        while refusals() <= refused_before {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         client.close().await?;
         drop(server);
         // The listener forgets the closed association when its driver next

@@ -242,6 +242,7 @@ impl OriginMetrics {
             self.body_bytes.clone(),
         );
         r.register_collector(Box::new(DriverPanics));
+        r.register_collector(Box::new(EndpointEvents));
         r.register(
             "origin_scheduler_chunks",
             "Messages the stream scheduler handed to the transport, by policy",
@@ -270,6 +271,28 @@ impl Collector for DriverPanics {
             ConstCounter::new(0u64).metric_type(),
         )?;
         ConstCounter::new(gateway_transport::userspace::driver_panics()).encode(metric)
+    }
+}
+
+/// `origin_sctp_endpoint_events_total{event}`, read at each scrape from the
+/// userspace SCTP backend's process-wide counts.
+#[derive(Debug)]
+struct EndpointEvents;
+
+impl Collector for EndpointEvents {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let mut family = encoder.encode_descriptor(
+            "origin_sctp_endpoint_events",
+            "What the userspace SCTP listeners counted before any association: malformed datagrams, INIT ACKs sent, forged and stale cookies, out-of-the-blue packets, INITs and cookies refused at limits.max_associations (refused_at_total_limit) or limits.max_associations_per_source (refused_at_source_limit), and peers' UDP port changes followed (RFC 6951 5.4)",
+            None,
+            ConstCounter::new(0u64).metric_type(),
+        )?;
+        for (event, count) in gateway_transport::userspace::endpoint_events() {
+            let labels = [("event", event)];
+            let metric = family.encode_family(&labels)?;
+            ConstCounter::new(count).encode(metric)?;
+        }
+        Ok(())
     }
 }
 
@@ -408,6 +431,10 @@ mod tests {
             "origin_scheduler_holds_total{policy=\"scf\",reason=\"transport\"} 0\n",
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");
+        }
+        for event in gateway_transport::userspace::ENDPOINT_EVENTS {
+            let series = format!("origin_sctp_endpoint_events_total{{event=\"{event}\"}} ");
+            assert!(text.contains(&series), "{series:?} missing from\n{text}");
         }
     }
 }

@@ -114,6 +114,66 @@ const MIN_TIMER_STEP: Duration = Duration::from_millis(1);
 /// Driver tasks that panicked since the process started.
 static DRIVER_PANICS: AtomicU64 = AtomicU64::new(0);
 
+/// What every endpoint of the process counted (`sctp::EndpointStats`), added
+/// up: each driver adds what its endpoint counted since its last turn.
+static ENDPOINT_TOTALS: EndpointTotals = EndpointTotals::new();
+
+/// The process-wide sum of `sctp::EndpointStats`.
+struct EndpointTotals([AtomicU64; ENDPOINT_EVENTS.len()]);
+
+/// The names of the endpoint's counts, in the order of [`endpoint_events`].
+pub const ENDPOINT_EVENTS: [&str; 8] = [
+    "malformed",
+    "init_ack",
+    "forged_cookie",
+    "stale_cookie",
+    "out_of_the_blue",
+    "refused_at_total_limit",
+    "refused_at_source_limit",
+    "port_change",
+];
+
+fn stats_array(s: &sctp::EndpointStats) -> [u64; ENDPOINT_EVENTS.len()] {
+    [
+        s.malformed,
+        s.init_acks,
+        s.forged_cookies,
+        s.stale_cookies,
+        s.out_of_the_blue,
+        s.refused_at_total_limit,
+        s.refused_at_source_limit,
+        s.port_changes,
+    ]
+}
+
+impl EndpointTotals {
+    const fn new() -> Self {
+        EndpointTotals([const { AtomicU64::new(0) }; ENDPOINT_EVENTS.len()])
+    }
+
+    /// Adds what `now` counted beyond `before`.
+    fn add(&self, before: &sctp::EndpointStats, now: &sctp::EndpointStats) {
+        for ((total, b), n) in self.0.iter().zip(stats_array(before)).zip(stats_array(now)) {
+            if n > b {
+                total.fetch_add(n - b, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// What the userspace SCTP endpoints of this process counted since it
+/// started, named by [`ENDPOINT_EVENTS`]: datagrams dropped as malformed,
+/// INIT ACKs sent, forged and stale cookies, out-of-the-blue packets, INITs
+/// and cookies refused at a limit, and peers' port changes followed.
+pub fn endpoint_events() -> [(&'static str, u64); ENDPOINT_EVENTS.len()] {
+    std::array::from_fn(|i| {
+        (
+            ENDPOINT_EVENTS[i],
+            ENDPOINT_TOTALS.0[i].load(Ordering::Relaxed),
+        )
+    })
+}
+
 /// How many times a userspace SCTP driver task panicked in this process
 /// (each time, every association of its socket ended and a listener's driver
 /// started again). Nonzero means a bug to report.
@@ -254,6 +314,8 @@ pub(super) struct Driver {
     rejecting: bool,
     /// For a listener, what a fresh endpoint is made of after a panic.
     restart: Option<Restart>,
+    /// The endpoint's counts as last added to [`ENDPOINT_TOTALS`].
+    reported: sctp::EndpointStats,
 }
 
 /// What a listener's driver needs to start again on its socket.
@@ -325,6 +387,7 @@ impl Driver {
             gso_refusal_logged: false,
             rejecting: false,
             restart,
+            reported: sctp::EndpointStats::default(),
         };
         if let Some(assoc) = client {
             driver.insert(assoc);
@@ -383,6 +446,7 @@ impl Driver {
             now,
         )?;
         self.endpoint.set_limits(restart.limits);
+        self.reported = sctp::EndpointStats::default();
         self.assocs.clear();
         self.timers.clear();
         self.touched.clear();
@@ -434,6 +498,7 @@ impl Driver {
             self.touched = touched;
             self.flush();
             self.reap();
+            self.report_stats();
             if !self.shared.listening.load(Ordering::Acquire) {
                 if !self.rejecting {
                     self.rejecting = true;
@@ -449,6 +514,16 @@ impl Driver {
             }
         }
         tracing::debug!(local = %self.shared.local_addr, "userspace SCTP driver done");
+    }
+
+    /// Adds what the endpoint counted since the last turn to the process's
+    /// totals.
+    fn report_stats(&mut self) {
+        let now = self.endpoint.stats();
+        if now != self.reported {
+            ENDPOINT_TOTALS.add(&self.reported, &now);
+            self.reported = now;
+        }
     }
 
     /// The next association whose deadline is at or before `now`.

@@ -41,7 +41,7 @@
 
 mod driver;
 
-pub use driver::driver_panics;
+pub use driver::{ENDPOINT_EVENTS, driver_panics, endpoint_events};
 mod sys;
 
 use std::fmt;
