@@ -6,6 +6,12 @@
 //! The loop (`Sim::step`) is the driver a real socket would have: deliver
 //! what is due, run due timers, drain every association's transmits and
 //! events, read every message, then jump the clock to the next deadline.
+//!
+//! The seed decides everything random: the link's draws and, through
+//! [`endpoint_seeds`], each endpoint's own seed (verification tags, initial
+//! TSNs, the cookie key), distinct per side. So each seed also gives other
+//! tags and initial TSNs, and a property test over seeds covers TSNs
+//! anywhere in the 32-bit space, not one fixed start.
 
 #![allow(
     dead_code,
@@ -72,9 +78,15 @@ pub(crate) struct Side {
 }
 
 impl Side {
-    fn new(config: Config, addr: SocketAddr, listening: bool, seed: u8, now: Instant) -> Self {
+    fn new(
+        config: Config,
+        addr: SocketAddr,
+        listening: bool,
+        seed: [u8; 32],
+        now: Instant,
+    ) -> Self {
         Side {
-            endpoint: Endpoint::new(config, addr.port(), listening, [seed; 32], now)
+            endpoint: Endpoint::new(config, addr.port(), listening, seed, now)
                 .expect("valid configuration"),
             addr,
             assocs: BTreeMap::new(),
@@ -147,17 +159,35 @@ fn data_tsns(data: &Bytes) -> Vec<u32> {
 pub(crate) const CLIENT: usize = 0;
 pub(crate) const SERVER: usize = 1;
 
+/// The endpoint seeds of simulation `seed`, `n` of them, all distinct: drawn
+/// from their own generator, so the link's draws for a seed stay what they
+/// were before the endpoints' seeds came from it.
+pub(crate) fn endpoint_seeds(seed: u64, n: usize) -> Vec<[u8; 32]> {
+    /// Keeps this generator's stream apart from the link's (same seed).
+    const ENDPOINTS: u64 = 0x5eed_e4d9_0147_5a11;
+    let mut rng = StdRng::seed_from_u64(seed ^ ENDPOINTS);
+    let mut seeds: Vec<[u8; 32]> = Vec::with_capacity(n);
+    while seeds.len() < n {
+        let next: [u8; 32] = rng.random();
+        if !seeds.contains(&next) {
+            seeds.push(next);
+        }
+    }
+    seeds
+}
+
 impl Sim {
     /// A client (side 0) and a listening server (side 1).
     pub(crate) fn new(client: Config, server: Config, link: Link, seed: u64) -> Self {
         let now = Instant::now();
         let client_addr: SocketAddr = "192.0.2.1:9899".parse().expect("address");
         let server_addr: SocketAddr = "192.0.2.2:9899".parse().expect("address");
+        let seeds = endpoint_seeds(seed, 2);
         Sim {
             now,
             sides: [
-                Side::new(client, client_addr, false, 1, now),
-                Side::new(server, server_addr, true, 2, now),
+                Side::new(client, client_addr, false, seeds[CLIENT], now),
+                Side::new(server, server_addr, true, seeds[SERVER], now),
             ],
             link,
             rng: StdRng::seed_from_u64(seed),
