@@ -358,7 +358,8 @@ impl Endpoint {
         let config = &self.shared.config;
         let idata = config.idata && init.supports_idata();
         let local_tag = nonzero(&mut self.rng);
-        let local_initial_tsn: u32 = self.rng.random();
+        // Drawn even when a test fixes it, so the tags stay what the seed gives.
+        let local_initial_tsn = config.initial_tsn.unwrap_or(self.rng.random());
         let lifetime =
             config.cookie_lifetime.as_millis() + u128::from(init.cookie_preservative.unwrap_or(0));
         let state = CookieState {
