@@ -18,6 +18,8 @@
     reason = "each test file uses a different part of the harness"
 )]
 
+pub(crate) mod dumbbell;
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::net::SocketAddr;
@@ -26,7 +28,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sctp::{AssocHandle, Association, Config, DatagramEvent, Endpoint, Event, Message};
+use sctp::{AssocHandle, Association, Config, DatagramEvent, Endpoint, Event, Message, Transmit};
 
 /// How the link treats each datagram, both directions alike.
 #[derive(Debug, Clone)]
@@ -96,6 +98,36 @@ impl Side {
         }
     }
 
+    /// Takes a datagram from `from`: to its association, or a new one; the
+    /// endpoint's own answer (INIT ACK, ABORT, ...) is returned to be sent.
+    fn handle(&mut self, now: Instant, from: SocketAddr, data: Bytes) -> Option<Transmit> {
+        match self.endpoint.handle(now, from, data)? {
+            DatagramEvent::Association(handle, incoming) => {
+                if let Some(assoc) = self.assocs.get_mut(&handle) {
+                    assoc.handle(now, incoming);
+                }
+                None
+            }
+            DatagramEvent::NewAssociation {
+                handle,
+                association,
+                replaces,
+            } => {
+                if let Some(old) = replaces
+                    && let Some(mut assoc) = self.assocs.remove(&old)
+                {
+                    assoc.peer_restarted();
+                    while let Some(event) = assoc.poll_event() {
+                        self.events.push((old, event));
+                    }
+                }
+                self.assocs.insert(handle, *association);
+                None
+            }
+            DatagramEvent::Response(transmit) => Some(transmit),
+        }
+    }
+
     /// The only association of this side.
     pub(crate) fn assoc(&mut self) -> &mut Association {
         self.assocs
@@ -103,6 +135,37 @@ impl Side {
             .next()
             .expect("the side has an association")
     }
+}
+
+/// Drains every association of `side`: its transmits (returned, in order),
+/// events, and (if it is reading) its messages; forgets the drained ones.
+fn drain_side(side: &mut Side, now: Instant) -> Vec<Transmit> {
+    let mut out = Vec::new();
+    let mut over = Vec::new();
+    for (handle, assoc) in side.assocs.iter_mut() {
+        while let Some(t) = assoc.poll_transmit(now) {
+            out.push(t);
+        }
+        while let Some(event) = assoc.poll_event() {
+            side.events.push((*handle, event));
+        }
+        if side.reading {
+            while let Some(msg) = assoc.recv() {
+                side.received.push(msg);
+            }
+            // Reading may have reopened the window: a SACK may be due.
+            while let Some(t) = assoc.poll_transmit(now) {
+                out.push(t);
+            }
+        }
+        if assoc.is_drained() {
+            over.push(*handle);
+        }
+    }
+    for handle in over {
+        side.endpoint.forget(handle);
+    }
+    out
 }
 
 struct InFlight {
@@ -292,32 +355,8 @@ impl Sim {
 
     fn deliver(&mut self, to: usize, from: SocketAddr, data: Bytes) {
         let now = self.now;
-        let side = &mut self.sides[to];
-        match side.endpoint.handle(now, from, data) {
-            None => {}
-            Some(DatagramEvent::Association(handle, incoming)) => {
-                if let Some(assoc) = side.assocs.get_mut(&handle) {
-                    assoc.handle(now, incoming);
-                }
-            }
-            Some(DatagramEvent::NewAssociation {
-                handle,
-                association,
-                replaces,
-            }) => {
-                if let Some(old) = replaces
-                    && let Some(mut assoc) = side.assocs.remove(&old)
-                {
-                    assoc.peer_restarted();
-                    while let Some(event) = assoc.poll_event() {
-                        side.events.push((old, event));
-                    }
-                }
-                side.assocs.insert(handle, *association);
-            }
-            Some(DatagramEvent::Response(transmit)) => {
-                self.transmit(to, transmit.contents);
-            }
+        if let Some(response) = self.sides[to].handle(now, from, data) {
+            self.transmit(to, response.contents);
         }
     }
 
@@ -325,34 +364,8 @@ impl Sim {
     pub(crate) fn drain(&mut self) {
         for i in 0..2 {
             let now = self.now;
-            let mut out = Vec::new();
-            let side = &mut self.sides[i];
-            let mut over = Vec::new();
-            for (handle, assoc) in side.assocs.iter_mut() {
-                while let Some(t) = assoc.poll_transmit(now) {
-                    out.push(t.contents);
-                }
-                while let Some(event) = assoc.poll_event() {
-                    side.events.push((*handle, event));
-                }
-                if side.reading {
-                    while let Some(msg) = assoc.recv() {
-                        side.received.push(msg);
-                    }
-                    // Reading may have reopened the window: a SACK may be due.
-                    while let Some(t) = assoc.poll_transmit(now) {
-                        out.push(t.contents);
-                    }
-                }
-                if assoc.is_drained() {
-                    over.push(*handle);
-                }
-            }
-            for handle in over {
-                side.endpoint.forget(handle);
-            }
-            for data in out {
-                self.transmit(i, data);
+            for t in drain_side(&mut self.sides[i], now) {
+                self.transmit(i, t.contents);
             }
         }
     }
