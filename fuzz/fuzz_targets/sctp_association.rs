@@ -2,7 +2,11 @@
 //! datagrams (arbitrary bytes, or packets built from the input with the
 //! right verification tag and a valid checksum, so they reach the state
 //! machine), real packets delivered, dropped, duplicated or replayed, time
-//! advanced, application sends, reads, closes and aborts.
+//! advanced, application sends, reads, closes and aborts. Datagrams go up to
+//! the largest UDP payload over IPv4 (65,507 bytes), as a peer's can: raw
+//! ones, forged ones with large chunks and long gap and duplicate lists, and
+//! full-size ones (a DATA bundle in the window, a SACK with more reports than
+//! the decoder reads, an INIT with thousands of parameters).
 //!
 //! Invariants checked after every operation:
 //! - nothing panics, and every loop terminates (a bounded number of
@@ -43,6 +47,11 @@ const MAX_RECORDED: usize = 64;
 const MAX_QUEUED: usize = 1024;
 /// SCTP port of both sides.
 const PORT: u16 = 5000;
+/// The largest SCTP packet a UDP datagram over IPv4 carries, bytes.
+const MAX_UDP_PAYLOAD: usize = 65_507;
+/// Gap blocks and duplicate TSNs a forged SACK may carry at most: past the
+/// 256 of each the decoder reads.
+const MAX_FORGED_REPORTS: usize = 300;
 
 fn config(idata: bool) -> Config {
     Config {
@@ -303,7 +312,11 @@ fn chunk(u: &mut Unstructured<'_>, their_tsn: u32, our_tsn: u32) -> ArbResult<Ch
             } else {
                 DataKind::Data
             };
-            let len = u.int_in_range(0..=2000usize)?;
+            let len = if u.ratio(1, 8)? {
+                u.int_in_range(0..=MAX_UDP_PAYLOAD)?
+            } else {
+                u.int_in_range(0..=2000usize)?
+            };
             Chunk::Data(DataChunk {
                 kind,
                 unordered: u.ratio(1, 4)?,
@@ -320,7 +333,8 @@ fn chunk(u: &mut Unstructured<'_>, their_tsn: u32, our_tsn: u32) -> ArbResult<Ch
         }
         3 | 4 => {
             let cum = tsn_near(u, our_tsn)?;
-            let n = u.int_in_range(0..=4)?;
+            let long = u.ratio(1, 8)?;
+            let n = u.int_in_range(0..=if long { MAX_FORGED_REPORTS } else { 4 })?;
             let mut gaps = Vec::new();
             for _ in 0..n {
                 gaps.push(GapBlock {
@@ -328,7 +342,7 @@ fn chunk(u: &mut Unstructured<'_>, their_tsn: u32, our_tsn: u32) -> ArbResult<Ch
                     end: u.arbitrary()?,
                 });
             }
-            let n = u.int_in_range(0..=3)?;
+            let n = u.int_in_range(0..=if long { MAX_FORGED_REPORTS } else { 3 })?;
             let mut dups = Vec::new();
             for _ in 0..n {
                 dups.push(u.arbitrary()?);
@@ -395,16 +409,114 @@ fn chunk(u: &mut Unstructured<'_>, their_tsn: u32, our_tsn: u32) -> ArbResult<Ch
     })
 }
 
+/// The chunks of a datagram as large as UDP over IPv4 carries: DATA (or
+/// I-DATA) of consecutive TSNs from the receiver's next, a SACK with more
+/// gap blocks and duplicates than the decoder reads, or an INIT with
+/// thousands of small parameters of every handling kind.
+fn full_size(u: &mut Unstructured<'_>, their_tsn: u32, our_tsn: u32) -> ArbResult<Vec<Chunk>> {
+    /// Common header plus a chunk header.
+    const OVERHEAD: usize = 12 + 4;
+    Ok(match u.int_in_range(0..=2u8)? {
+        0 => {
+            let kind = if u.arbitrary()? {
+                DataKind::IData
+            } else {
+                DataKind::Data
+            };
+            let per = u.int_in_range(1..=8192usize)?;
+            let header = 16 + if kind == DataKind::IData { 4 } else { 0 };
+            let stream = u.int_in_range(0..=20)?;
+            let mut chunks = Vec::new();
+            let mut len = 12;
+            let mut tsn = their_tsn.wrapping_add(1);
+            let mut mid = 0;
+            while len + header + 1 <= MAX_UDP_PAYLOAD {
+                let take = per.min(MAX_UDP_PAYLOAD - len - header);
+                let (beginning, ending) = (u.arbitrary()?, u.arbitrary()?);
+                chunks.push(Chunk::Data(DataChunk {
+                    kind,
+                    unordered: false,
+                    beginning,
+                    ending,
+                    immediate: false,
+                    tsn,
+                    stream,
+                    mid,
+                    fsn: 0,
+                    ppid: 0,
+                    payload: Bytes::from(vec![0xa5; take]),
+                }));
+                len += (header + take + 3) & !3;
+                tsn = tsn.wrapping_add(1);
+                if ending {
+                    mid += 1;
+                }
+            }
+            chunks
+        }
+        1 => {
+            let count = (MAX_UDP_PAYLOAD - OVERHEAD - 12) / 4;
+            let gaps = u.int_in_range(0..=count)?;
+            vec![Chunk::Sack(Sack {
+                cum_tsn_ack: tsn_near(u, our_tsn)?,
+                a_rwnd: u.arbitrary()?,
+                gaps: (0..gaps)
+                    .map(|i| {
+                        let start = u16::try_from(2 * i + 2).unwrap_or(u16::MAX);
+                        GapBlock { start, end: start }
+                    })
+                    .collect(),
+                dups: (0..count - gaps)
+                    .map(|i| our_tsn.wrapping_sub(i as u32))
+                    .collect(),
+            })]
+        }
+        _ => {
+            let param =
+                |kind: u16| Bytes::from([kind.to_be_bytes(), [0, 8], [0, 0], [0, 0]].concat());
+            let count = (MAX_UDP_PAYLOAD - OVERHEAD - 16) / 8;
+            let unrecognized = (0..count)
+                .map(|i| {
+                    let low = (i % 0x3fff) as u16;
+                    param(match i % 3 {
+                        0 => 5,
+                        1 => 0x8000 | low,
+                        _ => 0xc000 | low,
+                    })
+                })
+                .collect();
+            vec![Chunk::Init(Init {
+                initiate_tag: u.arbitrary()?,
+                a_rwnd: u.arbitrary()?,
+                outbound_streams: u.arbitrary()?,
+                inbound_streams: u.arbitrary()?,
+                initial_tsn: u.arbitrary()?,
+                cookie: None,
+                extensions: vec![kind::I_DATA],
+                cookie_preservative: u.arbitrary()?,
+                unrecognized,
+            })]
+        }
+    })
+}
+
 /// A packet to side `to` built from the input, with its tag right (mostly)
 /// and its checksum valid.
 fn forged(u: &mut Unstructured<'_>, pair: &mut Pair, to: usize) -> ArbResult<Bytes> {
     let our_tsn = pair.sides[to].sent_tsn;
     let their_tsn = pair.sides[1 - to].sent_tsn;
     let tag = pair.assoc(to).map_or(0, |a| a.local_tag());
-    let n = u.int_in_range(1..=4)?;
+    let n = if u.ratio(1, 8)? {
+        u.int_in_range(1..=64)?
+    } else {
+        u.int_in_range(1..=4)?
+    };
     let mut chunks = Vec::with_capacity(n);
     for _ in 0..n {
         chunks.push(chunk(u, their_tsn, our_tsn)?);
+    }
+    if u.ratio(1, 16)? {
+        chunks = full_size(u, their_tsn, our_tsn)?;
     }
     let vtag = match u.int_in_range(0..=7u8)? {
         0 => 0,
@@ -412,12 +524,19 @@ fn forged(u: &mut Unstructured<'_>, pair: &mut Pair, to: usize) -> ArbResult<Byt
         _ if matches!(chunks.first(), Some(Chunk::Init(_))) => 0,
         _ => tag,
     };
-    let packet = Packet {
+    let mut packet = Packet {
         src_port: PORT,
         dst_port: PORT,
         vtag,
         chunks,
     };
+    // No datagram is larger: the chunks that do not fit are left out.
+    while packet.encoded_len() > MAX_UDP_PAYLOAD && packet.chunks.len() > 1 {
+        packet.chunks.pop();
+    }
+    if packet.encoded_len() > MAX_UDP_PAYLOAD {
+        return Err(libfuzzer_sys::arbitrary::Error::IncorrectFormat);
+    }
     let mut out = BytesMut::with_capacity(packet.encoded_len());
     // A forged chunk too long to encode is not a packet anyone can send.
     packet
@@ -436,12 +555,12 @@ fn run(u: &mut Unstructured<'_>) -> ArbResult<()> {
         match u.int_in_range(0..=13u8)? {
             // Arbitrary bytes.
             0 => {
-                let data = bytes(u, 1500)?;
+                let data = bytes(u, MAX_UDP_PAYLOAD)?;
                 pair.deliver(side, data);
             }
             // Arbitrary bytes behind a valid checksum.
             1 => {
-                let mut data = bytes(u, 1500)?.to_vec();
+                let mut data = bytes(u, MAX_UDP_PAYLOAD)?.to_vec();
                 if data.len() >= sctp::wire::COMMON_HEADER_LEN {
                     sctp::wire::seal_checksum(&mut data);
                 }

@@ -75,6 +75,13 @@ pub struct Config {
     /// The most a peer's Cookie Preservative (RFC 9260 5.2.6) adds to
     /// `cookie_lifetime`; a larger request is cut to this, zero ignores it.
     pub max_cookie_extension: Duration,
+    /// Tests only: the initial TSN every association of the endpoint starts
+    /// with instead of a random one, so a test can start near 2^32 and see
+    /// the TSN wrap end to end. `None` (the default, and the only sane
+    /// production value): random, as RFC 9260 5.1 asks. The random draw is
+    /// made either way, so tags stay what the seed gives.
+    #[doc(hidden)]
+    pub initial_tsn: Option<u32>,
 }
 
 impl Default for Config {
@@ -100,6 +107,7 @@ impl Default for Config {
             max_retransmits: 10,
             cookie_lifetime: Duration::from_secs(60),
             max_cookie_extension: DEFAULT_MAX_COOKIE_EXTENSION,
+            initial_tsn: None,
         }
     }
 }

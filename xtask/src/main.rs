@@ -12,6 +12,7 @@ mod bench;
 mod cmd;
 mod corpus;
 mod ebpf;
+mod fuzz_seeds;
 mod install;
 mod plot;
 mod run;
@@ -42,6 +43,9 @@ enum Command {
     Run(run::RunOptions),
     /// Run a benchmark and write its report to bench/results/.
     Bench(bench::BenchOptions),
+    /// Write the full-size SCTP fuzz seeds under fuzz/target/seeds/ (`test`
+    /// does it before its fuzz run) and print how to fuzz with them by hand.
+    FuzzSeeds,
     /// Write the generated page corpus (p25, p50, p75 pages) to a directory.
     Corpus(corpus::CorpusOptions),
     /// Run only the kernel-SCTP tests inside a virtme-ng VM with Debian's kernel.
@@ -64,6 +68,7 @@ fn main() -> Result<()> {
         Command::Bench(options) => bench::run(&options),
         Command::Run(options) => run::run(&options),
         Command::Corpus(options) => corpus::run(&options),
+        Command::FuzzSeeds => fuzz_seeds::run(),
         Command::Install(options) => install::install(&options),
         Command::Uninstall(options) => install::uninstall(&options),
     }

@@ -7,7 +7,8 @@
 //!    (`gateway/tests/e2e.rs`: the real gateway and origin binaries, nginx and
 //!    Chromium in the testbed's namespaces) and eBPF load tests (needs root);
 //! 5. the kernel-SCTP tests in a VM;
-//! 6. a short fuzz run of every fuzz target.
+//! 6. a short fuzz run of every fuzz target (the SCTP ones with inputs up to
+//!    a full UDP datagram, and full-size seeds written first: fuzz_seeds.rs).
 
 use std::path::Path;
 use std::process::Command;
@@ -16,7 +17,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::cmd::{run_command, workspace_root};
-use crate::{ebpf, setup, vm};
+use crate::{ebpf, fuzz_seeds, setup, vm};
 
 /// Options for `cargo xtask test`.
 #[derive(Debug, clap::Args)]
@@ -33,6 +34,19 @@ pub(crate) struct TestOptions {
     /// Skip `cargo xtask setup` (when you know everything is installed).
     #[arg(long)]
     pub skip_setup: bool,
+}
+
+/// The longest input libFuzzer makes for `target`, bytes, if not its default
+/// (4,096, or the largest seed). A peer can send an SCTP packet as large as a
+/// UDP datagram over IPv4 carries, so `sctp_packet` takes that; an input of
+/// `sctp_association` is a sequence of operations, room for one such
+/// datagram and more.
+fn fuzz_max_len(target: &str) -> Option<usize> {
+    match target {
+        "sctp_packet" => Some(fuzz_seeds::MAX_UDP_PAYLOAD),
+        "sctp_association" => Some(2 * (fuzz_seeds::MAX_UDP_PAYLOAD + 29)),
+        _ => None,
+    }
 }
 
 /// Fuzz targets in fuzz/Cargo.toml, run in this order.
@@ -94,14 +108,27 @@ pub(crate) fn run(options: &TestOptions) -> Result<()> {
     if options.skip_fuzz {
         println!("xtask: fuzzing SKIPPED (--skip-fuzz)");
     } else {
+        step("full-size fuzz seeds");
+        let seeds = fuzz_seeds::write(root)?;
         for target in FUZZ_TARGETS {
             step(&format!("fuzz {target} for {} s", options.fuzz_seconds));
-            run_command(
-                Command::new("cargo")
-                    .current_dir(root.join("fuzz"))
-                    .args(["+nightly", "fuzz", "run", target, "--"])
-                    .arg(format!("-max_total_time={}", options.fuzz_seconds)),
-            )?;
+            let mut command = Command::new("cargo");
+            command
+                .current_dir(root.join("fuzz"))
+                .args(["+nightly", "fuzz", "run", target]);
+            // Corpus directories given, cargo fuzz reads only those:
+            // the committed one first (libFuzzer adds what it finds there),
+            // then the generated seeds.
+            if let Some((_, dir)) = seeds.iter().find(|(t, _)| *t == target) {
+                command.arg(Path::new("corpus").join(target)).arg(dir);
+            }
+            command
+                .arg("--")
+                .arg(format!("-max_total_time={}", options.fuzz_seconds));
+            if let Some(max_len) = fuzz_max_len(target) {
+                command.arg(format!("-max_len={max_len}"));
+            }
+            run_command(&mut command)?;
         }
     }
     println!(
