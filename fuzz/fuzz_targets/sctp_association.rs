@@ -15,7 +15,12 @@
 //!   fits the configured MTU;
 //! - after `handle_timeout(now)`, `poll_timeout` is never at or before `now`;
 //! - the bytes of whole messages waiting to be read never exceed twice the
-//!   configured receive window (memory is bounded whatever the peer sends);
+//!   configured receive window, and what each endpoint's receivers charge to
+//!   its memory pool stays within `Config::receive_memory_bound` per
+//!   association (memory is bounded whatever the peer sends);
+//! - counted by a global allocator, an input gives back every byte it
+//!   allocated once the pair is dropped (nothing leaks, whatever the peer
+//!   did; sctp/tests/memory.rs holds the worst cases to the bound itself).
 //! - an association ends at most once, and says nothing after it ended.
 #![no_main]
 
@@ -30,6 +35,15 @@ use sctp::chunk::{
     Chunk, DataChunk, DataKind, ErrorCause, GapBlock, Init, Packet, Sack, cause, kind,
 };
 use sctp::{AssocHandle, Association, Config, DatagramEvent, Endpoint, Event, State};
+
+#[path = "../../sctp/tests/support/counting.rs"]
+mod counting;
+
+#[global_allocator]
+static ALLOCATOR: counting::Counting = counting::Counting;
+
+/// What an input may leave allocated once its pair is dropped.
+const LEAK_SLACK: isize = 4 * 1024;
 
 /// The receive window both sides advertise, bytes: small, so the fuzzer
 /// reaches a full window quickly.
@@ -244,6 +258,12 @@ impl Pair {
                     over.push(*handle);
                 }
             }
+            let bound = side.endpoint.config().receive_memory_bound();
+            let charged = side.endpoint.receive_memory();
+            assert!(
+                charged <= bound * side.assocs.len().max(1),
+                "receivers charged {charged} bytes; one association's bound is {bound}"
+            );
             for handle in over {
                 side.endpoint.forget(handle);
             }
@@ -631,6 +651,9 @@ fn run(u: &mut Unstructured<'_>) -> ArbResult<()> {
 }
 
 fuzz_target!(|data: &[u8]| {
+    let base = counting::live();
     let mut u = Unstructured::new(data);
     let _ = run(&mut u);
+    let left = counting::live() - base;
+    assert!(left <= LEAK_SLACK, "the input left {left} bytes allocated");
 });

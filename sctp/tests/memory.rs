@@ -8,8 +8,6 @@
 //! live bytes against the bound the configuration gives
 //! (`Config::receive_memory_bound`).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -17,62 +15,10 @@ use bytes::{Bytes, BytesMut};
 use sctp::chunk::{Chunk, DataChunk, DataKind, Init, Packet, kind};
 use sctp::{Association, Config, DatagramEvent, Endpoint, State};
 
-/// Counts live bytes and their peak, per thread: the test harness's other
-/// threads allocate while a case runs, and each case runs on one thread
-/// (the core is sans-I/O), so what its thread allocates is what it holds.
-struct Counting;
+#[path = "support/counting.rs"]
+mod counting;
 
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-    static PEAK: Cell<isize> = const { Cell::new(0) };
-}
-
-fn count(delta: isize) {
-    // `try_with`: the allocator runs while a thread's locals are torn down.
-    let _ = LIVE.try_with(|live| {
-        live.set(live.get() + delta);
-        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(live.get())));
-    });
-}
-
-fn live() -> isize {
-    LIVE.with(Cell::get)
-}
-
-/// Live bytes now, and their peak since the last call.
-fn live_and_reset_peak() -> isize {
-    let now = live();
-    PEAK.with(|peak| peak.set(now));
-    now
-}
-
-// SAFETY: every call is passed to the system allocator unchanged; the
-// counters only add up sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's layout.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            count(layout.size() as isize);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded with the caller's pointer and layout.
-        unsafe { System.dealloc(ptr, layout) };
-        count(-(layout.size() as isize));
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded with the caller's pointer, layout and size.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            count(new_size as isize - layout.size() as isize);
-        }
-        p
-    }
-}
+use counting::{Counting, live, peak, reset_peak};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -227,14 +173,14 @@ fn attack(
 ) {
     let now = Instant::now();
     let (mut ep, mut assoc, tag) = opened(config, now);
-    let base = live_and_reset_peak();
+    let base = reset_peak();
     let mut i = 0;
     while let Some(datagram) = datagram(tag, i) {
         deliver(&mut ep, &mut assoc, now, datagram, reading);
         i += 1;
     }
     let held = usize::try_from(live() - base).unwrap_or(0);
-    let peak = usize::try_from(PEAK.with(Cell::get) - base).unwrap_or(0);
+    let peak = usize::try_from(peak() - base).unwrap_or(0);
     let bound = config.receive_memory_bound();
     eprintln!("{what}: {i} datagrams, {held} bytes held, peak {peak}, bound {bound}");
     assert_eq!(
@@ -429,7 +375,7 @@ fn associations_together_stay_within_twice_the_endpoint_budget() {
     let mut assocs: Vec<(Association, u32)> = (0..PEERS)
         .map(|i| open(&mut ep, &config, now, from(i)))
         .collect();
-    let base = live_and_reset_peak();
+    let base = reset_peak();
     // Every peer sends one-byte ordered messages behind an SSN gap, in turn:
     // alone, each association could hold about 90 KB (the case above).
     for round in 0..2_000usize {
