@@ -35,6 +35,7 @@ mod error;
 pub mod framed_tcp;
 pub mod hello;
 pub mod kernel;
+pub mod log_limit;
 pub mod quic;
 #[cfg(feature = "sctp-proto-baseline")]
 pub mod sctp_proto;

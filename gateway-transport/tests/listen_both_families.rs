@@ -56,10 +56,8 @@ async fn both_wildcards(kind: BackendKind) -> Result<()> {
         if let Some(pin) = listener.quic_cert_sha256() {
             client_config.quic_server_cert_sha256 = Some(pin.to_owned());
         }
-        let (client, server) = tokio::join!(
-            connect(kind, loopback, &client_config),
-            listener.accept()
-        );
+        let (client, server) =
+            tokio::join!(connect(kind, loopback, &client_config), listener.accept());
         let (_client, server) = (
             client.with_context(|| format!("connect to {loopback}"))?,
             server.with_context(|| format!("accept from {loopback}"))?,

@@ -1136,16 +1136,15 @@ fn freshness_cases() -> Vec<Case> {
             "5.3",
             "an Expires with time fields separated by dots is not an HTTP-date: already expired",
             vec![
-                get(0, "/a")
-                    .origin(
-                        200,
-                        &[
-                            ("expires", "Thu, 18 Aug 2050 02.01.18 GMT"),
-                            ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
-                            ("etag", "\"v\""),
-                        ],
-                        "x",
-                    ),
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thu, 18 Aug 2050 02.01.18 GMT"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
                 get(1, "/a").expect(Revalidate).origin(304, &[], ""),
             ],
         ),
@@ -1153,16 +1152,15 @@ fn freshness_cases() -> Vec<Case> {
             "5.3",
             "an Expires with a one-digit hour is not an HTTP-date: already expired",
             vec![
-                get(0, "/a")
-                    .origin(
-                        200,
-                        &[
-                            ("expires", "Thu, 18 Aug 2050 2:01:18 GMT"),
-                            ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
-                            ("etag", "\"v\""),
-                        ],
-                        "x",
-                    ),
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thu, 18 Aug 2050 2:01:18 GMT"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
                 get(1, "/a").expect(Revalidate).origin(304, &[], ""),
             ],
         ),
@@ -1170,16 +1168,15 @@ fn freshness_cases() -> Vec<Case> {
             "5.3",
             "an Expires with a two-digit year in IMF-fixdate is not an HTTP-date: already expired",
             vec![
-                get(0, "/a")
-                    .origin(
-                        200,
-                        &[
-                            ("expires", "Thu, 18 Aug 50 02:01:18 GMT"),
-                            ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
-                            ("etag", "\"v\""),
-                        ],
-                        "x",
-                    ),
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thu, 18 Aug 50 02:01:18 GMT"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
                 get(1, "/a").expect(Revalidate).origin(304, &[], ""),
             ],
         ),
@@ -1187,16 +1184,15 @@ fn freshness_cases() -> Vec<Case> {
             "5.3",
             "an Expires with a zone other than GMT is not an HTTP-date: already expired",
             vec![
-                get(0, "/a")
-                    .origin(
-                        200,
-                        &[
-                            ("expires", "Thu, 18 Aug 2050 02:01:18 UTC"),
-                            ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
-                            ("etag", "\"v\""),
-                        ],
-                        "x",
-                    ),
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thu, 18 Aug 2050 02:01:18 UTC"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
                 get(1, "/a").expect(Revalidate).origin(304, &[], ""),
             ],
         ),
@@ -1204,16 +1200,15 @@ fn freshness_cases() -> Vec<Case> {
             "5.3",
             "an Expires with a numeric zone is not an HTTP-date: already expired",
             vec![
-                get(0, "/a")
-                    .origin(
-                        200,
-                        &[
-                            ("expires", "Thu, 18 Aug 2050 02:01:18 +0000"),
-                            ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
-                            ("etag", "\"v\""),
-                        ],
-                        "x",
-                    ),
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thu, 18 Aug 2050 02:01:18 +0000"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
                 get(1, "/a").expect(Revalidate).origin(304, &[], ""),
             ],
         ),
@@ -1221,16 +1216,15 @@ fn freshness_cases() -> Vec<Case> {
             "5.3",
             "an Expires with a lowercase month is not an HTTP-date: already expired",
             vec![
-                get(0, "/a")
-                    .origin(
-                        200,
-                        &[
-                            ("expires", "Thu, 18 aug 2050 02:01:18 GMT"),
-                            ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
-                            ("etag", "\"v\""),
-                        ],
-                        "x",
-                    ),
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thu, 18 aug 2050 02:01:18 GMT"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
                 get(1, "/a").expect(Revalidate).origin(304, &[], ""),
             ],
         ),
@@ -1238,16 +1232,15 @@ fn freshness_cases() -> Vec<Case> {
             "5.3",
             "an Expires with a weekday that is not the date's is not an HTTP-date: already expired",
             vec![
-                get(0, "/a")
-                    .origin(
-                        200,
-                        &[
-                            ("expires", "Fri, 18 Aug 2050 02:01:18 GMT"),
-                            ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
-                            ("etag", "\"v\""),
-                        ],
-                        "x",
-                    ),
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Fri, 18 Aug 2050 02:01:18 GMT"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
                 get(1, "/a").expect(Revalidate).origin(304, &[], ""),
             ],
         ),
@@ -1255,16 +1248,15 @@ fn freshness_cases() -> Vec<Case> {
             "5.3",
             "an Expires with no weekday is not an HTTP-date: already expired",
             vec![
-                get(0, "/a")
-                    .origin(
-                        200,
-                        &[
-                            ("expires", "18 Aug 2050 02:01:18 GMT"),
-                            ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
-                            ("etag", "\"v\""),
-                        ],
-                        "x",
-                    ),
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "18 Aug 2050 02:01:18 GMT"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
                 get(1, "/a").expect(Revalidate).origin(304, &[], ""),
             ],
         ),
@@ -1272,16 +1264,15 @@ fn freshness_cases() -> Vec<Case> {
             "5.3",
             "an Expires with an ISO 8601 date is not an HTTP-date: already expired",
             vec![
-                get(0, "/a")
-                    .origin(
-                        200,
-                        &[
-                            ("expires", "2050-08-18T02:01:18Z"),
-                            ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
-                            ("etag", "\"v\""),
-                        ],
-                        "x",
-                    ),
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "2050-08-18T02:01:18Z"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
                 get(1, "/a").expect(Revalidate).origin(304, &[], ""),
             ],
         ),
@@ -1289,7 +1280,14 @@ fn freshness_cases() -> Vec<Case> {
             "5.3",
             "an Expires in IMF-fixdate is a date (RFC 9110, 5.6.7: recipients accept all three)",
             vec![
-                get(0, "/a").origin(200, &[("expires", "Thu, 18 Aug 2050 02:01:18 GMT"), ("etag", "\"v\"")], "x"),
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thu, 18 Aug 2050 02:01:18 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
                 get(1, "/a").expect(Hit),
             ],
         ),
@@ -1297,7 +1295,14 @@ fn freshness_cases() -> Vec<Case> {
             "5.3",
             "an Expires in the obsolete RFC 850 form is a date (RFC 9110, 5.6.7: recipients accept all three)",
             vec![
-                get(0, "/a").origin(200, &[("expires", "Thursday, 18-Aug-50 02:01:18 GMT"), ("etag", "\"v\"")], "x"),
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thursday, 18-Aug-50 02:01:18 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
                 get(1, "/a").expect(Hit),
             ],
         ),
@@ -1305,7 +1310,11 @@ fn freshness_cases() -> Vec<Case> {
             "5.3",
             "an Expires in the obsolete asctime form is a date (RFC 9110, 5.6.7: recipients accept all three)",
             vec![
-                get(0, "/a").origin(200, &[("expires", "Thu Aug 18 02:01:18 2050"), ("etag", "\"v\"")], "x"),
+                get(0, "/a").origin(
+                    200,
+                    &[("expires", "Thu Aug 18 02:01:18 2050"), ("etag", "\"v\"")],
+                    "x",
+                ),
                 get(1, "/a").expect(Hit),
             ],
         ),
@@ -3279,10 +3288,27 @@ fn harmless_fields_are_sorted_lowercase_and_found() {
         let parsed = HeaderName::from_static(name);
         assert!(harmless_request_field(&parsed), "{name}");
     }
-    for name in ["sec-ch-ua", "sec-ch-ua-full-version-list", "sec-ch-prefers-color-scheme"] {
-        assert!(harmless_request_field(&HeaderName::from_static(name)), "{name}");
+    for name in [
+        "sec-ch-ua",
+        "sec-ch-ua-full-version-list",
+        "sec-ch-prefers-color-scheme",
+    ] {
+        assert!(
+            harmless_request_field(&HeaderName::from_static(name)),
+            "{name}"
+        );
     }
-    for name in ["sec-ch", "x-forwarded-host", "forwarded", "x-original-url", "a", "zz"] {
-        assert!(!harmless_request_field(&HeaderName::from_static(name)), "{name}");
+    for name in [
+        "sec-ch",
+        "x-forwarded-host",
+        "forwarded",
+        "x-original-url",
+        "a",
+        "zz",
+    ] {
+        assert!(
+            !harmless_request_field(&HeaderName::from_static(name)),
+            "{name}"
+        );
     }
 }
