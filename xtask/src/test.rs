@@ -36,7 +36,13 @@ pub(crate) struct TestOptions {
 }
 
 /// Fuzz targets in fuzz/Cargo.toml, run in this order.
-const FUZZ_TARGETS: [&str; 9] = [
+/// Longest fuzz input, in bytes: the largest UDP payload over IPv4 (65,535
+/// less the IP and UDP headers), so that each target sees inputs as large as a
+/// datagram, a RESPONSE_HEAD message or a head read off a socket can be.
+/// Without it libFuzzer stops at 4,096 bytes or the longest seed.
+const FUZZ_MAX_LEN: usize = 65_507;
+
+const FUZZ_TARGETS: [&str; 12] = [
     "decode",
     "session",
     "sctp_packet",
@@ -46,6 +52,9 @@ const FUZZ_TARGETS: [&str; 9] = [
     "origin_path",
     "framing",
     "front_head",
+    "origin_request_head",
+    "framed_tcp_frames",
+    "origin_response_head",
 ];
 
 pub(crate) fn run(options: &TestOptions) -> Result<()> {
@@ -100,7 +109,8 @@ pub(crate) fn run(options: &TestOptions) -> Result<()> {
                 Command::new("cargo")
                     .current_dir(root.join("fuzz"))
                     .args(["+nightly", "fuzz", "run", target, "--"])
-                    .arg(format!("-max_total_time={}", options.fuzz_seconds)),
+                    .arg(format!("-max_total_time={}", options.fuzz_seconds))
+                    .arg(format!("-max_len={FUZZ_MAX_LEN}")),
             )?;
         }
     }
