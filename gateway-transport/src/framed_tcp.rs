@@ -43,6 +43,9 @@ const WRITE_QUEUE: usize = 256;
 const READ_QUEUE: usize = 256;
 /// Bytes the writer gathers before a system call; larger payloads bypass it.
 const WRITE_BUFFER: usize = 64 * 1024;
+/// Connections the kernel queues before `accept` (tokio's `TcpListener::bind`
+/// asks for the same).
+const LISTEN_BACKLOG: i32 = 1024;
 
 const KIND_DATA: u8 = 0;
 const KIND_PING: u8 = 1;
@@ -404,21 +407,37 @@ fn encode_header(header: &mut [u8; FRAME_HEADER_LEN], kind: u8, stream: u16, len
 
 /// One decoded frame.
 #[derive(Debug, PartialEq, Eq)]
-enum Frame {
+pub enum Frame {
+    /// A message on one of the streams the handshake granted.
     Data(Message),
+    /// A keepalive; it carries nothing.
     Ping,
+    /// The peer has sent its last frame.
     Shutdown,
 }
 
 /// Incremental frame decoder: `Ok(None)` means "need more bytes", never "bad".
+/// Public so that the fuzz crate can drive it; the association is its only user.
 #[derive(Debug)]
-struct FrameDecoder {
+pub struct FrameDecoder {
     inbound_streams: u16,
     max_message: usize,
 }
 
 impl FrameDecoder {
-    fn decode(&self, buf: &mut BytesMut) -> Result<Option<Frame>, &'static str> {
+    /// A decoder for a connection whose handshake granted `inbound_streams`
+    /// streams and messages of at most `max_message` bytes.
+    pub fn new(inbound_streams: u16, max_message: usize) -> FrameDecoder {
+        FrameDecoder {
+            inbound_streams,
+            max_message,
+        }
+    }
+
+    /// Takes one whole frame off the front of `buf`. A DATA frame's length is
+    /// checked against `max_message` from its header alone, so a peer cannot
+    /// make `buf` grow past one frame header and one largest message.
+    pub fn decode(&self, buf: &mut BytesMut) -> Result<Option<Frame>, &'static str> {
         if buf.len() < FRAME_HEADER_LEN {
             return Ok(None);
         }
@@ -466,10 +485,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
     inbound_streams: u16,
     max_message: usize,
 ) {
-    let decoder = FrameDecoder {
-        inbound_streams,
-        max_message,
-    };
+    let decoder = FrameDecoder::new(inbound_streams, max_message);
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut shutdown_seen = false;
     let ending = 'read: loop {
@@ -615,8 +631,16 @@ impl Listener {
         addr: SocketAddr,
         config: &AssociationConfig,
     ) -> Result<Self, TransportError> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_nonblocking(true)?;
+        // As `TcpListener::bind` does: a restarted origin rebinds at once.
+        socket.set_reuse_address(true)?;
+        crate::ipv6_only(&socket, addr)?;
+        socket.bind(&addr.into())?;
+        socket.listen(LISTEN_BACKLOG)?;
         Ok(Self {
-            listener: TcpListener::bind(addr).await?,
+            listener: TcpListener::from_std(socket.into())?,
             config: config.clone(),
         })
     }
@@ -658,10 +682,7 @@ mod tests {
     use super::*;
 
     fn decoder() -> FrameDecoder {
-        FrameDecoder {
-            inbound_streams: 4,
-            max_message: 16,
-        }
+        FrameDecoder::new(4, 16)
     }
 
     fn frame(kind: u8, stream: u16, payload: &[u8]) -> Vec<u8> {

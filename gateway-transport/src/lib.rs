@@ -35,6 +35,7 @@ mod error;
 pub mod framed_tcp;
 pub mod hello;
 pub mod kernel;
+pub mod log_limit;
 pub mod quic;
 #[cfg(feature = "sctp-proto-baseline")]
 pub mod sctp_proto;
@@ -320,4 +321,22 @@ pub async fn connect(
     Ok(Association {
         inner: Arc::new(inner),
     })
+}
+
+/// Makes an IPv6 socket IPv6-only (`IPV6_V6ONLY`) before it is bound; an IPv4
+/// one is left alone.
+///
+/// Every backend's IPv6 sockets are, whatever the host's
+/// `net.ipv6.bindv6only`: a listener on `[::]:P` then takes IPv6 only, and
+/// one on `0.0.0.0:P` beside it takes IPv4, as the shipped origin.toml asks.
+/// A dual-stack `[::]:P` would hold the IPv4 port too, so the second bind
+/// would fail with "Address already in use" and whichever came second would
+/// be missing. A single `[::]:P` that should take IPv4 as well is written as
+/// two addresses (docs/transport.md, "Listen addresses"); this is what nginx
+/// does with `listen [::]:80`.
+pub(crate) fn ipv6_only(socket: &socket2::Socket, addr: SocketAddr) -> std::io::Result<()> {
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    Ok(())
 }

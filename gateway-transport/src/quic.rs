@@ -895,6 +895,7 @@ fn udp_socket(
         socket.set_recv_buffer_size(size)?;
     }
     socket.set_nonblocking(true)?;
+    crate::ipv6_only(&socket, addr)?;
     socket.bind(&addr.into())?;
     Ok(socket.into())
 }

@@ -216,7 +216,7 @@ async fn accept_loop(
                 Ok(flow) => flow,
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!("accept failed: {e}");
+                    gateway_transport::warn_limited!("accept failed: {e}");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }

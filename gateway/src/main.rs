@@ -160,6 +160,12 @@ fn main() -> Result<()> {
 /// gateway makes one write per batch instead of one per line. Not lossy: a full
 /// queue slows the request path rather than drop lines. The returned guard
 /// flushes at exit.
+/// The log filter unless `RUST_LOG` says otherwise. rustls logs a WARN line for
+/// each malformed ClientHello it reads (an illegal SNI name, say), which any
+/// browser-side host could send at will; such a connection is logged once
+/// anyway, by the front's `https` line (`peeked = NoServerName`).
+const DEFAULT_LOG_FILTER: &str = "info,rustls=error";
+
 fn init_log(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     let stderr = std::io::stderr();
     let colour = std::io::IsTerminal::is_terminal(&stderr);
@@ -168,7 +174,8 @@ fn init_log(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
         .finish(std::io::BufWriter::new(stderr));
     let log = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| DEFAULT_LOG_FILTER.into()),
         )
         .with_writer(writer);
     match format {

@@ -751,7 +751,7 @@ fn log_refusal(request: &RequestHead, refusal: &Refusal) {
     if refusal.status() == StatusCode::FORBIDDEN {
         tracing::info!(%method, %target, status, reason, "refused: {refusal}");
     } else if refusal.status().is_server_error() {
-        tracing::warn!(%method, %target, status, reason, "refused: {refusal}");
+        gateway_transport::warn_limited!(%method, %target, status, reason, "refused: {refusal}");
     } else {
         tracing::debug!(%method, %target, status, reason, "refused: {refusal}");
     }

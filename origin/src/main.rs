@@ -132,7 +132,9 @@ fn init_log(access_log: Option<&Path>, format: LogFormat) -> Result<()> {
     use tracing_subscriber::{EnvFilter, Layer};
 
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let levels = EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    // rustls logs a WARN line for each malformed handshake message a peer
+    // sends, so a peer could write log lines at will; errors still show.
+    let levels = EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,rustls=error".into());
     let stderr = log_lines(format, colour, std::io::stderr);
     let Some(path) = access_log else {
         tracing_subscriber::registry()

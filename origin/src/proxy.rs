@@ -351,7 +351,7 @@ impl Handler for Proxy {
         match self.forward(&head, request.body).await {
             Ok(reply) => reply,
             Err(e) => {
-                tracing::warn!(
+                gateway_transport::warn_limited!(
                     id = request.id,
                     side = ?e.side(),
                     status = e.status().as_u16(),

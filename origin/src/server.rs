@@ -579,7 +579,7 @@ impl<H: Handler> Driver<H> {
                         .values()
                         .map(|j| (j.stream, self.assoc.buffered(j.stream)))
                         .collect();
-                    tracing::warn!(
+                    gateway_transport::warn_limited!(
                         depth,
                         ?streams,
                         "transport queue has not drained for {STALL_WARNING:?}"
@@ -666,7 +666,11 @@ impl<H: Handler> Driver<H> {
                 return Ok(None);
             }
             Err(Reaction::GoAway { code }) => {
-                tracing::warn!(?code, stream, "peer broke the protocol; sending GOAWAY");
+                gateway_transport::warn_limited!(
+                    ?code,
+                    stream,
+                    "peer broke the protocol; sending GOAWAY"
+                );
                 let goaway = Message::GoAway(GoAway {
                     last_request: 0,
                     code,
@@ -985,7 +989,7 @@ impl<H: Handler> Driver<H> {
         loop {
             match tokio::time::timeout(STALL_WARNING, &mut send).await {
                 Ok(result) => return Ok(result?),
-                Err(_) => tracing::warn!(
+                Err(_) => gateway_transport::warn_limited!(
                     stream,
                     buffered = ?self.assoc.buffered(stream),
                     "send blocked for {STALL_WARNING:?}"

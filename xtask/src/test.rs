@@ -36,21 +36,21 @@ pub(crate) struct TestOptions {
     pub skip_setup: bool,
 }
 
-/// The longest input libFuzzer makes for `target`, bytes, if not its default
-/// (4,096, or the largest seed). A peer can send an SCTP packet as large as a
-/// UDP datagram over IPv4 carries, so `sctp_packet` takes that; an input of
-/// `sctp_association` is a sequence of operations, room for one such
-/// datagram and more.
-fn fuzz_max_len(target: &str) -> Option<usize> {
+/// The longest input libFuzzer makes for `target`, bytes (its default is
+/// 4,096, or the largest seed). Every target sees inputs as large as a UDP
+/// datagram over IPv4 carries (65,535 less the IP and UDP headers), which is
+/// also more than a RESPONSE_HEAD message or a head read off a socket can
+/// be; an input of `sctp_association` is a sequence of operations, room for
+/// one such datagram and more.
+fn fuzz_max_len(target: &str) -> usize {
     match target {
-        "sctp_packet" => Some(fuzz_seeds::MAX_UDP_PAYLOAD),
-        "sctp_association" => Some(2 * (fuzz_seeds::MAX_UDP_PAYLOAD + 29)),
-        _ => None,
+        "sctp_association" => 2 * (fuzz_seeds::MAX_UDP_PAYLOAD + 29),
+        _ => fuzz_seeds::MAX_UDP_PAYLOAD,
     }
 }
 
 /// Fuzz targets in fuzz/Cargo.toml, run in this order.
-const FUZZ_TARGETS: [&str; 9] = [
+const FUZZ_TARGETS: [&str; 12] = [
     "decode",
     "session",
     "sctp_packet",
@@ -60,6 +60,9 @@ const FUZZ_TARGETS: [&str; 9] = [
     "origin_path",
     "framing",
     "front_head",
+    "origin_request_head",
+    "framed_tcp_frames",
+    "origin_response_head",
 ];
 
 pub(crate) fn run(options: &TestOptions) -> Result<()> {
@@ -125,9 +128,7 @@ pub(crate) fn run(options: &TestOptions) -> Result<()> {
             command
                 .arg("--")
                 .arg(format!("-max_total_time={}", options.fuzz_seconds));
-            if let Some(max_len) = fuzz_max_len(target) {
-                command.arg(format!("-max_len={max_len}"));
-            }
+            command.arg(format!("-max_len={}", fuzz_max_len(target)));
             run_command(&mut command)?;
         }
     }

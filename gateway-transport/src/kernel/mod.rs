@@ -687,6 +687,7 @@ fn new_socket(addr: SocketAddr, config: &AssociationConfig) -> Result<Socket, Tr
         _ => TransportError::Io(e),
     })?;
     socket.set_nonblocking(true)?;
+    crate::ipv6_only(&socket, addr)?;
     let fd = socket.as_fd();
     let initmsg = sys::SctpInitmsg {
         sinit_num_ostreams: config.streams,

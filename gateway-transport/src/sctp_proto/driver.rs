@@ -631,7 +631,7 @@ impl Driver {
             self.shared.accept_ready.notify_waiters();
         } else {
             drop(queue);
-            tracing::warn!(peer = %assoc.peer_addr, "accept backlog full: aborting association");
+            crate::warn_limited!(peer = %assoc.peer_addr, "accept backlog full: aborting association");
             lock(&assoc.state).abort_requested = true;
             // Its `Drop` wakes us to carry out the abort.
             drop(handle);

@@ -853,7 +853,7 @@ impl Driver {
             self.shared.accept_ready.notify_waiters();
         } else {
             drop(queue);
-            tracing::warn!(peer = %assoc.peer_addr, "accept backlog full: aborting association");
+            crate::warn_limited!(peer = %assoc.peer_addr, "accept backlog full: aborting association");
             handle.abort();
         }
     }

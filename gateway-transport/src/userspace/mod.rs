@@ -205,6 +205,7 @@ fn bind_socket(
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     socket.set_nonblocking(true)?;
+    crate::ipv6_only(&socket, addr)?;
     // Best effort: a smaller buffer than asked for only costs throughput.
     let recv = config.recv_buffer.unwrap_or(DEFAULT_SOCKET_BUFFER);
     let send = config.send_buffer.unwrap_or(DEFAULT_SOCKET_BUFFER);

@@ -541,7 +541,7 @@ impl Conn {
                     event,
                 } => self.deliver(id, tx, outcome, event).await,
                 Step::GoAway(code) => {
-                    tracing::warn!(
+                    gateway_transport::warn_limited!(
                         origin = %self.name,
                         ?code,
                         "origin broke the protocol; sending GOAWAY"
@@ -587,7 +587,7 @@ impl Conn {
             // A closed queue means the reader is gone; its guard cancelled.
             Ok(_) => {}
             Err(_) => {
-                tracing::warn!(
+                gateway_transport::warn_limited!(
                     origin = %self.name,
                     id,
                     "response reader stalled for {DELIVERY_STALL_LIMIT:?}; cancelling it"

@@ -15,7 +15,7 @@ pub const MAX_RESPONSE_HEADERS: usize = 128;
 /// The reason phrase is kept (as hyper's `ReasonPhrase` extension) when it is not
 /// the status code's canonical one. Interim (1xx) responses are refused: the
 /// protocol carries exactly one head per request.
-pub(crate) fn parse_response_head(head: &[u8]) -> Result<Parts, String> {
+pub fn parse_response_head(head: &[u8]) -> Result<Parts, String> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
     let mut parsed = httparse::Response::new(&mut fields);
     let len = match parsed.parse(head) {

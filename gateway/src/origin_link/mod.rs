@@ -68,7 +68,7 @@ use pin::PinTable;
 pub use backlog::{Backlog, FEEDBACK_GROWTH_STEP, StreamFigures};
 pub use body::ResponseBody;
 pub use error::LinkError;
-pub use head::MAX_RESPONSE_HEADERS;
+pub use head::{MAX_RESPONSE_HEADERS, parse_response_head};
 pub use outq::{BrowserSocket, CountedStream};
 pub use tunnel::{OriginTunnel, TunnelEvent};
 

@@ -43,47 +43,128 @@ const UNDERSTOOD: [u16; 16] = [
     200, 203, 204, 300, 301, 302, 303, 307, 308, 404, 405, 410, 414, 451, 500, 501,
 ];
 
-/// Request fields that make many sites answer differently but that the cache
-/// key leaves out: the forwarding and URL-override fields of frameworks and
-/// proxies. Browsers never send them; a client that does could have a site
-/// reflect them into a response the cache would then hand every other browser
-/// (cache poisoning). A request carrying one is passed on and nothing of its
-/// response is stored (docs/cache.md, "Unkeyed inputs").
+/// Request fields the cache may serve and store across, though its key leaves
+/// them out: each is either handled by this module or the front, or sent by
+/// browsers without changing what a site answers except through `Vary`.
+/// Every other field is an unkeyed input ([`unkeyed_input`]): a site could
+/// reflect it into a response the cache would then hand every other browser
+/// (cache poisoning), so a request carrying one is passed on and nothing of
+/// its response is stored (docs/cache.md, "Unkeyed inputs"). An allowlist
+/// rather than a list of dangerous fields, because the fields frameworks and
+/// proxies act on (`X-Forwarded-*`, `X-Original-URI`, `Front-End-Https`, and
+/// whatever the next one is called) cannot be listed; browsers' fields can.
 ///
-/// Field names rather than strings: every lookup tests each of them, and a
-/// string would be parsed into a name on every test.
-pub static UNKEYED_REQUEST_FIELDS: [HeaderName; 13] = [
-    HeaderName::from_static("forwarded"),
-    HeaderName::from_static("x-forwarded-host"),
-    HeaderName::from_static("x-forwarded-port"),
-    HeaderName::from_static("x-forwarded-prefix"),
-    HeaderName::from_static("x-forwarded-proto"),
-    HeaderName::from_static("x-forwarded-scheme"),
-    HeaderName::from_static("x-host"),
-    HeaderName::from_static("x-http-method"),
-    HeaderName::from_static("x-http-method-override"),
-    HeaderName::from_static("x-method-override"),
-    HeaderName::from_static("x-original-host"),
-    HeaderName::from_static("x-original-url"),
-    HeaderName::from_static("x-rewrite-url"),
+/// Sorted, for the binary search; names are lowercase as [`HeaderName`] keeps
+/// them. Besides these, every `Sec-CH-` field is harmless
+/// ([`CLIENT_HINT_PREFIX`]).
+pub const HARMLESS_REQUEST_FIELDS: [&str; 42] = [
+    // Content negotiation and the browser's description of itself: a site
+    // that answers by one names it in `Vary`, which keys the entry by it.
+    "accept",
+    "accept-charset",
+    "accept-encoding",
+    "accept-language",
+    // Keyed (`Authorization`: section 3.5 in `storable`; `Cookie`: stored
+    // responses carry no `Set-Cookie`, and a site that answers by the cookie
+    // says `Vary: Cookie` or `private`, docs/cache.md).
+    "authorization",
+    // Directives the policy reads (section 5.2.1, 5.4).
+    "cache-control",
+    // Hop-by-hop: the front removes them before the origin sees them.
+    "connection",
+    // Read by `unkeyed_input` itself: a body of any length is unkeyed.
+    "content-length",
+    "cookie",
+    // Client hints without the `Sec-CH-` prefix (RFC 8942, 3.2: a site that
+    // answers by one sends `Vary` naming it).
+    "device-memory",
+    "dnt",
+    "downlink",
+    "dpr",
+    "ect",
+    // The key's authority.
+    "host",
+    // Preconditions and ranges, handled by the policy (section 4.3.2,
+    // RFC 9110, 13 and 14).
+    "if-match",
+    "if-modified-since",
+    "if-none-match",
+    "if-range",
+    "if-unmodified-since",
+    "keep-alive",
+    // CORS: a site whose answer depends on the requesting origin says
+    // `Vary: Origin` (Fetch, "CORS protocol and HTTP caches").
+    "origin",
+    "pragma",
+    // RFC 9218 priority: how soon to send the response, not which one.
+    "priority",
+    "proxy-connection",
+    // Speculative loads (Fetch `Sec-Purpose`, and Chromium's older `Purpose`).
+    "purpose",
+    "range",
+    "referer",
+    "rtt",
+    "save-data",
+    // Fetch metadata (set by browsers only: the `Sec-` prefix is forbidden
+    // to scripts); a site isolating its resources by them sends `Vary`.
+    "sec-fetch-dest",
+    "sec-fetch-mode",
+    "sec-fetch-site",
+    "sec-fetch-storage-access",
+    "sec-fetch-user",
+    "sec-gpc",
+    "sec-purpose",
+    "te",
+    "transfer-encoding",
+    "upgrade-insecure-requests",
+    "user-agent",
+    // Proxies on the browser's side of the gateway: who forwarded, not what.
+    "via",
 ];
 
-/// The first input of `request` that the cache key leaves out, if any: one of
-/// [`UNKEYED_REQUEST_FIELDS`], or a body (a GET or HEAD body is keyed nowhere,
-/// yet a site may answer by it).
-pub fn unkeyed_input(request: &HeaderMap) -> Option<&'static str> {
-    if let Some(name) = UNKEYED_REQUEST_FIELDS
-        .iter()
-        .find(|name| request.contains_key(*name))
-    {
-        return Some(name.as_str());
+/// User-agent client hints (`Sec-CH-UA`, `Sec-CH-UA-Mobile`, and the rest of
+/// the family): harmless for the reason of [`HARMLESS_REQUEST_FIELDS`]'s
+/// client hints. A prefix, because the family grows with each browser release.
+pub const CLIENT_HINT_PREFIX: &str = "sec-ch-";
+
+/// An input of a request that the cache key leaves out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnkeyedInput<'a> {
+    /// A field neither keyed nor known to be harmless.
+    Field(&'a HeaderName),
+    /// A body: a GET or HEAD body is keyed nowhere, yet a site may answer by it.
+    Body,
+}
+
+impl UnkeyedInput<'_> {
+    /// What it is, for [`NotStorable::UnkeyedInput`].
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UnkeyedInput::Field(_) => "a field it neither keys on nor knows to be harmless",
+            UnkeyedInput::Body => "a request body",
+        }
+    }
+}
+
+/// Whether the cache may serve and store across `name` although its key
+/// leaves it out ([`HARMLESS_REQUEST_FIELDS`], [`CLIENT_HINT_PREFIX`]).
+pub fn harmless_request_field(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    HARMLESS_REQUEST_FIELDS.binary_search(&name).is_ok() || name.starts_with(CLIENT_HINT_PREFIX)
+}
+
+/// The first input of `request` that the cache key leaves out, if any: a field
+/// that is not [`harmless_request_field`], or a body.
+pub fn unkeyed_input(request: &HeaderMap) -> Option<UnkeyedInput<'_>> {
+    if let Some(name) = request.keys().find(|name| !harmless_request_field(name)) {
+        return Some(UnkeyedInput::Field(name));
     }
     let has_body = request.contains_key(header::TRANSFER_ENCODING)
         || request
             .get_all(header::CONTENT_LENGTH)
             .iter()
             .any(|v| v.as_bytes().iter().any(|b| *b != b'0'));
-    has_body.then_some("a request body")
+    has_body.then_some(UnkeyedInput::Body)
 }
 
 /// Hop-by-hop fields never stored (section 3.1; RFC 9110, section 7.6.1).
@@ -267,7 +348,7 @@ pub fn storable(
         return Err(NotStorable::Method);
     }
     if let Some(input) = unkeyed_input(request) {
-        return Err(NotStorable::UnkeyedInput(input));
+        return Err(NotStorable::UnkeyedInput(input.kind()));
     }
     let req_cc = CacheControl::parse(request);
     let res_cc = CacheControl::parse(response);

@@ -1082,6 +1082,244 @@ fn freshness_cases() -> Vec<Case> {
         ),
         case(
             "4.2.1",
+            "Expires equal to Date is a lifetime of zero, not a missing one: no heuristic",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("date", "Tue, 14 Nov 2023 22:13:20 GMT"),
+                        ("expires", "Tue, 14 Nov 2023 22:13:20 GMT"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(0, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "4.2.3",
+            "an Age past Expires minus a Date that is behind: stale on arrival",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("date", "Tue, 14 Nov 2023 22:13:10 GMT"),
+                        ("expires", "Tue, 14 Nov 2023 22:13:40 GMT"),
+                        ("age", "40"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(0, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "4.2.3",
+            "the same with an Age within Expires minus Date: fresh, its age the larger",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("date", "Tue, 14 Nov 2023 22:13:10 GMT"),
+                        ("expires", "Tue, 14 Nov 2023 22:13:40 GMT"),
+                        ("age", "20"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(5, "/a").expect(Hit).has("age", "25"),
+                get(11, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.3",
+            "an Expires with time fields separated by dots is not an HTTP-date: already expired",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thu, 18 Aug 2050 02.01.18 GMT"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.3",
+            "an Expires with a one-digit hour is not an HTTP-date: already expired",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thu, 18 Aug 2050 2:01:18 GMT"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.3",
+            "an Expires with a two-digit year in IMF-fixdate is not an HTTP-date: already expired",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thu, 18 Aug 50 02:01:18 GMT"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.3",
+            "an Expires with a zone other than GMT is not an HTTP-date: already expired",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thu, 18 Aug 2050 02:01:18 UTC"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.3",
+            "an Expires with a numeric zone is not an HTTP-date: already expired",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thu, 18 Aug 2050 02:01:18 +0000"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.3",
+            "an Expires with a lowercase month is not an HTTP-date: already expired",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thu, 18 aug 2050 02:01:18 GMT"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.3",
+            "an Expires with a weekday that is not the date's is not an HTTP-date: already expired",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Fri, 18 Aug 2050 02:01:18 GMT"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.3",
+            "an Expires with no weekday is not an HTTP-date: already expired",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "18 Aug 2050 02:01:18 GMT"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.3",
+            "an Expires with an ISO 8601 date is not an HTTP-date: already expired",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "2050-08-18T02:01:18Z"),
+                        ("last-modified", "Mon, 13 Nov 2023 18:26:40 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Revalidate).origin(304, &[], ""),
+            ],
+        ),
+        case(
+            "5.3",
+            "an Expires in IMF-fixdate is a date (RFC 9110, 5.6.7: recipients accept all three)",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thu, 18 Aug 2050 02:01:18 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Hit),
+            ],
+        ),
+        case(
+            "5.3",
+            "an Expires in the obsolete RFC 850 form is a date (RFC 9110, 5.6.7: recipients accept all three)",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[
+                        ("expires", "Thursday, 18-Aug-50 02:01:18 GMT"),
+                        ("etag", "\"v\""),
+                    ],
+                    "x",
+                ),
+                get(1, "/a").expect(Hit),
+            ],
+        ),
+        case(
+            "5.3",
+            "an Expires in the obsolete asctime form is a date (RFC 9110, 5.6.7: recipients accept all three)",
+            vec![
+                get(0, "/a").origin(
+                    200,
+                    &[("expires", "Thu Aug 18 02:01:18 2050"), ("etag", "\"v\"")],
+                    "x",
+                ),
+                get(1, "/a").expect(Hit),
+            ],
+        ),
+        case(
+            "4.2.1",
             "Expires is measured from the origin's Date, not our clock",
             vec![
                 get(0, "/a")
@@ -2696,6 +2934,284 @@ fn head_and_range_cases() -> Vec<Case> {
     ]
 }
 
+/// Unkeyed inputs decided by a rule (`harmless_request_field`), not a list of
+/// dangerous fields: each forwarding or override field a probe found missing
+/// from the old list, and a name nobody has heard of, is passed on, neither
+/// stored nor answered from the entry a plain request stored; headless
+/// Chromium's own fields, as it sends them, are cached as before.
+fn unkeyed_cases() -> Vec<Case> {
+    vec![
+        case(
+            "7.3 (stricter)",
+            "x-forwarded-server is unkeyed: passed on, not stored, not answered from the cache",
+            vec![
+                get(0, "/a")
+                    .h("x-forwarded-server", "evil.example")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .sent("x-forwarded-server", "evil.example"),
+                get(1, "/a").origin(200, MAX60, "clean").expect(Miss),
+                get(2, "/a")
+                    .h("x-forwarded-server", "evil.example")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .body("poisoned"),
+                get(3, "/a").expect(Hit).body("clean"),
+            ],
+        ),
+        case(
+            "7.3 (stricter)",
+            "x-http-host-override is unkeyed: passed on, not stored, not answered from the cache",
+            vec![
+                get(0, "/a")
+                    .h("x-http-host-override", "evil.example")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .sent("x-http-host-override", "evil.example"),
+                get(1, "/a").origin(200, MAX60, "clean").expect(Miss),
+                get(2, "/a")
+                    .h("x-http-host-override", "evil.example")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .body("poisoned"),
+                get(3, "/a").expect(Hit).body("clean"),
+            ],
+        ),
+        case(
+            "7.3 (stricter)",
+            "x-forwarded-ssl is unkeyed: passed on, not stored, not answered from the cache",
+            vec![
+                get(0, "/a")
+                    .h("x-forwarded-ssl", "on")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .sent("x-forwarded-ssl", "on"),
+                get(1, "/a").origin(200, MAX60, "clean").expect(Miss),
+                get(2, "/a")
+                    .h("x-forwarded-ssl", "on")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .body("poisoned"),
+                get(3, "/a").expect(Hit).body("clean"),
+            ],
+        ),
+        case(
+            "7.3 (stricter)",
+            "front-end-https is unkeyed: passed on, not stored, not answered from the cache",
+            vec![
+                get(0, "/a")
+                    .h("front-end-https", "on")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .sent("front-end-https", "on"),
+                get(1, "/a").origin(200, MAX60, "clean").expect(Miss),
+                get(2, "/a")
+                    .h("front-end-https", "on")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .body("poisoned"),
+                get(3, "/a").expect(Hit).body("clean"),
+            ],
+        ),
+        case(
+            "7.3 (stricter)",
+            "x-original-uri is unkeyed: passed on, not stored, not answered from the cache",
+            vec![
+                get(0, "/a")
+                    .h("x-original-uri", "/admin")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .sent("x-original-uri", "/admin"),
+                get(1, "/a").origin(200, MAX60, "clean").expect(Miss),
+                get(2, "/a")
+                    .h("x-original-uri", "/admin")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .body("poisoned"),
+                get(3, "/a").expect(Hit).body("clean"),
+            ],
+        ),
+        case(
+            "7.3 (stricter)",
+            "x-forwarded-uri is unkeyed: passed on, not stored, not answered from the cache",
+            vec![
+                get(0, "/a")
+                    .h("x-forwarded-uri", "/admin")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .sent("x-forwarded-uri", "/admin"),
+                get(1, "/a").origin(200, MAX60, "clean").expect(Miss),
+                get(2, "/a")
+                    .h("x-forwarded-uri", "/admin")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .body("poisoned"),
+                get(3, "/a").expect(Hit).body("clean"),
+            ],
+        ),
+        case(
+            "7.3 (stricter)",
+            "x-forwarded-path is unkeyed: passed on, not stored, not answered from the cache",
+            vec![
+                get(0, "/a")
+                    .h("x-forwarded-path", "/admin")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .sent("x-forwarded-path", "/admin"),
+                get(1, "/a").origin(200, MAX60, "clean").expect(Miss),
+                get(2, "/a")
+                    .h("x-forwarded-path", "/admin")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .body("poisoned"),
+                get(3, "/a").expect(Hit).body("clean"),
+            ],
+        ),
+        case(
+            "7.3 (stricter)",
+            "x-forwarded-for is unkeyed: passed on, not stored, not answered from the cache",
+            vec![
+                get(0, "/a")
+                    .h("x-forwarded-for", "192.0.2.1")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .sent("x-forwarded-for", "192.0.2.1"),
+                get(1, "/a").origin(200, MAX60, "clean").expect(Miss),
+                get(2, "/a")
+                    .h("x-forwarded-for", "192.0.2.1")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .body("poisoned"),
+                get(3, "/a").expect(Hit).body("clean"),
+            ],
+        ),
+        case(
+            "7.3 (stricter)",
+            "x-requested-with is unkeyed: passed on, not stored, not answered from the cache",
+            vec![
+                get(0, "/a")
+                    .h("x-requested-with", "XMLHttpRequest")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .sent("x-requested-with", "XMLHttpRequest"),
+                get(1, "/a").origin(200, MAX60, "clean").expect(Miss),
+                get(2, "/a")
+                    .h("x-requested-with", "XMLHttpRequest")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .body("poisoned"),
+                get(3, "/a").expect(Hit).body("clean"),
+            ],
+        ),
+        case(
+            "7.3 (stricter)",
+            "x-anything-new is unkeyed: passed on, not stored, not answered from the cache",
+            vec![
+                get(0, "/a")
+                    .h("x-anything-new", "1")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .sent("x-anything-new", "1"),
+                get(1, "/a").origin(200, MAX60, "clean").expect(Miss),
+                get(2, "/a")
+                    .h("x-anything-new", "1")
+                    .origin(200, MAX60, "poisoned")
+                    .expect(Pass)
+                    .body("poisoned"),
+                get(3, "/a").expect(Hit).body("clean"),
+            ],
+        ),
+        case(
+            "4",
+            "headless Chromium's navigation, every field as it sends them, is stored and answered",
+            vec![
+                get(0, "/a")
+                    .h("connection", "keep-alive")
+                    .h("upgrade-insecure-requests", "1")
+                    .h("user-agent", "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.0.0 Safari/537.36")
+                    .h("accept", "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,image/apng,*/*;q=0.8,application/signed-exchange;v=b3;q=0.7")
+                    .h("sec-ch-ua", "\"Chromium\";v=\"131\", \"Not_A Brand\";v=\"24\"")
+                    .h("sec-ch-ua-mobile", "?0")
+                    .h("sec-ch-ua-platform", "\"Linux\"")
+                    .h("sec-fetch-site", "none")
+                    .h("sec-fetch-mode", "navigate")
+                    .h("sec-fetch-user", "?1")
+                    .h("sec-fetch-dest", "document")
+                    .h("accept-encoding", "gzip, deflate, br, zstd")
+                    .h("accept-language", "en-US,en;q=0.9")
+                    .h("priority", "u=0, i")
+                    .h("cookie", "session=1")
+                    .h("dnt", "1")
+                    .h("sec-gpc", "1")
+                    .origin(200, MAX60, "page")
+                    .expect(Miss),
+                get(1, "/a")
+                    .h("connection", "keep-alive")
+                    .h("upgrade-insecure-requests", "1")
+                    .h("user-agent", "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.0.0 Safari/537.36")
+                    .h("accept", "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,image/apng,*/*;q=0.8,application/signed-exchange;v=b3;q=0.7")
+                    .h("sec-ch-ua", "\"Chromium\";v=\"131\", \"Not_A Brand\";v=\"24\"")
+                    .h("sec-ch-ua-mobile", "?0")
+                    .h("sec-ch-ua-platform", "\"Linux\"")
+                    .h("sec-fetch-site", "none")
+                    .h("sec-fetch-mode", "navigate")
+                    .h("sec-fetch-user", "?1")
+                    .h("sec-fetch-dest", "document")
+                    .h("accept-encoding", "gzip, deflate, br, zstd")
+                    .h("accept-language", "en-US,en;q=0.9")
+                    .h("priority", "u=0, i")
+                    .h("cookie", "session=1")
+                    .h("dnt", "1")
+                    .h("sec-gpc", "1")
+                    .expect(Hit)
+                    .body("page"),
+            ],
+        ),
+        case(
+            "4",
+            "headless Chromium's module script, with Origin and a stale validator, is stored and answered",
+            vec![
+                get(0, "/a.js")
+                    .h("connection", "keep-alive")
+                    .h("sec-ch-ua-platform", "\"Linux\"")
+                    .h("user-agent", "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.0.0 Safari/537.36")
+                    .h("sec-ch-ua", "\"Chromium\";v=\"131\", \"Not_A Brand\";v=\"24\"")
+                    .h("sec-ch-ua-mobile", "?0")
+                    .h("accept", "*/*")
+                    .h("origin", "http://example.com")
+                    .h("sec-fetch-site", "same-origin")
+                    .h("sec-fetch-mode", "cors")
+                    .h("sec-fetch-dest", "script")
+                    .h("referer", "http://example.com/")
+                    .h("accept-encoding", "gzip, deflate, br, zstd")
+                    .h("accept-language", "en-US,en;q=0.9")
+                    .h("priority", "u=1")
+                    .h("if-none-match", "\"v0\"")
+                    .origin(200, MAX60, "script")
+                    .expect(Miss),
+                get(1, "/a.js")
+                    .h("connection", "keep-alive")
+                    .h("sec-ch-ua-platform", "\"Linux\"")
+                    .h("user-agent", "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.0.0 Safari/537.36")
+                    .h("sec-ch-ua", "\"Chromium\";v=\"131\", \"Not_A Brand\";v=\"24\"")
+                    .h("sec-ch-ua-mobile", "?0")
+                    .h("accept", "*/*")
+                    .h("origin", "http://example.com")
+                    .h("sec-fetch-site", "same-origin")
+                    .h("sec-fetch-mode", "cors")
+                    .h("sec-fetch-dest", "script")
+                    .h("referer", "http://example.com/")
+                    .h("accept-encoding", "gzip, deflate, br, zstd")
+                    .h("accept-language", "en-US,en;q=0.9")
+                    .h("priority", "u=1")
+                    .h("if-none-match", "\"v0\"")
+                    .expect(Hit)
+                    .body("script"),
+            ],
+        ),
+    ]
+}
+
 fn all_cases() -> Vec<Case> {
     let mut cases = storage_cases();
     cases.extend(freshness_cases());
@@ -2703,6 +3219,7 @@ fn all_cases() -> Vec<Case> {
     cases.extend(vary_cases());
     cases.extend(invalidation_cases());
     cases.extend(head_and_range_cases());
+    cases.extend(unkeyed_cases());
     cases
 }
 
@@ -2759,4 +3276,39 @@ fn single_ranges() {
     assert_eq!(parse_single_range(b"bytes=a-2", 5), None);
     assert_eq!(parse_single_range(b"bytes=-9", 5), Some(Ok((0, 5))));
     assert_eq!(parse_single_range(b"bytes=0-", 0), Some(Err(Unsatisfiable)));
+}
+
+#[test]
+fn harmless_fields_are_sorted_lowercase_and_found() {
+    assert!(
+        HARMLESS_REQUEST_FIELDS.is_sorted(),
+        "the binary search needs them sorted"
+    );
+    for name in HARMLESS_REQUEST_FIELDS {
+        let parsed = HeaderName::from_static(name);
+        assert!(harmless_request_field(&parsed), "{name}");
+    }
+    for name in [
+        "sec-ch-ua",
+        "sec-ch-ua-full-version-list",
+        "sec-ch-prefers-color-scheme",
+    ] {
+        assert!(
+            harmless_request_field(&HeaderName::from_static(name)),
+            "{name}"
+        );
+    }
+    for name in [
+        "sec-ch",
+        "x-forwarded-host",
+        "forwarded",
+        "x-original-url",
+        "a",
+        "zz",
+    ] {
+        assert!(
+            !harmless_request_field(&HeaderName::from_static(name)),
+            "{name}"
+        );
+    }
 }
