@@ -42,6 +42,9 @@ pub(crate) struct BenchOptions {
     /// Browser connections held open at once (load).
     #[arg(long, default_value_t = 10_000)]
     pub connections: usize,
+    /// Associations held by the origin at once (origin-scale).
+    #[arg(long, default_value_t = super::origin_scale::DEFAULT_ASSOCIATIONS)]
+    pub associations: usize,
     /// Round-trip time of the emulated WAN, in ms (prefetch).
     #[arg(long, default_value_t = 80)]
     pub rtt_ms: u64,
@@ -121,4 +124,8 @@ pub(crate) enum Which {
     /// the gateway and one association over the WAN emulator (--wan, default
     /// 80,0,20; --seconds per phase, default 20), FEEDBACK off against on.
     SlowConsumer,
+    /// One origin holding --associations (10,000) associations on loopback
+    /// while 100 load pages: RSS and CPU per idle association, the loaders'
+    /// p99 against one association alone (--seconds per loading phase, 30).
+    OriginScale,
 }
