@@ -451,7 +451,11 @@ impl Driver {
             self.timers.pop();
             // Stale entries (the deadline moved, or the association is
             // gone) are dropped here.
-            if self.assocs.get(&key).is_some_and(|e| e.deadline == Some(at)) {
+            if self
+                .assocs
+                .get(&key)
+                .is_some_and(|e| e.deadline == Some(at))
+            {
                 return Some(key);
             }
         }
@@ -476,7 +480,11 @@ impl Driver {
     /// The soonest live deadline, dropping stale entries on the way.
     fn next_deadline(&mut self) -> Option<Instant> {
         while let Some(&Reverse((at, key))) = self.timers.peek() {
-            if self.assocs.get(&key).is_some_and(|e| e.deadline == Some(at)) {
+            if self
+                .assocs
+                .get(&key)
+                .is_some_and(|e| e.deadline == Some(at))
+            {
                 return Some(at);
             }
             self.timers.pop();
