@@ -24,6 +24,7 @@ use anyhow::{Result, bail};
 
 mod cache;
 mod common;
+mod init_flood;
 mod link;
 mod load;
 mod options;
@@ -48,15 +49,20 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
             | Which::SlowConsumer
             | Which::Load
             | Which::OriginScale
+            | Which::InitFlood
     ) && (options.wan.is_some() || options.seconds.is_some())
     {
         bail!(
-            "--wan and --seconds are for the transport, scheduler, slow-consumer, load and \
-             origin-scale benchmarks"
+            "--wan and --seconds are for the transport, scheduler, slow-consumer, load, \
+             origin-scale and init-flood benchmarks"
         );
     }
-    if matches!(options.which, Which::Load | Which::OriginScale) && options.wan.is_some() {
-        bail!("--wan is not for the load and origin-scale benchmarks");
+    if matches!(
+        options.which,
+        Which::Load | Which::OriginScale | Which::InitFlood
+    ) && options.wan.is_some()
+    {
+        bail!("--wan is not for the load, origin-scale and init-flood benchmarks");
     }
     match options.which {
         Which::Transport => match options.wan {
@@ -69,6 +75,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Cache => cache::run(options.callgrind, options.flamegraph),
         Which::Load => load::run(options.connections, options.seconds),
         Which::OriginScale => origin_scale::run(options.associations, options.seconds),
+        Which::InitFlood => init_flood::run(options.seconds),
         Which::Wan => wan::run(&options.only),
         Which::Pages if options.from_csv => pages::rerender(&options.name),
         Which::Pages => pages::run(&pages::PagesBench {

@@ -30,7 +30,9 @@ pub(crate) struct BenchOptions {
     #[arg(long, value_name = "RTT_MS,LOSS_PERCENT,RATE_MBIT")]
     pub wan: Option<super::link::WanCell>,
     /// Seconds each timed cell runs (transport --wan: 20; scheduler: its
-    /// sections' own, 40 for zipf and 6 for prefetch; load: the soak, 600).
+    /// sections' own, 40 for zipf and 6 for prefetch; load: the soak, 600;
+    /// origin-scale: each loading phase, 30; init-flood: the baseline window
+    /// and the flood, 30 each).
     /// Shorter runs are for checking the set-up, not for figures.
     #[arg(long)]
     pub seconds: Option<f64>,
@@ -128,4 +130,9 @@ pub(crate) enum Which {
     /// while 100 load pages: RSS and CPU per idle association, the loaders'
     /// p99 against one association alone (--seconds per loading phase, 30).
     OriginScale,
+    /// Spoofed INITs at one core's rate for --seconds (30) against an origin
+    /// in a namespace, while 4 associations download from it: their goodput
+    /// before and during, INITs answered per second, and the cost of one
+    /// INIT through `Endpoint::handle`.
+    InitFlood,
 }
