@@ -478,9 +478,8 @@ fn report(
     writeln!(
         t,
         "- flooder: gateway-transport/examples/init_flood.rs `--flood`: one thread, a raw IPv4 \
-         socket, sendmmsg of {} pre-built IPv4+UDP+SCTP INIT datagrams (CRC32c by \
-         `sctp::chunk::Packet::encode`), only the source address and port changing",
-        64
+         socket, sendmmsg of 64 pre-built IPv4+UDP+SCTP INIT datagrams (CRC32c by \
+         `sctp::chunk::Packet::encode`), only the source address and port changing"
     )?;
 
     writeln!(t, "\n## Cost of one INIT, host-free\n")?;

@@ -568,8 +568,8 @@ fn report(r: &Report<'_>) -> Result<String> {
     )?;
     writeln!(
         t,
-        "\nAfter phase (c), each idle association asked once for {}: {} answered, {} failed{}.",
-        "/assets/tile-01.svg",
+        "\nAfter phase (c), each idle association asked once for /assets/tile-01.svg: {} \
+         answered, {} failed{}.",
         idle.answered,
         idle.check_failed,
         idle.check_error
