@@ -624,3 +624,19 @@ fn csv(rounds: &[Round]) -> Result<String> {
     }
     Ok(c)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn goodput_is_the_mean_of_the_whole_seconds_inside_the_window() {
+        // 1 Mbit/s is 125,000 bytes a second.
+        let bins = [0.0, 125_000.0, 250_000.0, 375_000.0, 0.0];
+        assert_eq!(mean_mbit(&bins, 1.0, 3.0), 1.5);
+        // Partial seconds at either end are left out.
+        assert_eq!(mean_mbit(&bins, 0.4, 3.9), 1.5);
+        assert_eq!(mean_mbit(&bins, 2.5, 3.5), 0.0);
+        assert_eq!(mean_mbit(&bins, 3.0, 99.0), 1.5);
+    }
+}

@@ -652,3 +652,33 @@ fn csv(phases: &[Phase]) -> Result<String> {
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_error_is_read_from_a_client_line() {
+        assert_eq!(
+            first_error(r#"{"opened":3,"failed":1,"first_error":"timed out"}"#).as_deref(),
+            Some("timed out")
+        );
+        assert_eq!(
+            first_error(r#"{"opened":3,"failed":0,"first_error":null}"#),
+            None
+        );
+    }
+
+    #[test]
+    fn the_bench_config_lifts_both_association_limits_above_the_count() {
+        let config = origin_config(
+            "127.0.0.1:9".parse().expect("addr"),
+            Path::new("/site"),
+            10_000,
+        );
+        let value: toml::Value = toml::from_str(&config).expect("valid TOML");
+        let limits = &value["limits"];
+        assert!(limits["max_associations"].as_integer() > Some(10_000));
+        assert!(limits["max_associations_per_source"].as_integer() > Some(10_000));
+    }
+}
