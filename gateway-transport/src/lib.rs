@@ -48,7 +48,10 @@ pub use config::{
 pub use error::TransportError;
 /// What [`Association::sctp_stats`] returns, nameable without depending on
 /// the `sctp` crate.
-pub use sctp::{Counters as SctpCounters, Limits as SctpLimits, Stats as SctpStats};
+pub use sctp::{
+    Counters as SctpCounters, DEFAULT_INIT_ACKS_PER_SECOND, Limits as SctpLimits,
+    Stats as SctpStats,
+};
 
 /// One received message and the stream it arrived on.
 #[derive(Debug, Clone, PartialEq, Eq)]

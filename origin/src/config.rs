@@ -86,6 +86,10 @@ pub struct LimitsConfig {
     /// bookkeeping). Past it receivers take only what unblocks delivery, so
     /// they hold less than twice this (docs/security.md).
     pub receive_memory: usize,
+    /// Userspace SCTP: INIT ACKs a second to new peers (a token bucket with
+    /// a burst of as many); INITs beyond it are dropped unanswered, so a
+    /// flood of spoofed INITs costs their decoding only (docs/security.md).
+    pub init_acks_per_second: u32,
     /// Requests open at once on one association; more are refused (RESET REFUSED).
     pub max_open_requests: usize,
     /// Body bytes per RESPONSE_BODY message (at most 64 KiB, the protocol's limit).
@@ -100,9 +104,10 @@ pub struct LimitsConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
-            max_associations: 64,
+            max_associations: 10_000,
             max_associations_per_source: 256,
             receive_memory: 1 << 30,
+            init_acks_per_second: gateway_transport::DEFAULT_INIT_ACKS_PER_SECOND,
             max_open_requests: 1024,
             chunk_size: 16 * 1024,
             max_request_body: 16 * 1024 * 1024,
@@ -191,6 +196,9 @@ impl OriginConfig {
         }
         if l.max_associations_per_source == 0 {
             return invalid("limits.max_associations_per_source", "must be at least 1");
+        }
+        if l.init_acks_per_second == 0 {
+            return invalid("limits.init_acks_per_second", "must be at least 1");
         }
         if l.receive_memory < 1 << 20 {
             return invalid("limits.receive_memory", "must be at least 1 MiB");

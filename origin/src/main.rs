@@ -231,6 +231,7 @@ async fn main() -> Result<()> {
         max_associations: config.limits.max_associations,
         max_per_source: config.limits.max_associations_per_source,
         receive_memory: config.limits.receive_memory,
+        init_acks_per_second: config.limits.init_acks_per_second,
     };
     let mut listeners = Vec::new();
     for addr in &config.listen.addresses {

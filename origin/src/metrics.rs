@@ -283,7 +283,7 @@ impl Collector for EndpointEvents {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
         let mut family = encoder.encode_descriptor(
             "origin_sctp_endpoint_events",
-            "What the userspace SCTP listeners counted before any association: malformed datagrams, INIT ACKs sent, forged and stale cookies, out-of-the-blue packets, INITs and cookies refused at limits.max_associations (refused_at_total_limit) or limits.max_associations_per_source (refused_at_source_limit), and peers' UDP port changes followed (RFC 6951 5.4)",
+            "What the userspace SCTP listeners counted before any association: malformed datagrams, INIT ACKs sent, forged and stale cookies, out-of-the-blue packets, INITs and cookies refused at limits.max_associations (refused_at_total_limit) or limits.max_associations_per_source (refused_at_source_limit), INITs left unanswered beyond limits.init_acks_per_second (refused_at_init_rate), and peers' UDP port changes followed (RFC 6951 5.4)",
             None,
             ConstCounter::new(0u64).metric_type(),
         )?;

@@ -86,6 +86,9 @@ pub struct EndpointStats {
     /// association's verification tag, to be that peer: the association
     /// moved to the new port (RFC 6951 5.4).
     pub port_changes: u64,
+    /// INITs from new peers left unanswered beyond
+    /// `Limits::init_acks_per_second`.
+    pub refused_at_init_rate: u64,
 }
 
 /// How many associations peers may open on a listening endpoint, and the
@@ -107,6 +110,14 @@ pub struct Limits {
     /// unblock delivery, and only within its share (this divided among the
     /// associations); what is held stays below twice this.
     pub receive_memory: usize,
+    /// INIT ACKs a second for INITs from new peers, with a burst of as
+    /// many: a token bucket. Beyond it such INITs are dropped unanswered
+    /// (the peer sends its INIT again after its RTO), so that a flood of
+    /// INITs from spoofed sources costs the endpoint the decoding of each,
+    /// not a cookie's HMAC and a datagram sent, and reflects at most this
+    /// many INIT ACKs a second. INITs of known peers (restarts, collisions)
+    /// are not counted.
+    pub init_acks_per_second: u32,
 }
 
 impl Default for Limits {
@@ -115,6 +126,41 @@ impl Default for Limits {
             max_associations: 10_000,
             max_per_source: 256,
             receive_memory: 1 << 30,
+            init_acks_per_second: DEFAULT_INIT_ACKS_PER_SECOND,
+        }
+    }
+}
+
+/// `Limits::init_acks_per_second` by default: ten thousand gateways
+/// reconnecting at once after an origin restart are all answered within a
+/// second, and under a flood the answers cost a few percent of a core
+/// (bench/results/init-flood.md).
+pub const DEFAULT_INIT_ACKS_PER_SECOND: u32 = 10_000;
+
+/// A token bucket of `rate` tokens a second holding at most `rate`.
+#[derive(Debug, Default)]
+struct TokenBucket {
+    tokens: f64,
+    /// When `tokens` was last brought up to date; `None`: full.
+    at: Option<Instant>,
+}
+
+impl TokenBucket {
+    /// Takes a token if there is one at `now`.
+    fn take(&mut self, now: Instant, rate: u32) -> bool {
+        let rate = f64::from(rate);
+        self.tokens = match self.at {
+            None => rate,
+            Some(at) => {
+                (self.tokens + now.saturating_duration_since(at).as_secs_f64() * rate).min(rate)
+            }
+        };
+        self.at = Some(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
         }
     }
 }
@@ -124,6 +170,7 @@ impl Default for Limits {
 enum Limit {
     Total,
     PerSource,
+    InitRate,
 }
 
 /// The least time between two log lines about one limit.
@@ -161,7 +208,9 @@ pub struct Endpoint {
     /// Associations per source (`source_of`), for `Limits::max_per_source`.
     per_source: HashMap<Source, usize>,
     limits: Limits,
-    limit_logs: [LimitLog; 2],
+    limit_logs: [LimitLog; 3],
+    /// INIT ACKs to new peers (`Limits::init_acks_per_second`).
+    init_acks: TokenBucket,
     /// Each association by its peer's IP address and its own verification
     /// tag (the tag the peer puts on its packets), with the address it has
     /// in `by_remote`: how a peer whose UDP port changed is found.
@@ -202,6 +251,7 @@ impl Endpoint {
             limits: Limits::default(),
             limit_logs: Default::default(),
             by_tag: HashMap::new(),
+            init_acks: TokenBucket::default(),
             next_handle: 0,
             listening,
             stats: EndpointStats::default(),
@@ -338,16 +388,31 @@ impl Endpoint {
                 "associations from one source",
                 self.limits.max_per_source,
             ),
+            Limit::InitRate => (
+                &mut self.stats.refused_at_init_rate,
+                &mut self.limit_logs[2],
+                "INIT ACKs a second",
+                self.limits.init_acks_per_second as usize,
+            ),
         };
         *count += 1;
         log.since += 1;
         if log.last.is_none_or(|t| now >= t + LIMIT_LOG_INTERVAL) {
-            warn!(
-                %remote,
-                refused = log.since,
-                "at the limit of {max} {what}: new associations refused \
-                 (one line a minute at most; `refused` counts since the last)"
-            );
+            if limit == Limit::InitRate {
+                warn!(
+                    %remote,
+                    refused = log.since,
+                    "at the limit of {max} {what}: INITs from new peers dropped unanswered \
+                     (one line a minute at most; `refused` counts since the last)"
+                );
+            } else {
+                warn!(
+                    %remote,
+                    refused = log.since,
+                    "at the limit of {max} {what}: new associations refused \
+                     (one line a minute at most; `refused` counts since the last)"
+                );
+            }
             log.last = Some(now);
             log.since = 0;
         }
@@ -575,8 +640,14 @@ impl Endpoint {
                         abort,
                     );
                 }
-                let init = init.clone();
                 self.stats.out_of_the_blue -= 1;
+                if !self.init_acks.take(now, self.limits.init_acks_per_second) {
+                    // Dropped before any work a spoofed flood could make
+                    // us repeat: no HMAC, no datagram out.
+                    self.refused(now, remote, Limit::InitRate);
+                    return None;
+                }
+                let init = init.clone();
                 if let Some(limit) = self.over_limit(&remote) {
                     let ports = (packet.dst_port, packet.src_port);
                     return self.refuse(now, remote, ports, init.initiate_tag, limit);

@@ -52,5 +52,7 @@ pub use association::{
     Association, AssociationError, Event, Incoming, Message, State, Stats, Transmit,
 };
 pub use config::{Config, ConfigError, DEFAULT_MAX_COOKIE_EXTENSION, DEFAULT_MTU, MIN_MTU};
-pub use endpoint::{AssocHandle, DatagramEvent, Endpoint, EndpointStats, Limits};
+pub use endpoint::{
+    AssocHandle, DEFAULT_INIT_ACKS_PER_SECOND, DatagramEvent, Endpoint, EndpointStats, Limits,
+};
 pub use send::{Counters, SendError, StreamStats};

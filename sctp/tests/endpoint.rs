@@ -80,6 +80,54 @@ fn an_init_flood_keeps_no_state() {
     assert_eq!(ep.stats().init_acks, 10_000);
 }
 
+/// INIT ACKs to new peers are a token bucket (`Limits::init_acks_per_second`,
+/// burst as large): a flood from spoofed sources gets at most that many a
+/// second, the rest are dropped unanswered and counted, and the bucket
+/// refills with time, never above its burst.
+#[test]
+fn inits_beyond_the_init_ack_rate_are_dropped_and_counted() {
+    let now = Instant::now();
+    let mut ep = server(now);
+    ep.set_limits(sctp::Limits {
+        init_acks_per_second: 100,
+        ..sctp::Limits::default()
+    });
+    let mut next = 0u32;
+    let mut send = |ep: &mut Endpoint, at: Instant, count: u32| {
+        let mut answered = 0;
+        for _ in 0..count {
+            next += 1;
+            match ep.handle(at, peer(next), encode(0, vec![init(next)])) {
+                Some(DatagramEvent::Response(_)) => answered += 1,
+                None => {}
+                Some(other) => panic!("unexpected {other:?}"),
+            }
+        }
+        answered
+    };
+    assert_eq!(send(&mut ep, now, 150), 100, "the burst");
+    assert_eq!(ep.stats().refused_at_init_rate, 50);
+    assert_eq!(ep.stats().init_acks, 100);
+    let later = now + Duration::from_millis(100);
+    assert_eq!(send(&mut ep, later, 20), 10, "10 tokens in 100 ms");
+    let much_later = later + Duration::from_secs(60);
+    assert_eq!(
+        send(&mut ep, much_later, 150),
+        100,
+        "refilled to the burst, no more"
+    );
+    assert_eq!(ep.stats().refused_at_init_rate, 50 + 10 + 50);
+    assert_eq!(ep.associations(), 0);
+    // A peer answered in time still completes its handshake.
+    open(
+        &mut ep,
+        much_later + Duration::from_secs(1),
+        peer(1_000_000),
+        7,
+    );
+    assert_eq!(ep.associations(), 1);
+}
+
 /// RFC 9260 3.2.1 lets a receiver report what it did not recognize; it
 /// need not report everything. An INIT as large as a datagram, whose
 /// parameters all ask to be reported, gets an INIT ACK that reports what

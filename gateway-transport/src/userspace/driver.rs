@@ -122,7 +122,7 @@ static ENDPOINT_TOTALS: EndpointTotals = EndpointTotals::new();
 struct EndpointTotals([AtomicU64; ENDPOINT_EVENTS.len()]);
 
 /// The names of the endpoint's counts, in the order of [`endpoint_events`].
-pub const ENDPOINT_EVENTS: [&str; 8] = [
+pub const ENDPOINT_EVENTS: [&str; 9] = [
     "malformed",
     "init_ack",
     "forged_cookie",
@@ -130,6 +130,7 @@ pub const ENDPOINT_EVENTS: [&str; 8] = [
     "out_of_the_blue",
     "refused_at_total_limit",
     "refused_at_source_limit",
+    "refused_at_init_rate",
     "port_change",
 ];
 
@@ -142,6 +143,7 @@ fn stats_array(s: &sctp::EndpointStats) -> [u64; ENDPOINT_EVENTS.len()] {
         s.out_of_the_blue,
         s.refused_at_total_limit,
         s.refused_at_source_limit,
+        s.refused_at_init_rate,
         s.port_changes,
     ]
 }

@@ -58,6 +58,25 @@ pub(super) fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// User plus system CPU seconds of process `pid` so far (0 if unreadable).
+pub(super) fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces) start at field 3;
+    // utime and stime are fields 14 and 15.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields
+        .get(11..13)
+        .map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    ticks as f64 / per_second as f64
+}
+
 fn command_output(program: &str, args: &[&str]) -> String {
     Command::new(program)
         .args(args)
@@ -226,4 +245,31 @@ fn filter(program: &str, args: &[&str], input: Vec<u8>) -> Result<Vec<u8>> {
         anyhow::bail!("{program} failed ({})", out.status);
     }
     Ok(out.stdout)
+}
+
+/// The resident set of process `pid`, KiB (VmRSS; 0 if unreadable).
+pub(super) fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The commit the benchmark ran at, with `+changes` when the tree had
+/// uncommitted changes.
+pub(super) fn commit() -> String {
+    let hash = command_output("git", &["rev-parse", "--short=12", "HEAD"]);
+    let dirty =
+        !command_output("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    if dirty {
+        format!("{hash}+changes")
+    } else {
+        hash
+    }
 }

@@ -9,6 +9,9 @@
 //!   emulator, alone and beside a CUBIC TCP connection.
 //! - `cache`, `wan`, `prefetch`, `pages`, `papers`, `slow_consumer`: the benchmarks in the
 //!   testbed's demo topology (with the WAN emulator where a link matters).
+//! - `origin_scale`: one origin process on loopback holding 10,000
+//!   associations; `init_flood`: spoofed INITs against an origin in a
+//!   namespace while established associations download.
 //! - `common`: release builds of the measuring programs and the report
 //!   header; `link`: the path between a benchmark's two processes (a veth
 //!   pair or the emulated WAN) and running them across it. Start reading at
@@ -21,9 +24,11 @@ use anyhow::{Result, bail};
 
 mod cache;
 mod common;
+mod init_flood;
 mod link;
 mod load;
 mod options;
+mod origin_scale;
 mod pages;
 mod papers;
 mod prefetch;
@@ -39,15 +44,25 @@ use self::options::Which;
 pub(crate) fn run(options: &BenchOptions) -> Result<()> {
     if !matches!(
         options.which,
-        Which::Transport | Which::Scheduler | Which::SlowConsumer | Which::Load
+        Which::Transport
+            | Which::Scheduler
+            | Which::SlowConsumer
+            | Which::Load
+            | Which::OriginScale
+            | Which::InitFlood
     ) && (options.wan.is_some() || options.seconds.is_some())
     {
         bail!(
-            "--wan and --seconds are for the transport, scheduler, slow-consumer and load benchmarks"
+            "--wan and --seconds are for the transport, scheduler, slow-consumer, load, \
+             origin-scale and init-flood benchmarks"
         );
     }
-    if matches!(options.which, Which::Load) && options.wan.is_some() {
-        bail!("--wan is not for the load benchmark");
+    if matches!(
+        options.which,
+        Which::Load | Which::OriginScale | Which::InitFlood
+    ) && options.wan.is_some()
+    {
+        bail!("--wan is not for the load, origin-scale and init-flood benchmarks");
     }
     match options.which {
         Which::Transport => match options.wan {
@@ -59,6 +74,8 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Ebpf => veth::ebpf(options),
         Which::Cache => cache::run(options.callgrind, options.flamegraph),
         Which::Load => load::run(options.connections, options.seconds),
+        Which::OriginScale => origin_scale::run(options.associations, options.seconds),
+        Which::InitFlood => init_flood::run(options.seconds),
         Which::Wan => wan::run(&options.only),
         Which::Pages if options.from_csv => pages::rerender(&options.name),
         Which::Pages => pages::run(&pages::PagesBench {

@@ -30,7 +30,9 @@ pub(crate) struct BenchOptions {
     #[arg(long, value_name = "RTT_MS,LOSS_PERCENT,RATE_MBIT")]
     pub wan: Option<super::link::WanCell>,
     /// Seconds each timed cell runs (transport --wan: 20; scheduler: its
-    /// sections' own, 40 for zipf and 6 for prefetch; load: the soak, 600).
+    /// sections' own, 40 for zipf and 6 for prefetch; load: the soak, 600;
+    /// origin-scale: each loading phase, 30; init-flood: the baseline window
+    /// and the flood, 30 each).
     /// Shorter runs are for checking the set-up, not for figures.
     #[arg(long)]
     pub seconds: Option<f64>,
@@ -42,6 +44,9 @@ pub(crate) struct BenchOptions {
     /// Browser connections held open at once (load).
     #[arg(long, default_value_t = 10_000)]
     pub connections: usize,
+    /// Associations held by the origin at once (origin-scale).
+    #[arg(long, default_value_t = super::origin_scale::DEFAULT_ASSOCIATIONS)]
+    pub associations: usize,
     /// Round-trip time of the emulated WAN, in ms (prefetch).
     #[arg(long, default_value_t = 80)]
     pub rtt_ms: u64,
@@ -121,4 +126,13 @@ pub(crate) enum Which {
     /// the gateway and one association over the WAN emulator (--wan, default
     /// 80,0,20; --seconds per phase, default 20), FEEDBACK off against on.
     SlowConsumer,
+    /// One origin holding --associations (10,000) associations on loopback
+    /// while 100 load pages: RSS and CPU per idle association, the loaders'
+    /// p99 against one association alone (--seconds per loading phase, 30).
+    OriginScale,
+    /// Spoofed INITs at one core's rate for --seconds (30) against an origin
+    /// in a namespace, while 4 associations download from it: their goodput
+    /// before and during, INITs answered per second, and the cost of one
+    /// INIT through `Endpoint::handle`.
+    InitFlood,
 }

@@ -21,7 +21,7 @@ use testbed::probe::{self, TcpSink, UdpEcho, UdpSink};
 use testbed::topology::WAN;
 use testbed::{LinkParams, Loss, Topology, WanEmulator, WanLink, WanParams, WanStats};
 
-use super::common::{build_wanem, report_header};
+use super::common::{build_wanem, cpu_seconds, report_header};
 use crate::cmd::{install_stop_handlers, stop_requested, workspace_root};
 
 /// Namespace prefix of this benchmark.
@@ -666,25 +666,6 @@ fn cpu_times() -> Option<(u64, u64, u64)> {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-/// User plus system CPU seconds of process `pid` so far (0 if unreadable).
-fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the command name (which may hold spaces) start at field 3;
-    // utime and stime are fields 14 and 15.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
-        return 0.0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields
-        .get(11..13)
-        .map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
-    ticks as f64 / per_second as f64
 }
 
 fn render(report: &Report, subcommand: &str, took: Duration) -> Result<String> {
