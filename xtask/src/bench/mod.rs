@@ -7,6 +7,9 @@
 //!   emulator).
 //! - `transport_wan`: `transport --wan`, one association over the WAN
 //!   emulator, alone and beside a CUBIC TCP connection.
+//! - `coexist`: the association (and kernel BBR TCP for reference) beside
+//!   CUBIC and BBR TCP flows on a loss-free shared bottleneck of the WAN
+//!   emulator, with the queueing delay they cause.
 //! - `cache`, `wan`, `prefetch`, `pages`, `papers`, `slow_consumer`: the benchmarks in the
 //!   testbed's demo topology (with the WAN emulator where a link matters).
 //! - `common`: release builds of the measuring programs and the report
@@ -20,6 +23,7 @@
 use anyhow::{Result, bail};
 
 mod cache;
+mod coexist;
 mod common;
 mod link;
 mod load;
@@ -39,15 +43,21 @@ use self::options::Which;
 pub(crate) fn run(options: &BenchOptions) -> Result<()> {
     if !matches!(
         options.which,
-        Which::Transport | Which::Scheduler | Which::SlowConsumer | Which::Load
+        Which::Transport | Which::Scheduler | Which::SlowConsumer | Which::Load | Which::Coexist
     ) && (options.wan.is_some() || options.seconds.is_some())
     {
         bail!(
-            "--wan and --seconds are for the transport, scheduler, slow-consumer and load benchmarks"
+            "--wan and --seconds are for the transport, scheduler, slow-consumer, load and coexist benchmarks"
         );
     }
-    if matches!(options.which, Which::Load) && options.wan.is_some() {
-        bail!("--wan is not for the load benchmark");
+    if matches!(options.which, Which::Load | Which::Coexist) && options.wan.is_some() {
+        bail!("--wan is not for the load and coexist benchmarks");
+    }
+    if !matches!(options.which, Which::Pages | Which::Coexist) && !options.rtt.is_empty() {
+        bail!("--rtt is for the pages and coexist benchmarks (prefetch: --rtt-ms)");
+    }
+    if !matches!(options.which, Which::Coexist) && !options.buffers.is_empty() {
+        bail!("--buffers is for the coexist benchmark");
     }
     match options.which {
         Which::Transport => match options.wan {
@@ -63,7 +73,11 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Pages if options.from_csv => pages::rerender(&options.name),
         Which::Pages => pages::run(&pages::PagesBench {
             loads: options.loads,
-            rtts_ms: options.rtt.clone(),
+            rtts_ms: if options.rtt.is_empty() {
+                pages::DEFAULT_RTTS_MS.to_vec()
+            } else {
+                options.rtt.clone()
+            },
             losses: options.loss.clone(),
             rates_mbit: options.rate.clone(),
             alternatives: options.alternatives.clone(),
@@ -75,6 +89,11 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Papers => papers::run(&options.only),
         Which::Prefetch => prefetch::run(prefetch::PrefetchBench {
             rtt_ms: options.rtt_ms,
+        }),
+        Which::Coexist => coexist::run(&coexist::CoexistBench {
+            rtts_ms: options.rtt.clone(),
+            buffers_bdp: options.buffers.clone(),
+            seconds: options.seconds,
         }),
         Which::SlowConsumer => slow_consumer::run(slow_consumer::SlowConsumerBench {
             cell: options.wan.unwrap_or(slow_consumer::DEFAULT_CELL),
