@@ -16,7 +16,9 @@
 //! `--tcp-congestion NAME` (the `tcp` backend): the kernel's congestion
 //! controller for the socket, set before it connects (a namespace's default
 //! can only name the host's allowed ones; a socket of a privileged process can
-//! name any loaded one). The client's line says which one the socket ran.
+//! name any loaded one). The client's line says which one the socket ran
+//! (`tcp_congestion`); `congestion` is the flow's controller for every
+//! backend: the socket's for TCP, the configured one for an association.
 //!
 //! `--backend quic`: the server's ready line carries its certificate's SHA-256
 //! (`quic_cert_sha256`), which the client takes as `--quic-cert-sha256`.
@@ -349,8 +351,15 @@ async fn client(args: &Args) -> Result<()> {
             close_after_transfer("client", &assoc).await;
         }
     }
+    // The controller the flow ran: the TCP socket's as the kernel reports
+    // it, or the one the association's configuration names (an unknown name
+    // fails the connect).
+    let congestion = match kind(&args.backend)? {
+        None => tcp_congestion.clone(),
+        Some(_) => config(&args.backend, args.streams).congestion,
+    };
     println!(
-        "{{\"side\":\"client\",\"backend\":\"{}\",\"tcp_congestion\":\"{tcp_congestion}\",\"seconds\":{:.6},\"cpu_seconds\":{:.4}}}",
+        "{{\"side\":\"client\",\"backend\":\"{}\",\"tcp_congestion\":\"{tcp_congestion}\",\"congestion\":\"{congestion}\",\"seconds\":{:.6},\"cpu_seconds\":{:.4}}}",
         args.backend,
         started.elapsed().as_secs_f64(),
         cpu_seconds()

@@ -203,11 +203,17 @@ impl WanPath {
     /// `name`-wanem.log; it stops when dropped (or with
     /// [`WanEmulator::stop`], which returns its counters).
     pub(super) fn forward(&self, name: &str) -> Result<WanEmulator> {
+        self.forward_with(name, &self.cell.params())
+    }
+
+    /// As [`forward`](Self::forward), with `params` instead of the path's
+    /// cell (a benchmark that varies the link within one topology).
+    pub(super) fn forward_with(&self, name: &str, params: &WanParams) -> Result<WanEmulator> {
         let log = self.logs.join(format!("{name}-wanem.log"));
         Ok(WanEmulator::start(
             &self.topology,
             &self.wanem,
-            &self.cell.params(),
+            params,
             &log,
         )?)
     }
@@ -327,6 +333,18 @@ pub(super) struct PairsRun {
 /// ready line, then starts all clients at once in `sides.client_ns`, waits
 /// for them to end, and returns every side's last line.
 pub(super) fn run_pairs(sides: &Sides, binary: &Path, pairs: &[Pair]) -> Result<PairsRun> {
+    run_pairs_with(sides, binary, pairs, || {})
+}
+
+/// As [`run_pairs`], calling `clients_starting` just before the clients are
+/// started (when every server is ready): what must run beside the flows
+/// starts there, at the time their common window counts from.
+pub(super) fn run_pairs_with(
+    sides: &Sides,
+    binary: &Path,
+    pairs: &[Pair],
+    clients_starting: impl FnOnce(),
+) -> Result<PairsRun> {
     let mut servers = Children::default();
     let mut server_outs = Vec::new();
     let mut readies = Vec::new();
@@ -343,6 +361,7 @@ pub(super) fn run_pairs(sides: &Sides, binary: &Path, pairs: &[Pair]) -> Result<
         server_outs.push(out);
         readies.push(ready);
     }
+    clients_starting();
     let clients_started_unix_ms = unix_ms();
     let mut clients = Children::default();
     for (pair, ready) in pairs.iter().zip(&readies) {
@@ -400,7 +419,42 @@ pub(super) fn run_pair(
     run.lines.into_iter().next().context("no lines")
 }
 
-fn unix_ms() -> f64 {
+/// The goodput in Mbit/s of a server's received series (its `first_unix_ms`,
+/// `bin_ms` and `bins`) over the window from `from_ms` to `to_ms` (wall-clock
+/// ms since the Unix epoch): the bins whose middle falls in the window, over
+/// the window's length. Bins before the flow's first payload count as empty.
+pub(super) fn window_mbit(server_line: &str, from_ms: f64, to_ms: f64) -> Option<f64> {
+    let first = field(server_line, "first_unix_ms")?;
+    let bin_ms = field(server_line, "bin_ms")?;
+    let bins = array_field(server_line, "bins")?;
+    if to_ms <= from_ms || bin_ms <= 0.0 {
+        return None;
+    }
+    let bytes: f64 = bins
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| {
+            let middle = first + (*i as f64 + 0.5) * bin_ms;
+            (from_ms..to_ms).contains(&middle)
+        })
+        .map(|(_, bytes)| bytes)
+        .sum();
+    let seconds = (to_ms - from_ms) / 1000.0;
+    Some(bytes * 8.0 / seconds / 1e6)
+}
+
+/// Jain's fairness index of `rates`: 1 for equal shares, 1/n when one flow
+/// of n takes everything; NaN when nothing was sent.
+pub(super) fn jain_index(rates: &[f64]) -> f64 {
+    let sum: f64 = rates.iter().sum();
+    let squares: f64 = rates.iter().map(|r| r * r).sum();
+    if squares == 0.0 {
+        return f64::NAN;
+    }
+    sum * sum / (rates.len() as f64 * squares)
+}
+
+pub(super) fn unix_ms() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
@@ -441,6 +495,32 @@ mod tests {
         }
         let small: WanCell = "20,0,1".parse().expect("valid");
         assert_eq!(small.queue_bytes(), 64 * FULL_FRAME);
+    }
+
+    #[test]
+    fn the_window_takes_the_bins_whose_middle_is_inside() {
+        // Bins of 100 ms from t = 1000 ms: 1 MB each, the last one 0.
+        let line = r#"{"side":"server","first_unix_ms":1000,"bin_ms":100,"bins":[1000000,1000000,1000000,1000000,0]}"#;
+        // 1100..1300: bins 1 and 2 (middles 1150, 1250), 2 MB in 0.2 s.
+        let mbit = window_mbit(line, 1100.0, 1300.0).expect("a series");
+        assert!((mbit - 80.0).abs() < 1e-9, "{mbit}");
+        // A window that starts before the first payload counts that time as
+        // empty: 4 MB over 1 s.
+        let mbit = window_mbit(line, 500.0, 1500.0).expect("a series");
+        assert!((mbit - 32.0).abs() < 1e-9, "{mbit}");
+        assert_eq!(window_mbit(line, 1300.0, 1300.0), None);
+        assert_eq!(window_mbit(r#"{"bins":[1]}"#, 0.0, 100.0), None);
+    }
+
+    #[test]
+    fn jain_index_of_n() {
+        assert_eq!(jain_index(&[10.0, 10.0]), 1.0);
+        assert_eq!(jain_index(&[10.0, 0.0]), 0.5);
+        assert!((jain_index(&[30.0, 10.0]) - 0.8).abs() < 1e-12);
+        assert!(jain_index(&[0.0, 0.0]).is_nan());
+        // One of seven takes everything: 1/7; seven equal: 1.
+        assert!((jain_index(&[7.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]) - 1.0 / 7.0).abs() < 1e-12);
+        assert!((jain_index(&[3.0; 7]) - 1.0).abs() < 1e-12);
     }
 
     #[test]

@@ -7,6 +7,9 @@
 //!   emulator).
 //! - `transport_wan`: `transport --wan`, one association over the WAN
 //!   emulator, alone and beside a CUBIC TCP connection.
+//! - `coexist`: the association (and kernel BBR TCP for reference) beside
+//!   CUBIC and BBR TCP flows on a loss-free shared bottleneck of the WAN
+//!   emulator, with the queueing delay they cause.
 //! - `cache`, `wan`, `prefetch`, `pages`, `papers`, `slow_consumer`: the benchmarks in the
 //!   testbed's demo topology (with the WAN emulator where a link matters).
 //! - `origin_scale`: one origin process on loopback holding 10,000
@@ -23,6 +26,7 @@
 use anyhow::{Result, bail};
 
 mod cache;
+mod coexist;
 mod common;
 mod init_flood;
 mod link;
@@ -50,19 +54,26 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
             | Which::Load
             | Which::OriginScale
             | Which::InitFlood
+            | Which::Coexist
     ) && (options.wan.is_some() || options.seconds.is_some())
     {
         bail!(
             "--wan and --seconds are for the transport, scheduler, slow-consumer, load, \
-             origin-scale and init-flood benchmarks"
+             origin-scale, init-flood and coexist benchmarks"
         );
     }
     if matches!(
         options.which,
-        Which::Load | Which::OriginScale | Which::InitFlood
+        Which::Load | Which::OriginScale | Which::InitFlood | Which::Coexist
     ) && options.wan.is_some()
     {
-        bail!("--wan is not for the load, origin-scale and init-flood benchmarks");
+        bail!("--wan is not for the load, origin-scale, init-flood and coexist benchmarks");
+    }
+    if !matches!(options.which, Which::Pages | Which::Coexist) && !options.rtt.is_empty() {
+        bail!("--rtt is for the pages and coexist benchmarks (prefetch: --rtt-ms)");
+    }
+    if !matches!(options.which, Which::Coexist) && !options.buffers.is_empty() {
+        bail!("--buffers is for the coexist benchmark");
     }
     match options.which {
         Which::Transport => match options.wan {
@@ -80,7 +91,11 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Pages if options.from_csv => pages::rerender(&options.name),
         Which::Pages => pages::run(&pages::PagesBench {
             loads: options.loads,
-            rtts_ms: options.rtt.clone(),
+            rtts_ms: if options.rtt.is_empty() {
+                pages::DEFAULT_RTTS_MS.to_vec()
+            } else {
+                options.rtt.clone()
+            },
             losses: options.loss.clone(),
             rates_mbit: options.rate.clone(),
             alternatives: options.alternatives.clone(),
@@ -92,6 +107,11 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Papers => papers::run(&options.only),
         Which::Prefetch => prefetch::run(prefetch::PrefetchBench {
             rtt_ms: options.rtt_ms,
+        }),
+        Which::Coexist => coexist::run(&coexist::CoexistBench {
+            rtts_ms: options.rtt.clone(),
+            buffers_bdp: options.buffers.clone(),
+            seconds: options.seconds,
         }),
         Which::SlowConsumer => slow_consumer::run(slow_consumer::SlowConsumerBench {
             cell: options.wan.unwrap_or(slow_consumer::DEFAULT_CELL),

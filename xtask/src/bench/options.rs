@@ -29,10 +29,10 @@ pub(crate) struct BenchOptions {
     /// report scheduler-wan.md; slow-consumer: the link, default 80,0,20).
     #[arg(long, value_name = "RTT_MS,LOSS_PERCENT,RATE_MBIT")]
     pub wan: Option<super::link::WanCell>,
-    /// Seconds each timed cell runs (transport --wan: 20; scheduler: its
-    /// sections' own, 40 for zipf and 6 for prefetch; load: the soak, 600;
-    /// origin-scale: each loading phase, 30; init-flood: the baseline window
-    /// and the flood, 30 each).
+    /// Seconds each timed cell runs (transport --wan: 20; coexist: 60;
+    /// scheduler: its sections' own, 40 for zipf and 6 for prefetch; load:
+    /// the soak, 600; origin-scale: each loading phase, 30; init-flood: the
+    /// baseline window and the flood, 30 each).
     /// Shorter runs are for checking the set-up, not for figures.
     #[arg(long)]
     pub seconds: Option<f64>,
@@ -53,9 +53,14 @@ pub(crate) struct BenchOptions {
     /// Recorded loads per page, alternative and link (pages).
     #[arg(long, default_value_t = 3)]
     pub loads: usize,
-    /// Round-trip times of the links, in ms (pages).
-    #[arg(long, value_delimiter = ',', default_values_t = [20, 80, 200])]
+    /// Round-trip times of the links, in ms (pages: 20,80,200 unless given;
+    /// coexist: 20,80).
+    #[arg(long, value_delimiter = ',')]
     pub rtt: Vec<u64>,
+    /// Bottleneck buffers in bandwidth-delay products (coexist: 0.5,1,2,8
+    /// unless given).
+    #[arg(long, value_delimiter = ',')]
+    pub buffers: Vec<f64>,
     /// Random loss per direction of the links, in percent (pages).
     #[arg(long, value_delimiter = ',', default_values_t = [0.0, 1.0, 3.0])]
     pub loss: Vec<f64>,
@@ -122,6 +127,11 @@ pub(crate) enum Which {
     /// against the analytical model (model), time per object against object
     /// count (objects).
     Papers,
+    /// Coexistence on a loss-free shared bottleneck over the WAN emulator
+    /// (50 Mbit/s; --rtt 20,80; --buffers 0.5,1,2,8 BDP; --seconds 60): the
+    /// association, and kernel BBR TCP for reference, beside one CUBIC, one
+    /// BBR or six CUBIC TCP flows; shares, Jain's index, queueing delay, loss.
+    Coexist,
     /// One browser reading at 1 Mbit/s beside three fast downloads through
     /// the gateway and one association over the WAN emulator (--wan, default
     /// 80,0,20; --seconds per phase, default 20), FEEDBACK off against on.

@@ -168,6 +168,9 @@ impl Alternative {
     }
 }
 
+/// The links' round-trip times when `--rtt` is not given, ms.
+pub(crate) const DEFAULT_RTTS_MS: [u64; 3] = [20, 80, 200];
+
 /// Options for `cargo xtask bench pages`.
 #[derive(Debug, Clone)]
 pub(crate) struct PagesBench {

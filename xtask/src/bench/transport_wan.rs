@@ -29,7 +29,7 @@ use anyhow::{Result, bail};
 use testbed::WanStats;
 
 use super::common::{build_example_with, load_average, report_header};
-use super::link::{Pair, Sides, WanCell, WanPath, array_field, field, run_pairs};
+use super::link::{Pair, Sides, WanCell, WanPath, field, jain_index, run_pairs, window_mbit};
 use super::options::BenchOptions;
 use crate::cmd::{install_stop_handlers, stop_requested, workspace_root};
 
@@ -281,7 +281,7 @@ impl Bench<'_> {
                         beside,
                         "| {backend} | {ours:.1} | {theirs:.1} | {:.2} | {:.2} | {} | {} |",
                         ours / (ours + theirs).max(1e-9),
-                        jain_index(ours, theirs),
+                        jain_index(&[ours, theirs]),
                         measured.loss_percent(),
                         measured.link.a_to_b.dropped_queue
                     )?;
@@ -357,67 +357,5 @@ impl Bench<'_> {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Measured { flows, link })
-    }
-}
-
-/// The goodput in Mbit/s of a server's received series (its `first_unix_ms`,
-/// `bin_ms` and `bins`) over the window from `from_ms` to `to_ms` (wall-clock
-/// ms since the Unix epoch): the bins whose middle falls in the window, over
-/// the window's length. Bins before the flow's first payload count as empty.
-fn window_mbit(server_line: &str, from_ms: f64, to_ms: f64) -> Option<f64> {
-    let first = field(server_line, "first_unix_ms")?;
-    let bin_ms = field(server_line, "bin_ms")?;
-    let bins = array_field(server_line, "bins")?;
-    if to_ms <= from_ms || bin_ms <= 0.0 {
-        return None;
-    }
-    let bytes: f64 = bins
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| {
-            let middle = first + (*i as f64 + 0.5) * bin_ms;
-            (from_ms..to_ms).contains(&middle)
-        })
-        .map(|(_, bytes)| bytes)
-        .sum();
-    let seconds = (to_ms - from_ms) / 1000.0;
-    Some(bytes * 8.0 / seconds / 1e6)
-}
-
-/// Jain's fairness index of two rates: 1 for equal shares, 0.5 when one
-/// takes everything.
-fn jain_index(a: f64, b: f64) -> f64 {
-    let squares = a * a + b * b;
-    if squares == 0.0 {
-        return f64::NAN;
-    }
-    (a + b) * (a + b) / (2.0 * squares)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_window_takes_the_bins_whose_middle_is_inside() {
-        // Bins of 100 ms from t = 1000 ms: 1 MB each, the last one 0.
-        let line = r#"{"side":"server","first_unix_ms":1000,"bin_ms":100,"bins":[1000000,1000000,1000000,1000000,0]}"#;
-        // 1100..1300: bins 1 and 2 (middles 1150, 1250), 2 MB in 0.2 s.
-        let mbit = window_mbit(line, 1100.0, 1300.0).expect("a series");
-        assert!((mbit - 80.0).abs() < 1e-9, "{mbit}");
-        // A window that starts before the first payload counts that time as
-        // empty: 4 MB over 1 s.
-        let mbit = window_mbit(line, 500.0, 1500.0).expect("a series");
-        assert!((mbit - 32.0).abs() < 1e-9, "{mbit}");
-        assert_eq!(window_mbit(line, 1300.0, 1300.0), None);
-        assert_eq!(window_mbit(r#"{"bins":[1]}"#, 0.0, 100.0), None);
-    }
-
-    #[test]
-    fn jain_index_of_two() {
-        assert_eq!(jain_index(10.0, 10.0), 1.0);
-        assert_eq!(jain_index(10.0, 0.0), 0.5);
-        assert!((jain_index(30.0, 10.0) - 0.8).abs() < 1e-12);
-        assert!(jain_index(0.0, 0.0).is_nan());
     }
 }
