@@ -505,6 +505,9 @@ impl Association {
             config.scheduler,
         );
         sender.set_rack(config.rack);
+        if let Some(mid) = config.initial_mid {
+            sender.set_first_mid(mid);
+        }
         for (stream, data, ppid, unordered) in self.early.iter().cloned() {
             if sender.enqueue(stream, data, ppid, unordered).is_err() {
                 debug!(
@@ -514,14 +517,18 @@ impl Association {
             }
         }
         self.sender = Some(sender);
-        self.receiver = Some(Receiver::new(
+        let mut receiver = Receiver::new(
             state.peer_initial_tsn,
             config.recv_window,
             config.max_message,
             state.inbound_streams,
             state.idata,
             Arc::clone(&self.shared.pool),
-        ));
+        );
+        if let Some(mid) = config.initial_mid {
+            receiver.set_first_mid(mid);
+        }
+        self.receiver = Some(receiver);
         self.advertised = config.recv_window;
     }
 
@@ -1423,14 +1430,18 @@ impl Association {
             let config = &self.shared.config;
             let inbound = self.negotiated.map_or(state.inbound_streams, |n| n.inbound);
             let idata = self.negotiated.is_some_and(|n| n.idata);
-            self.receiver = Some(Receiver::new(
+            let mut receiver = Receiver::new(
                 state.peer_initial_tsn,
                 config.recv_window,
                 config.max_message,
                 inbound,
                 idata,
                 Arc::clone(&self.shared.pool),
-            ));
+            );
+            if let Some(mid) = config.initial_mid {
+                receiver.set_first_mid(mid);
+            }
+            self.receiver = Some(receiver);
             self.peer_initial_tsn = state.peer_initial_tsn;
         }
     }

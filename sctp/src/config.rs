@@ -82,6 +82,12 @@ pub struct Config {
     /// made either way, so tags stay what the seed gives.
     #[doc(hidden)]
     pub initial_tsn: Option<u32>,
+    /// Tests only: the first MID of every stream, ordered and unordered,
+    /// instead of 0, for I-DATA (RFC 8260 2.1 starts at 0). Both ends of a
+    /// test must set the same, so that a test can see the 32-bit MID wrap
+    /// without 2^32 messages. `None`: 0.
+    #[doc(hidden)]
+    pub initial_mid: Option<u32>,
 }
 
 impl Default for Config {
@@ -108,6 +114,7 @@ impl Default for Config {
             cookie_lifetime: Duration::from_secs(60),
             max_cookie_extension: DEFAULT_MAX_COOKIE_EXTENSION,
             initial_tsn: None,
+            initial_mid: None,
         }
     }
 }

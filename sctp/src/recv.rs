@@ -371,6 +371,9 @@ pub(crate) struct Receiver {
     held_chunks: usize,
     /// The soft bound on `held_chunks` for this window.
     max_held: usize,
+    /// The first SSN or MID of every stream: 0, but for tests
+    /// (`Config::initial_mid`).
+    first_mid: u32,
     /// The endpoint's pool, and what this receiver has charged to it.
     pool: Arc<ReceivePool>,
     charged: usize,
@@ -410,6 +413,7 @@ impl Receiver {
             buffered: 0,
             held_chunks: 0,
             max_held: held_chunk_limit(window as usize),
+            first_mid: 0,
             pool,
             charged: 0,
             runs: BTreeMap::new(),
@@ -472,6 +476,14 @@ impl Receiver {
         }
         self.settle();
         Verdict::New
+    }
+
+    /// Tests only (`Config::initial_mid`): the first MID of every stream,
+    /// for I-DATA.
+    pub(crate) fn set_first_mid(&mut self, mid: u32) {
+        if self.idata {
+            self.first_mid = mid;
+        }
     }
 
     /// Brings the pool up to date with what is held now.
@@ -604,7 +616,7 @@ impl Receiver {
 
     /// The SSN or MID to deliver next on `stream`.
     fn next_ordered(&self, stream: u16) -> u32 {
-        self.ordered.get(&stream).map_or(0, |s| s.next)
+        self.ordered.get(&stream).map_or(self.first_mid, |s| s.next)
     }
 
     /// An ordered message `seq` on `stream` was delivered or is whole and
@@ -839,7 +851,14 @@ impl Receiver {
             return;
         }
         let idata = self.idata;
-        let stream = self.ordered.entry(message.stream).or_default();
+        let first = self.first_mid;
+        let stream = self
+            .ordered
+            .entry(message.stream)
+            .or_insert_with(|| OrderedStream {
+                next: first,
+                waiting: BTreeMap::new(),
+            });
         if seq != stream.next {
             stream.waiting.insert(seq, message);
             return;

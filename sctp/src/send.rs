@@ -324,6 +324,17 @@ pub(crate) struct Sender {
 }
 
 impl Sender {
+    /// Tests only (`Config::initial_mid`): every stream's first MID, ordered
+    /// and unordered, for I-DATA.
+    pub(crate) fn set_first_mid(&mut self, mid: u32) {
+        if self.kind == DataKind::IData {
+            for out in &mut self.streams {
+                out.next_ordered = mid;
+                out.next_unordered = mid;
+            }
+        }
+    }
+
     /// A sender whose first TSN is `initial_tsn`.
     pub(crate) fn new(
         initial_tsn: u32,
