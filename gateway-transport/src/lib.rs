@@ -1,5 +1,6 @@
 //! The association layer: whole messages on numbered streams between one gateway
-//! and one origin, over one of three backends.
+//! and one origin, over one of four backends (a fifth, a baseline, behind a
+//! feature).
 //!
 //! - [`BackendKind::Kernel`]: Linux SCTP, one-to-one sockets (`kernel` module).
 //! - [`BackendKind::Userspace`]: our own sans-I/O SCTP core (the `sctp` crate) on a
