@@ -641,17 +641,11 @@ async fn a_listener_at_its_limit_refuses_at_once_and_admits_after_a_close() -> R
                 .map_or(0, |(_, n)| n)
         };
         let refused_before = refusals();
-        let started = Instant::now();
-        let refused = connect(BackendKind::Userspace, target, &cfg).await;
-        ensure!(
-            refused.is_err(),
-            "a second association past the limit of one was opened"
-        );
-        ensure!(
-            started.elapsed() < Duration::from_secs(5),
-            "the refusal took {:?}: it waited for a time-out, not an ABORT ({refused:?})",
-            started.elapsed()
-        );
+        // An ABORT ends the connect, not its 10 s time-out.
+        match connect(BackendKind::Userspace, target, &cfg).await {
+            Err(TransportError::Aborted) => {}
+            other => bail!("a connect past the limit of one gave {other:?}, not an ABORT"),
+        }
         // Counted for the metrics (added at the end of the driver's turn).
         while refusals() <= refused_before {
             tokio::time::sleep(Duration::from_millis(10)).await;
