@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::chunk::{DataChunk, DataKind, Sack};
+use crate::chunk::{DataChunk, DataKind, GapBlock, Sack};
 use crate::congestion::{Acked, Controller};
 use crate::rtt::RttEstimator;
 use crate::sched::{self, Scheduler, SchedulerKind};
@@ -321,6 +321,34 @@ pub(crate) struct Sender {
     probe_new: bool,
     /// Bytes of user data queued and not yet sent, all streams.
     unsent_total: usize,
+}
+
+/// A SACK's gap blocks, asked in order of rising offset from its
+/// cumulative ack: each question costs the blocks passed since the last.
+struct InBlocks<'a> {
+    blocks: std::iter::Peekable<std::slice::Iter<'a, GapBlock>>,
+}
+
+impl<'a> InBlocks<'a> {
+    fn new(sack: &'a Sack) -> Self {
+        InBlocks {
+            blocks: sack.gaps.iter().peekable(),
+        }
+    }
+
+    /// Whether `offset` (not below the previous one asked) is in a block.
+    fn contains(&mut self, offset: u32) -> bool {
+        while self
+            .blocks
+            .peek()
+            .is_some_and(|b| u32::from(b.end) < offset)
+        {
+            self.blocks.next();
+        }
+        self.blocks
+            .peek()
+            .is_some_and(|b| u32::from(b.start) <= offset && offset <= u32::from(b.end))
+    }
 }
 
 impl Sender {
@@ -761,16 +789,11 @@ impl Sender {
         let base = sack.cum_tsn_ack;
         // Silent above its last block, as in `ack_gap_blocks`.
         let reported = sack.gaps.last().map_or(u32::MAX, |b| u32::from(b.end));
-        let mut blocks = sack.gaps.iter().peekable();
+        let mut blocks = InBlocks::new(sack);
         let mut leaves_out = false;
         for sent in &self.outstanding {
             let offset = sent.chunk.tsn.wrapping_sub(base);
-            while blocks.peek().is_some_and(|b| u32::from(b.end) < offset) {
-                blocks.next();
-            }
-            let in_block = blocks
-                .peek()
-                .is_some_and(|b| u32::from(b.start) <= offset && offset <= u32::from(b.end));
+            let in_block = blocks.contains(offset);
             if in_block && !sent.gap_acked {
                 return false;
             }
@@ -784,7 +807,7 @@ impl Sender {
     /// newly inside a block as gap-acked, adding them to `tally`, and takes
     /// back those the peer reneged on.
     fn ack_gap_blocks(&mut self, sack: &Sack, tally: &mut SackTally) {
-        let mut blocks = sack.gaps.iter().peekable();
+        let mut blocks = InBlocks::new(sack);
         let base = sack.cum_tsn_ack;
         // Without gap blocks and with nothing gap-acked before, there is
         // nothing to mark or un-mark: the common case costs no walk.
@@ -803,12 +826,7 @@ impl Sender {
         let reported = sack.gaps.last().map_or(u32::MAX, |b| u32::from(b.end));
         for sent in self.outstanding.iter_mut().take(walk) {
             let offset = sent.chunk.tsn.wrapping_sub(base);
-            while blocks.peek().is_some_and(|b| u32::from(b.end) < offset) {
-                blocks.next();
-            }
-            let in_block = blocks
-                .peek()
-                .is_some_and(|b| u32::from(b.start) <= offset && offset <= u32::from(b.end));
+            let in_block = blocks.contains(offset);
             if in_block && !sent.gap_acked {
                 if sent.in_flight() {
                     self.flight -= sent.size;
