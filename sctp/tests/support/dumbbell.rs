@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sctp::{Association, Config, Event};
 
-use super::{MAX_TURNS_AT_ONE_INSTANT, Side, drain_side, endpoint_seeds};
+use super::{Side, drain_side, endpoint_seeds};
 
 /// The shared link.
 #[derive(Debug, Clone)]
@@ -306,32 +306,23 @@ impl Dumbbell {
     pub(crate) fn run_until(
         &mut self,
         limit: Duration,
-        mut done: impl FnMut(&mut Dumbbell) -> bool,
+        done: impl FnMut(&mut Dumbbell) -> bool,
     ) -> bool {
-        let end = self.now + limit;
-        let mut same_instant = 0;
-        loop {
-            if done(self) {
-                return true;
-            }
-            let before = self.now;
-            if self.now > end || !self.step() {
-                return done(self);
-            }
-            same_instant = if self.now == before {
-                same_instant + 1
-            } else {
-                0
-            };
-            assert!(
-                same_instant < MAX_TURNS_AT_ONE_INSTANT,
-                "livelock: the clock stopped"
-            );
-        }
+        super::run_until(self, limit, done)
     }
 
     /// The association of client `i`.
     pub(crate) fn client_assoc(&mut self, i: usize) -> &mut Association {
         self.clients[i].assoc()
+    }
+}
+
+impl super::Stepped for Dumbbell {
+    fn now(&self) -> Instant {
+        self.now
+    }
+
+    fn step(&mut self) -> bool {
+        Dumbbell::step(self)
     }
 }

@@ -430,29 +430,9 @@ impl Sim {
     pub(crate) fn run_until(
         &mut self,
         limit: Duration,
-        mut done: impl FnMut(&mut Sim) -> bool,
+        done: impl FnMut(&mut Sim) -> bool,
     ) -> bool {
-        let end = self.now + limit;
-        let mut same_instant = 0;
-        loop {
-            if done(self) {
-                return true;
-            }
-            let before = self.now;
-            if self.now > end || !self.step() {
-                return done(self);
-            }
-            same_instant = if self.now == before {
-                same_instant + 1
-            } else {
-                0
-            };
-            assert!(
-                same_instant < MAX_TURNS_AT_ONE_INSTANT,
-                "livelock: the clock stopped at {:?}",
-                self.now - end + limit
-            );
-        }
+        run_until(self, limit, done)
     }
 
     /// Runs for `span` of simulated time.
@@ -540,4 +520,54 @@ pub(crate) fn init_asking_for_huge_reports(tag: u32, ports: (u16, u16), small: b
         "as large as a datagram allows"
     );
     out.freeze()
+}
+
+/// A simulation that advances by steps: the two-sided [`Sim`] and the
+/// [`dumbbell::Dumbbell`].
+pub(crate) trait Stepped {
+    /// The simulated time.
+    fn now(&self) -> Instant;
+    /// One turn; false when nothing is left to happen.
+    fn step(&mut self) -> bool;
+}
+
+impl Stepped for Sim {
+    fn now(&self) -> Instant {
+        self.now
+    }
+
+    fn step(&mut self) -> bool {
+        Sim::step(self)
+    }
+}
+
+/// Steps `sim` until `done` holds or `limit` of simulated time passes;
+/// returns whether `done` held. Many turns at one instant are a livelock.
+pub(crate) fn run_until<S: Stepped>(
+    sim: &mut S,
+    limit: Duration,
+    mut done: impl FnMut(&mut S) -> bool,
+) -> bool {
+    let start = sim.now();
+    let end = start + limit;
+    let mut same_instant = 0;
+    loop {
+        if done(sim) {
+            return true;
+        }
+        let before = sim.now();
+        if sim.now() > end || !sim.step() {
+            return done(sim);
+        }
+        same_instant = if sim.now() == before {
+            same_instant + 1
+        } else {
+            0
+        };
+        assert!(
+            same_instant < MAX_TURNS_AT_ONE_INSTANT,
+            "livelock: the clock stopped at {:?}",
+            sim.now() - start
+        );
+    }
 }
