@@ -455,26 +455,29 @@ async fn a_vanished_peer_is_noticed_at_the_next_packet_by_icmp() -> Result<()> {
     .await?
 }
 
+/// A connect to a port nothing listens on ends on the host's ICMP port
+/// unreachable, which quotes our INIT (RFC 9260 Appendix C: in COOKIE-WAIT
+/// the INIT's own Initiate Tag is the proof), not at the connect time-out.
+/// The client's socket is not connected, so this comes from its error queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connect_to_a_silent_port_fails_in_time() -> Result<()> {
+async fn connect_to_a_silent_port_is_refused() -> Result<()> {
     timeout(TEST_LIMIT, async {
         // A port nothing listens on: bound, noted, released.
         let port = std::net::UdpSocket::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
         let cfg = AssociationConfig {
-            connect_timeout: Duration::from_secs(2),
+            // Far longer than the refusal takes, even if the host's ICMP rate
+            // limit swallows the first answers (each INIT retransmission
+            // draws another).
+            connect_timeout: Duration::from_secs(30),
             ..config()
         };
-        let started = Instant::now();
         let r = connect(BackendKind::Userspace, ([127, 0, 0, 1], port).into(), &cfg).await;
-        ensure!(
-            started.elapsed() < Duration::from_secs(3),
-            "took {:?}",
-            started.elapsed()
-        );
         match r {
-            Err(TransportError::Io(_) | TransportError::ConnectTimeout(_)) => Ok(()),
+            Err(TransportError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                Ok(())
+            }
             other => bail!("connect to a silent port gave {other:?}"),
         }
     })

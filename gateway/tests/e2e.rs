@@ -1635,23 +1635,31 @@ fn init_asking_for_huge_reports(src_port: u16, dst_port: u16) -> Vec<u8> {
     out.to_vec()
 }
 
-/// The gateway's UDP address of its association to the origin, from `ss`
-/// in its namespace.
+/// The gateway's UDP port of its association to the origin, from `ss` in
+/// its namespace: the one UDP socket the gateway process holds (its socket is
+/// not connected to the origin, so `ss` shows no peer to match on).
 fn gateway_association_port(demo: &Demo) -> u16 {
-    let origin = testbed::topology::origin_sctp_v4();
     let mut ss = Command::new("ss");
-    ss.args(["-Hnu", "dst", &origin.to_string()]);
+    ss.args(["-Hnuap"]);
     let out = exec_in(demo.topology.gateway.name(), &ss)
         .output()
         .expect("run ss");
     let text = String::from_utf8_lossy(&out.stdout);
-    // `[ESTAB] 0 0 192.0.2.65:41234 192.0.2.66:9899`: the address that is
-    // not the origin's is ours.
-    text.split_whitespace()
-        .filter_map(|field| field.parse::<SocketAddr>().ok())
-        .find(|addr| *addr != origin)
-        .map(|local| local.port())
-        .unwrap_or_else(|| panic!("no UDP socket toward {origin} in the gateway: {text:?}"))
+    // `UNCONN 0 0 0.0.0.0:41234 0.0.0.0:* users:(("gateway",pid=7,fd=9))`:
+    // the first address is ours.
+    let ports: Vec<u16> = text
+        .lines()
+        .filter(|line| line.contains("((\"gateway\""))
+        .filter_map(|line| {
+            line.split_whitespace()
+                .find_map(|field| field.parse::<SocketAddr>().ok())
+                .map(|local| local.port())
+        })
+        .collect();
+    match ports[..] {
+        [port] => port,
+        _ => panic!("not one UDP socket of the gateway in its namespace: {text:?}"),
+    }
 }
 
 /// A UDP datagram from `from` (an address of namespace `ns`, any port the
@@ -1808,33 +1816,68 @@ fn the_largest_report_asking_init_neither_stops_the_origin_nor_a_gateway() {
 /// everything buffered between the origin and the client (about 16 MB, see
 /// `ABORTED_FILE_BYTES`), so that most of it must cross each new port.
 const REBOUND_FILE_BYTES: u64 = 200 << 20;
-/// The ports a NAT in front of the gateway gives its association, in turn
+/// The ports a NAT gives the moving side of the association's flow, in turn
 /// (outside the ephemeral range, so that no socket of the namespace has them).
 const NAT_PORTS: [u16; 2] = [20_001, 20_002];
 
-/// A stateless NAT in namespace `ns` (table `ip e2e_nat`): the gateway's
-/// datagrams from `port` to the origin leave from `nat_port`, and the
-/// origin's to `nat_port` come back to `port`, counted as `out_<nat_port>`
-/// and `in_<nat_port>`. Called again, it replaces the mapping in one
-/// transaction, as a NAT whose mapping expired maps the flow anew; the old
-/// port then leads nowhere. Stateless rewriting in the raw hooks, not `snat`:
-/// a conntrack NAT keeps an existing flow's mapping however its rules change.
-fn remap_gateway_port(ns: &str, port: u16, nat_port: u16) {
+/// Whose UDP port a NAT rebinding changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Moves {
+    /// A NAT in front of the gateway (a home router, a CGNAT).
+    Gateway,
+    /// A NAT in front of the origin (a load balancer that remaps).
+    Origin,
+}
+
+/// A stateless NAT in the gateway's namespace `ns` (table `ip e2e_nat`)
+/// between the gateway's association port `port` and the origin:
+/// - `Moves::Gateway`: the gateway's datagrams leave from `nat_port`, and
+///   the origin's to `nat_port` come back to `port`;
+/// - `Moves::Origin`: the origin's datagrams arrive from `nat_port`, and the
+///   gateway's to `nat_port` go to the origin's real port.
+///
+/// Counted as `out_<nat_port>` (the gateway's datagrams through the mapping)
+/// and `in_<nat_port>` (the origin's). Called again, it replaces the mapping
+/// in one transaction, as a NAT whose mapping expired maps the flow anew;
+/// the old port then leads nowhere. Stateless rewriting in the raw hooks, not
+/// `snat`: a conntrack NAT keeps an existing flow's mapping however its rules
+/// change.
+fn remap(ns: &str, moves: Moves, port: u16, nat_port: u16) {
     let origin = testbed::topology::origin_sctp_v4();
     let (ip, sctp) = (origin.ip(), origin.port());
+    let (out_rule, in_rule) = match moves {
+        Moves::Gateway => (
+            format!(
+                "ip daddr {ip} udp dport {sctp} udp sport {port} \
+                 udp sport set {nat_port} counter name out_{nat_port}"
+            ),
+            format!(
+                "ip saddr {ip} udp sport {sctp} udp dport {nat_port} \
+                 udp dport set {port} counter name in_{nat_port}"
+            ),
+        ),
+        Moves::Origin => (
+            format!(
+                "ip daddr {ip} udp dport {nat_port} udp sport {port} \
+                 udp dport set {sctp} counter name out_{nat_port}"
+            ),
+            format!(
+                "ip saddr {ip} udp sport {sctp} udp dport {port} \
+                 udp sport set {nat_port} counter name in_{nat_port}"
+            ),
+        ),
+    };
     let rules = format!(
         "add table ip e2e_nat; \
          add chain ip e2e_nat out {{ type filter hook output priority raw; }} ; \
          add chain ip e2e_nat pre {{ type filter hook prerouting priority raw; }} ; \
          flush chain ip e2e_nat out; flush chain ip e2e_nat pre; \
          add counter ip e2e_nat out_{nat_port}; add counter ip e2e_nat in_{nat_port}; \
-         add rule ip e2e_nat out ip daddr {ip} udp dport {sctp} udp sport {port} \
-             udp sport set {nat_port} counter name out_{nat_port}; \
-         add rule ip e2e_nat pre ip saddr {ip} udp sport {sctp} udp dport {nat_port} \
-             udp dport set {port} counter name in_{nat_port}"
+         add rule ip e2e_nat out {out_rule}; \
+         add rule ip e2e_nat pre {in_rule}"
     );
     testbed::run(&mut exec_in(ns, Command::new("nft").arg(rules)))
-        .expect("nft rules rewriting the gateway's port");
+        .expect("nft rules rewriting the association's ports");
 }
 
 /// Packets counted by `counter` of table `ip e2e_nat` in namespace `ns`.
@@ -1860,6 +1903,18 @@ fn nat_packets(ns: &str, counter: &str) -> u64 {
 /// new mapping left would draw one, which ends the association at once.
 #[test]
 fn a_download_survives_nat_rebindings_of_the_gateways_port() {
+    download_across_nat_rebindings(Moves::Gateway);
+}
+
+/// The same with the NAT in front of the origin: the gateway follows the
+/// origin's new port (its socket is not connected, so its kernel passes the
+/// datagrams on). Here the origin's host is the one whose ICMP is dropped.
+#[test]
+fn a_download_survives_nat_rebindings_of_the_origins_port() {
+    download_across_nat_rebindings(Moves::Origin);
+}
+
+fn download_across_nat_rebindings(moves: Moves) {
     let root = tempfile::tempdir().expect("tempdir");
     std::fs::copy(
         testbed::demo_site().join("index.html"),
@@ -1870,7 +1925,10 @@ fn a_download_survives_nat_rebindings_of_the_gateways_port() {
     std::fs::File::create(root.path().join("big.bin"))
         .and_then(|f| f.set_len(REBOUND_FILE_BYTES))
         .expect("big file");
-    let mut options = options("nat-rebinding");
+    let mut options = options(match moves {
+        Moves::Gateway => "nat-rebinding",
+        Moves::Origin => "nat-rebinding-origin",
+    });
     options.origin_root = Some(root.path().to_owned());
     options.gateway = GatewayConfigOverrides {
         fail_open: Some(false),
@@ -1879,7 +1937,11 @@ fn a_download_survives_nat_rebindings_of_the_gateways_port() {
     };
     let demo = start(options);
     let gateway_ns = demo.topology.gateway.name();
-    drop_port_unreachable(gateway_ns);
+    // The host the stale datagrams reach is the one that moved.
+    drop_port_unreachable(match moves {
+        Moves::Gateway => gateway_ns,
+        Moves::Origin => demo.topology.origin.name(),
+    });
     let port = gateway_association_port(&demo);
 
     let response = raw_get(&demo, SocketAddr::new(SITE_V4.into(), 80), "/big.bin");
@@ -1916,12 +1978,16 @@ fn a_download_survives_nat_rebindings_of_the_gateways_port() {
             || Ok(progress.load(Ordering::Relaxed) >= at),
         )
         .unwrap_or_else(|e| panic!("{e} (logs in {logs})"));
-        remap_gateway_port(gateway_ns, port, nat_port);
-        // The origin follows: its datagrams go to the new port.
+        remap(gateway_ns, moves, port, nat_port);
+        // The other side follows: its datagrams go to the new port.
+        let (follower, counter) = match moves {
+            Moves::Gateway => ("origin", format!("in_{nat_port}")),
+            Moves::Origin => ("gateway", format!("out_{nat_port}")),
+        };
         wait_until(
-            &format!("the origin's datagrams to port {nat_port}"),
+            &format!("the {follower}'s datagrams to port {nat_port}"),
             Duration::from_secs(10),
-            || Ok(nat_packets(gateway_ns, &format!("in_{nat_port}")) > 0),
+            || Ok(nat_packets(gateway_ns, &counter) > 0),
         )
         .unwrap_or_else(|e| panic!("{e} (logs in {logs})"));
     }
@@ -1930,15 +1996,14 @@ fn a_download_survives_nat_rebindings_of_the_gateways_port() {
         .expect("reader thread")
         .unwrap_or_else(|e| panic!("the download failed {e} (logs in {logs})"));
     assert_eq!(received, REBOUND_FILE_BYTES);
-    let last = format!("in_{}", NAT_PORTS[1]);
-    let (sent, answered) = (
+    let (sent, arrived) = (
         nat_packets(gateway_ns, &format!("out_{}", NAT_PORTS[1])),
-        nat_packets(gateway_ns, &last),
+        nat_packets(gateway_ns, &format!("in_{}", NAT_PORTS[1])),
     );
     assert!(
-        answered > 1000,
-        "most of the download came through the last port: {answered} datagrams \
-         ({sent} sent from it)"
+        sent > 1000 && arrived > 1000,
+        "most of the download crossed the last mapping: {arrived} datagrams \
+         from the origin, {sent} from the gateway"
     );
 
     let gateway_log = demo.gateway.as_ref().map(|g| g.log()).unwrap_or_default();

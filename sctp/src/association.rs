@@ -821,21 +821,39 @@ impl Association {
         )));
     }
 
-    /// An ICMP "port unreachable" answered one of our packets, quoting its
-    /// verification tag `vtag`. Over UDP encapsulation that is SCTP's
-    /// "protocol unreachable": nothing listens on the peer's port, which
-    /// RFC 9260 Appendix C (ICMP7) says to process as an ABORT, once the
-    /// quoted tag is the peer's (ICMP6), so that an off-path sender who does
-    /// not know the tag cannot end the association. Returns whether it ended
-    /// it. A handshake still in COOKIE-WAIT (no peer tag yet) is left to the
-    /// caller, who may know more (a connected socket's ECONNREFUSED).
-    pub fn handle_port_unreachable(&mut self, vtag: u32) -> bool {
-        if self.state == State::Closed || self.peer_tag == 0 || vtag != self.peer_tag {
-            return false;
+    /// An ICMP "port unreachable" answered one of our packets; `quoted` is
+    /// what the ICMP message quoted of that packet, from its SCTP common
+    /// header on (often only the header, sometimes nothing). Over UDP
+    /// encapsulation that is SCTP's "protocol unreachable": nothing listens
+    /// on the peer's port, which RFC 9260 Appendix C (ICMP7) says to process
+    /// as an ABORT once the quote shows the packet was ours (ICMP6), so that
+    /// an off-path sender who does not know our tags cannot end the
+    /// association: the quoted verification tag is the peer's or, in
+    /// COOKIE-WAIT where the peer has none yet, it is 0 and the quoted chunk
+    /// is our INIT with our Initiate Tag. Returns whether it ended it.
+    pub fn handle_port_unreachable(&mut self, quoted: &[u8]) -> bool {
+        /// The INIT's Initiate Tag, bytes from the common header's start.
+        const INITIATE_TAG_AT: usize = COMMON_HEADER_LEN + 4;
+        let word = |at: usize| {
+            quoted
+                .get(at..at + 4)
+                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let ours = match word(4) {
+            _ if self.state == State::Closed => false,
+            Some(0) => {
+                self.state == State::CookieWait
+                    && quoted.get(COMMON_HEADER_LEN) == Some(&kind::INIT)
+                    && word(INITIATE_TAG_AT) == Some(self.my_tag)
+            }
+            Some(vtag) => self.peer_tag != 0 && vtag == self.peer_tag,
+            None => false,
+        };
+        if ours {
+            self.packets.clear();
+            self.end(Event::Lost(AssociationError::PortUnreachable));
         }
-        self.packets.clear();
-        self.end(Event::Lost(AssociationError::PortUnreachable));
-        true
+        ours
     }
 
     /// The peer restarted (the endpoint saw a COOKIE ECHO of case A).

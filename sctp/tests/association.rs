@@ -266,6 +266,27 @@ fn abort_from_either_side_is_seen_as_aborted() {
     }
 }
 
+/// The first `len` bytes of an SCTP packet with verification tag `vtag` whose
+/// first chunk is an INIT with Initiate Tag `initiate`, as an ICMP message
+/// quotes it.
+fn quoted_init(vtag: u32, initiate: u32, len: usize) -> Vec<u8> {
+    let mut packet = vec![0x13, 0x88, 0x13, 0x88];
+    packet.extend(vtag.to_be_bytes());
+    packet.extend([0; 4]); // checksum
+    packet.extend([sctp::chunk::kind::INIT, 0, 0, 20]);
+    packet.extend(initiate.to_be_bytes());
+    packet.truncate(len);
+    packet
+}
+
+/// The first `len` bytes of an SCTP packet with verification tag `vtag`.
+fn quoted(vtag: u32, len: usize) -> Vec<u8> {
+    let mut packet = quoted_init(vtag, 0, 20);
+    packet[12] = sctp::chunk::kind::SACK;
+    packet.truncate(len);
+    packet
+}
+
 /// RFC 9260 Appendix C (ICMP6, ICMP7): an ICMP "port unreachable" (over UDP,
 /// SCTP's "protocol unreachable") ends the association as an ABORT would, but
 /// only when it quotes the peer's verification tag.
@@ -277,16 +298,53 @@ fn port_unreachable_ends_the_association_only_with_the_peers_tag() {
     let client = sim.sides[CLIENT].assoc();
     for wrong in [peer_tag.wrapping_add(1), own_tag, 0] {
         if wrong != peer_tag {
-            assert!(!client.handle_port_unreachable(wrong), "tag {wrong:#x}");
+            assert!(
+                !client.handle_port_unreachable(&quoted(wrong, 12)),
+                "tag {wrong:#x}"
+            );
         }
     }
+    // An INIT with our own tag, but we are past COOKIE-WAIT.
+    assert!(!client.handle_port_unreachable(&quoted_init(0, own_tag, 20)));
+    // Too short a quote to hold the tag.
+    assert!(!client.handle_port_unreachable(&quoted(peer_tag, 7)));
     assert_eq!(client.state(), State::Established);
-    assert!(client.handle_port_unreachable(peer_tag));
+    assert!(client.handle_port_unreachable(&quoted(peer_tag, 8)));
     assert_eq!(client.state(), State::Closed);
-    assert!(!client.handle_port_unreachable(peer_tag), "ends it once");
+    assert!(
+        !client.handle_port_unreachable(&quoted(peer_tag, 12)),
+        "ends it once"
+    );
     assert!(sim.run_until(SECOND, |s| {
         s.saw(CLIENT, &Event::Lost(AssociationError::PortUnreachable))
     }));
+}
+
+/// RFC 9260 Appendix C (ICMP6): in COOKIE-WAIT the packet an ICMP message
+/// answers is our INIT, with verification tag 0; the quote must show an INIT
+/// carrying our own Initiate Tag, which no off-path sender knows.
+#[test]
+fn port_unreachable_in_cookie_wait_needs_our_init_quoted() {
+    let mut sim = Sim::new(config(), config(), Link::default(), 13);
+    sim.connect();
+    let client = sim.sides[CLIENT].assoc();
+    assert_eq!(client.state(), State::CookieWait);
+    let own_tag = client.local_tag();
+    for (why, quote) in [
+        ("another tag", quoted_init(0, own_tag.wrapping_add(1), 20)),
+        ("not an INIT", quoted(0, 20)),
+        (
+            "a nonzero verification tag",
+            quoted_init(own_tag, own_tag, 20),
+        ),
+        ("the Initiate Tag cut off", quoted_init(0, own_tag, 19)),
+        ("only the common header", quoted_init(0, own_tag, 12)),
+    ] {
+        assert!(!client.handle_port_unreachable(&quote), "{why}");
+    }
+    assert_eq!(client.state(), State::CookieWait);
+    assert!(client.handle_port_unreachable(&quoted_init(0, own_tag, 20)));
+    assert_eq!(client.state(), State::Closed);
 }
 
 #[test]

@@ -41,10 +41,10 @@
 //! has it now, and the core moves it to a new UDP port of the peer's IP when a
 //! packet proves with the association's verification tag that it comes from
 //! the peer (RFC 6951 5.4, `sctp::Endpoint`), so the driver sends wherever the
-//! peer is without keeping an address of its own. A client's socket is
-//! connected to the peer's address, so its kernel drops datagrams from any
-//! other source port: the peer follows the client's port changes (a gateway
-//! behind a home NAT or CGNAT), but a client does not follow the peer's.
+//! peer is without keeping an address of its own. No socket is connected, a
+//! client's neither, so that its kernel passes on datagrams from the peer's
+//! new port: either side follows the other's port changes (a gateway behind a
+//! home NAT or CGNAT, an origin behind a load balancer that remaps).
 //!
 //! Finding due timers walks every association each turn: right for the handful
 //! of associations a gateway or origin holds, not for thousands.
@@ -654,7 +654,7 @@ impl Driver {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) => {
                     tracing::debug!(error = %e, "UDP receive error");
-                    self.socket_error(e.kind() == ErrorKind::ConnectionRefused);
+                    self.socket_error();
                     continue;
                 }
             };
@@ -919,7 +919,7 @@ impl Driver {
                 // SCTP retransmits what a transient error lost.
                 Err(e) => {
                     tracing::debug!(error = %e, %to, count, "UDP send error");
-                    self.socket_error(e.kind() == ErrorKind::ConnectionRefused);
+                    self.socket_error();
                 }
             }
             self.outq.drain(..count);
@@ -929,16 +929,13 @@ impl Driver {
     /// A send or receive failed: the socket's error queue (`IP_RECVERR`) holds
     /// a report for each ICMP error and local failure, drained here, whatever
     /// the error was, so that it never fills. Each "port unreachable" report
-    /// names the destination and quotes the verification tag of the packet it
-    /// answers: an association with that peer and that tag ends at once
-    /// ([`sctp::Association::handle_port_unreachable`]), where heartbeats
-    /// would take `idle_timeout` to notice. A handshake in COOKIE-WAIT has no
-    /// peer tag yet: on the connected client socket an ECONNREFUSED
-    /// (`refused`) can only be about its one peer, so it fails too.
-    fn socket_error(&mut self, refused: bool) {
+    /// names the destination and quotes the start of the packet it answers:
+    /// the association with that peer ends at once when the quote shows the
+    /// packet was its own ([`sctp::Association::handle_port_unreachable`]:
+    /// the peer's tag, or in COOKIE-WAIT our INIT), where heartbeats would
+    /// take `idle_timeout` to notice.
+    fn socket_error(&mut self) {
         let reports = sys::port_unreachable_reports(&self.socket);
-        // Only a client's socket is connected, to its one peer.
-        let connected = refused && self.socket.peer_addr().is_ok();
         let mut lost = Vec::new();
         for (key, entry) in &self.assocs {
             let mut st = lock(&entry.assoc.state);
@@ -947,19 +944,13 @@ impl Driver {
             }
             let remote = canonical(st.proto.remote());
             // Once one report ends it, the others find it closed.
-            let tag_matched = reports
+            let ours = reports
                 .iter()
                 .filter(|r| canonical(r.to) == remote)
-                .filter_map(|r| r.vtag)
-                .any(|vtag| st.proto.handle_port_unreachable(vtag));
-            if tag_matched {
+                .any(|r| st.proto.handle_port_unreachable(r.quoted()));
+            if ours {
                 // Ended in the core: the next drive reports it as Refused.
                 lost.push(*key);
-            } else if !st.established && connected {
-                st.ended = Some(Ended::Refused);
-                drop(st);
-                entry.assoc.wake_all();
-                self.finished.push(*key);
             }
         }
         if !lost.is_empty() {

@@ -232,8 +232,8 @@ enum Ended {
     Aborted,
     /// Nothing heard from the peer for this long.
     Unreachable(Duration),
-    /// The peer's host refused the datagrams (ICMP port unreachable) during
-    /// the handshake.
+    /// The peer's host refused the datagrams (ICMP port unreachable quoting
+    /// the association's own packet).
     Refused,
     /// Anything else that ended it (a protocol violation, a failed socket).
     Failed(String),
@@ -760,10 +760,11 @@ pub(crate) async fn connect(
     } else {
         (Ipv6Addr::UNSPECIFIED, 0).into()
     };
+    // Not connected: a connected socket would drop the peer's datagrams from
+    // a new port (the driver's notes on NAT rebinding). Its error queue still
+    // reports an ICMP port unreachable quoting our INIT, so a connect to a
+    // silent port fails at once instead of at the time-out.
     let socket = bind_socket(local, config)?;
-    // A connected socket hears ICMP port unreachable as ECONNREFUSED, so a
-    // connect to a silent port fails at once instead of at the time-out.
-    socket.connect(addr).await?;
     let local_addr = socket.local_addr()?;
     let now = Instant::now();
     let mut endpoint =

@@ -59,14 +59,28 @@ pub(super) fn set_recv_errors(socket: &impl AsFd, v6: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Bytes of our SCTP packet an ICMP report is read for: the common header,
+/// and the first chunk's header and first word (an INIT's Initiate Tag), all
+/// that RFC 9260 Appendix C looks at.
+const QUOTE_LEN: usize = 20;
+
 /// An ICMP "port unreachable" the kernel queued for one of our datagrams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct PortUnreachable {
     /// Where the datagram was going.
     pub(super) to: SocketAddr,
-    /// The verification tag of the SCTP packet it carried, when the ICMP
-    /// message quoted that much of it.
-    pub(super) vtag: Option<u32>,
+    /// The start of the SCTP packet it carried, as far as the ICMP message
+    /// quoted it (up to [`QUOTE_LEN`] bytes): see [`Self::quoted`].
+    quote: [u8; QUOTE_LEN],
+    quote_len: usize,
+}
+
+impl PortUnreachable {
+    /// What the ICMP message quoted of our SCTP packet, from its common
+    /// header on; for `sctp::Association::handle_port_unreachable`.
+    pub(super) fn quoted(&self) -> &[u8] {
+        &self.quote[..self.quote_len]
+    }
 }
 
 /// Drains the socket's error queue (`MSG_ERRQUEUE`), up to
@@ -75,14 +89,13 @@ pub(super) struct PortUnreachable {
 /// host unreachable) are logged and left to SCTP's own timers.
 pub(super) fn port_unreachable_reports(socket: &impl AsRawFd) -> Vec<PortUnreachable> {
     let mut reports = Vec::new();
-    // The SCTP common header: ports, then the verification tag at 4..8.
-    let mut quoted = [0u8; 12];
+    let mut quote = [0u8; QUOTE_LEN];
     // Room for the error and its offender's address, and for the other
     // control messages quinn-udp's options add to every datagram (packet
     // info, TOS, GRO size): a buffer too small truncates them all.
     let mut control = vec![0u8; CONTROL_BYTES];
     for _ in 0..MAX_ERROR_REPORTS {
-        let mut iov = [IoSliceMut::new(&mut quoted)];
+        let mut iov = [IoSliceMut::new(&mut quote)];
         let flags = MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT;
         let message = match recvmsg::<SockaddrStorage>(
             socket.as_raw_fd(),
@@ -108,9 +121,11 @@ pub(super) fn port_unreachable_reports(socket: &impl AsRawFd) -> Vec<PortUnreach
         let len = message.bytes;
         match (errno, to) {
             (Some(errno), Some(to)) if errno == libc::ECONNREFUSED as u32 => {
-                let vtag = (len >= 8)
-                    .then(|| u32::from_be_bytes([quoted[4], quoted[5], quoted[6], quoted[7]]));
-                reports.push(PortUnreachable { to, vtag });
+                reports.push(PortUnreachable {
+                    to,
+                    quote,
+                    quote_len: len.min(QUOTE_LEN),
+                });
             }
             (errno, to) => {
                 let error = errno.map(|e| io::Error::from_raw_os_error(e as i32));
