@@ -1004,6 +1004,143 @@ async fn concurrent_misses_share_one_fetch_and_stream_before_it_completes() -> R
     Ok(())
 }
 
+/// Sends a GET for `path` and reads until the head and `at_least` body bytes
+/// have arrived (within 10 s).
+async fn get_until(
+    gw: SocketAddr,
+    path: &str,
+    host: SocketAddr,
+    at_least: usize,
+) -> Result<(TcpStream, Vec<u8>)> {
+    let mut stream = TcpStream::connect(gw).await?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n").as_bytes(),
+        )
+        .await?;
+    let mut got = Vec::new();
+    let mut buf = vec![0; 65536];
+    while body_bytes(&got) < at_least {
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .with_context(|| format!("{path}: not {at_least} body bytes in time"))??;
+        anyhow::ensure!(n > 0, "{path}: closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    Ok((stream, got))
+}
+
+/// A request that joins a fetch in flight takes the leader's response only
+/// where it could take the stored entry (RFC 9111, section 4). The exact
+/// cases an independent conformance run (http-tests/cache-tests: Expires
+/// freshness and parsing) found reused: `Expires` equal to `Date`
+/// (freshness-expires-present), an `Age` past `Expires` minus a `Date` that
+/// is behind (freshness-expires-age-slow-date), and `Expires` values that are
+/// not HTTP dates (freshness-expires-invalid-time-periods,
+/// -invalid-1-digit-hour). The policy judged each right on its own; the
+/// second request of such a test, sent as the first answer ends, joined the
+/// flight that was still held for the store's writer and was answered from
+/// it. Here the leader's upstream pauses mid-body so that the second request
+/// surely arrives while the flight is in progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_never_joins_a_fetch_whose_response_is_stale_on_arrival() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let pause = Arc::new(Notify::new());
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let (reply_pause, reply_body) = (Arc::clone(&pause), body.clone());
+    let asked: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let up = Upstream::start(move |seen| {
+        let now = std::time::SystemTime::now();
+        let date = |offset: i64| {
+            let at = if offset < 0 {
+                now - Duration::from_secs(offset.unsigned_abs())
+            } else {
+                now + Duration::from_secs(offset as u64)
+            };
+            httpdate::fmt_http_date(at)
+        };
+        let headers: Vec<(&'static str, String)> = match seen.path.as_str() {
+            "/expires-is-date" => vec![("date", date(0)), ("expires", date(0))],
+            "/age-past-a-slow-date" => vec![
+                ("date", date(-10)),
+                ("expires", date(10)),
+                ("age", "25".into()),
+            ],
+            "/expires-dotted" => vec![
+                ("date", date(0)),
+                ("expires", "Thu, 18 Aug 2050 02.01.18 GMT".into()),
+            ],
+            "/expires-one-digit-hour" => vec![
+                ("date", date(0)),
+                ("expires", "Thu, 18 Aug 2050 2:01:18 GMT".into()),
+            ],
+            // The control: fresh for an hour, so the second request joins.
+            _ => vec![("date", date(0)), ("expires", date(3600))],
+        };
+        // Only the first request for a path pauses mid-body.
+        let first = {
+            let mut asked = lock(&asked);
+            let n = asked.entry(seen.path.clone()).or_default();
+            *n += 1;
+            *n == 1
+        };
+        Reply {
+            status: 200,
+            headers,
+            body: reply_body.clone(),
+            pause: first.then(|| Arc::clone(&reply_pause)),
+        }
+    })
+    .await?;
+    let f = front(up.addr, &dir.path().join("c.redb")).await?;
+    let (gw, cache) = (f.addr, &f.cache);
+    let half = body.len() / 2;
+    for path in [
+        "/expires-is-date",
+        "/age-past-a-slow-date",
+        "/expires-dotted",
+        "/expires-one-digit-hour",
+        "/fresh",
+    ] {
+        let coalesced_before = cache.stats().coalesced;
+        let (mut leader, mut got) = get_until(gw, path, up.addr, half).await?;
+        let mut others = Vec::new();
+        if path == "/fresh" {
+            // Joins: the first half arrives while the upstream still pauses.
+            let (follower, follower_got) = get_until(gw, path, up.addr, half).await?;
+            assert_eq!(up.count(path), 1, "{path}: one upstream fetch");
+            assert_eq!(cache.stats().coalesced, coalesced_before + 1);
+            others.push((follower, follower_got));
+        } else {
+            // Fetches alone: the whole answer, while the leader's is paused.
+            let (follower, follower_got) = get_until(gw, path, up.addr, body.len()).await?;
+            assert_eq!(
+                up.count(path),
+                2,
+                "{path}: the second request went upstream"
+            );
+            assert_eq!(cache.stats().coalesced, coalesced_before, "{path}");
+            others.push((follower, follower_got));
+        }
+        pause.notify_one();
+        tokio::time::timeout(Duration::from_secs(10), leader.read_to_end(&mut got)).await??;
+        let answers = http_support::parse_responses(&got)?;
+        assert!(
+            answers[0].status == 200 && answers[0].body == body,
+            "{path}: leader"
+        );
+        for (mut stream, mut got) in others {
+            tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got)).await??;
+            let answers = http_support::parse_responses(&got)?;
+            assert!(
+                answers[0].status == 200 && answers[0].body == body,
+                "{path}: follower"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Body bytes in a raw response received so far.
 fn body_bytes(raw: &[u8]) -> usize {
     raw.windows(4)

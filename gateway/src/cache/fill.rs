@@ -46,6 +46,10 @@ pub enum FlightHead {
         /// The leader request's values of those fields (its secondary key): a
         /// follower whose own differ must not take this response.
         leader_secondary: Vec<u8>,
+        /// The response as the store will hold it, with the times it was
+        /// fetched, and its freshness worked out once: a follower takes the
+        /// flight only where it could take the stored entry (`Shared::follow`).
+        stored: Box<(StoredResponse, policy::Freshness)>,
     },
     /// A validation freshened the stored entry: read it from the store.
     Refreshed,
@@ -307,11 +311,13 @@ impl Fill {
         let vary = policy::vary_names(&stored.headers).unwrap_or_default();
         let secondary = policy::secondary_key(&vary, &request);
         let conditional_hit = policy::not_modified_for(&request, &stored.headers);
+        let freshness = policy::Freshness::of(&stored);
         guard.set_head(FlightHead::Stream {
             status: parts.status,
             headers: parts.headers.clone(),
             vary: vary.clone(),
             leader_secondary: secondary.clone(),
+            stored: Box::new((stored.clone(), freshness)),
         });
         let browser = (!conditional_hit).then(|| guard.subscribe());
         let writer = guard.subscribe();

@@ -28,7 +28,7 @@ pub mod store;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
@@ -518,7 +518,7 @@ impl Shared {
         &self,
         primary: &str,
         request: &CacheRequest<'_>,
-    ) -> Option<(Vec<u8>, Arc<Hot>, std::time::Duration)> {
+    ) -> Option<(Vec<u8>, Arc<Hot>, Duration)> {
         let (key, hot) = self.memory.get(primary, request.headers)?;
         let decision = policy::decide_lookup_with(
             request.method,
@@ -662,14 +662,35 @@ impl Shared {
                 headers,
                 vary,
                 leader_secondary,
+                stored,
             } => {
                 if policy::secondary_key(vary, request.headers) != *leader_secondary {
                     self.counters.inc(&self.counters.passes);
                     return Some(Lookup::Pass);
                 }
+                // A flight is a response on its way into the store, and a
+                // follower takes it only where it could take the stored entry
+                // now (RFC 9111, section 4): not a response stale on arrival
+                // (an `Expires` equal to its `Date`, an `Age` past its
+                // lifetime, an `Expires` that is no date), nor one the
+                // follower's own `Cache-Control` refuses. That matters most
+                // for a flight finished and still held for the store's
+                // writer, which a request sent after the leader's answer
+                // joins. Such a follower fetches alone.
+                let (response, freshness) = &**stored;
+                let decision = policy::decide_lookup_with(
+                    request.method,
+                    request.headers,
+                    Some((response, freshness)),
+                    SystemTime::now(),
+                );
+                let LookupDecision::Fresh { age } = decision else {
+                    self.counters.inc(&self.counters.passes);
+                    return Some(Lookup::Pass);
+                };
                 self.counters.inc(&self.counters.coalesced);
                 Some(Lookup::Hit(
-                    follower_answer(request, *status, headers, subscriber),
+                    follower_answer(request, *status, headers, age, subscriber),
                     "coalesced",
                 ))
             }
@@ -740,11 +761,13 @@ impl Shared {
 }
 
 /// A follower's answer: its own conditionals answered from the head, else the
-/// flight's body from byte 0.
+/// flight's body from byte 0; its `Age` is the response's `age` now, as for a
+/// stored entry (RFC 9111, section 5.1).
 fn follower_answer(
     request: &CacheRequest<'_>,
     status: StatusCode,
     headers: &HeaderMap,
+    age: Duration,
     subscriber: coalesce::Subscriber<FlightHead>,
 ) -> Response<Body> {
     let (status, headers, body) = if policy::not_modified_for(request.headers, headers) {
@@ -761,6 +784,9 @@ fn follower_answer(
     let mut response = Response::new(body);
     *response.status_mut() = status;
     *response.headers_mut() = headers;
+    response
+        .headers_mut()
+        .insert(header::AGE, HeaderValue::from(age.as_secs()));
     response
 }
 
