@@ -6,7 +6,7 @@
 //! created here and removed
 //! on every way out (a killed run's are removed by the next). In order:
 //!
-//! 1. Host-free: `init_flood --handle 100000` (release) times 100,000 INITs
+//! 1. Timed on this host: `init_flood --handle 100000` (release) times 100,000 INITs
 //!    from distinct sources through `sctp::Endpoint::handle`: decode, the
 //!    cookie's HMAC, the INIT ACK's encoding and CRC32c.
 //! 2. The real `origin` binary in the server namespace serves a
@@ -26,6 +26,11 @@
 //!
 //! Report: bench/results/init-flood.md, the per-second series in
 //! init-flood.csv.
+//!
+//! `--callgrind` runs only the host-free count instead ([`run_callgrind`]):
+//! the instructions of one INIT answered and of one dropped at the rate
+//! limit, counted by callgrind, with where they go; report
+//! bench/results/init-flood-callgrind.md.
 
 use std::fmt::Write as _;
 use std::io::{BufRead as _, BufReader};
@@ -63,8 +68,12 @@ const WARM_UP: u64 = 5;
 const COOL_DOWN: u64 = 5;
 /// `--seconds` when not given: the baseline window and the flood.
 const DEFAULT_SECONDS: f64 = 30.0;
-/// INITs through `Endpoint::handle` in the host-free measurement.
+/// INITs through `Endpoint::handle` in the timed measurement.
 const HANDLE_INITS: usize = 100_000;
+/// INITs through `Endpoint::handle` under callgrind (about 50 times slower).
+const CALLGRIND_INITS: usize = 10_000;
+/// Functions listed with their inclusive cost in the callgrind report.
+const CALLGRIND_TOP: usize = 16;
 /// Share of the baseline goodput the downloads must keep during the flood.
 const TARGET_SHARE: f64 = 0.9;
 
@@ -169,14 +178,17 @@ struct Round {
     window_before: f64,
 }
 
-pub(super) fn run(seconds: Option<f64>) -> Result<()> {
+pub(super) fn run(seconds: Option<f64>, callgrind: bool) -> Result<()> {
+    if callgrind {
+        return run_callgrind();
+    }
     let seconds = seconds.unwrap_or(DEFAULT_SECONDS).max(5.0);
     let load_at_start = load_average();
     let origin_exe = crate::run::build(&["origin"])?.remove(0);
     let client = build_example("origin", "scale_client")?;
     let flooder = build_example("gateway-transport", "init_flood")?;
 
-    println!("==> host-free: {HANDLE_INITS} INITs through Endpoint::handle, three times");
+    println!("==> timed: {HANDLE_INITS} INITs through Endpoint::handle, three times");
     let mut handle_lines = Vec::new();
     for _ in 0..3 {
         let out = Command::new(&flooder)
@@ -288,6 +300,71 @@ pub(super) fn run(seconds: Option<f64>) -> Result<()> {
     std::fs::write(results.join("init-flood.csv"), csv(&rounds)?)?;
     println!("{report}");
     println!("==> report written to bench/results/init-flood.md (series in init-flood.csv)");
+    Ok(())
+}
+
+/// `--callgrind`: `init_flood --handle` under callgrind twice, each time
+/// counting only one of its two measured loops (`--toggle-collect` on
+/// `answer_inits`, then on `drop_inits`), so that the counts are exactly
+/// [`CALLGRIND_INITS`] INITs answered, or dropped at the INIT ACK rate limit.
+fn run_callgrind() -> Result<()> {
+    let flooder = build_example("gateway-transport", "init_flood")?;
+    let dir = super::common::tempfile_dir("init-flood-callgrind")?;
+    let mut counts = Vec::new();
+    for function in ["answer_inits", "drop_inits"] {
+        println!("==> callgrind: {CALLGRIND_INITS} INITs, counting {function}");
+        let out_file = dir.join(format!("{function}.out"));
+        let out = Command::new("valgrind")
+            .arg("--tool=callgrind")
+            .arg(format!("--toggle-collect=*{function}*"))
+            .arg(format!("--callgrind-out-file={}", out_file.display()))
+            .arg(&flooder)
+            .args(["--handle", &CALLGRIND_INITS.to_string()])
+            .output()
+            .context("running valgrind (package valgrind)")?;
+        if !out.status.success() {
+            bail!(
+                "valgrind init_flood --handle: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        counts.push((out_file.clone(), super::common::callgrind_total(&out_file)?));
+    }
+    let per = |i: usize| counts[i].1 as f64 / CALLGRIND_INITS as f64;
+    let mut r = report_header(
+        "INITs: instructions per INIT answered and dropped (callgrind)",
+        "init-flood --callgrind",
+    )?;
+    writeln!(r, "- commit: {}", commit())?;
+    writeln!(
+        r,
+        "- what: gateway-transport/examples/init_flood.rs `--handle {CALLGRIND_INITS}` (release) \
+         under `valgrind --tool=callgrind`: {CALLGRIND_INITS} INITs (40 bytes, from distinct \
+         sources) through `sctp::Endpoint::handle` with the INIT ACK rate limit off \
+         (decode, the cookie's HMAC-SHA-256, the INIT ACK's encoding and CRC32c), then \
+         {CALLGRIND_INITS} more with the limit spent (decode, the token bucket, dropped); \
+         each loop counted alone (`--toggle-collect`), after a warm-up of as many INITs\n\
+         - valgrind's CPU does not offer the SHA extensions, so `sha2` runs its \
+         portable code here: on a CPU with them (SHA-NI) the HMAC costs fewer \
+         instructions, so these counts bound the INIT's cost from above for this code\n"
+    )?;
+    writeln!(
+        r,
+        "| INIT | instructions each |\n|---|---|\n\
+         | answered with an INIT ACK | {:.0} |\n\
+         | dropped at the INIT ACK rate limit | {:.0} |",
+        per(0),
+        per(1)
+    )?;
+    writeln!(
+        r,
+        "\n## Where an answered INIT's instructions go (inclusive, % of the counted)\n\n\
+         | % | function |\n|---|---|"
+    )?;
+    r.push_str(&super::common::callgrind_top(&counts[0].0, CALLGRIND_TOP)?);
+    let path = workspace_root().join("bench/results/init-flood-callgrind.md");
+    std::fs::write(&path, &r).with_context(|| format!("writing {}", path.display()))?;
+    println!("{r}\n==> report written to bench/results/init-flood-callgrind.md");
     Ok(())
 }
 
@@ -482,7 +559,10 @@ fn report(
          `sctp::chunk::Packet::encode`), only the source address and port changing"
     )?;
 
-    writeln!(t, "\n## Cost of one INIT, host-free\n")?;
+    writeln!(
+        t,
+        "\n## Cost of one INIT, timed on this host (instructions: init-flood-callgrind.md)\n"
+    )?;
     writeln!(
         t,
         "`init_flood --handle {HANDLE_INITS}` (release): {HANDLE_INITS} INITs from distinct sources \

@@ -86,7 +86,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Cache => cache::run(options.callgrind, options.flamegraph),
         Which::Load => load::run(options.connections, options.seconds),
         Which::OriginScale => origin_scale::run(options.associations, options.seconds),
-        Which::InitFlood => init_flood::run(options.seconds),
+        Which::InitFlood => init_flood::run(options.seconds, options.callgrind),
         Which::Wan => wan::run(&options.only),
         Which::Pages if options.from_csv => pages::rerender(&options.name),
         Which::Pages => pages::run(&pages::PagesBench {

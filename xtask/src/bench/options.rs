@@ -16,7 +16,9 @@ pub(crate) struct BenchOptions {
     /// Count instructions with callgrind (needs valgrind). transport: also
     /// instructions per payload byte of every backend; cache and static:
     /// only instructions per request of the gateway's cache hit or the
-    /// origin's static file, reported in bench/results/{cache,static}-callgrind.md.
+    /// origin's static file, reported in bench/results/{cache,static}-callgrind.md;
+    /// init-flood: only instructions per INIT answered and dropped, in
+    /// bench/results/init-flood-callgrind.md.
     #[arg(long)]
     pub callgrind: bool,
     /// cache and static: only a flame graph of the path (perf with DWARF
