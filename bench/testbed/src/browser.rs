@@ -205,6 +205,8 @@ pub struct PageLoad {
     pub wall: Duration,
     /// The navigation timing entry.
     pub timing: NavigationTiming,
+    /// What the user saw, and when: first and largest contentful paint.
+    pub paint: PaintTiming,
     /// Every request the page made, the document first, in the order they started.
     pub requests: Vec<RequestRecord>,
     /// The resource timing entries of the subresources, in the order they started.
@@ -287,6 +289,31 @@ impl NavigationTiming {
     }
 }
 
+/// The paint entries of a load, in ms since navigation start: what people
+/// look at, where `loadEventEnd` only says when the last byte of every
+/// subresource was in. `None` when the page painted nothing of the kind
+/// (an empty page) or the browser does not report it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PaintTiming {
+    /// First contentful paint: the first text or image on screen (the
+    /// `paint` entry `first-contentful-paint`).
+    pub first_contentful_paint: Option<f64>,
+    /// Largest contentful paint: when the largest text block or image in the
+    /// viewport was painted, its last candidate by the end of the load (the
+    /// `largest-contentful-paint` entries, read through a
+    /// `PerformanceObserver` with `buffered`, as web-vitals reads them).
+    pub largest_contentful_paint: Option<f64>,
+}
+
+impl PaintTiming {
+    fn from_json(v: &Value) -> Self {
+        Self {
+            first_contentful_paint: v["fcp"].as_f64(),
+            largest_contentful_paint: v["lcp"].as_f64(),
+        }
+    }
+}
+
 /// One `PerformanceResourceTiming` entry, times in ms since navigation start.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ResourceTiming {
@@ -325,6 +352,17 @@ impl ResourceTiming {
 /// Resource timing entries as JSON (the default buffer of 250 entries holds any
 /// page of the benchmark corpus).
 const RESOURCE_ENTRIES_JS: &str = "performance.getEntriesByType('resource').map(e => e.toJSON())";
+
+/// First and largest contentful paint. LCP entries are only given to a
+/// `PerformanceObserver`; with `buffered` it hears the ones already recorded
+/// at once, and a page that recorded none resolves after a short wait.
+const PAINT_JS: &str = "new Promise(resolve => { \
+    const fcp = performance.getEntriesByName('first-contentful-paint')[0]; \
+    const done = lcp => resolve({ fcp: fcp ? fcp.startTime : null, lcp }); \
+    new PerformanceObserver(list => { \
+      const e = list.getEntries(); done(e.length ? e[e.length - 1].startTime : null); }) \
+      .observe({ type: 'largest-contentful-paint', buffered: true }); \
+    setTimeout(() => done(null), 200); })";
 
 const NAVIGATION_ENTRY_JS: &str = "(() => { \
     const n = performance.getEntriesByType('navigation')[0]; \
@@ -392,11 +430,13 @@ impl Page<'_> {
             Value::Array(entries) => entries.iter().map(ResourceTiming::from_json).collect(),
             _ => Vec::new(),
         };
+        let paint = PaintTiming::from_json(&self.evaluate(PAINT_JS)?);
         Ok(PageLoad {
             url: url.to_owned(),
             load_event_ms: timing.load_event_start,
             wall,
             timing,
+            paint,
             requests: requests.records,
             resources,
         })
@@ -714,6 +754,7 @@ mod tests {
             load_event_ms: 0.0,
             wall: Duration::ZERO,
             timing: NavigationTiming::default(),
+            paint: PaintTiming::default(),
             requests: log.records,
             resources: Vec::new(),
         };

@@ -299,36 +299,60 @@ pub struct Link {
     pub rate_bits_per_second: u64,
 }
 
-/// The physical lower bound of loading `page` over `link`, as the page-load
-/// benchmark defines it: what is left after every protocol, cache and
-/// prefetch trick has done its best.
+/// The floor of loading `page` over `link` when all its bytes cross the link:
 ///
 /// ```text
-/// lower_bound = rtt × (1 + (max_depth + 1)) + total_bytes × 8 / rate
+/// floor = rtt + total_bytes × 8 / rate
 /// ```
 ///
-/// One round trip sets the connection up (TCP's handshake; a TLS-free HTTP
-/// load needs no more), then one round trip per dependency level: the HTML
+/// The first request must go out and its first byte come back (one round
+/// trip), and every byte of every object must pass the bottleneck once. No
+/// protocol, prefetch or push that fetches the page across the link can do
+/// better, whatever it overlaps; only a cache on this side of the link can
+/// (it does not cross it). Request bytes, headers and slow start only add. A
+/// rate of zero gives [`Duration::MAX`].
+pub fn floor(page: &GeneratedPage, link: &Link) -> Duration {
+    link.rtt.saturating_add(transfer_time(page, link))
+}
+
+/// What a browser that discovers each dependency level itself can do at
+/// best over `link`, having to pay `handshakes` round trips of connection
+/// set-up across it first:
+///
+/// ```text
+/// discovery_bound = rtt × (handshakes + 1 + max_depth) + total_bytes × 8 / rate
+/// ```
+///
+/// After the handshakes, one round trip per dependency level: the HTML
 /// (depth 0), the objects it references (depth 1), what those reference
-/// (depth 2), ..., because a browser cannot ask for a level before the level
-/// above has told it the URLs. On top comes the time to push every byte of
-/// every object through the bottleneck once. This is the benchmark's
-/// reference, not a proof: it ignores request bytes, headers and TCP's slow
-/// start (each would add), but it also lets no byte travel during a round trip
-/// of the next level, and a real load can overlap them (fonts requested while
-/// a large script is still arriving), so a load may in principle come in a
-/// little under it. A rate of zero gives
+/// (depth 2), ..., because the URLs of a level are known only once the level
+/// above has arrived; then every byte through the bottleneck once. It is not
+/// a bound on loads that do not discover level by level (a proxy that
+/// fetches ahead, an origin that pushes), and even a browser can overlap a
+/// level's round trip with the bytes of the level above, so it is a
+/// reference, not a floor: [`floor`] is the floor. A rate of zero gives
 /// [`Duration::MAX`].
+pub fn discovery_bound(page: &GeneratedPage, link: &Link, handshakes: u32) -> Duration {
+    let round_trips = handshakes + 1 + u32::from(page.max_depth());
+    link.rtt
+        .saturating_mul(round_trips)
+        .saturating_add(transfer_time(page, link))
+}
+
+/// [`discovery_bound`] with one handshake (TCP's, no TLS): what earlier
+/// reports called the lower bound.
 pub fn lower_bound(page: &GeneratedPage, link: &Link) -> Duration {
+    discovery_bound(page, link, 1)
+}
+
+/// Every byte of the page through the bottleneck once.
+fn transfer_time(page: &GeneratedPage, link: &Link) -> Duration {
     if link.rate_bits_per_second == 0 {
         return Duration::MAX;
     }
-    let round_trips = 2 + u32::from(page.max_depth());
-    let latency = link.rtt.saturating_mul(round_trips);
     let bits = u128::from(page.total_bytes()) * 8;
     let nanos = bits * 1_000_000_000 / u128::from(link.rate_bits_per_second);
-    let transfer = u64::try_from(nanos).map_or(Duration::MAX, Duration::from_nanos);
-    latency.saturating_add(transfer)
+    u64::try_from(nanos).map_or(Duration::MAX, Duration::from_nanos)
 }
 
 /// Describes a page of a hand-made site (the demo site, say) by scanning its

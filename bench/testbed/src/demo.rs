@@ -82,6 +82,8 @@ pub struct GatewayConfigOverrides {
     /// The first `[[origin]]`'s `transport.quic_server_cert_sha256`: the pin a
     /// QUIC origin logs at start.
     pub quic_server_cert_sha256: Option<String>,
+    /// The first `[[origin]]`'s `transport.congestion` (reno, cubic, bbr).
+    pub congestion: Option<String>,
 }
 
 /// A gateway configuration generated from the shipped file, and the keys the
@@ -322,7 +324,8 @@ fn override_origin(
     override_origin_transport(origin, overrides)
 }
 
-/// The first `[[origin]]`'s `transport` time-outs (ms) and QUIC certificate pin.
+/// The first `[[origin]]`'s `transport` time-outs (ms), QUIC certificate pin
+/// and congestion controller.
 fn override_origin_transport(
     origin: &mut toml::Table,
     overrides: &GatewayConfigOverrides,
@@ -334,6 +337,7 @@ fn override_origin_transport(
     ];
     if transport_keys.iter().all(|(_, v)| v.is_none())
         && overrides.quic_server_cert_sha256.is_none()
+        && overrides.congestion.is_none()
     {
         return Ok(());
     }
@@ -346,6 +350,9 @@ fn override_origin_transport(
     }
     if let Some(pin) = &overrides.quic_server_cert_sha256 {
         transport.insert("quic_server_cert_sha256".into(), pin.clone().into());
+    }
+    if let Some(congestion) = &overrides.congestion {
+        transport.insert("congestion".into(), congestion.clone().into());
     }
     Ok(())
 }

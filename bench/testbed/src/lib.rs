@@ -51,11 +51,11 @@ mod wan;
 
 pub use browser::{
     Browser, BrowserConfig, CHROMIUM, CHROMIUM_FLAGS, NavigationTiming, Page, PageLoad,
-    RequestRecord, ResourceTiming,
+    PaintTiming, RequestRecord, ResourceTiming,
 };
 pub use corpus::{
-    GeneratedPage, Link, ObjectKind, ObjectSpec, PROFILES, PageProfile, describe_dir, generate,
-    lower_bound,
+    GeneratedPage, Link, ObjectKind, ObjectSpec, PROFILES, PageProfile, describe_dir,
+    discovery_bound, floor, generate, lower_bound,
 };
 pub use demo::{
     Binaries, DAEMON_LOG_FILTER, DAEMON_LOG_VARIABLE, Demo, DemoOptions, DemoWan, GatewayConfig,

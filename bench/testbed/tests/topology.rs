@@ -150,6 +150,14 @@ fn chromium_loads_the_demo_site_by_routing() {
     );
     assert!(load.load_event_ms > 0.0, "{:?}", load.timing);
     assert!(load.timing.resource_count >= 30, "{:?}", load.timing);
+    // The demo page has text and images: both paints are reported, the
+    // largest no earlier than the first.
+    let paint = load.paint;
+    let (Some(fcp), Some(lcp)) = (paint.first_contentful_paint, paint.largest_contentful_paint)
+    else {
+        panic!("no paint timing: {paint:?}");
+    };
+    assert!(fcp > 0.0 && lcp >= fcp, "{paint:?}");
     let broken = page
         .evaluate("[...document.images].filter(i => !(i.naturalWidth > 0)).length")
         .expect("evaluate");

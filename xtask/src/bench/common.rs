@@ -77,7 +77,7 @@ pub(super) fn cpu_seconds(pid: u32) -> f64 {
     ticks as f64 / per_second as f64
 }
 
-fn command_output(program: &str, args: &[&str]) -> String {
+pub(super) fn command_output(program: &str, args: &[&str]) -> String {
     Command::new(program)
         .args(args)
         .output()
@@ -85,7 +85,7 @@ fn command_output(program: &str, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-fn machine_description() -> String {
+pub(super) fn machine_description() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {

@@ -101,7 +101,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
             alternatives: options.alternatives.clone(),
             pages: options.pages.clone(),
             name: options.name.clone(),
-            origin_tcp_cc: options.origin_tcp_cc.clone(),
+            tcp_cc: options.tcp_cc.clone(),
             tunnel_h2: options.tunnel_h2,
         }),
         Which::Papers => papers::run(&options.only),

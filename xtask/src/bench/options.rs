@@ -52,8 +52,9 @@ pub(crate) struct BenchOptions {
     /// Round-trip time of the emulated WAN, in ms (prefetch).
     #[arg(long, default_value_t = 80)]
     pub rtt_ms: u64,
-    /// Recorded loads per page, alternative and link (pages).
-    #[arg(long, default_value_t = 3)]
+    /// Rounds per link (pages): in each, every alternative records one load
+    /// per page after idle and one warm.
+    #[arg(long, default_value_t = 5)]
     pub loads: usize,
     /// Round-trip times of the links, in ms (pages: 20,80,200 unless given;
     /// coexist: 20,80).
@@ -82,10 +83,10 @@ pub(crate) struct BenchOptions {
     /// The report's name: bench/results/{name}.md and {name}/ (pages).
     #[arg(long, default_value = "pages")]
     pub name: String,
-    /// TCP congestion control of every TCP sender on the origin host, e.g.
-    /// reno (pages; the kernel's default otherwise).
-    #[arg(long)]
-    pub origin_tcp_cc: Option<String>,
+    /// The congestion controller of every sender (pages): the kernel's TCP in
+    /// every namespace, our SCTP and quinn; bbr, cubic or reno.
+    #[arg(long, default_value = "bbr")]
+    pub tcp_cc: String,
     /// The origin offers h2 by ALPN on HTTPS tunnels (`tls.h2`), so (h) runs
     /// HTTP/2 inside one tunnel instead of HTTP/1.1 on six (pages).
     #[arg(long)]

@@ -331,6 +331,37 @@ fn page(objects: &[(u64, u8)]) -> GeneratedPage {
 }
 
 #[test]
+fn the_floor_is_one_round_trip_and_the_bytes_and_discovery_adds_handshakes_and_levels() {
+    // Two levels below the HTML, 1 MB in all, 10 Mbit/s and 50 ms.
+    let link = Link {
+        rtt: Duration::from_millis(50),
+        rate_bits_per_second: 10_000_000,
+    };
+    let two_levels = page(&[(100_000, 0), (600_000, 1), (200_000, 1), (100_000, 2)]);
+    // 50 ms + 800 ms.
+    assert_eq!(floor(&two_levels, &link), Duration::from_millis(850));
+    // No handshake (a connection already up): the HTML and two levels.
+    assert_eq!(
+        discovery_bound(&two_levels, &link, 0),
+        Duration::from_millis(950)
+    );
+    // TCP and TLS 1.3 first.
+    assert_eq!(
+        discovery_bound(&two_levels, &link, 2),
+        Duration::from_millis(1050)
+    );
+    assert_eq!(
+        lower_bound(&two_levels, &link),
+        discovery_bound(&two_levels, &link, 1)
+    );
+    let stopped = Link {
+        rtt: Duration::from_millis(1),
+        rate_bits_per_second: 0,
+    };
+    assert_eq!(floor(&two_levels, &stopped), Duration::MAX);
+}
+
+#[test]
 fn corpus_lower_bound_by_hand() {
     // HTML only, 1,000 bytes at 8 Mbit/s and 100 ms: 2 round trips + 1 ms.
     let link = Link {
