@@ -92,6 +92,10 @@ pub(crate) const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "callgrind: instructions per byte in `bench transport --callgrind`",
     ),
     ("wrk", "HTTP load generator for the benchmarks"),
+    (
+        "debian-handbook",
+        "a real site served as its files are: the page-load benchmark's `handbook` page",
+    ),
     ("hyperfine", "command timing for the benchmarks"),
     (
         "chromium",

@@ -792,6 +792,154 @@ fn generate_page(
     })
 }
 
+/// The script-driven variant of a generated `page`, named `js` plus its
+/// percentile (`js50` of `p50`): the same stylesheets, fonts, scripts and
+/// images, but only its stylesheets (and what they reference) are in its
+/// HTML. Everything else is found by running script, as on pages a browser
+/// really meets: one `app.js` in the HTML imports the page's scripts with
+/// `import()` and `fetch()`es a JSON list of its images, which it inserts
+/// once the load event has fired. A proxy that reads HTML finds none of
+/// them; only what the browser asks for tells.
+///
+/// ```text
+/// depth 0  /js50/               (p50's HTML without its <img> and <script>, based at /p50/)
+/// depth 1  /p50/css/*.css, /js50/app.js
+/// depth 2  fonts and background images (from the CSS), /p50/js/*.js (import()),
+///          /js50/images.json (fetch())
+/// depth 3  /p50/img/*.png       (inserted after the load event)
+/// ```
+///
+/// The files are written under `root/js<percentile>/`; the page's own
+/// files must be under `root` already ([`generate`]).
+pub fn script_driven(root: &Path, page: &GeneratedPage) -> Result<GeneratedPage> {
+    let name = page
+        .name
+        .strip_prefix('p')
+        .map(|percentile| format!("js{percentile}"))
+        .ok_or_else(|| corpus_error(root, format!("{}: not a generated page", page.name)))?;
+    let dir = root.join(&name);
+    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    let source = file_of(root, &format!("{}index.html", page.url_path));
+    let html =
+        std::fs::read_to_string(&source).map_err(io(format!("reading {}", source.display())))?;
+    let base = format!("/{name}/");
+    let scripts: Vec<&ObjectSpec> = page
+        .objects
+        .iter()
+        .filter(|o| o.kind == ObjectKind::Js)
+        .collect();
+    // The <img> images: depth 1 in the page (background images are depth 2,
+    // from its stylesheets, and stay so).
+    let images: Vec<&ObjectSpec> = page
+        .objects
+        .iter()
+        .filter(|o| o.kind == ObjectKind::Image && o.depth == 1)
+        .collect();
+    let quoted = |objects: &[&ObjectSpec]| {
+        objects
+            .iter()
+            .map(|o| format!("\"{}\"", o.path))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let app = format!(
+        "// {name}: what the page needs beyond its stylesheets is found by running this.\n\
+         \"use strict\";\n\
+         const scripts = [{}];\n\
+         for (const src of scripts) import(src);\n\
+         fetch(\"{base}images.json\").then(r => r.json()).then(list => {{\n\
+         \x20 const add = () => {{\n\
+         \x20   const grid = document.querySelector(\"main\");\n\
+         \x20   for (const src of list.images) {{\n\
+         \x20     const img = new Image({IMG_WIDTH}, {IMG_HEIGHT});\n\
+         \x20     img.src = src;\n\
+         \x20     img.alt = src;\n\
+         \x20     grid.appendChild(img);\n\
+         \x20   }}\n\
+         \x20 }};\n\
+         \x20 if (document.readyState === \"complete\") add(); else addEventListener(\"load\", add);\n\
+         }});\n",
+        quoted(&scripts)
+    );
+    let list = format!("{{\"images\": [{}]}}\n", quoted(&images));
+    let document = strip_elements(
+        &strip_elements(&html, "<img ", ">"),
+        "<script ",
+        "</script>",
+    )
+    .replacen(
+        "<head>\n",
+        &format!("<head>\n<base href=\"{}\">\n", page.url_path),
+        1,
+    )
+    .replacen(
+        "</body>",
+        &format!("<script src=\"{base}app.js\"></script>\n</body>"),
+        1,
+    );
+    for (file, bytes) in [
+        ("index.html", document.as_bytes()),
+        ("app.js", app.as_bytes()),
+        ("images.json", list.as_bytes()),
+    ] {
+        write_dated(&dir.join(file), bytes)?;
+    }
+    let mut objects = vec![
+        ObjectSpec {
+            path: base.clone(),
+            kind: ObjectKind::Html,
+            bytes: document.len() as u64,
+            depth: 0,
+        },
+        ObjectSpec {
+            path: format!("{base}app.js"),
+            kind: ObjectKind::Js,
+            bytes: app.len() as u64,
+            depth: 1,
+        },
+        // Data for the script, counted with the scripts.
+        ObjectSpec {
+            path: format!("{base}images.json"),
+            kind: ObjectKind::Js,
+            bytes: list.len() as u64,
+            depth: 2,
+        },
+    ];
+    for o in &page.objects {
+        let depth = match o.kind {
+            ObjectKind::Html => continue,
+            ObjectKind::Js => 2,
+            ObjectKind::Image if o.depth == 1 => 3,
+            _ => o.depth,
+        };
+        objects.push(ObjectSpec { depth, ..o.clone() });
+    }
+    objects.sort_by_key(|o| o.depth);
+    Ok(GeneratedPage {
+        name,
+        url_path: base,
+        objects,
+    })
+}
+
+/// `html` without every element that starts with `open` and ends at the
+/// next `close` (no nesting: `<img ...>`, `<script ...></script>`).
+fn strip_elements(html: &str, open: &str, close: &str) -> String {
+    let mut out = String::with_capacity(html.len());
+    let mut rest = html;
+    while let Some(start) = rest.find(open) {
+        out.push_str(&rest[..start]);
+        match rest[start..].find(close) {
+            Some(end) => rest = &rest[start + end + close.len()..],
+            None => {
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Splits a kind's byte total over its count: log-normal shares on top of
 /// [`MIN_OBJECT_BYTES`] each, summing to the total exactly.
 fn split(rng: &mut ChaCha8Rng, figure: KindFigure, dir: &Path) -> Result<Vec<u64>> {

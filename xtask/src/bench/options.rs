@@ -73,7 +73,10 @@ pub(crate) struct BenchOptions {
     /// Which alternatives, by the letters a-g (pages).
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = super::pages::Alternative::ALL)]
     pub alternatives: Vec<super::pages::Alternative>,
-    /// Which pages: the generated p25, p50, p75 and the demo site's `demo` (pages).
+    /// Which pages (pages): the generated p25, p50, p75; their script-driven
+    /// js25, js50, js75 (resources found by import(), fetch() and images
+    /// inserted after load); the demo site's `demo`; `handbook`, a chapter
+    /// of the Debian Administrator's Handbook as its package installs it.
     #[arg(long, value_delimiter = ',', default_values_t = ["p50".to_owned()])]
     pub pages: Vec<String>,
     /// Load nothing: redraw the report and charts from the last run's

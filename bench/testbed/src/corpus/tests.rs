@@ -532,3 +532,48 @@ fn corpus_files_are_dated_a_month_back_so_caches_find_them_fresh() {
         );
     }
 }
+
+#[test]
+fn the_script_driven_page_keeps_the_objects_and_hides_all_but_the_css_from_its_html() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pages = generate(dir.path(), 7).expect("corpus");
+    let p50 = pages.iter().find(|p| p.name == "p50").expect("p50");
+    let js = script_driven(dir.path(), p50).expect("js50");
+    assert_eq!((js.name.as_str(), js.url_path.as_str()), ("js50", "/js50/"));
+    // Every object of p50 but its HTML, plus the new HTML, app.js and the list.
+    assert_eq!(js.objects.len(), p50.objects.len() + 2);
+    let html = std::fs::read_to_string(dir.path().join("js50/index.html")).expect("html");
+    assert!(
+        !html.contains("<img ") && !html.contains("<script src=\"js/"),
+        "{html}"
+    );
+    assert!(html.contains("<base href=\"/p50/\">") && html.contains("/js50/app.js"));
+    assert!(html.contains("css/0.css"), "the stylesheets stay");
+    let list = std::fs::read_to_string(dir.path().join("js50/images.json")).expect("list");
+    let app = std::fs::read_to_string(dir.path().join("js50/app.js")).expect("app");
+    for o in &p50.objects {
+        match (o.kind, o.depth) {
+            (ObjectKind::Image, 1) => assert!(list.contains(&o.path), "{} listed", o.path),
+            (ObjectKind::Js, _) => assert!(app.contains(&o.path), "{} imported", o.path),
+            _ => {}
+        }
+    }
+    // The inserted images are the deepest level.
+    assert_eq!(js.max_depth(), 3);
+    assert!(
+        js.objects
+            .iter()
+            .filter(|o| o.depth == 3)
+            .all(|o| o.kind == ObjectKind::Image)
+    );
+    assert!(
+        script_driven(
+            dir.path(),
+            &GeneratedPage {
+                name: "demo".into(),
+                ..p50.clone()
+            }
+        )
+        .is_err()
+    );
+}

@@ -89,6 +89,14 @@ const BUSY_LOAD_AVERAGE: f64 = 1.5;
 const PERCENTILE_LOADS: usize = 10;
 /// The page of the demo site, by its name in the report.
 const DEMO_PAGE: &str = "demo";
+/// A real site's page, by its name in the report: a chapter of the Debian
+/// Administrator's Handbook (package debian-handbook) with its screenshots,
+/// served as its files are.
+const HANDBOOK_PAGE: &str = "handbook";
+/// Where the debian-handbook package puts the English HTML.
+const HANDBOOK_DIR: &str = "/usr/share/doc/debian-handbook/html/en-US";
+/// The handbook's chapter loaded: 21 screenshots and the book's stylesheets.
+const HANDBOOK_CHAPTER: &str = "sect.installation-steps.html";
 
 /// The alternatives, in the issue's order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -492,23 +500,45 @@ fn render(
 fn site_pages(site: &Path, wanted: &[String]) -> Result<Vec<GeneratedPage>> {
     let generated = corpus::generate(site, CORPUS_SEED).context("generating the page corpus")?;
     copy_tree(&testbed::demo_site(), site).context("copying the demo site")?;
+    let generated_page = |name: &str| {
+        generated.iter().find(|p| p.name == name).with_context(|| {
+            let known: Vec<&str> = generated.iter().map(|p| p.name.as_str()).collect();
+            format!(
+                "no page {name}: the corpus has {known:?}, their script-driven js25, js50 and \
+                 js75, {DEMO_PAGE} and {HANDBOOK_PAGE}"
+            )
+        })
+    };
     let mut pages = Vec::new();
     for name in wanted {
-        if name == DEMO_PAGE {
+        let page = if name == DEMO_PAGE {
             let mut page =
                 corpus::describe_dir(site, "/").context("describing the demo site's page")?;
             page.name = DEMO_PAGE.into();
-            pages.push(page);
+            page
+        } else if name == HANDBOOK_PAGE {
+            let handbook = Path::new(HANDBOOK_DIR);
+            if !handbook.is_dir() {
+                bail!(
+                    "page {HANDBOOK_PAGE} needs the debian-handbook package ({HANDBOOK_DIR}): \
+                     `cargo xtask setup` installs it"
+                );
+            }
+            copy_tree(handbook, &site.join(HANDBOOK_PAGE))
+                .context("copying the Debian handbook")?;
+            let mut page =
+                corpus::describe_dir(site, &format!("/{HANDBOOK_PAGE}/{HANDBOOK_CHAPTER}"))
+                    .context("describing the handbook's chapter")?;
+            page.name = HANDBOOK_PAGE.into();
+            page
+        } else if let Some(percentile) = name.strip_prefix("js") {
+            let base = generated_page(&format!("p{percentile}"))?;
+            corpus::script_driven(site, base)
+                .with_context(|| format!("writing the script-driven page {name}"))?
         } else {
-            let page = generated
-                .iter()
-                .find(|p| &p.name == name)
-                .with_context(|| {
-                    let known: Vec<&str> = generated.iter().map(|p| p.name.as_str()).collect();
-                    format!("no page {name}: the corpus has {known:?} and {DEMO_PAGE}")
-                })?;
-            pages.push(page.clone());
-        }
+            generated_page(name)?.clone()
+        };
+        pages.push(page);
     }
     Ok(pages)
 }
