@@ -869,7 +869,12 @@ pub fn script_driven(root: &Path, page: &GeneratedPage) -> Result<GeneratedPage>
     )
     .replacen(
         "<head>\n",
-        &format!("<head>\n<base href=\"{}\">\n", page.url_path),
+        // No icon to fetch: the browser would ask for /favicon.ico while
+        // the images inserted after load are still coming.
+        &format!(
+            "<head>\n<base href=\"{}\">\n<link rel=\"icon\" href=\"data:,\">\n",
+            page.url_path
+        ),
         1,
     )
     .replacen(
