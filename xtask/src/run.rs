@@ -141,9 +141,17 @@ fn run_demo(options: &RunOptions, site: Option<PathBuf>) -> Result<()> {
     let served = site
         .clone()
         .unwrap_or_else(|| root.join("config/demo-site"));
+    std::fs::create_dir_all(&dir)?;
+    let ebpf = ebpf_object();
     let demo_options = DemoOptions {
         origin_root: site.clone(),
+        origin_config: Some(queue_aware_origin_config(&root, &dir)?),
         https: true,
+        gateway: GatewayConfigOverrides {
+            ebpf_interface: ebpf.is_some().then(|| testbed::topology::WAN_IF.to_owned()),
+            ebpf_object: ebpf.clone(),
+            ..GatewayConfigOverrides::default()
+        },
         ..DemoOptions::new(PREFIX, &root, &dir)
     };
     let mut demo = Demo::start(binaries, demo_options)
@@ -171,6 +179,7 @@ fn run_demo(options: &RunOptions, site: Option<PathBuf>) -> Result<()> {
         }
     }
     print_instructions(&demo, &served);
+    print_ebpf(&demo, ebpf.is_some());
 
     let outcome = watch(&mut demo);
     step("stopping");
@@ -189,6 +198,85 @@ fn run_demo(options: &RunOptions, site: Option<PathBuf>) -> Result<()> {
         println!("  WARNING: namespaces still present: {left:?}; delete with `ip netns del NAME`");
     }
     outcome.and(stopped)
+}
+
+/// The gateway-ebpf object, built now (`cargo xtask build-ebpf`), so that the
+/// demo's gateway runs the programs the product is named for; `None`, said
+/// with the reason, where it cannot be built here: the gateway then runs with
+/// its userspace accounting only.
+fn ebpf_object() -> Option<PathBuf> {
+    step("the eBPF programs (gateway-ebpf)");
+    match crate::ebpf::build(&crate::ebpf::BuildOptions::default()) {
+        Ok(object) => Some(object),
+        Err(e) => {
+            println!(
+                "  not built, so the gateway runs without eBPF (userspace accounting only): {e:#}"
+            );
+            None
+        }
+    }
+}
+
+/// The shipped config/origin.toml with the queue-aware response scheduler,
+/// the one that acts on the gateway's FEEDBACK (written into `dir`).
+fn queue_aware_origin_config(root: &Path, dir: &Path) -> Result<PathBuf> {
+    let shipped = root.join("config/origin.toml");
+    let text = std::fs::read_to_string(&shipped)
+        .with_context(|| format!("reading {}", shipped.display()))?;
+    let mut table: toml::Table = text.parse().context("parsing config/origin.toml")?;
+    table
+        .get_mut("scheduler")
+        .and_then(toml::Value::as_table_mut)
+        .context("config/origin.toml has no [scheduler]")?
+        .insert("policy".into(), "queue-aware".into());
+    let path = dir.join("origin-demo.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "# config/origin.toml with the queue-aware scheduler (cargo xtask run)\n\n{}",
+            toml::to_string(&table)?
+        ),
+    )?;
+    Ok(path)
+}
+
+/// Where the demo's eBPF figures are to be seen, or why there are none.
+fn print_ebpf(demo: &Demo, built: bool) {
+    let gateway = demo.topology.gateway.name();
+    let status = demo
+        .gateway_config
+        .text
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|t| t.get("admin")?.get("listen")?.as_str().map(str::to_owned))
+        .map_or_else(
+            || "its admin address".to_owned(),
+            |a| format!("http://{a}/"),
+        );
+    let chromium_flags = testbed::CHROMIUM_FLAGS.join(" ");
+    let shot = demo.dir().join("status.png");
+    if built {
+        println!(
+            "
+  eBPF: xdp_sctp on {wan} counts each stream's DATA bytes as they arrive,
+  tc_tcp_egress/tc_tcp_ingress on the LAN count the bytes in flight toward
+  each browser; the gateway's log says what it attached (grep 'accounting').
+  FEEDBACK carries each stream's backlog to the origin, whose queue-aware
+  scheduler holds back a stream whose browser is slow. See them on the
+  gateway's status page, Streams table, the columns marked eBPF ({status},
+  in the gateway's namespace):
+    ip netns exec {gateway} chromium {chromium_flags} --user-data-dir=$(mktemp -d) \\
+        --window-size=1280,1600 --virtual-time-budget=5000 --screenshot={shot} {status}
+    ip netns exec {gateway} curl -s {status}metrics | grep ebpf",
+            wan = testbed::topology::WAN_IF,
+            shot = shot.display(),
+        );
+    } else {
+        println!(
+            "
+  eBPF: not running (see above); the Streams table's eBPF columns show –."
+        );
+    }
 }
 
 /// Waits for a stop signal, or fails when the gateway or origin dies on its own.

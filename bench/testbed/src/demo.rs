@@ -84,6 +84,11 @@ pub struct GatewayConfigOverrides {
     pub quic_server_cert_sha256: Option<String>,
     /// The first `[[origin]]`'s `transport.congestion` (reno, cubic, bbr).
     pub congestion: Option<String>,
+    /// `ebpf.object`: the gateway-ebpf object, which attaches the LAN-side
+    /// TCP programs.
+    pub ebpf_object: Option<PathBuf>,
+    /// `ebpf.interface`: where xdp_sctp attaches (the WAN interface).
+    pub ebpf_interface: Option<String>,
 }
 
 /// A gateway configuration generated from the shipped file, and the keys the
@@ -118,6 +123,7 @@ impl GatewayConfig {
         override_cache(&mut table, overrides).map_err(bad)?;
         override_http(&mut table, overrides).map_err(bad)?;
         override_origin(&mut table, overrides).map_err(bad)?;
+        override_ebpf(&mut table, overrides).map_err(bad)?;
         Self::from_table(&table).map_err(bad)
     }
 
@@ -232,6 +238,24 @@ fn override_intercept(table: &mut toml::Table, overrides: &GatewayConfigOverride
         }
         intercept.insert("tls_port".into(), port);
     }
+}
+
+/// `ebpf.object` and `ebpf.interface`.
+fn override_ebpf(
+    table: &mut toml::Table,
+    overrides: &GatewayConfigOverrides,
+) -> Result<(), String> {
+    if overrides.ebpf_object.is_none() && overrides.ebpf_interface.is_none() {
+        return Ok(());
+    }
+    let ebpf = section(table, "ebpf").ok_or_else(|| "ebpf is not a table".to_owned())?;
+    if let Some(object) = &overrides.ebpf_object {
+        ebpf.insert("object".into(), object.display().to_string().into());
+    }
+    if let Some(interface) = &overrides.ebpf_interface {
+        ebpf.insert("interface".into(), interface.clone().into());
+    }
+    Ok(())
 }
 
 /// `prefetch.enabled_for_origins`.

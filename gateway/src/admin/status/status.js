@@ -217,6 +217,13 @@ function renderStreams(series, at) {
       rate.textContent = "–";
     }
     row.append(rate);
+    // From the eBPF maps: the LAN-side TCP programs per origin and stream,
+    // xdp_sctp per stream id only.
+    const toBrowsers = el("td", { class: "num ebpf" });
+    fill(toBrowsers, series, seriesKey("gateway_ebpf_stream_browser_in_flight_bytes", labels), formatBytes);
+    const arrived = el("td", { class: "num ebpf" });
+    fill(arrived, series, seriesKey("gateway_ebpf_stream_arrived_bytes_total", { stream: labels.stream }), formatBytes);
+    row.append(toBrowsers, arrived);
     body.append(row);
   }
   previousDelivered = delivered;
