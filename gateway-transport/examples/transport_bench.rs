@@ -22,9 +22,6 @@
 //!
 //! `--backend quic`: the server's ready line carries its certificate's SHA-256
 //! (`quic_cert_sha256`), which the client takes as `--quic-cert-sha256`.
-//!
-//! `--backend sctp-proto` (the former userspace backend, a baseline row) exists
-//! only when built with `--features sctp-proto-baseline`, as the xtask does.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -120,8 +117,6 @@ fn kind(backend: &str) -> Result<Option<BackendKind>> {
         // `quic`: quinn's default CUBIC, the anchor; `quic-bbr`: quinn's
         // experimental BBR, the same kind of controller as our default.
         "quic" | "quic-bbr" => Some(BackendKind::Quic),
-        #[cfg(feature = "sctp-proto-baseline")]
-        "sctp-proto" => Some(BackendKind::SctpProto),
         other => bail!("unknown backend {other}"),
     })
 }

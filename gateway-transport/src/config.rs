@@ -18,9 +18,6 @@ pub enum BackendKind {
     FramedTcp,
     /// QUIC (quinn), one QUIC stream per stream number.
     Quic,
-    /// The former userspace backend on `sctp-proto`, a benchmark baseline only.
-    #[cfg(feature = "sctp-proto-baseline")]
-    SctpProto,
 }
 
 impl fmt::Display for BackendKind {
@@ -30,8 +27,6 @@ impl fmt::Display for BackendKind {
             BackendKind::Userspace => "userspace",
             BackendKind::FramedTcp => "framed-tcp",
             BackendKind::Quic => "quic",
-            #[cfg(feature = "sctp-proto-baseline")]
-            BackendKind::SctpProto => "sctp-proto",
         })
     }
 }
@@ -52,9 +47,6 @@ pub enum BackendChoice {
     FramedTcp,
     /// Always QUIC.
     Quic,
-    /// Always the `sctp-proto` baseline (benchmarks only).
-    #[cfg(feature = "sctp-proto-baseline")]
-    SctpProto,
 }
 
 impl BackendChoice {
@@ -96,8 +88,6 @@ impl BackendChoice {
             BackendChoice::Kernel => BackendKind::Kernel,
             BackendChoice::FramedTcp => BackendKind::FramedTcp,
             BackendChoice::Quic => BackendKind::Quic,
-            #[cfg(feature = "sctp-proto-baseline")]
-            BackendChoice::SctpProto => BackendKind::SctpProto,
         }
     }
 }
@@ -112,8 +102,6 @@ impl FromStr for BackendChoice {
             "userspace" => Ok(BackendChoice::Userspace),
             "framed-tcp" => Ok(BackendChoice::FramedTcp),
             "quic" => Ok(BackendChoice::Quic),
-            #[cfg(feature = "sctp-proto-baseline")]
-            "sctp-proto" => Ok(BackendChoice::SctpProto),
             other => Err(format!(
                 "unknown transport `{other}` (expected auto, kernel, userspace, framed-tcp or quic)"
             )),

@@ -1,6 +1,5 @@
 //! The association layer: whole messages on numbered streams between one gateway
-//! and one origin, over one of four backends (a fifth, a baseline, behind a
-//! feature).
+//! and one origin, over one of four backends.
 //!
 //! - [`BackendKind::Kernel`]: Linux SCTP, one-to-one sockets (`kernel` module).
 //! - [`BackendKind::Userspace`]: our own sans-I/O SCTP core (the `sctp` crate) on a
@@ -11,9 +10,6 @@
 //! - [`BackendKind::Quic`]: one QUIC connection (quinn), one QUIC stream per stream
 //!   number; the multistream transport our SCTP is measured against (`quic`
 //!   module).
-//! - `BackendKind::SctpProto`, only with the `sctp-proto-baseline` feature: the
-//!   former userspace backend on the third-party `sctp-proto` crate, kept as a
-//!   benchmark row (`sctp_proto` module). The daemons never build it.
 //!
 //! Every backend keeps message boundaries and per-stream order, imposes no order
 //! across streams, negotiates stream counts (a peer that grants fewer is used with
@@ -38,8 +34,6 @@ pub mod hello;
 pub mod kernel;
 pub mod log_limit;
 pub mod quic;
-#[cfg(feature = "sctp-proto-baseline")]
-pub mod sctp_proto;
 mod sync;
 pub mod userspace;
 
@@ -78,8 +72,6 @@ enum Inner {
     Userspace(userspace::Association),
     FramedTcp(framed_tcp::Association),
     Quic(quic::Association),
-    #[cfg(feature = "sctp-proto-baseline")]
-    SctpProto(sctp_proto::Association),
 }
 
 /// Calls the same method on whichever backend is inside.
@@ -90,8 +82,6 @@ macro_rules! dispatch {
             Inner::Userspace($assoc) => $body,
             Inner::FramedTcp($assoc) => $body,
             Inner::Quic($assoc) => $body,
-            #[cfg(feature = "sctp-proto-baseline")]
-            Inner::SctpProto($assoc) => $body,
         }
     };
 }
@@ -114,8 +104,6 @@ impl Association {
             Inner::Userspace(_) => BackendKind::Userspace,
             Inner::FramedTcp(_) => BackendKind::FramedTcp,
             Inner::Quic(_) => BackendKind::Quic,
-            #[cfg(feature = "sctp-proto-baseline")]
-            Inner::SctpProto(_) => BackendKind::SctpProto,
         }
     }
 
@@ -152,8 +140,8 @@ impl Association {
     /// so that a large message on one stream does not hold back the others'
     /// (see [`AssociationConfig::idata`]). Kernel: the kernel's
     /// `SCTP_INTERLEAVING_SUPPORTED` for the association (false if it cannot
-    /// say); userspace: what the handshake negotiated; framed TCP and the
-    /// `sctp-proto` baseline: false.
+    /// say); userspace: what the handshake negotiated; framed TCP and QUIC:
+    /// false.
     pub fn idata(&self) -> bool {
         match &*self.inner {
             Inner::Kernel(a) => a.idata().unwrap_or(false),
@@ -234,9 +222,6 @@ pub enum Listener {
     FramedTcp(framed_tcp::Listener),
     /// QUIC endpoint with its self-signed certificate.
     Quic(quic::Listener),
-    /// UDP socket driving `sctp-proto` (benchmark baseline).
-    #[cfg(feature = "sctp-proto-baseline")]
-    SctpProto(sctp_proto::Listener),
 }
 
 impl Listener {
@@ -256,10 +241,6 @@ impl Listener {
                 Listener::FramedTcp(framed_tcp::Listener::bind(addr, config).await?)
             }
             BackendKind::Quic => Listener::Quic(quic::Listener::bind(addr, config).await?),
-            #[cfg(feature = "sctp-proto-baseline")]
-            BackendKind::SctpProto => {
-                Listener::SctpProto(sctp_proto::Listener::bind(addr, config).await?)
-            }
         })
     }
 
@@ -270,8 +251,6 @@ impl Listener {
             Listener::Userspace(l) => l.local_addr(),
             Listener::FramedTcp(l) => l.local_addr(),
             Listener::Quic(l) => l.local_addr(),
-            #[cfg(feature = "sctp-proto-baseline")]
-            Listener::SctpProto(l) => l.local_addr(),
         }
     }
 
@@ -292,8 +271,6 @@ impl Listener {
             Listener::Userspace(l) => Inner::Userspace(l.accept().await?),
             Listener::FramedTcp(l) => Inner::FramedTcp(l.accept().await?),
             Listener::Quic(l) => Inner::Quic(l.accept().await?),
-            #[cfg(feature = "sctp-proto-baseline")]
-            Listener::SctpProto(l) => Inner::SctpProto(l.accept().await?),
         };
         Ok(Association {
             inner: Arc::new(inner),
@@ -315,8 +292,6 @@ pub async fn connect(
             BackendKind::Userspace => Inner::Userspace(userspace::connect(addr, config).await?),
             BackendKind::FramedTcp => Inner::FramedTcp(framed_tcp::connect(addr, config).await?),
             BackendKind::Quic => Inner::Quic(quic::connect(addr, config).await?),
-            #[cfg(feature = "sctp-proto-baseline")]
-            BackendKind::SctpProto => Inner::SctpProto(sctp_proto::connect(addr, config).await?),
         })
     };
     let inner = tokio::time::timeout(config.connect_timeout, connecting)
