@@ -1,113 +1,13 @@
-use std::fmt;
-use std::str::FromStr;
+//! The settings of an association, as the `[transport]` table of either
+//! daemon's configuration file spells them. A leaf of the crate: it checks
+//! what every backend shares ([`AssociationConfig::validate_common`]); each
+//! backend checks its own settings (`Backend::validate`), and `lib` runs both.
+
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::TransportError;
-
-/// A concrete backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BackendKind {
-    /// Linux kernel SCTP.
-    Kernel,
-    /// Our own SCTP core over UDP (RFC 6951 framing).
-    Userspace,
-    /// The protocol multiplexed over one TCP connection.
-    FramedTcp,
-    /// QUIC (quinn), one QUIC stream per stream number.
-    Quic,
-}
-
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            BackendKind::Kernel => "kernel",
-            BackendKind::Userspace => "userspace",
-            BackendKind::FramedTcp => "framed-tcp",
-            BackendKind::Quic => "quic",
-        })
-    }
-}
-
-/// What the configuration asks for: a backend, or `auto`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BackendChoice {
-    /// Userspace SCTP over UDP, whether or not the host has kernel SCTP
-    /// (see [`BackendChoice::decide`] for why).
-    #[default]
-    Auto,
-    /// Always kernel SCTP.
-    Kernel,
-    /// Always userspace SCTP.
-    Userspace,
-    /// Always framed TCP.
-    FramedTcp,
-    /// Always QUIC.
-    Quic,
-}
-
-impl BackendChoice {
-    /// The backend to use on this host.
-    pub fn resolve(self) -> BackendKind {
-        self.decide().0
-    }
-
-    /// The backend to use on this host and why, for the daemons' start-up log.
-    ///
-    /// `Auto` is our userspace SCTP over UDP even where the kernel has SCTP.
-    /// Ours is built for this job (a BBR-family controller that does not read
-    /// random loss as congestion, RACK-TLP, a delayed SACK of milliseconds,
-    /// pacing); Linux SCTP is Reno-like with a 1 s minimum RTO and a 200 ms
-    /// delayed SACK (docs/transport.md has the figures). And both ends of an
-    /// association must pick the same wire: a gateway on a router with the
-    /// `sctp` module and an origin in a container without it would otherwise
-    /// speak native SCTP and SCTP over UDP past each other. A kernel peer
-    /// still talks to ours through its UDP encapsulation (RFC 6951, Linux
-    /// 5.11+); `kernel` selects the kernel backend explicitly.
-    pub fn decide(self) -> (BackendKind, &'static str) {
-        match self {
-            BackendChoice::Auto if crate::kernel::available() => (
-                BackendKind::Userspace,
-                "auto: our SCTP over UDP (BBR, RACK-TLP, short delayed SACK); this host \
-                 also has kernel SCTP, which backend = \"kernel\" selects",
-            ),
-            BackendChoice::Auto => (
-                BackendKind::Userspace,
-                "auto: our SCTP over UDP; this host has no kernel SCTP",
-            ),
-            other => (other.explicit(), "configured"),
-        }
-    }
-
-    fn explicit(self) -> BackendKind {
-        match self {
-            BackendChoice::Auto | BackendChoice::Userspace => BackendKind::Userspace,
-            BackendChoice::Kernel => BackendKind::Kernel,
-            BackendChoice::FramedTcp => BackendKind::FramedTcp,
-            BackendChoice::Quic => BackendKind::Quic,
-        }
-    }
-}
-
-impl FromStr for BackendChoice {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "auto" => Ok(BackendChoice::Auto),
-            "kernel" => Ok(BackendChoice::Kernel),
-            "userspace" => Ok(BackendChoice::Userspace),
-            "framed-tcp" => Ok(BackendChoice::FramedTcp),
-            "quic" => Ok(BackendChoice::Quic),
-            other => Err(format!(
-                "unknown transport `{other}` (expected auto, kernel, userspace, framed-tcp or quic)"
-            )),
-        }
-    }
-}
 
 /// Whether the userspace backend batches UDP datagrams (GSO on send, GRO on
 /// receive). In the configuration: `"auto"`, `true` or `false`.
@@ -145,7 +45,7 @@ impl UdpOffload {
 /// Whether this network namespace's kernel SCTP listens for UDP-encapsulated
 /// packets. No sctp module, or port 0: no.
 fn kernel_sctp_encapsulates() -> bool {
-    crate::doctor::kernel_sctp_udp_port().is_some()
+    crate::host::kernel_sctp_udp_port().is_some()
 }
 
 impl Serialize for UdpOffload {
@@ -321,8 +221,9 @@ impl Default for AssociationConfig {
 }
 
 impl AssociationConfig {
-    /// Rejects values no backend can honour, naming the setting.
-    pub fn validate(&self) -> Result<(), TransportError> {
+    /// Rejects values of the settings every backend shares, naming the
+    /// setting ([`AssociationConfig::validate`] adds each backend's own).
+    pub(crate) fn validate_common(&self) -> Result<(), TransportError> {
         let bad = |key, reason: &str| {
             Err(TransportError::Config {
                 key,
@@ -362,11 +263,6 @@ impl AssociationConfig {
         if self.rto_max < self.rto_min {
             return bad("rto_max", "must be at least rto_min");
         }
-        if let Some(sha256) = &self.quic_server_cert_sha256 {
-            crate::quic::parse_sha256(sha256)?;
-        }
-        // The userspace SCTP keys: the core's own checks, under our key names.
-        crate::userspace::core_config(self)?;
         Ok(())
     }
 }

@@ -1139,6 +1139,82 @@ pub(crate) async fn connect(
     Ok(Association::start(conn, endpoint, control, streams, config))
 }
 
+/// QUIC (quinn), registered in `crate::backend`.
+#[derive(Debug)]
+pub(crate) struct QuicBackend;
+
+impl crate::backend::Backend for QuicBackend {
+    type Association = Association;
+    type Listener = Listener;
+
+    fn validate(config: &AssociationConfig) -> Result<(), TransportError> {
+        if let Some(sha256) = &config.quic_server_cert_sha256 {
+            parse_sha256(sha256)?;
+        }
+        Ok(())
+    }
+
+    async fn bind(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Listener, TransportError> {
+        Listener::bind(addr, config).await
+    }
+
+    async fn connect(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Association, TransportError> {
+        connect(addr, config).await
+    }
+}
+
+impl crate::backend::BackendAssociation for Association {
+    fn streams(&self) -> StreamCounts {
+        Association::streams(self)
+    }
+
+    fn peer_addr(&self) -> SocketAddr {
+        Association::peer_addr(self)
+    }
+
+    async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
+        Association::send(self, stream, data).await
+    }
+
+    async fn recv(&self) -> Result<Message, TransportError> {
+        Association::recv(self).await
+    }
+
+    fn buffered(&self, stream: u16) -> Option<usize> {
+        Association::buffered(self, stream)
+    }
+
+    async fn close(&self) -> Result<(), TransportError> {
+        Association::close(self).await
+    }
+
+    fn abort(&self) {
+        Association::abort(self)
+    }
+}
+
+impl crate::backend::BackendListener for Listener {
+    type Association = Association;
+
+    fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+        Listener::local_addr(self)
+    }
+
+    async fn accept(&self) -> Result<Association, TransportError> {
+        Listener::accept(self).await
+    }
+
+    fn cert_sha256(&self) -> Option<&str> {
+        Some(Listener::cert_sha256(self))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use gateway_transport::{AssociationConfig, BackendChoice};
+use gateway_transport::{AssociationConfig, BackendChoice, BackendKind};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
@@ -466,7 +466,9 @@ fn validate_origin(
     {
         return invalid(&key(&format!("transport.{k}")), &reason);
     }
-    if origin.backend == BackendChoice::Quic && origin.transport.quic_server_cert_sha256.is_none() {
+    if origin.backend == BackendChoice::Fixed(BackendKind::Quic)
+        && origin.transport.quic_server_cert_sha256.is_none()
+    {
         return invalid(
             &key("transport.quic_server_cert_sha256"),
             "required with backend = \"quic\": the SHA-256 the origin logs at start",
@@ -631,7 +633,7 @@ mod tests {
         let pin = format!(r#"quic_server_cert_sha256 = "{}""#, "ab".repeat(32));
         let c = GatewayConfig::from_toml(&origin(&pin)).expect("parses");
         c.validate().expect("valid with a pin");
-        assert_eq!(c.origins[0].backend, BackendChoice::Quic);
+        assert_eq!(c.origins[0].backend, BackendKind::Quic.into());
     }
 
     #[test]

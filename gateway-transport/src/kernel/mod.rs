@@ -827,3 +827,77 @@ fn status(socket: &Socket) -> io::Result<sys::SctpStatus> {
     sys::get_sctp_opt(socket.as_fd(), sys::SCTP_STATUS, &mut status)?;
     Ok(status)
 }
+
+/// Linux kernel SCTP, registered in `crate::backend`.
+#[derive(Debug)]
+pub(crate) struct KernelBackend;
+
+impl crate::backend::Backend for KernelBackend {
+    type Association = Association;
+    type Listener = Listener;
+
+    fn validate(_config: &AssociationConfig) -> Result<(), TransportError> {
+        // The common settings are all it reads.
+        Ok(())
+    }
+
+    async fn bind(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Listener, TransportError> {
+        Listener::bind(addr, config)
+    }
+
+    async fn connect(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Association, TransportError> {
+        connect(addr, config).await
+    }
+}
+
+impl crate::backend::BackendAssociation for Association {
+    fn streams(&self) -> StreamCounts {
+        Association::streams(self)
+    }
+
+    fn peer_addr(&self) -> SocketAddr {
+        Association::peer_addr(self)
+    }
+
+    async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
+        Association::send(self, stream, data).await
+    }
+
+    async fn recv(&self) -> Result<Message, TransportError> {
+        Association::recv(self).await
+    }
+
+    fn buffered(&self, stream: u16) -> Option<usize> {
+        Association::buffered(self, stream)
+    }
+
+    async fn close(&self) -> Result<(), TransportError> {
+        Association::close(self).await
+    }
+
+    fn abort(&self) {
+        Association::abort(self)
+    }
+
+    fn idata(&self) -> bool {
+        Association::idata(self).unwrap_or(false)
+    }
+}
+
+impl crate::backend::BackendListener for Listener {
+    type Association = Association;
+
+    fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+        Listener::local_addr(self)
+    }
+
+    async fn accept(&self) -> Result<Association, TransportError> {
+        Listener::accept(self).await
+    }
+}

@@ -798,6 +798,88 @@ pub(crate) async fn connect(
     Association { shared: assoc }.established().await
 }
 
+/// Our SCTP core over UDP, registered in `crate::backend`.
+#[derive(Debug)]
+pub(crate) struct UserspaceBackend;
+
+impl crate::backend::Backend for UserspaceBackend {
+    type Association = Association;
+    type Listener = Listener;
+
+    fn validate(config: &AssociationConfig) -> Result<(), TransportError> {
+        // The core's own checks, under our key names.
+        core_config(config).map(drop)
+    }
+
+    async fn bind(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Listener, TransportError> {
+        Listener::bind(addr, config).await
+    }
+
+    async fn connect(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Association, TransportError> {
+        connect(addr, config).await
+    }
+}
+
+impl crate::backend::BackendAssociation for Association {
+    fn streams(&self) -> StreamCounts {
+        Association::streams(self)
+    }
+
+    fn peer_addr(&self) -> SocketAddr {
+        Association::peer_addr(self)
+    }
+
+    async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
+        Association::send(self, stream, data).await
+    }
+
+    async fn recv(&self) -> Result<Message, TransportError> {
+        Association::recv(self).await
+    }
+
+    fn buffered(&self, stream: u16) -> Option<usize> {
+        Association::buffered(self, stream)
+    }
+
+    fn buffered_each(&self, streams: impl IntoIterator<Item = u16>, out: &mut Vec<(u16, u64)>) {
+        Association::buffered_each(self, streams, out)
+    }
+
+    async fn close(&self) -> Result<(), TransportError> {
+        Association::close(self).await
+    }
+
+    fn abort(&self) {
+        Association::abort(self)
+    }
+
+    fn idata(&self) -> bool {
+        Association::idata(self)
+    }
+
+    fn sctp_stats(&self) -> Option<sctp::Stats> {
+        Some(Association::sctp_stats(self))
+    }
+}
+
+impl crate::backend::BackendListener for Listener {
+    type Association = Association;
+
+    fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+        Listener::local_addr(self)
+    }
+
+    async fn accept(&self) -> Result<Association, TransportError> {
+        Listener::accept(self).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,12 +38,7 @@ pub(crate) fn entry(kind: BackendKind, address: SocketAddr) -> OriginEntry {
         address,
         destinations: Vec::new(),
         hosts: vec!["test.example".into()],
-        backend: match kind {
-            BackendKind::Kernel => BackendChoice::Kernel,
-            BackendKind::Userspace => BackendChoice::Userspace,
-            BackendKind::FramedTcp => BackendChoice::FramedTcp,
-            BackendKind::Quic => BackendChoice::Quic,
-        },
+        backend: BackendChoice::Fixed(kind),
         fail_open: true,
         reconnect_min: Duration::from_millis(50),
         reconnect_max: Duration::from_millis(400),

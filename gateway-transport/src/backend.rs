@@ -1,0 +1,459 @@
+//! The one place that knows every backend: the contract a backend module
+//! implements ([`Backend`], [`BackendAssociation`], [`BackendListener`]) and
+//! the list that registers each implementation once (`backends!` at the end of
+//! this file).
+//!
+//! The list generates [`BackendKind`], its names for the configuration files,
+//! and the enums behind [`crate::Association`] and [`crate::Listener`] with one
+//! statically dispatched `match` per call, so a call costs what it cost before
+//! the trait (no boxing, no virtual call on `send` and `recv`).
+//!
+//! Adding a backend: a module that implements the three traits on its own
+//! types (its settings in its own `AssociationConfig` section, checked by its
+//! [`Backend::validate`]), then one line in `backends!`. Nothing else in the
+//! crate names a backend, apart from the typed accessors
+//! [`crate::Association::kernel`] and [`crate::Association::userspace`].
+//!
+//! Order inside the crate: `lib` > `backend` > one module per backend >
+//! `config` > {`error`, `host`}; a backend never imports another.
+
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::str::FromStr;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::{AssociationConfig, Message, StreamCounts, TransportError};
+
+/// What a backend is: how it opens associations and how it checks its
+/// settings. Implemented on a unit type of the backend's module.
+pub(crate) trait Backend {
+    /// Its established association.
+    type Association: BackendAssociation;
+    /// Its listening socket.
+    type Listener: BackendListener<Association = Self::Association>;
+
+    /// Rejects settings of this backend's own that it cannot honour, naming
+    /// the key. Runs for every backend on every configuration (see
+    /// [`AssociationConfig::validate`]), so that a daemon refuses a bad file
+    /// at start whatever backend it picks.
+    fn validate(config: &AssociationConfig) -> Result<(), TransportError>;
+
+    /// Binds `addr` and starts accepting.
+    fn bind(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> impl Future<Output = Result<Self::Listener, TransportError>> + Send;
+
+    /// Opens an association to `addr`; the caller bounds it with the connect
+    /// time-out.
+    fn connect(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> impl Future<Output = Result<Self::Association, TransportError>> + Send;
+}
+
+/// An established association of one backend: the semantics of
+/// [`crate::Association`], whose documentation is the contract.
+pub(crate) trait BackendAssociation: fmt::Debug + Send + Sync + 'static {
+    /// Negotiated stream counts.
+    fn streams(&self) -> StreamCounts;
+    /// The peer's address.
+    fn peer_addr(&self) -> SocketAddr;
+    /// Queues one message on `stream`.
+    fn send(
+        &self,
+        stream: u16,
+        data: Bytes,
+    ) -> impl Future<Output = Result<(), TransportError>> + Send;
+    /// The next message from any stream; cancel-safe.
+    fn recv(&self) -> impl Future<Output = Result<Message, TransportError>> + Send;
+    /// Bytes queued and not yet handed on, where the backend can tell.
+    fn buffered(&self, stream: u16) -> Option<usize>;
+    /// [`buffered`](Self::buffered) of each stream; a backend with one lock
+    /// over its queues overrides it to take the lock once.
+    fn buffered_each(&self, streams: impl IntoIterator<Item = u16>, out: &mut Vec<(u16, u64)>) {
+        out.extend(
+            streams
+                .into_iter()
+                .filter_map(|stream| Some((stream, self.buffered(stream)? as u64))),
+        );
+    }
+    /// Graceful close.
+    fn close(&self) -> impl Future<Output = Result<(), TransportError>> + Send;
+    /// Ends the association at once.
+    fn abort(&self);
+    /// Whether user data travels in I-DATA chunks (RFC 8260).
+    fn idata(&self) -> bool {
+        false
+    }
+    /// Our SCTP stack's transmission state, for the backend that runs it.
+    fn sctp_stats(&self) -> Option<sctp::Stats> {
+        None
+    }
+}
+
+/// A listening socket of one backend.
+pub(crate) trait BackendListener: fmt::Debug + Send + Sync + 'static {
+    /// What [`accept`](Self::accept) yields.
+    type Association;
+    /// The bound address.
+    fn local_addr(&self) -> Result<SocketAddr, TransportError>;
+    /// The next established association.
+    fn accept(&self) -> impl Future<Output = Result<Self::Association, TransportError>> + Send;
+    /// The SHA-256 of the listener's certificate, for a backend that has one.
+    fn cert_sha256(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// Registers the backends: for each, its [`BackendKind`] variant, its name in
+/// the configuration, the words the logs use for it, and its [`Backend`]
+/// implementation. A `#[cfg(...)]` before a line leaves the backend out of
+/// builds without that configuration.
+macro_rules! backends {
+    ($(
+        $(#[doc = $doc:literal])*
+        $(#[cfg($cfg:meta)])?
+        $variant:ident = $name:literal, $label:literal => $backend:path;
+    )*) => {
+        /// A concrete backend.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum BackendKind {
+            $(
+                $(#[doc = $doc])*
+                $(#[cfg($cfg)])?
+                $variant,
+            )*
+        }
+
+        impl BackendKind {
+            /// Every backend this build carries, in registration order.
+            pub const ALL: &[BackendKind] = &[$( $(#[cfg($cfg)])? BackendKind::$variant, )*];
+
+            /// Its name in the configuration (`backend = "..."`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( $(#[cfg($cfg)])? BackendKind::$variant => $name, )*
+                }
+            }
+
+            /// What the logs call it ("userspace SCTP").
+            pub fn label(self) -> &'static str {
+                match self {
+                    $( $(#[cfg($cfg)])? BackendKind::$variant => $label, )*
+                }
+            }
+        }
+
+        /// Every backend's own check of its settings.
+        pub(crate) fn validate_each(config: &AssociationConfig) -> Result<(), TransportError> {
+            $(
+                $(#[cfg($cfg)])?
+                <$backend as Backend>::validate(config)?;
+            )*
+            Ok(())
+        }
+
+        /// An association of whichever backend.
+        #[derive(Debug)]
+        pub(crate) enum AnyAssociation {
+            $(
+                $(#[cfg($cfg)])?
+                $variant(<$backend as Backend>::Association),
+            )*
+        }
+
+        /// A listener of whichever backend.
+        #[derive(Debug)]
+        pub(crate) enum AnyListener {
+            $(
+                $(#[cfg($cfg)])?
+                $variant(<$backend as Backend>::Listener),
+            )*
+        }
+
+        impl AnyListener {
+            pub(crate) async fn bind(
+                kind: BackendKind,
+                addr: SocketAddr,
+                config: &AssociationConfig,
+            ) -> Result<Self, TransportError> {
+                Ok(match kind {
+                    $(
+                        $(#[cfg($cfg)])?
+                        BackendKind::$variant => {
+                            AnyListener::$variant(<$backend as Backend>::bind(addr, config).await?)
+                        }
+                    )*
+                })
+            }
+
+            pub(crate) fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+                match self {
+                    $( $(#[cfg($cfg)])? AnyListener::$variant(l) => BackendListener::local_addr(l), )*
+                }
+            }
+
+            pub(crate) fn cert_sha256(&self) -> Option<&str> {
+                match self {
+                    $( $(#[cfg($cfg)])? AnyListener::$variant(l) => BackendListener::cert_sha256(l), )*
+                }
+            }
+
+            pub(crate) async fn accept(&self) -> Result<AnyAssociation, TransportError> {
+                Ok(match self {
+                    $(
+                        $(#[cfg($cfg)])?
+                        AnyListener::$variant(l) => AnyAssociation::$variant(BackendListener::accept(l).await?),
+                    )*
+                })
+            }
+        }
+
+        impl AnyAssociation {
+            pub(crate) async fn connect(
+                kind: BackendKind,
+                addr: SocketAddr,
+                config: &AssociationConfig,
+            ) -> Result<Self, TransportError> {
+                Ok(match kind {
+                    $(
+                        $(#[cfg($cfg)])?
+                        BackendKind::$variant => AnyAssociation::$variant(
+                            <$backend as Backend>::connect(addr, config).await?,
+                        ),
+                    )*
+                })
+            }
+
+            pub(crate) fn kind(&self) -> BackendKind {
+                match self {
+                    $( $(#[cfg($cfg)])? AnyAssociation::$variant(_) => BackendKind::$variant, )*
+                }
+            }
+        }
+
+        // One statically dispatched call per method of `BackendAssociation`.
+        impl AnyAssociation {
+            pub(crate) fn streams(&self) -> StreamCounts {
+                match self {
+                    $( $(#[cfg($cfg)])? AnyAssociation::$variant(a) => BackendAssociation::streams(a), )*
+                }
+            }
+
+            pub(crate) fn peer_addr(&self) -> SocketAddr {
+                match self {
+                    $( $(#[cfg($cfg)])? AnyAssociation::$variant(a) => BackendAssociation::peer_addr(a), )*
+                }
+            }
+
+            pub(crate) fn idata(&self) -> bool {
+                match self {
+                    $( $(#[cfg($cfg)])? AnyAssociation::$variant(a) => BackendAssociation::idata(a), )*
+                }
+            }
+
+            pub(crate) fn sctp_stats(&self) -> Option<sctp::Stats> {
+                match self {
+                    $( $(#[cfg($cfg)])? AnyAssociation::$variant(a) => BackendAssociation::sctp_stats(a), )*
+                }
+            }
+
+            pub(crate) async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
+                match self {
+                    $( $(#[cfg($cfg)])? AnyAssociation::$variant(a) => BackendAssociation::send(a, stream, data).await, )*
+                }
+            }
+
+            pub(crate) async fn recv(&self) -> Result<Message, TransportError> {
+                match self {
+                    $( $(#[cfg($cfg)])? AnyAssociation::$variant(a) => BackendAssociation::recv(a).await, )*
+                }
+            }
+
+            pub(crate) fn buffered(&self, stream: u16) -> Option<usize> {
+                match self {
+                    $( $(#[cfg($cfg)])? AnyAssociation::$variant(a) => BackendAssociation::buffered(a, stream), )*
+                }
+            }
+
+            pub(crate) fn buffered_each(
+                &self,
+                streams: impl IntoIterator<Item = u16>,
+                out: &mut Vec<(u16, u64)>,
+            ) {
+                match self {
+                    $( $(#[cfg($cfg)])? AnyAssociation::$variant(a) => BackendAssociation::buffered_each(a, streams, out), )*
+                }
+            }
+
+            pub(crate) async fn close(&self) -> Result<(), TransportError> {
+                match self {
+                    $( $(#[cfg($cfg)])? AnyAssociation::$variant(a) => BackendAssociation::close(a).await, )*
+                }
+            }
+
+            pub(crate) fn abort(&self) {
+                match self {
+                    $( $(#[cfg($cfg)])? AnyAssociation::$variant(a) => BackendAssociation::abort(a), )*
+                }
+            }
+        }
+    };
+}
+
+backends! {
+    /// Linux kernel SCTP, one-to-one sockets.
+    Kernel = "kernel", "kernel SCTP" => crate::kernel::KernelBackend;
+    /// Our own SCTP core over UDP (RFC 6951 framing).
+    Userspace = "userspace", "userspace SCTP" => crate::userspace::UserspaceBackend;
+    /// The protocol multiplexed over one TCP connection.
+    FramedTcp = "framed-tcp", "framed TCP" => crate::framed_tcp::FramedTcpBackend;
+    /// QUIC (quinn), one QUIC stream per stream number.
+    Quic = "quic", "QUIC" => crate::quic::QuicBackend;
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        BackendKind::ALL
+            .iter()
+            .copied()
+            .find(|kind| kind.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = BackendKind::ALL.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown transport `{s}` (expected auto or one of {})",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+impl Serialize for BackendKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for BackendKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// What the configuration asks for: a backend, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendChoice {
+    /// Userspace SCTP over UDP, whether or not the host has kernel SCTP
+    /// (see [`BackendChoice::decide`] for why).
+    #[default]
+    Auto,
+    /// Always this backend.
+    Fixed(BackendKind),
+}
+
+impl From<BackendKind> for BackendChoice {
+    fn from(kind: BackendKind) -> Self {
+        BackendChoice::Fixed(kind)
+    }
+}
+
+impl BackendChoice {
+    /// The backend to use on this host.
+    pub fn resolve(self) -> BackendKind {
+        self.decide().0
+    }
+
+    /// The backend to use on this host and why, for the daemons' start-up log.
+    ///
+    /// `Auto` is our userspace SCTP over UDP even where the kernel has SCTP.
+    /// Ours is built for this job (a BBR-family controller that does not read
+    /// random loss as congestion, RACK-TLP, a delayed SACK of milliseconds,
+    /// pacing); Linux SCTP is Reno-like with a 1 s minimum RTO and a 200 ms
+    /// delayed SACK (docs/transport.md has the figures). And both ends of an
+    /// association must pick the same wire: a gateway on a router with the
+    /// `sctp` module and an origin in a container without it would otherwise
+    /// speak native SCTP and SCTP over UDP past each other. A kernel peer
+    /// still talks to ours through its UDP encapsulation (RFC 6951, Linux
+    /// 5.11+); `kernel` selects the kernel backend explicitly.
+    pub fn decide(self) -> (BackendKind, &'static str) {
+        match self {
+            BackendChoice::Auto if crate::kernel::available() => (
+                BackendKind::Userspace,
+                "auto: our SCTP over UDP (BBR, RACK-TLP, short delayed SACK); this host \
+                 also has kernel SCTP, which backend = \"kernel\" selects",
+            ),
+            BackendChoice::Auto => (
+                BackendKind::Userspace,
+                "auto: our SCTP over UDP; this host has no kernel SCTP",
+            ),
+            BackendChoice::Fixed(kind) => (kind, "configured"),
+        }
+    }
+}
+
+impl fmt::Display for BackendChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendChoice::Auto => f.write_str("auto"),
+            BackendChoice::Fixed(kind) => kind.fmt(f),
+        }
+    }
+}
+
+impl FromStr for BackendChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(BackendChoice::Auto),
+            other => other.parse().map(BackendChoice::Fixed),
+        }
+    }
+}
+
+impl Serialize for BackendChoice {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for BackendChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_ones_are_named() {
+        for &kind in BackendKind::ALL {
+            assert_eq!(kind.name().parse::<BackendKind>(), Ok(kind));
+            assert_eq!(
+                kind.name().parse::<BackendChoice>(),
+                Ok(BackendChoice::Fixed(kind))
+            );
+        }
+        assert_eq!("auto".parse::<BackendChoice>(), Ok(BackendChoice::Auto));
+        let err = "sctp-proto".parse::<BackendChoice>().expect_err("gone");
+        assert!(err.contains("`sctp-proto`"), "{err}");
+    }
+}
