@@ -28,7 +28,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use gateway_transport::{AssociationConfig, BackendKind, Listener, connect};
+use gateway_transport::{
+    AssociationConfig, BackendKind, Congestion, Listener, QuicConfig, UserspaceConfig, connect,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Hard cap on one run, whatever the byte or message count.
@@ -126,11 +128,21 @@ fn config(backend: &str, streams: u16) -> AssociationConfig {
     AssociationConfig {
         streams: streams + 1,
         max_inbound_streams: streams + 1,
-        congestion: match backend {
-            "userspace-reno" => "reno".to_owned(),
-            "userspace-cubic" | "quic" => "cubic".to_owned(),
-            "quic-bbr" => "bbr".to_owned(),
-            _ => defaults.congestion.clone(),
+        userspace: UserspaceConfig {
+            congestion: match backend {
+                "userspace-reno" => Congestion::Reno,
+                "userspace-cubic" => Congestion::Cubic,
+                _ => defaults.userspace.congestion,
+            },
+            ..defaults.userspace.clone()
+        },
+        quic: QuicConfig {
+            congestion: match backend {
+                "quic" => Congestion::Cubic,
+                "quic-bbr" => Congestion::Bbr,
+                _ => defaults.quic.congestion,
+            },
+            ..defaults.quic.clone()
         },
         ..defaults
     }
@@ -309,7 +321,10 @@ async fn client(args: &Args) -> Result<()> {
         }
         Some(kind) => {
             let config = AssociationConfig {
-                quic_server_cert_sha256: args.quic_cert_sha256.clone(),
+                quic: QuicConfig {
+                    server_cert_sha256: args.quic_cert_sha256.clone(),
+                    ..config(&args.backend, args.streams).quic
+                },
                 ..config(&args.backend, args.streams)
             };
             let assoc = connect(kind, args.addr, &config).await?;
@@ -351,7 +366,14 @@ async fn client(args: &Args) -> Result<()> {
     // fails the connect).
     let congestion = match kind(&args.backend)? {
         None => tcp_congestion.clone(),
-        Some(_) => config(&args.backend, args.streams).congestion,
+        Some(BackendKind::Quic) => config(&args.backend, args.streams)
+            .quic
+            .congestion
+            .to_string(),
+        Some(_) => config(&args.backend, args.streams)
+            .userspace
+            .congestion
+            .to_string(),
     };
     println!(
         "{{\"side\":\"client\",\"backend\":\"{}\",\"tcp_congestion\":\"{tcp_congestion}\",\"congestion\":\"{congestion}\",\"seconds\":{:.6},\"cpu_seconds\":{:.4}}}",

@@ -45,7 +45,7 @@ pub fn checks(
     let encapsulation = "UDP encapsulation";
     let kernel_port = kernel_sctp_udp_port();
     checks.push(match kind {
-        BackendKind::Kernel => match (config.udp_encapsulation_port, kernel_port) {
+        BackendKind::Kernel => match (config.kernel.udp_encapsulation_port, kernel_port) {
             (None, _) => Check::skip(
                 encapsulation,
                 "native SCTP (IP protocol 132); udp_encapsulation_port is not set",

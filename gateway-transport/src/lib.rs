@@ -48,13 +48,16 @@ pub mod userspace;
 
 use backend::{AnyAssociation, AnyListener};
 pub use backend::{BackendChoice, BackendKind};
-pub use config::{AssociationConfig, SCTP_UDP_PORT, UdpOffload, duration_ms};
+pub use config::{
+    AssociationConfig, Congestion, DeprecatedKeys, FLAT_KEYS, KernelConfig, QuicConfig,
+    SCTP_UDP_PORT, UdpOffload, UserspaceConfig, duration_ms,
+};
 pub use error::TransportError;
 /// What [`Association::sctp_stats`] returns, nameable without depending on
 /// the `sctp` crate.
 pub use sctp::{
     Counters as SctpCounters, DEFAULT_INIT_ACKS_PER_SECOND, Limits as SctpLimits,
-    Stats as SctpStats,
+    Stats as SctpStats, sched::SchedulerKind,
 };
 
 /// One received message and the stream it arrived on.
@@ -122,7 +125,7 @@ impl Association {
 
     /// Whether the association carries user data in I-DATA chunks (RFC 8260),
     /// so that a large message on one stream does not hold back the others'
-    /// (see [`AssociationConfig::idata`]). Kernel: the kernel's
+    /// (see [`UserspaceConfig::idata`]). Kernel: the kernel's
     /// `SCTP_INTERLEAVING_SUPPORTED` for the association (false if it cannot
     /// say); userspace: what the handshake negotiated; framed TCP and QUIC:
     /// false.
@@ -205,7 +208,7 @@ impl Listener {
     }
 
     /// QUIC only: the SHA-256 of the listener's certificate (lowercase hex), the
-    /// value the connecting side needs as `quic_server_cert_sha256`. `None` for
+    /// value the connecting side needs as `[transport.quic] server_cert_sha256`. `None` for
     /// the other backends.
     pub fn quic_cert_sha256(&self) -> Option<&str> {
         self.inner.cert_sha256()

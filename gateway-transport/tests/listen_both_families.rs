@@ -54,7 +54,7 @@ async fn both_wildcards(kind: BackendKind) -> Result<()> {
     ] {
         let mut client_config = config.clone();
         if let Some(pin) = listener.quic_cert_sha256() {
-            client_config.quic_server_cert_sha256 = Some(pin.to_owned());
+            client_config.quic.server_cert_sha256 = Some(pin.to_owned());
         }
         let (client, server) =
             tokio::join!(connect(kind, loopback, &client_config), listener.accept());

@@ -15,7 +15,8 @@ use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use gateway_transport::userspace::UdpStats;
 use gateway_transport::{
-    Association, AssociationConfig, BackendKind, Listener, TransportError, UdpOffload, connect,
+    Association, AssociationConfig, BackendKind, Listener, QuicConfig, TransportError, UdpOffload,
+    UserspaceConfig, connect,
 };
 use support::{NetnsPair, join, spawn_in};
 
@@ -65,7 +66,7 @@ where
     });
     // If the server failed to bind, its error is the one worth reporting.
     match ready_rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(pin) => client_config.quic_server_cert_sha256 = pin,
+        Ok(pin) => client_config.quic.server_cert_sha256 = pin,
         Err(_) => return join(server).and_then(|()| bail!("server never became ready")),
     }
     let client = spawn_in(&net.b, move || async move {
@@ -342,8 +343,11 @@ fn connect_to_nobody(kind: BackendKind) -> Result<()> {
     let client = spawn_in(&net.b, move || async move {
         let config = AssociationConfig {
             connect_timeout: Duration::from_secs(2),
-            // Any pin, so that QUIC gets as far as sending.
-            quic_server_cert_sha256: Some("00".repeat(32)),
+            quic: QuicConfig {
+                // Any pin, so that QUIC gets as far as sending.
+                server_cert_sha256: Some("00".repeat(32)),
+                ..config(2).quic
+            },
             ..config(2)
         };
         let started = tokio::time::Instant::now();
@@ -527,7 +531,10 @@ fn bulk_both_ways(v6: bool, config: AssociationConfig) -> Result<(UdpStats, UdpS
 /// >= 5.0; a veth hands a GSO batch to a GRO socket whole), every byte checked.
 fn offload_carries_the_bulk(v6: bool) -> Result<()> {
     let offload = AssociationConfig {
-        udp_offload: UdpOffload::On,
+        userspace: UserspaceConfig {
+            udp_offload: UdpOffload::On,
+            ..config(BULK_STREAMS + 1).userspace
+        },
         ..config(BULK_STREAMS + 1)
     };
     let (server, client) = bulk_both_ways(v6, offload)?;
@@ -562,7 +569,10 @@ fn offload_carries_the_bulk(v6: bool) -> Result<()> {
 /// send and per buffer, the same bytes checked.
 fn without_offload(v6: bool) -> Result<()> {
     let config = AssociationConfig {
-        udp_offload: UdpOffload::Off,
+        userspace: UserspaceConfig {
+            udp_offload: UdpOffload::Off,
+            ..config(BULK_STREAMS + 1).userspace
+        },
         ..config(BULK_STREAMS + 1)
     };
     let (server, client) = bulk_both_ways(v6, config)?;

@@ -420,7 +420,7 @@ async fn reach(entry: &OriginEntry) -> Check {
                 entry.address,
                 match kind {
                     gateway_transport::BackendKind::Kernel
-                        if entry.transport.udp_encapsulation_port.is_none() =>
+                        if entry.transport.kernel.udp_encapsulation_port.is_none() =>
                         "SCTP (IP protocol 132; NAT often does not)".to_owned(),
                     gateway_transport::BackendKind::FramedTcp =>
                         format!("TCP to port {}", entry.address.port()),

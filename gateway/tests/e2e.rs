@@ -1590,7 +1590,7 @@ fn generated_configs_validate() {
     assert_eq!(origin.reconnect_max, Duration::from_millis(100));
     assert_eq!(origin.reconnect_min, Duration::from_millis(100));
     assert_eq!(origin.transport.idle_timeout, Duration::from_secs(3));
-    assert!(origin.transport.quic_server_cert_sha256.is_some());
+    assert!(origin.transport.quic.server_cert_sha256.is_some());
     assert_eq!(generated.table, config.intercept.table);
     assert_eq!(generated.tproxy_mark, config.intercept.tproxy_mark);
 }

@@ -79,7 +79,7 @@ pub struct GatewayConfigOverrides {
     pub feedback_enabled: Option<bool>,
     /// The first `[[origin]]`'s `backend` (auto, kernel, userspace, framed-tcp, quic).
     pub backend: Option<String>,
-    /// The first `[[origin]]`'s `transport.quic_server_cert_sha256`: the pin a
+    /// The first `[[origin]]`'s `transport.quic.server_cert_sha256`: the pin a
     /// QUIC origin logs at start.
     pub quic_server_cert_sha256: Option<String>,
 }
@@ -345,7 +345,9 @@ fn override_origin_transport(
         }
     }
     if let Some(pin) = &overrides.quic_server_cert_sha256 {
-        transport.insert("quic_server_cert_sha256".into(), pin.clone().into());
+        let quic = section(transport, "quic")
+            .ok_or_else(|| "origin.transport.quic is not a table".to_owned())?;
+        quic.insert("server_cert_sha256".into(), pin.clone().into());
     }
     Ok(())
 }

@@ -474,7 +474,7 @@ impl Association {
 
     /// Whether this association carries user data in I-DATA (RFC 8260): the
     /// kernel's `SCTP_INTERLEAVING_SUPPORTED`, which on an association reads
-    /// whether both ends offered it (see [`AssociationConfig::kernel_idata`]).
+    /// whether both ends offered it (see [`crate::KernelConfig::idata`]).
     pub fn idata(&self) -> Result<bool, TransportError> {
         let fd = self.socket()?;
         let mut value = sys::SctpAssocValue::default();
@@ -702,7 +702,7 @@ fn new_socket(addr: SocketAddr, config: &AssociationConfig) -> Result<Socket, Tr
     if let Some(bytes) = config.recv_buffer {
         socket.set_recv_buffer_size(bytes)?;
     }
-    if let Some(port) = config.udp_encapsulation_port {
+    if let Some(port) = config.kernel.udp_encapsulation_port {
         // SAFETY: all-zero is a valid sockaddr_storage (AF_UNSPEC: "every address").
         let any: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         let encaps = sys::SctpUdpencaps {
@@ -719,7 +719,7 @@ fn new_socket(addr: SocketAddr, config: &AssociationConfig) -> Result<Socket, Tr
             },
         )?;
     }
-    if config.kernel_idata {
+    if config.kernel.idata {
         offer_idata(&socket);
     }
     set_peer_params(&socket, config)?;
