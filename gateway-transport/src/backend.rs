@@ -41,6 +41,13 @@ pub(crate) trait Backend {
     /// at start whatever backend it picks.
     fn validate(config: &AssociationConfig) -> Result<(), TransportError>;
 
+    /// What the connecting side needs beyond [`validate`](Self::validate):
+    /// checked for the chosen backend only, by a daemon that connects.
+    fn validate_connecting(config: &AssociationConfig) -> Result<(), TransportError> {
+        let _ = config;
+        Ok(())
+    }
+
     /// Binds `addr` and starts accepting.
     fn bind(
         addr: SocketAddr,
@@ -117,7 +124,7 @@ macro_rules! backends {
     ($(
         $(#[doc = $doc:literal])*
         $(#[cfg($cfg:meta)])?
-        $variant:ident = $name:literal, $label:literal => $backend:path;
+        $variant:ident = $name:literal, $label:literal, $wire:ident => $backend:path;
     )*) => {
         /// A concrete backend.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -145,6 +152,27 @@ macro_rules! backends {
                 match self {
                     $( $(#[cfg($cfg)])? BackendKind::$variant => $label, )*
                 }
+            }
+
+            /// What its packets are on the wire, for a firewall or a
+            /// doctor's advice.
+            pub fn wire(self) -> Wire {
+                match self {
+                    $( $(#[cfg($cfg)])? BackendKind::$variant => Wire::$wire, )*
+                }
+            }
+        }
+
+        /// The chosen backend's check of a connecting side's settings.
+        pub(crate) fn validate_connecting(
+            kind: BackendKind,
+            config: &AssociationConfig,
+        ) -> Result<(), TransportError> {
+            match kind {
+                $(
+                    $(#[cfg($cfg)])?
+                    BackendKind::$variant => <$backend as Backend>::validate_connecting(config),
+                )*
             }
         }
 
@@ -307,13 +335,31 @@ macro_rules! backends {
 
 backends! {
     /// Linux kernel SCTP, one-to-one sockets.
-    Kernel = "kernel", "kernel SCTP" => crate::kernel::KernelBackend;
+    Kernel = "kernel", "kernel SCTP", Sctp => crate::kernel::KernelBackend;
     /// Our own SCTP core over UDP (RFC 6951 framing).
-    Userspace = "userspace", "userspace SCTP" => crate::userspace::UserspaceBackend;
-    /// The protocol multiplexed over one TCP connection.
-    FramedTcp = "framed-tcp", "framed TCP" => crate::framed_tcp::FramedTcpBackend;
-    /// QUIC (quinn), one QUIC stream per stream number.
-    Quic = "quic", "QUIC" => crate::quic::QuicBackend;
+    Userspace = "userspace", "userspace SCTP", Udp => crate::userspace::UserspaceBackend;
+    /// The protocol multiplexed over one TCP connection (a baseline).
+    #[cfg(feature = "baselines")]
+    FramedTcp = "framed-tcp", "framed TCP", Tcp => crate::framed_tcp::FramedTcpBackend;
+    /// QUIC (quinn), one QUIC stream per stream number (a baseline).
+    #[cfg(feature = "baselines")]
+    Quic = "quic", "QUIC", Udp => crate::quic::QuicBackend;
+}
+
+/// The backends a build without the `baselines` feature leaves out, by name,
+/// so that a configuration naming one is told why it is refused.
+const BASELINE_NAMES: [&str; 2] = ["framed-tcp", "quic"];
+
+/// What a backend's packets are on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// Native SCTP, IP protocol 132 (the kernel backend; in UDP where
+    /// `[transport.kernel] udp_encapsulation_port` is set).
+    Sctp,
+    /// UDP datagrams.
+    Udp,
+    /// One TCP connection.
+    Tcp,
 }
 
 impl fmt::Display for BackendKind {
@@ -332,10 +378,18 @@ impl FromStr for BackendKind {
             .find(|kind| kind.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = BackendKind::ALL.iter().map(|k| k.name()).collect();
-                format!(
-                    "unknown transport `{s}` (expected auto or one of {})",
-                    names.join(", ")
-                )
+                if BASELINE_NAMES.contains(&s) {
+                    format!(
+                        "transport `{s}` is a benchmark baseline this build leaves out \
+                         (build with the `baselines` feature; this one has {})",
+                        names.join(", ")
+                    )
+                } else {
+                    format!(
+                        "unknown transport `{s}` (expected auto or one of {})",
+                        names.join(", ")
+                    )
+                }
             })
     }
 }
@@ -454,6 +508,19 @@ mod tests {
         }
         assert_eq!("auto".parse::<BackendChoice>(), Ok(BackendChoice::Auto));
         let err = "sctp-proto".parse::<BackendChoice>().expect_err("gone");
-        assert!(err.contains("`sctp-proto`"), "{err}");
+        assert!(err.contains("unknown transport `sctp-proto`"), "{err}");
+    }
+
+    #[test]
+    fn the_baselines_are_built_exactly_with_their_feature() {
+        for name in BASELINE_NAMES {
+            let parsed = name.parse::<BackendKind>();
+            if cfg!(feature = "baselines") {
+                assert_eq!(parsed.map(BackendKind::name), Ok(name));
+            } else {
+                let err = parsed.expect_err("left out");
+                assert!(err.contains("`baselines` feature"), "{err}");
+            }
+        }
     }
 }

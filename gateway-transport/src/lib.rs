@@ -1,15 +1,20 @@
 //! The association layer: whole messages on numbered streams between one gateway
-//! and one origin, over one of four backends.
+//! and one origin, over one of two backends, or four with the `baselines`
+//! feature.
 //!
 //! - [`BackendKind::Kernel`]: Linux SCTP, one-to-one sockets (`kernel` module).
 //! - [`BackendKind::Userspace`]: our own sans-I/O SCTP core (the `sctp` crate) on a
 //!   UDP socket, RFC 6951 framing, for hosts without the SCTP module (`userspace`
 //!   module).
-//! - [`BackendKind::FramedTcp`]: the same API multiplexed on one TCP connection; the
-//!   head-of-line-blocking baseline (`framed_tcp` module).
-//! - [`BackendKind::Quic`]: one QUIC connection (quinn), one QUIC stream per stream
-//!   number; the multistream transport our SCTP is measured against (`quic`
-//!   module).
+//! - `BackendKind::FramedTcp` (`baselines`): the same API multiplexed on one TCP
+//!   connection; the head-of-line-blocking baseline (`framed_tcp` module).
+//! - `BackendKind::Quic` (`baselines`): one QUIC connection (quinn), one QUIC
+//!   stream per stream number; the multistream transport our SCTP is measured
+//!   against (`quic` module).
+//!
+//! The two baselines exist to be measured against; the daemons' default build
+//! does not compile them (nor quinn and rustls), and a configuration that names
+//! one is refused there with a line that says so.
 //!
 //! Every backend keeps message boundaries and per-stream order, imposes no order
 //! across streams, negotiates stream counts (a peer that grants fewer is used with
@@ -37,17 +42,19 @@ mod backend;
 mod config;
 pub mod doctor;
 mod error;
+#[cfg(feature = "baselines")]
 pub mod framed_tcp;
 pub mod hello;
 mod host;
 pub mod kernel;
 pub mod log_limit;
+#[cfg(feature = "baselines")]
 pub mod quic;
 mod sync;
 pub mod userspace;
 
 use backend::{AnyAssociation, AnyListener};
-pub use backend::{BackendChoice, BackendKind};
+pub use backend::{BackendChoice, BackendKind, Wire};
 pub use config::{
     AssociationConfig, Congestion, DeprecatedKeys, FLAT_KEYS, KernelConfig, QuicConfig,
     SCTP_UDP_PORT, UdpOffload, UserspaceConfig, duration_ms,
@@ -248,6 +255,13 @@ impl AssociationConfig {
     pub fn validate(&self) -> Result<(), TransportError> {
         self.validate_common()?;
         backend::validate_each(self)
+    }
+
+    /// What the connecting side of `kind` needs beyond [`validate`](Self::validate)
+    /// (QUIC: the listener's certificate pin), for a daemon to refuse at start
+    /// what `connect` would refuse on every attempt.
+    pub fn validate_connecting(&self, kind: BackendKind) -> Result<(), TransportError> {
+        backend::validate_connecting(kind, self)
     }
 }
 

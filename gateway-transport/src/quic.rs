@@ -1150,6 +1150,17 @@ impl crate::backend::Backend for QuicBackend {
         Ok(())
     }
 
+    fn validate_connecting(config: &AssociationConfig) -> Result<(), TransportError> {
+        match config.quic.server_cert_sha256 {
+            Some(_) => Ok(()),
+            None => Err(TransportError::Config {
+                key: "quic.server_cert_sha256",
+                reason: "required with backend = \"quic\": the SHA-256 the origin logs at start"
+                    .to_owned(),
+            }),
+        }
+    }
+
     async fn bind(
         addr: SocketAddr,
         config: &AssociationConfig,

@@ -76,11 +76,13 @@ async fn userspace_binds_both_wildcards_on_one_port() -> Result<()> {
     timeout(TEST_LIMIT, both_wildcards(BackendKind::Userspace)).await?
 }
 
+#[cfg(feature = "baselines")]
 #[tokio::test]
 async fn framed_tcp_binds_both_wildcards_on_one_port() -> Result<()> {
     timeout(TEST_LIMIT, both_wildcards(BackendKind::FramedTcp)).await?
 }
 
+#[cfg(feature = "baselines")]
 #[tokio::test]
 async fn quic_binds_both_wildcards_on_one_port() -> Result<()> {
     timeout(TEST_LIMIT, both_wildcards(BackendKind::Quic)).await?

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use gateway_transport::{AssociationConfig, BackendChoice, BackendKind};
+use gateway_transport::{AssociationConfig, BackendChoice};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
@@ -466,13 +466,13 @@ fn validate_origin(
     {
         return invalid(&key(&format!("transport.{k}")), &reason);
     }
-    if origin.backend == BackendChoice::Fixed(BackendKind::Quic)
-        && origin.transport.quic.server_cert_sha256.is_none()
+    // The gateway connects: what the chosen backend needs for that (QUIC:
+    // the origin's certificate pin).
+    if let BackendChoice::Fixed(kind) = origin.backend
+        && let Err(gateway_transport::TransportError::Config { key: k, reason }) =
+            origin.transport.validate_connecting(kind)
     {
-        return invalid(
-            &key("transport.quic.server_cert_sha256"),
-            "required with backend = \"quic\": the SHA-256 the origin logs at start",
-        );
+        return invalid(&key(&format!("transport.{k}")), &reason);
     }
     if origin.transport.streams < 2 {
         return invalid(
@@ -638,7 +638,7 @@ mod tests {
         let pin = format!(r#"server_cert_sha256 = "{}""#, "ab".repeat(32));
         let c = GatewayConfig::from_toml(&origin(&pin)).expect("parses");
         c.validate().expect("valid with a pin");
-        assert_eq!(c.origins[0].backend, BackendKind::Quic.into());
+        assert_eq!(c.origins[0].backend.to_string(), "quic");
     }
 
     #[test]

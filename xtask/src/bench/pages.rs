@@ -270,7 +270,8 @@ struct Bench {
 
 pub(crate) fn run(options: &PagesBench) -> Result<()> {
     install_stop_handlers()?;
-    let built = crate::run::build(&["gateway", "origin", "wanem"])?;
+    // Alternatives (d) and (q) run the daemons over framed TCP and QUIC.
+    let built = crate::run::build_with_baselines(&["gateway", "origin", "wanem"])?;
     let dir = testbed::target_dir().join("bench-pages");
     let _ = std::fs::remove_dir_all(&dir);
     testbed::cleanup_stale(PREFIX)?;

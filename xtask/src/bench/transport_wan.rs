@@ -91,7 +91,7 @@ pub(super) fn run(options: &BenchOptions, cell: WanCell) -> Result<()> {
     install_stop_handlers()?;
     let started = Instant::now();
     let load_at_start = load_average();
-    let binary = build_example_with("gateway-transport", "transport_bench", &[])?;
+    let binary = build_example_with("gateway-transport", "transport_bench", &["baselines"])?;
     let path = WanPath::create(PREFIX, cell, "transport-wan")?;
     let bench = Bench {
         path: &path,

@@ -167,7 +167,7 @@ pub(super) fn scheduler(options: &BenchOptions) -> Result<()> {
             "--only thesis with --wan: the thesis's experiment runs on an unlimited veth; run it without --wan"
         );
     }
-    let binary = build_example("origin", "sched_bench")?;
+    let binary = build_example_with("origin", "sched_bench", &["baselines"])?;
     let mut report = scheduler_report_header(options)?;
     // Over the emulated link, one topology serves every row.
     let wan_path = options
@@ -445,7 +445,7 @@ fn start_nginx(
 
 pub(super) fn static_files(options: &BenchOptions) -> Result<()> {
     let root = &workspace_root();
-    let binary = build_example("origin", "sched_bench")?;
+    let binary = build_example_with("origin", "sched_bench", &["baselines"])?;
     if options.callgrind {
         return static_callgrind(&binary);
     }
@@ -722,7 +722,7 @@ pub(super) fn transport(options: &BenchOptions) -> Result<()> {
         bail!("--seconds times the cells of transport --wan; the veth cells move --bytes");
     }
     let root = &workspace_root();
-    let binary = build_example_with("gateway-transport", "transport_bench", &[])?;
+    let binary = build_example_with("gateway-transport", "transport_bench", &["baselines"])?;
     let mut flags = String::new();
     if options.rate_limited {
         flags.push_str(" --rate-limited");
@@ -982,7 +982,7 @@ pub(super) fn ebpf(options: &BenchOptions) -> Result<()> {
     let root = &workspace_root();
     let object = crate::ebpf::build(&crate::ebpf::BuildOptions::default())?;
     let probe = build_example("gateway", "ebpf_bench")?;
-    let transport = build_example_with("gateway-transport", "transport_bench", &[])?;
+    let transport = build_example_with("gateway-transport", "transport_bench", &["baselines"])?;
     let subcommand = if options.rate_limited {
         "ebpf --rate-limited"
     } else {
