@@ -1,7 +1,7 @@
-//! The one place that knows every backend: the contract a backend module
-//! implements ([`Backend`], [`BackendAssociation`], [`BackendListener`]) and
-//! the list that registers each implementation once (`backends!` at the end of
-//! this file).
+//! The one place that knows every backend: the list that registers each
+//! implementation of the contract in `contract` ([`Backend`],
+//! [`BackendAssociation`], [`BackendListener`]) once (`backends!` at the end
+//! of this file).
 //!
 //! The list generates [`BackendKind`], its names for the configuration files,
 //! and the enums behind [`crate::Association`] and [`crate::Listener`] with one
@@ -15,106 +15,18 @@
 //! [`crate::Association::kernel`] and [`crate::Association::userspace`].
 //!
 //! Order inside the crate: `lib` > `backend` > one module per backend >
-//! `config` > {`error`, `host`}; a backend never imports another.
+//! `contract` > `config` > {`error`, `host`}; a backend never imports
+//! another.
 
 use std::fmt;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::str::FromStr;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::contract::{Backend, BackendAssociation, BackendListener};
 use crate::{AssociationConfig, Message, StreamCounts, TransportError};
-
-/// What a backend is: how it opens associations and how it checks its
-/// settings. Implemented on a unit type of the backend's module.
-pub(crate) trait Backend {
-    /// Its established association.
-    type Association: BackendAssociation;
-    /// Its listening socket.
-    type Listener: BackendListener<Association = Self::Association>;
-
-    /// Rejects settings of this backend's own that it cannot honour, naming
-    /// the key. Runs for every backend on every configuration (see
-    /// [`AssociationConfig::validate`]), so that a daemon refuses a bad file
-    /// at start whatever backend it picks.
-    fn validate(config: &AssociationConfig) -> Result<(), TransportError>;
-
-    /// What the connecting side needs beyond [`validate`](Self::validate):
-    /// checked for the chosen backend only, by a daemon that connects.
-    fn validate_connecting(config: &AssociationConfig) -> Result<(), TransportError> {
-        let _ = config;
-        Ok(())
-    }
-
-    /// Binds `addr` and starts accepting.
-    fn bind(
-        addr: SocketAddr,
-        config: &AssociationConfig,
-    ) -> impl Future<Output = Result<Self::Listener, TransportError>> + Send;
-
-    /// Opens an association to `addr`; the caller bounds it with the connect
-    /// time-out.
-    fn connect(
-        addr: SocketAddr,
-        config: &AssociationConfig,
-    ) -> impl Future<Output = Result<Self::Association, TransportError>> + Send;
-}
-
-/// An established association of one backend: the semantics of
-/// [`crate::Association`], whose documentation is the contract.
-pub(crate) trait BackendAssociation: fmt::Debug + Send + Sync + 'static {
-    /// Negotiated stream counts.
-    fn streams(&self) -> StreamCounts;
-    /// The peer's address.
-    fn peer_addr(&self) -> SocketAddr;
-    /// Queues one message on `stream`.
-    fn send(
-        &self,
-        stream: u16,
-        data: Bytes,
-    ) -> impl Future<Output = Result<(), TransportError>> + Send;
-    /// The next message from any stream; cancel-safe.
-    fn recv(&self) -> impl Future<Output = Result<Message, TransportError>> + Send;
-    /// Bytes queued and not yet handed on, where the backend can tell.
-    fn buffered(&self, stream: u16) -> Option<usize>;
-    /// [`buffered`](Self::buffered) of each stream; a backend with one lock
-    /// over its queues overrides it to take the lock once.
-    fn buffered_each(&self, streams: impl IntoIterator<Item = u16>, out: &mut Vec<(u16, u64)>) {
-        out.extend(
-            streams
-                .into_iter()
-                .filter_map(|stream| Some((stream, self.buffered(stream)? as u64))),
-        );
-    }
-    /// Graceful close.
-    fn close(&self) -> impl Future<Output = Result<(), TransportError>> + Send;
-    /// Ends the association at once.
-    fn abort(&self);
-    /// Whether user data travels in I-DATA chunks (RFC 8260).
-    fn idata(&self) -> bool {
-        false
-    }
-    /// Our SCTP stack's transmission state, for the backend that runs it.
-    fn sctp_stats(&self) -> Option<sctp::Stats> {
-        None
-    }
-}
-
-/// A listening socket of one backend.
-pub(crate) trait BackendListener: fmt::Debug + Send + Sync + 'static {
-    /// What [`accept`](Self::accept) yields.
-    type Association;
-    /// The bound address.
-    fn local_addr(&self) -> Result<SocketAddr, TransportError>;
-    /// The next established association.
-    fn accept(&self) -> impl Future<Output = Result<Self::Association, TransportError>> + Send;
-    /// The SHA-256 of the listener's certificate, for a backend that has one.
-    fn cert_sha256(&self) -> Option<&str> {
-        None
-    }
-}
 
 /// Registers the backends: for each, its [`BackendKind`] variant, its name in
 /// the configuration, the words the logs use for it, and its [`Backend`]
@@ -196,6 +108,13 @@ macro_rules! backends {
 
         /// A listener of whichever backend.
         #[derive(Debug)]
+        #[cfg_attr(
+            not(feature = "baselines"),
+            expect(
+                clippy::large_enum_variant,
+                reason = "one per bound address, made once; the kernel's holds its config"
+            )
+        )]
         pub(crate) enum AnyListener {
             $(
                 $(#[cfg($cfg)])?

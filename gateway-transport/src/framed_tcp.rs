@@ -681,7 +681,7 @@ pub(crate) async fn connect(
 #[derive(Debug)]
 pub(crate) struct FramedTcpBackend;
 
-impl crate::backend::Backend for FramedTcpBackend {
+impl crate::contract::Backend for FramedTcpBackend {
     type Association = Association;
     type Listener = Listener;
 
@@ -705,7 +705,7 @@ impl crate::backend::Backend for FramedTcpBackend {
     }
 }
 
-impl crate::backend::BackendAssociation for Association {
+impl crate::contract::BackendAssociation for Association {
     fn streams(&self) -> StreamCounts {
         Association::streams(self)
     }
@@ -739,7 +739,7 @@ impl crate::backend::BackendAssociation for Association {
     }
 }
 
-impl crate::backend::BackendListener for Listener {
+impl crate::contract::BackendListener for Listener {
     type Association = Association;
 
     fn local_addr(&self) -> Result<SocketAddr, TransportError> {

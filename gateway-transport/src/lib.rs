@@ -27,10 +27,10 @@
 //! Start reading at [`connect`], [`Listener`] and [`Association`].
 //!
 //! Module map (`A > B`: A may import B): `hello`, `doctor` > `lib` >
-//! `backend` (the [`BackendKind`] list and the contract each backend
-//! implements; the only place that names every backend) > one module per
-//! backend (`kernel`, `userspace`, `framed_tcp`, `quic`, none importing
-//! another) > `config` > {`error`, `host`, `sync`, `log_limit`}. Adding a
+//! `backend` (the [`BackendKind`] list; the only place that names every
+//! backend) > one module per backend (`kernel`, `userspace`, `framed_tcp`,
+//! `quic`, none importing another) > `contract` (the traits each backend
+//! implements) > `config` > {`error`, `host`, `sync`, `log_limit`}. Adding a
 //! backend is one module and one line in `backend`'s `backends!` list.
 
 use std::net::SocketAddr;
@@ -40,6 +40,7 @@ use bytes::Bytes;
 
 mod backend;
 mod config;
+mod contract;
 pub mod doctor;
 mod error;
 #[cfg(feature = "baselines")]

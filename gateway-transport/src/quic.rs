@@ -1139,7 +1139,7 @@ pub(crate) async fn connect(
 #[derive(Debug)]
 pub(crate) struct QuicBackend;
 
-impl crate::backend::Backend for QuicBackend {
+impl crate::contract::Backend for QuicBackend {
     type Association = Association;
     type Listener = Listener;
 
@@ -1176,7 +1176,7 @@ impl crate::backend::Backend for QuicBackend {
     }
 }
 
-impl crate::backend::BackendAssociation for Association {
+impl crate::contract::BackendAssociation for Association {
     fn streams(&self) -> StreamCounts {
         Association::streams(self)
     }
@@ -1206,7 +1206,7 @@ impl crate::backend::BackendAssociation for Association {
     }
 }
 
-impl crate::backend::BackendListener for Listener {
+impl crate::contract::BackendListener for Listener {
     type Association = Association;
 
     fn local_addr(&self) -> Result<SocketAddr, TransportError> {

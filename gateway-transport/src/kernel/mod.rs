@@ -832,7 +832,7 @@ fn status(socket: &Socket) -> io::Result<sys::SctpStatus> {
 #[derive(Debug)]
 pub(crate) struct KernelBackend;
 
-impl crate::backend::Backend for KernelBackend {
+impl crate::contract::Backend for KernelBackend {
     type Association = Association;
     type Listener = Listener;
 
@@ -856,7 +856,7 @@ impl crate::backend::Backend for KernelBackend {
     }
 }
 
-impl crate::backend::BackendAssociation for Association {
+impl crate::contract::BackendAssociation for Association {
     fn streams(&self) -> StreamCounts {
         Association::streams(self)
     }
@@ -890,7 +890,7 @@ impl crate::backend::BackendAssociation for Association {
     }
 }
 
-impl crate::backend::BackendListener for Listener {
+impl crate::contract::BackendListener for Listener {
     type Association = Association;
 
     fn local_addr(&self) -> Result<SocketAddr, TransportError> {

@@ -821,7 +821,7 @@ pub(crate) async fn connect(
 #[derive(Debug)]
 pub(crate) struct UserspaceBackend;
 
-impl crate::backend::Backend for UserspaceBackend {
+impl crate::contract::Backend for UserspaceBackend {
     type Association = Association;
     type Listener = Listener;
 
@@ -844,7 +844,7 @@ impl crate::backend::Backend for UserspaceBackend {
     }
 }
 
-impl crate::backend::BackendAssociation for Association {
+impl crate::contract::BackendAssociation for Association {
     fn streams(&self) -> StreamCounts {
         Association::streams(self)
     }
@@ -886,7 +886,7 @@ impl crate::backend::BackendAssociation for Association {
     }
 }
 
-impl crate::backend::BackendListener for Listener {
+impl crate::contract::BackendListener for Listener {
     type Association = Association;
 
     fn local_addr(&self) -> Result<SocketAddr, TransportError> {
