@@ -26,9 +26,6 @@
 //!
 //! `--backend quic`: the server's ready line carries its certificate's SHA-256
 //! (`quic_cert_sha256`), which the client takes as `--quic-cert-sha256`.
-//!
-//! `--backend sctp-proto` (the former userspace backend, a baseline row) exists
-//! only when built with `--features sctp-proto-baseline`, as the xtask does.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -39,7 +36,9 @@ const TCP_WRITE_BATCH: usize = 64 * 1024;
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use gateway_transport::{AssociationConfig, BackendKind, Listener, connect};
+use gateway_transport::{
+    AssociationConfig, BackendKind, Congestion, Listener, QuicConfig, UserspaceConfig, connect,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Hard cap on one run, whatever the byte or message count.
@@ -128,8 +127,6 @@ fn kind(backend: &str) -> Result<Option<BackendKind>> {
         // `quic`: quinn's default CUBIC, the anchor; `quic-bbr`: quinn's
         // experimental BBR, the same kind of controller as our default.
         "quic" | "quic-bbr" => Some(BackendKind::Quic),
-        #[cfg(feature = "sctp-proto-baseline")]
-        "sctp-proto" => Some(BackendKind::SctpProto),
         other => bail!("unknown backend {other}"),
     })
 }
@@ -139,11 +136,21 @@ fn config(backend: &str, streams: u16) -> AssociationConfig {
     AssociationConfig {
         streams: streams + 1,
         max_inbound_streams: streams + 1,
-        congestion: match backend {
-            "userspace-reno" => "reno".to_owned(),
-            "userspace-cubic" | "quic" => "cubic".to_owned(),
-            "quic-bbr" => "bbr".to_owned(),
-            _ => defaults.congestion.clone(),
+        userspace: UserspaceConfig {
+            congestion: match backend {
+                "userspace-reno" => Congestion::Reno,
+                "userspace-cubic" => Congestion::Cubic,
+                _ => defaults.userspace.congestion,
+            },
+            ..defaults.userspace.clone()
+        },
+        quic: QuicConfig {
+            congestion: match backend {
+                "quic" => Congestion::Cubic,
+                "quic-bbr" => Congestion::Bbr,
+                _ => defaults.quic.congestion,
+            },
+            ..defaults.quic.clone()
         },
         ..defaults
     }
@@ -324,7 +331,10 @@ async fn client(args: &Args) -> Result<()> {
         }
         Some(kind) => {
             let config = AssociationConfig {
-                quic_server_cert_sha256: args.quic_cert_sha256.clone(),
+                quic: QuicConfig {
+                    server_cert_sha256: args.quic_cert_sha256.clone(),
+                    ..config(&args.backend, args.streams).quic
+                },
                 ..config(&args.backend, args.streams)
             };
             let assoc = connect(kind, args.addr, &config).await?;
@@ -366,7 +376,14 @@ async fn client(args: &Args) -> Result<()> {
     // fails the connect).
     let congestion = match kind(&args.backend)? {
         None => tcp_congestion.clone(),
-        Some(_) => config(&args.backend, args.streams).congestion,
+        Some(BackendKind::Quic) => config(&args.backend, args.streams)
+            .quic
+            .congestion
+            .to_string(),
+        Some(_) => config(&args.backend, args.streams)
+            .userspace
+            .congestion
+            .to_string(),
     };
     println!(
         "{{\"side\":\"client\",\"backend\":\"{}\",\"tcp_congestion\":\"{tcp_congestion}\",\"congestion\":\"{congestion}\",\"seconds\":{:.6},\"cpu_seconds\":{:.4}}}",

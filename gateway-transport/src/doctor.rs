@@ -9,18 +9,7 @@ use daemon_config::doctor::Check;
 
 use crate::{AssociationConfig, BackendChoice, BackendKind};
 
-/// Where a kernel with SCTP says which UDP port it encapsulates on (0: none).
-const SCTP_UDP_PORT_SYSCTL: &str = "/proc/sys/net/sctp/udp_port";
-
-/// The UDP port this network namespace's kernel SCTP receives encapsulated
-/// packets on (`net.sctp.udp_port`); `None` when it is 0 or the kernel has no
-/// SCTP.
-pub fn kernel_sctp_udp_port() -> Option<u16> {
-    std::fs::read_to_string(SCTP_UDP_PORT_SYSCTL)
-        .ok()
-        .and_then(|port| port.trim().parse::<u16>().ok())
-        .filter(|port| *port != 0)
-}
+pub use crate::host::kernel_sctp_udp_port;
 
 /// The verdicts on the transport for `choice` with `config`. `local_ports` are
 /// the UDP or SCTP ports this daemon listens on (the origin's), empty for a
@@ -51,12 +40,16 @@ pub fn checks(
             sctp,
             "absent; the userspace SCTP over UDP fallback needs nothing from the kernel",
         ),
+        #[cfg_attr(
+            not(feature = "baselines"),
+            expect(unreachable_patterns, reason = "only the baselines use no SCTP")
+        )]
         (other, _) => Check::skip(sctp, format!("backend {other} does not use SCTP")),
     });
     let encapsulation = "UDP encapsulation";
     let kernel_port = kernel_sctp_udp_port();
     checks.push(match kind {
-        BackendKind::Kernel => match (config.udp_encapsulation_port, kernel_port) {
+        BackendKind::Kernel => match (config.kernel.udp_encapsulation_port, kernel_port) {
             (None, _) => Check::skip(
                 encapsulation,
                 "native SCTP (IP protocol 132); udp_encapsulation_port is not set",
@@ -89,6 +82,10 @@ pub fn checks(
                  to the origin's port",
             ),
         },
+        #[cfg_attr(
+            not(feature = "baselines"),
+            expect(unreachable_patterns, reason = "only the baselines use no SCTP")
+        )]
         other => Check::skip(encapsulation, format!("backend {other} does not use SCTP")),
     });
     checks
@@ -102,8 +99,11 @@ mod tests {
 
     #[test]
     fn other_backends_skip_both_items() {
-        for choice in [BackendChoice::FramedTcp, BackendChoice::Quic] {
-            let checks = checks(choice, &AssociationConfig::default(), &[]);
+        let others = BackendKind::ALL
+            .iter()
+            .filter(|kind| !matches!(kind, BackendKind::Kernel | BackendKind::Userspace));
+        for &kind in others {
+            let checks = checks(kind.into(), &AssociationConfig::default(), &[]);
             assert!(
                 checks.iter().all(|c| c.verdict == Verdict::Skip),
                 "{checks:?}"
@@ -113,13 +113,21 @@ mod tests {
 
     #[test]
     fn userspace_never_fails_for_a_missing_kernel_module() {
-        let checks = checks(BackendChoice::Userspace, &AssociationConfig::default(), &[]);
+        let checks = checks(
+            BackendKind::Userspace.into(),
+            &AssociationConfig::default(),
+            &[],
+        );
         assert_eq!(checks[0].verdict, Verdict::Ok, "{checks:?}");
     }
 
     #[test]
     fn kernel_backend_fails_exactly_when_the_kernel_has_no_sctp() {
-        let checks = checks(BackendChoice::Kernel, &AssociationConfig::default(), &[]);
+        let checks = checks(
+            BackendKind::Kernel.into(),
+            &AssociationConfig::default(),
+            &[],
+        );
         let expected = if crate::kernel::available() {
             Verdict::Ok
         } else {

@@ -677,6 +677,80 @@ pub(crate) async fn connect(
     Association::start(stream, streams, config)
 }
 
+/// The protocol framed on one TCP connection, registered in `crate::backend`.
+#[derive(Debug)]
+pub(crate) struct FramedTcpBackend;
+
+impl crate::contract::Backend for FramedTcpBackend {
+    type Association = Association;
+    type Listener = Listener;
+
+    fn validate(_config: &AssociationConfig) -> Result<(), TransportError> {
+        // The common settings are all it reads.
+        Ok(())
+    }
+
+    async fn bind(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Listener, TransportError> {
+        Listener::bind(addr, config).await
+    }
+
+    async fn connect(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Association, TransportError> {
+        connect(addr, config).await
+    }
+}
+
+impl crate::contract::BackendAssociation for Association {
+    fn streams(&self) -> StreamCounts {
+        Association::streams(self)
+    }
+
+    fn peer_addr(&self) -> SocketAddr {
+        Association::peer_addr(self)
+    }
+
+    async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
+        Association::send(self, stream, data).await
+    }
+
+    async fn recv(&self) -> Result<Message, TransportError> {
+        Association::recv(self).await
+    }
+
+    fn buffered(&self, stream: u16) -> Option<usize> {
+        Association::buffered(self, stream)
+    }
+
+    fn buffered_each(&self, streams: impl IntoIterator<Item = u16>, out: &mut Vec<(u16, u64)>) {
+        Association::buffered_each(self, streams, out)
+    }
+
+    async fn close(&self) -> Result<(), TransportError> {
+        Association::close(self).await
+    }
+
+    fn abort(&self) {
+        Association::abort(self)
+    }
+}
+
+impl crate::contract::BackendListener for Listener {
+    type Association = Association;
+
+    fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+        Listener::local_addr(self)
+    }
+
+    async fn accept(&self) -> Result<Association, TransportError> {
+        Listener::accept(self).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

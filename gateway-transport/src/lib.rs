@@ -1,19 +1,20 @@
 //! The association layer: whole messages on numbered streams between one gateway
-//! and one origin, over one of four backends (a fifth, a baseline, behind a
-//! feature).
+//! and one origin, over one of two backends, or four with the `baselines`
+//! feature.
 //!
 //! - [`BackendKind::Kernel`]: Linux SCTP, one-to-one sockets (`kernel` module).
 //! - [`BackendKind::Userspace`]: our own sans-I/O SCTP core (the `sctp` crate) on a
 //!   UDP socket, RFC 6951 framing, for hosts without the SCTP module (`userspace`
 //!   module).
-//! - [`BackendKind::FramedTcp`]: the same API multiplexed on one TCP connection; the
-//!   head-of-line-blocking baseline (`framed_tcp` module).
-//! - [`BackendKind::Quic`]: one QUIC connection (quinn), one QUIC stream per stream
-//!   number; the multistream transport our SCTP is measured against (`quic`
-//!   module).
-//! - `BackendKind::SctpProto`, only with the `sctp-proto-baseline` feature: the
-//!   former userspace backend on the third-party `sctp-proto` crate, kept as a
-//!   benchmark row (`sctp_proto` module). The daemons never build it.
+//! - `BackendKind::FramedTcp` (`baselines`): the same API multiplexed on one TCP
+//!   connection; the head-of-line-blocking baseline (`framed_tcp` module).
+//! - `BackendKind::Quic` (`baselines`): one QUIC connection (quinn), one QUIC
+//!   stream per stream number; the multistream transport our SCTP is measured
+//!   against (`quic` module).
+//!
+//! The two baselines exist to be measured against; the daemons' default build
+//! does not compile them (nor quinn and rustls), and a configuration that names
+//! one is refused there with a line that says so.
 //!
 //! Every backend keeps message boundaries and per-stream order, imposes no order
 //! across streams, negotiates stream counts (a peer that grants fewer is used with
@@ -24,34 +25,47 @@
 //! protocol session on a fresh association, kept here so that the gateway and
 //! the origin's tools share it.
 //! Start reading at [`connect`], [`Listener`] and [`Association`].
+//!
+//! Module map (`A > B`: A may import B): `hello`, `doctor` > `lib` >
+//! `backend` (the [`BackendKind`] list; the only place that names every
+//! backend) > one module per backend (`kernel`, `userspace`, `framed_tcp`,
+//! `quic`, none importing another) > `contract` (the traits each backend
+//! implements) > `config` > {`error`, `host`, `sync`, `log_limit`}. Adding a
+//! backend is one module and one line in `backend`'s `backends!` list.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
+mod backend;
 mod config;
+mod contract;
 pub mod doctor;
 mod error;
+#[cfg(feature = "baselines")]
 pub mod framed_tcp;
 pub mod hello;
+mod host;
 pub mod kernel;
 pub mod log_limit;
+#[cfg(feature = "baselines")]
 pub mod quic;
-#[cfg(feature = "sctp-proto-baseline")]
-pub mod sctp_proto;
 mod sync;
 pub mod userspace;
 
+use backend::{AnyAssociation, AnyListener};
+pub use backend::{BackendChoice, BackendKind, Wire};
 pub use config::{
-    AssociationConfig, BackendChoice, BackendKind, SCTP_UDP_PORT, UdpOffload, duration_ms,
+    AssociationConfig, Congestion, DeprecatedKeys, FLAT_KEYS, KernelConfig, QuicConfig,
+    SCTP_UDP_PORT, UdpOffload, UserspaceConfig, duration_ms,
 };
 pub use error::TransportError;
 /// What [`Association::sctp_stats`] returns, nameable without depending on
 /// the `sctp` crate.
 pub use sctp::{
     Counters as SctpCounters, DEFAULT_INIT_ACKS_PER_SECOND, Limits as SctpLimits,
-    Stats as SctpStats,
+    Stats as SctpStats, sched::SchedulerKind,
 };
 
 /// One received message and the stream it arrived on.
@@ -72,30 +86,6 @@ pub struct StreamCounts {
     pub inbound: u16,
 }
 
-#[derive(Debug)]
-enum Inner {
-    Kernel(kernel::Association),
-    Userspace(userspace::Association),
-    FramedTcp(framed_tcp::Association),
-    Quic(quic::Association),
-    #[cfg(feature = "sctp-proto-baseline")]
-    SctpProto(sctp_proto::Association),
-}
-
-/// Calls the same method on whichever backend is inside.
-macro_rules! dispatch {
-    ($self:expr, $assoc:ident => $body:expr) => {
-        match &*$self.inner {
-            Inner::Kernel($assoc) => $body,
-            Inner::Userspace($assoc) => $body,
-            Inner::FramedTcp($assoc) => $body,
-            Inner::Quic($assoc) => $body,
-            #[cfg(feature = "sctp-proto-baseline")]
-            Inner::SctpProto($assoc) => $body,
-        }
-    };
-}
-
 /// An established association. Cheap to clone; all clones share it.
 ///
 /// Any number of tasks may [`send`](Self::send) at once; messages on one stream
@@ -103,27 +93,20 @@ macro_rules! dispatch {
 /// meant for one task (the driver); concurrent callers each get distinct messages.
 #[derive(Debug, Clone)]
 pub struct Association {
-    inner: Arc<Inner>,
+    inner: Arc<AnyAssociation>,
 }
 
 impl Association {
     /// Which backend carries it.
     pub fn kind(&self) -> BackendKind {
-        match &*self.inner {
-            Inner::Kernel(_) => BackendKind::Kernel,
-            Inner::Userspace(_) => BackendKind::Userspace,
-            Inner::FramedTcp(_) => BackendKind::FramedTcp,
-            Inner::Quic(_) => BackendKind::Quic,
-            #[cfg(feature = "sctp-proto-baseline")]
-            Inner::SctpProto(_) => BackendKind::SctpProto,
-        }
+        self.inner.kind()
     }
 
     /// The kernel backend's association, for what only kernel SCTP offers (its
     /// stream schedulers); `None` for the other backends.
     pub fn kernel(&self) -> Option<&kernel::Association> {
         match &*self.inner {
-            Inner::Kernel(a) => Some(a),
+            AnyAssociation::Kernel(a) => Some(a),
             _ => None,
         }
     }
@@ -133,56 +116,49 @@ impl Association {
     #[doc(hidden)]
     pub fn userspace(&self) -> Option<&userspace::Association> {
         match &*self.inner {
-            Inner::Userspace(a) => Some(a),
+            AnyAssociation::Userspace(a) => Some(a),
             _ => None,
         }
     }
 
     /// Negotiated stream counts.
     pub fn streams(&self) -> StreamCounts {
-        dispatch!(self, a => a.streams())
+        self.inner.streams()
     }
 
     /// The peer's address (for the userspace backend, its UDP address).
     pub fn peer_addr(&self) -> SocketAddr {
-        dispatch!(self, a => a.peer_addr())
+        self.inner.peer_addr()
     }
 
     /// Whether the association carries user data in I-DATA chunks (RFC 8260),
     /// so that a large message on one stream does not hold back the others'
-    /// (see [`AssociationConfig::idata`]). Kernel: the kernel's
+    /// (see [`UserspaceConfig::idata`]). Kernel: the kernel's
     /// `SCTP_INTERLEAVING_SUPPORTED` for the association (false if it cannot
-    /// say); userspace: what the handshake negotiated; framed TCP and the
-    /// `sctp-proto` baseline: false.
+    /// say); userspace: what the handshake negotiated; framed TCP and QUIC:
+    /// false.
     pub fn idata(&self) -> bool {
-        match &*self.inner {
-            Inner::Kernel(a) => a.idata().unwrap_or(false),
-            Inner::Userspace(a) => a.idata(),
-            _ => false,
-        }
+        self.inner.idata()
     }
 
     /// Our userspace stack's transmission state and loss-recovery counts
     /// (retransmissions, tail-loss probes, RTOs): what a slow transfer was
     /// made of. `None` for the other backends, whose stacks do not say.
     pub fn sctp_stats(&self) -> Option<sctp::Stats> {
-        match &*self.inner {
-            Inner::Userspace(a) => Some(a.sctp_stats()),
-            _ => None,
-        }
+        self.inner.sctp_stats()
     }
 
     /// Queues `data` as one message on `stream`. Waits while the stream's send
     /// queue holds more than [`AssociationConfig::max_buffered_per_stream`] bytes.
     pub async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
-        dispatch!(self, a => a.send(stream, data).await)
+        self.inner.send(stream, data).await
     }
 
     /// The next message from any stream. Cancel-safe: a message is never lost
     /// because the future was dropped. `Err(Closed)` after a graceful close by
     /// either side, `Err(Aborted)` if the peer aborted.
     pub async fn recv(&self) -> Result<Message, TransportError> {
-        dispatch!(self, a => a.recv().await)
+        self.inner.recv().await
     }
 
     /// Bytes accepted by [`send`](Self::send) on `stream` and still waiting in the
@@ -191,7 +167,7 @@ impl Association {
     /// by quinn's send stream. `None` where the backend cannot tell per stream
     /// (kernel).
     pub fn buffered(&self, stream: u16) -> Option<usize> {
-        dispatch!(self, a => a.buffered(stream))
+        self.inner.buffered(stream)
     }
 
     /// [`buffered`](Self::buffered) of each of `streams`, appended to `out` as
@@ -199,44 +175,26 @@ impl Association {
     /// lock for all of them where the backend has one (a scheduler reads every
     /// busy stream before each decision).
     pub fn buffered_each(&self, streams: impl IntoIterator<Item = u16>, out: &mut Vec<(u16, u64)>) {
-        match &*self.inner {
-            Inner::Userspace(a) => a.buffered_each(streams, out),
-            Inner::FramedTcp(a) => a.buffered_each(streams, out),
-            _ => out.extend(
-                streams
-                    .into_iter()
-                    .filter_map(|stream| Some((stream, self.buffered(stream)? as u64))),
-            ),
-        }
+        self.inner.buffered_each(streams, out)
     }
 
     /// Graceful close: what was sent is delivered, then the association ends. The
     /// peer's `recv` returns `Err(Closed)` after its last message.
     pub async fn close(&self) -> Result<(), TransportError> {
-        dispatch!(self, a => a.close().await)
+        self.inner.close().await
     }
 
     /// Ends the association at once; queued data is dropped and the peer's `recv`
     /// returns `Err(Aborted)`.
     pub fn abort(&self) {
-        dispatch!(self, a => a.abort())
+        self.inner.abort()
     }
 }
 
 /// Accepts associations on one local address.
 #[derive(Debug)]
-pub enum Listener {
-    /// Kernel SCTP one-to-one listening socket.
-    Kernel(kernel::Listener),
-    /// UDP socket driving our SCTP core.
-    Userspace(userspace::Listener),
-    /// TCP listening socket.
-    FramedTcp(framed_tcp::Listener),
-    /// QUIC endpoint with its self-signed certificate.
-    Quic(quic::Listener),
-    /// UDP socket driving `sctp-proto` (benchmark baseline).
-    #[cfg(feature = "sctp-proto-baseline")]
-    SctpProto(sctp_proto::Listener),
+pub struct Listener {
+    inner: AnyListener,
 }
 
 impl Listener {
@@ -247,56 +205,27 @@ impl Listener {
         config: &AssociationConfig,
     ) -> Result<Self, TransportError> {
         config.validate()?;
-        Ok(match kind {
-            BackendKind::Kernel => Listener::Kernel(kernel::Listener::bind(addr, config)?),
-            BackendKind::Userspace => {
-                Listener::Userspace(userspace::Listener::bind(addr, config).await?)
-            }
-            BackendKind::FramedTcp => {
-                Listener::FramedTcp(framed_tcp::Listener::bind(addr, config).await?)
-            }
-            BackendKind::Quic => Listener::Quic(quic::Listener::bind(addr, config).await?),
-            #[cfg(feature = "sctp-proto-baseline")]
-            BackendKind::SctpProto => {
-                Listener::SctpProto(sctp_proto::Listener::bind(addr, config).await?)
-            }
+        Ok(Listener {
+            inner: AnyListener::bind(kind, addr, config).await?,
         })
     }
 
     /// The bound address (useful after binding port 0).
     pub fn local_addr(&self) -> Result<SocketAddr, TransportError> {
-        match self {
-            Listener::Kernel(l) => l.local_addr(),
-            Listener::Userspace(l) => l.local_addr(),
-            Listener::FramedTcp(l) => l.local_addr(),
-            Listener::Quic(l) => l.local_addr(),
-            #[cfg(feature = "sctp-proto-baseline")]
-            Listener::SctpProto(l) => l.local_addr(),
-        }
+        self.inner.local_addr()
     }
 
     /// QUIC only: the SHA-256 of the listener's certificate (lowercase hex), the
-    /// value the connecting side needs as `quic_server_cert_sha256`. `None` for
+    /// value the connecting side needs as `[transport.quic] server_cert_sha256`. `None` for
     /// the other backends.
     pub fn quic_cert_sha256(&self) -> Option<&str> {
-        match self {
-            Listener::Quic(l) => Some(l.cert_sha256()),
-            _ => None,
-        }
+        self.inner.cert_sha256()
     }
 
     /// The next established association.
     pub async fn accept(&self) -> Result<Association, TransportError> {
-        let inner = match self {
-            Listener::Kernel(l) => Inner::Kernel(l.accept().await?),
-            Listener::Userspace(l) => Inner::Userspace(l.accept().await?),
-            Listener::FramedTcp(l) => Inner::FramedTcp(l.accept().await?),
-            Listener::Quic(l) => Inner::Quic(l.accept().await?),
-            #[cfg(feature = "sctp-proto-baseline")]
-            Listener::SctpProto(l) => Inner::SctpProto(l.accept().await?),
-        };
         Ok(Association {
-            inner: Arc::new(inner),
+            inner: Arc::new(self.inner.accept().await?),
         })
     }
 }
@@ -309,22 +238,32 @@ pub async fn connect(
     config: &AssociationConfig,
 ) -> Result<Association, TransportError> {
     config.validate()?;
-    let connecting = async {
-        Ok::<_, TransportError>(match kind {
-            BackendKind::Kernel => Inner::Kernel(kernel::connect(addr, config).await?),
-            BackendKind::Userspace => Inner::Userspace(userspace::connect(addr, config).await?),
-            BackendKind::FramedTcp => Inner::FramedTcp(framed_tcp::connect(addr, config).await?),
-            BackendKind::Quic => Inner::Quic(quic::connect(addr, config).await?),
-            #[cfg(feature = "sctp-proto-baseline")]
-            BackendKind::SctpProto => Inner::SctpProto(sctp_proto::connect(addr, config).await?),
-        })
-    };
-    let inner = tokio::time::timeout(config.connect_timeout, connecting)
-        .await
-        .map_err(|_| TransportError::ConnectTimeout(config.connect_timeout))??;
+    let inner = tokio::time::timeout(
+        config.connect_timeout,
+        AnyAssociation::connect(kind, addr, config),
+    )
+    .await
+    .map_err(|_| TransportError::ConnectTimeout(config.connect_timeout))??;
     Ok(Association {
         inner: Arc::new(inner),
     })
+}
+
+impl AssociationConfig {
+    /// Rejects values no backend can honour, naming the setting: the settings
+    /// every backend shares, then each backend's own (all of them, whichever
+    /// is chosen, so that a bad file is refused at start).
+    pub fn validate(&self) -> Result<(), TransportError> {
+        self.validate_common()?;
+        backend::validate_each(self)
+    }
+
+    /// What the connecting side of `kind` needs beyond [`validate`](Self::validate)
+    /// (QUIC: the listener's certificate pin), for a daemon to refuse at start
+    /// what `connect` would refuse on every attempt.
+    pub fn validate_connecting(&self, kind: BackendKind) -> Result<(), TransportError> {
+        backend::validate_connecting(kind, self)
+    }
 }
 
 /// Makes an IPv6 socket IPv6-only (`IPV6_V6ONLY`) before it is bound; an IPv4

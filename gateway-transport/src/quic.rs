@@ -60,7 +60,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::{AssociationConfig, Message, StreamCounts, TransportError};
+use crate::{AssociationConfig, Congestion, Message, StreamCounts, TransportError};
 
 /// ALPN of this framing: a peer that speaks anything else fails the handshake.
 const ALPN: &[u8] = b"gw-transport-quic/1";
@@ -757,7 +757,7 @@ pub fn cert_sha256_hex(der: &[u8]) -> String {
 /// between bytes allowed (as `openssl x509 -fingerprint` prints them).
 pub(crate) fn parse_sha256(text: &str) -> Result<[u8; 32], TransportError> {
     let bad = |reason: &str| TransportError::Config {
-        key: "quic_server_cert_sha256",
+        key: "quic.server_cert_sha256",
         reason: reason.to_owned(),
     };
     let digits: Vec<u8> = text.bytes().filter(|&b| b != b':').collect();
@@ -860,22 +860,18 @@ fn transport_config(
     Ok(Arc::new(transport))
 }
 
-/// quinn's controller for the association's `congestion` key: the same names
+/// quinn's controller for `[transport.quic] congestion`: the same names
 /// as our SCTP stack's, mapped to quinn's NewReno, CUBIC (quinn's default) and
 /// its experimental BBR, so that a comparison of the two backends can run the
 /// same kind of controller on both.
 fn congestion(
     config: &AssociationConfig,
 ) -> Result<Arc<dyn quinn::congestion::ControllerFactory + Send + Sync>, TransportError> {
-    match config.congestion.as_str() {
-        "reno" => Ok(Arc::new(quinn::congestion::NewRenoConfig::default())),
-        "cubic" => Ok(Arc::new(quinn::congestion::CubicConfig::default())),
-        "bbr" => Ok(Arc::new(quinn::congestion::BbrConfig::default())),
-        other => Err(TransportError::Config {
-            key: "congestion",
-            reason: format!("unknown controller `{other}` (expected reno, cubic or bbr)"),
-        }),
-    }
+    Ok(match config.quic.congestion {
+        Congestion::Reno => Arc::new(quinn::congestion::NewRenoConfig::default()),
+        Congestion::Cubic => Arc::new(quinn::congestion::CubicConfig::default()),
+        Congestion::Bbr => Arc::new(quinn::congestion::BbrConfig::default()),
+    })
 }
 
 /// A UDP socket with the configured buffers, ready for quinn.
@@ -1094,9 +1090,9 @@ pub(crate) async fn connect(
     addr: SocketAddr,
     config: &AssociationConfig,
 ) -> Result<Association, TransportError> {
-    let Some(pinned) = &config.quic_server_cert_sha256 else {
+    let Some(pinned) = &config.quic.server_cert_sha256 else {
         return Err(TransportError::Config {
-            key: "quic_server_cert_sha256",
+            key: "quic.server_cert_sha256",
             reason: "the QUIC backend accepts only the listener's own certificate: set this \
                      to the SHA-256 the listener logs at start"
                 .into(),
@@ -1137,6 +1133,93 @@ pub(crate) async fn connect(
         .map_err(|e| TransportError::Protocol(format!("QUIC handshake: control stream: {e}")))?;
     let streams = handshake(&mut control, config, true).await?;
     Ok(Association::start(conn, endpoint, control, streams, config))
+}
+
+/// QUIC (quinn), registered in `crate::backend`.
+#[derive(Debug)]
+pub(crate) struct QuicBackend;
+
+impl crate::contract::Backend for QuicBackend {
+    type Association = Association;
+    type Listener = Listener;
+
+    fn validate(config: &AssociationConfig) -> Result<(), TransportError> {
+        if let Some(sha256) = &config.quic.server_cert_sha256 {
+            parse_sha256(sha256)?;
+        }
+        Ok(())
+    }
+
+    fn validate_connecting(config: &AssociationConfig) -> Result<(), TransportError> {
+        match config.quic.server_cert_sha256 {
+            Some(_) => Ok(()),
+            None => Err(TransportError::Config {
+                key: "quic.server_cert_sha256",
+                reason: "required with backend = \"quic\": the SHA-256 the origin logs at start"
+                    .to_owned(),
+            }),
+        }
+    }
+
+    async fn bind(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Listener, TransportError> {
+        Listener::bind(addr, config).await
+    }
+
+    async fn connect(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Association, TransportError> {
+        connect(addr, config).await
+    }
+}
+
+impl crate::contract::BackendAssociation for Association {
+    fn streams(&self) -> StreamCounts {
+        Association::streams(self)
+    }
+
+    fn peer_addr(&self) -> SocketAddr {
+        Association::peer_addr(self)
+    }
+
+    async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
+        Association::send(self, stream, data).await
+    }
+
+    async fn recv(&self) -> Result<Message, TransportError> {
+        Association::recv(self).await
+    }
+
+    fn buffered(&self, stream: u16) -> Option<usize> {
+        Association::buffered(self, stream)
+    }
+
+    async fn close(&self) -> Result<(), TransportError> {
+        Association::close(self).await
+    }
+
+    fn abort(&self) {
+        Association::abort(self)
+    }
+}
+
+impl crate::contract::BackendListener for Listener {
+    type Association = Association;
+
+    fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+        Listener::local_addr(self)
+    }
+
+    async fn accept(&self) -> Result<Association, TransportError> {
+        Listener::accept(self).await
+    }
+
+    fn cert_sha256(&self) -> Option<&str> {
+        Some(Listener::cert_sha256(self))
+    }
 }
 
 #[cfg(test)]

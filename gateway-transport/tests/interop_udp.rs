@@ -31,8 +31,8 @@ use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use gateway_transport::kernel::StreamScheduler;
 use gateway_transport::{
-    Association, AssociationConfig, BackendKind, Listener, SCTP_UDP_PORT, TransportError,
-    UdpOffload, connect,
+    Association, AssociationConfig, BackendKind, KernelConfig, Listener, SCTP_UDP_PORT,
+    SchedulerKind, TransportError, UdpOffload, UserspaceConfig, connect,
 };
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -72,18 +72,21 @@ impl Family {
 /// does not interoperate with ours, see [`idata`]; the VM enables it).
 fn config() -> AssociationConfig {
     AssociationConfig {
-        idata: false,
-        // GSO into the guest kernel's SCTP encapsulation over loopback made
-        // the VM stop dead (see `AssociationConfig::udp_offload`); set
-        // INTEROP_UDP_OFFLOAD to reproduce.
-        udp_offload: if std::env::var_os("INTEROP_UDP_OFFLOAD").is_some() {
-            UdpOffload::On
-        } else {
-            UdpOffload::Off
-        },
         streams: 8,
         max_inbound_streams: 8,
         connect_timeout: Duration::from_secs(30),
+        userspace: UserspaceConfig {
+            idata: false,
+            // GSO into the guest kernel's SCTP encapsulation over loopback made
+            // the VM stop dead (see `UserspaceConfig::udp_offload`); set
+            // INTEROP_UDP_OFFLOAD to reproduce.
+            udp_offload: if std::env::var_os("INTEROP_UDP_OFFLOAD").is_some() {
+                UdpOffload::On
+            } else {
+                UdpOffload::Off
+            },
+            ..UserspaceConfig::default()
+        },
         ..AssociationConfig::default()
     }
 }
@@ -114,8 +117,11 @@ async fn pair(client: BackendKind, family: Family, config: &AssociationConfig) -
             let turn = KERNEL_LISTENER_PORT[family as usize].lock().await;
             let addr = SocketAddr::new(ip, SCTP_UDP_PORT);
             let kernel_config = AssociationConfig {
-                // Replies go back encapsulated to the port the userspace side used.
-                udp_encapsulation_port: Some(SCTP_UDP_PORT),
+                kernel: KernelConfig {
+                    // Replies go back encapsulated to the port the userspace side used.
+                    udp_encapsulation_port: Some(SCTP_UDP_PORT),
+                    ..config.kernel.clone()
+                },
                 ..config.clone()
             };
             let listener = Listener::bind(BackendKind::Kernel, addr, &kernel_config).await?;
@@ -136,7 +142,10 @@ async fn pair(client: BackendKind, family: Family, config: &AssociationConfig) -
                 Listener::bind(BackendKind::Userspace, SocketAddr::new(ip, 0), config).await?;
             let addr = listener.local_addr()?;
             let kernel_config = AssociationConfig {
-                udp_encapsulation_port: Some(addr.port()),
+                kernel: KernelConfig {
+                    udp_encapsulation_port: Some(addr.port()),
+                    ..config.kernel.clone()
+                },
                 ..config.clone()
             };
             let (client, server) = tokio::join!(
@@ -149,6 +158,10 @@ async fn pair(client: BackendKind, family: Family, config: &AssociationConfig) -
                 None,
             )
         }
+        #[cfg_attr(
+            not(feature = "baselines"),
+            expect(unreachable_patterns, reason = "only the baselines have no row")
+        )]
         other => bail!("no interop row for a {other} client"),
     };
     ensure!(
@@ -273,10 +286,16 @@ const UNDELIVERED_WAIT: Duration = Duration::from_secs(10);
 async fn idata(client: BackendKind, family: Family) -> Result<()> {
     tokio::time::timeout(LIMIT, async {
         let config = AssociationConfig {
-            idata: true,
-            kernel_idata: true,
-            // FCFS would send the whole large message first, I-DATA or not.
-            scheduler: "rr".to_owned(),
+            userspace: UserspaceConfig {
+                idata: true,
+                // FCFS would send the whole large message first, I-DATA or not.
+                scheduler: SchedulerKind::RoundRobin,
+                ..config().userspace
+            },
+            kernel: KernelConfig {
+                idata: true,
+                ..config().kernel
+            },
             ..config()
         };
         let pair = pair(client, family, &config).await?;

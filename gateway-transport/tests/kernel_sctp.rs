@@ -5,7 +5,7 @@
 //! passed), and `cargo xtask vm-test` runs them with `--ignored` inside a
 //! virtme-ng VM booting Debian's kernel, after `modprobe sctp`, with
 //! `net.sctp.udp_port` set to 9899, `net.sctp.intl_enable` to 1 (so that
-//! associations with `kernel_idata` set negotiate I-DATA; it is off by default)
+//! associations with `kernel.idata` set negotiate I-DATA; it is off by default)
 //! and the loopback MTU lowered to 1500 so that messages span many packets. Two tests talk to lksctp-tools' `sctp_darn`, a peer
 //! we did not write.
 //!
@@ -20,7 +20,8 @@ use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use gateway_transport::kernel::StreamScheduler;
 use gateway_transport::{
-    Association, AssociationConfig, BackendKind, Listener, SCTP_UDP_PORT, TransportError, connect,
+    Association, AssociationConfig, BackendKind, KernelConfig, Listener, SCTP_UDP_PORT,
+    TransportError, connect,
 };
 use tokio::io::AsyncWriteExt;
 
@@ -491,7 +492,10 @@ async fn udp_encapsulated_association_between_kernel_sockets() -> Result<()> {
     );
     within("udp encapsulation", async {
         let cfg = AssociationConfig {
-            udp_encapsulation_port: Some(SCTP_UDP_PORT),
+            kernel: KernelConfig {
+                udp_encapsulation_port: Some(SCTP_UDP_PORT),
+                ..config(8).kernel
+            },
             ..config(8)
         };
         let before = udp_in_datagrams()?;
@@ -642,13 +646,16 @@ async fn interop_our_client_against_sctp_darn_echo_server() -> Result<()> {
 /// stream 2 right after 2 MiB on stream 1 arrive first, and the large one
 /// follows whole (its pieces may come interleaved with the small one's when
 /// Linux starts a partial delivery; `recv` reassembles per stream). Without the
-/// sysctl (or with `kernel_idata = false`, the default) both sides would use DATA.
+/// sysctl (or with `[transport.kernel] idata = false`, the default) both sides would use DATA.
 #[tokio::test]
 #[ignore = "needs kernel SCTP: run by cargo xtask vm-test"]
 async fn idata_lets_a_small_message_overtake_a_large_one() -> Result<()> {
     within("idata", async {
         let cfg = AssociationConfig {
-            kernel_idata: true,
+            kernel: KernelConfig {
+                idata: true,
+                ..config(4).kernel
+            },
             ..config(4)
         };
         let (client, server) = pair("127.0.0.1:0", &cfg, &cfg).await?;

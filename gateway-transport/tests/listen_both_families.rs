@@ -54,7 +54,7 @@ async fn both_wildcards(kind: BackendKind) -> Result<()> {
     ] {
         let mut client_config = config.clone();
         if let Some(pin) = listener.quic_cert_sha256() {
-            client_config.quic_server_cert_sha256 = Some(pin.to_owned());
+            client_config.quic.server_cert_sha256 = Some(pin.to_owned());
         }
         let (client, server) =
             tokio::join!(connect(kind, loopback, &client_config), listener.accept());
@@ -76,11 +76,13 @@ async fn userspace_binds_both_wildcards_on_one_port() -> Result<()> {
     timeout(TEST_LIMIT, both_wildcards(BackendKind::Userspace)).await?
 }
 
+#[cfg(feature = "baselines")]
 #[tokio::test]
 async fn framed_tcp_binds_both_wildcards_on_one_port() -> Result<()> {
     timeout(TEST_LIMIT, both_wildcards(BackendKind::FramedTcp)).await?
 }
 
+#[cfg(feature = "baselines")]
 #[tokio::test]
 async fn quic_binds_both_wildcards_on_one_port() -> Result<()> {
     timeout(TEST_LIMIT, both_wildcards(BackendKind::Quic)).await?

@@ -1,6 +1,7 @@
 //! The association API between two network namespaces joined by a veth pair, for
-//! every backend that runs on this host (framed TCP, userspace SCTP and QUIC; the
-//! kernel backend runs the same checks in the VM, see tests/kernel_sctp.rs).
+//! every backend that runs on this host (userspace SCTP, and framed TCP and QUIC
+//! with the `baselines` feature; the kernel backend runs the same checks in the
+//! VM, see tests/kernel_sctp.rs).
 //!
 //! Needs root (namespaces). Every test bounds itself in time and removes its
 //! namespaces on drop.
@@ -15,7 +16,8 @@ use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use gateway_transport::userspace::UdpStats;
 use gateway_transport::{
-    Association, AssociationConfig, BackendKind, Listener, TransportError, UdpOffload, connect,
+    Association, AssociationConfig, BackendKind, Listener, QuicConfig, TransportError, UdpOffload,
+    UserspaceConfig, connect,
 };
 use support::{NetnsPair, join, spawn_in};
 
@@ -65,7 +67,7 @@ where
     });
     // If the server failed to bind, its error is the one worth reporting.
     match ready_rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(pin) => client_config.quic_server_cert_sha256 = pin,
+        Ok(pin) => client_config.quic.server_cert_sha256 = pin,
         Err(_) => return join(server).and_then(|()| bail!("server never became ready")),
     }
     let client = spawn_in(&net.b, move || async move {
@@ -301,7 +303,7 @@ fn abort(kind: BackendKind) -> Result<()> {
         assoc.abort();
         // QUIC's CONNECTION_CLOSE is sent by quinn's driver task, which needs
         // the runtime this side is about to drop (docs/transport.md).
-        if assoc.kind() == BackendKind::Quic {
+        if assoc.kind().name() == "quic" {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Ok(())
@@ -342,8 +344,11 @@ fn connect_to_nobody(kind: BackendKind) -> Result<()> {
     let client = spawn_in(&net.b, move || async move {
         let config = AssociationConfig {
             connect_timeout: Duration::from_secs(2),
-            // Any pin, so that QUIC gets as far as sending.
-            quic_server_cert_sha256: Some("00".repeat(32)),
+            quic: QuicConfig {
+                // Any pin, so that QUIC gets as far as sending.
+                server_cert_sha256: Some("00".repeat(32)),
+                ..config(2).quic
+            },
             ..config(2)
         };
         let started = tokio::time::Instant::now();
@@ -410,6 +415,7 @@ macro_rules! backend_tests {
     };
 }
 
+#[cfg(feature = "baselines")]
 backend_tests!(framed_tcp, BackendKind::FramedTcp);
 backend_tests!(userspace, BackendKind::Userspace);
 
@@ -527,7 +533,10 @@ fn bulk_both_ways(v6: bool, config: AssociationConfig) -> Result<(UdpStats, UdpS
 /// >= 5.0; a veth hands a GSO batch to a GRO socket whole), every byte checked.
 fn offload_carries_the_bulk(v6: bool) -> Result<()> {
     let offload = AssociationConfig {
-        udp_offload: UdpOffload::On,
+        userspace: UserspaceConfig {
+            udp_offload: UdpOffload::On,
+            ..config(BULK_STREAMS + 1).userspace
+        },
         ..config(BULK_STREAMS + 1)
     };
     let (server, client) = bulk_both_ways(v6, offload)?;
@@ -562,7 +571,10 @@ fn offload_carries_the_bulk(v6: bool) -> Result<()> {
 /// send and per buffer, the same bytes checked.
 fn without_offload(v6: bool) -> Result<()> {
     let config = AssociationConfig {
-        udp_offload: UdpOffload::Off,
+        userspace: UserspaceConfig {
+            udp_offload: UdpOffload::Off,
+            ..config(BULK_STREAMS + 1).userspace
+        },
         ..config(BULK_STREAMS + 1)
     };
     let (server, client) = bulk_both_ways(v6, config)?;
@@ -601,4 +613,5 @@ mod userspace_offload {
         without_offload(false)
     }
 }
+#[cfg(feature = "baselines")]
 backend_tests!(quic, BackendKind::Quic);

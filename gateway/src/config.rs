@@ -466,11 +466,13 @@ fn validate_origin(
     {
         return invalid(&key(&format!("transport.{k}")), &reason);
     }
-    if origin.backend == BackendChoice::Quic && origin.transport.quic_server_cert_sha256.is_none() {
-        return invalid(
-            &key("transport.quic_server_cert_sha256"),
-            "required with backend = \"quic\": the SHA-256 the origin logs at start",
-        );
+    // The gateway connects: what the chosen backend needs for that (QUIC:
+    // the origin's certificate pin).
+    if let BackendChoice::Fixed(kind) = origin.backend
+        && let Err(gateway_transport::TransportError::Config { key: k, reason }) =
+            origin.transport.validate_connecting(kind)
+    {
+        return invalid(&key(&format!("transport.{k}")), &reason);
     }
     if origin.transport.streams < 2 {
         return invalid(
@@ -560,7 +562,7 @@ mod tests {
                 name = "demo"
                 address = "192.0.2.2:9899"
                 destinations = ["203.0.113.0/24"]
-                [origin.transport]
+                [origin.transport.userspace]
                 udp_offload = {value}
                 "#
             )
@@ -571,14 +573,19 @@ mod tests {
             ("false", UdpOffload::Off),
         ] {
             let c = GatewayConfig::from_toml(&origin(value)).expect("parses");
-            assert_eq!(c.origins[0].transport.udp_offload, want, "{value}");
+            assert_eq!(
+                c.origins[0].transport.userspace.udp_offload, want,
+                "{value}"
+            );
         }
         let err = GatewayConfig::from_toml(&origin(r#""yes""#))
             .expect_err("not a choice")
             .to_string();
         assert!(err.contains("udp_offload"), "{err}");
         assert_eq!(
-            gateway_transport::AssociationConfig::default().udp_offload,
+            gateway_transport::AssociationConfig::default()
+                .userspace
+                .udp_offload,
             UdpOffload::Auto
         );
     }
@@ -616,22 +623,22 @@ mod tests {
                 address = "192.0.2.2:9899"
                 destinations = ["203.0.113.0/24"]
                 backend = "quic"
-                [origin.transport]
+                [origin.transport.quic]
                 {pin}
                 "#
             )
         };
         let c = GatewayConfig::from_toml(&origin("")).expect("parses");
         let err = c.validate().expect_err("no pin").to_string();
-        assert!(err.contains("quic_server_cert_sha256"), "{err}");
-        let c = GatewayConfig::from_toml(&origin(r#"quic_server_cert_sha256 = "12:34""#))
-            .expect("parses");
+        assert!(err.contains("transport.quic.server_cert_sha256"), "{err}");
+        let c =
+            GatewayConfig::from_toml(&origin(r#"server_cert_sha256 = "12:34""#)).expect("parses");
         let err = c.validate().expect_err("short pin").to_string();
-        assert!(err.contains("quic_server_cert_sha256"), "{err}");
-        let pin = format!(r#"quic_server_cert_sha256 = "{}""#, "ab".repeat(32));
+        assert!(err.contains("transport.quic.server_cert_sha256"), "{err}");
+        let pin = format!(r#"server_cert_sha256 = "{}""#, "ab".repeat(32));
         let c = GatewayConfig::from_toml(&origin(&pin)).expect("parses");
         c.validate().expect("valid with a pin");
-        assert_eq!(c.origins[0].backend, BackendChoice::Quic);
+        assert_eq!(c.origins[0].backend.to_string(), "quic");
     }
 
     #[test]

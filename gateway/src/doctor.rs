@@ -418,12 +418,11 @@ async fn reach(entry: &OriginEntry) -> Check {
                 "is the origin running and listening on {}? Does the path pass {}? \
                  `origin doctor` on the origin's host checks its side{}",
                 entry.address,
-                match kind {
-                    gateway_transport::BackendKind::Kernel
-                        if entry.transport.udp_encapsulation_port.is_none() =>
+                match kind.wire() {
+                    gateway_transport::Wire::Sctp
+                        if entry.transport.kernel.udp_encapsulation_port.is_none() =>
                         "SCTP (IP protocol 132; NAT often does not)".to_owned(),
-                    gateway_transport::BackendKind::FramedTcp =>
-                        format!("TCP to port {}", entry.address.port()),
+                    gateway_transport::Wire::Tcp => format!("TCP to port {}", entry.address.port()),
                     _ => format!("UDP to port {}", entry.address.port()),
                 },
                 if entry.fail_open {

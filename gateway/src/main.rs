@@ -127,6 +127,14 @@ fn main() -> Result<()> {
     // the configuration decides, is not installed yet.
     let config = load_config(&cli)?;
     let _flush_at_exit = init_log(config.log.format);
+    for (index, origin) in config.origins.iter().enumerate() {
+        for (old, new) in origin.transport.deprecated_keys().iter() {
+            tracing::warn!(
+                "config: origin[{index}].transport.{old} is deprecated; write it as \
+                 origin[{index}].transport.{new}"
+            );
+        }
+    }
     match cli.command.unwrap_or(Command::Run) {
         Command::Run => daemon_runtime()?.block_on(gateway::daemon::run(config, async {
             if let Err(e) = shutdown_signal().await {

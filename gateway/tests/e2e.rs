@@ -1569,6 +1569,9 @@ fn generated_configs_validate() {
         feedback_enabled: Some(false),
         backend: Some("quic".into()),
         quic_server_cert_sha256: Some("ab".repeat(32)),
+        congestion: Some("cubic".into()),
+        ebpf_object: Some("/opt/gateway-ebpf".into()),
+        ebpf_interface: Some("wan9".into()),
     };
     let generated = GatewayConfig::from_shipped(&workspace(), &overrides).expect("generate");
     let config = DaemonConfig::from_toml(&generated.text).expect("parses");
@@ -1590,7 +1593,20 @@ fn generated_configs_validate() {
     assert_eq!(origin.reconnect_max, Duration::from_millis(100));
     assert_eq!(origin.reconnect_min, Duration::from_millis(100));
     assert_eq!(origin.transport.idle_timeout, Duration::from_secs(3));
-    assert!(origin.transport.quic_server_cert_sha256.is_some());
+    assert!(origin.transport.quic.server_cert_sha256.is_some());
+    assert_eq!(
+        origin.transport.userspace.congestion,
+        gateway_transport::Congestion::Cubic
+    );
+    assert_eq!(
+        origin.transport.quic.congestion,
+        gateway_transport::Congestion::Cubic
+    );
+    assert_eq!(
+        config.ebpf.object.as_deref(),
+        Some(std::path::Path::new("/opt/gateway-ebpf"))
+    );
+    assert_eq!(config.ebpf.interface.as_deref(), Some("wan9"));
     assert_eq!(generated.table, config.intercept.table);
     assert_eq!(generated.tproxy_mark, config.intercept.tproxy_mark);
 }

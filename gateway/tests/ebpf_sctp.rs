@@ -1092,7 +1092,9 @@ fn attaches_to_an_interface_and_detaches() {
 #[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
 fn the_cross_check_counts_what_an_association_carried_per_stream() {
     use gateway::accounting::{Accounting, EbpfConfig, XdpModeChoice};
-    use gateway_transport::{AssociationConfig, BackendKind, Listener, UdpOffload, connect};
+    use gateway_transport::{
+        AssociationConfig, BackendKind, Listener, UdpOffload, UserspaceConfig, connect,
+    };
 
     let object = object_path();
     require_root();
@@ -1124,11 +1126,14 @@ fn the_cross_check_counts_what_an_association_carried_per_stream() {
             let config = AssociationConfig {
                 streams: 8,
                 max_inbound_streams: 8,
-                // One SCTP packet per datagram: over loopback (and a veth) a
-                // UDP GSO super-packet reaches XDP whole, and the walker
-                // cannot split it (XDP has no gso_size); on a NIC's
-                // ingress every frame is one datagram.
-                udp_offload: UdpOffload::Off,
+                userspace: UserspaceConfig {
+                    // One SCTP packet per datagram: over loopback (and a veth) a
+                    // UDP GSO super-packet reaches XDP whole, and the walker
+                    // cannot split it (XDP has no gso_size); on a NIC's
+                    // ingress every frame is one datagram.
+                    udp_offload: UdpOffload::Off,
+                    ..UserspaceConfig::default()
+                },
                 ..AssociationConfig::default()
             };
             // RFC 6951's port, which xdp_sctp watches by default (the

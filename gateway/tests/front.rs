@@ -536,7 +536,7 @@ fn dead_origin(fail_open: bool) -> OriginEntry {
         address: "127.0.0.1:9".parse().expect("literal"),
         destinations: vec!["127.0.0.0/8".parse().expect("cidr")],
         hosts: Vec::new(),
-        backend: gateway_transport::BackendChoice::FramedTcp,
+        backend: gateway_transport::BackendKind::FramedTcp.into(),
         fail_open,
         reconnect_min: Duration::from_millis(100),
         reconnect_max: Duration::from_secs(1),

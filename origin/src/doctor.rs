@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use daemon_config::doctor::{Check, Report};
-use gateway_transport::{BackendKind, Listener};
+use gateway_transport::{BackendKind, Listener, Wire};
 
 use crate::config::OriginConfig;
 use crate::files::StaticFiles;
@@ -93,10 +93,10 @@ async fn listeners(report: &mut Report, config: &OriginConfig) {
 }
 
 fn protocol(kind: BackendKind) -> &'static str {
-    match kind {
-        BackendKind::Kernel => "SCTP",
-        BackendKind::FramedTcp => "TCP",
-        _ => "UDP",
+    match kind.wire() {
+        Wire::Sctp => "SCTP",
+        Wire::Tcp => "TCP",
+        Wire::Udp => "UDP",
     }
 }
 

@@ -205,6 +205,9 @@ async fn main() -> Result<()> {
     // the configuration decides, is not installed yet.
     let config = load_config(&cli)?;
     init_log(cli.access_log.as_deref(), config.log.format)?;
+    for (old, new) in config.transport.deprecated_keys().iter() {
+        tracing::warn!("config: transport.{old} is deprecated; write it as transport.{new}");
+    }
     let (service, source) = match (&config.files, &config.upstream) {
         (Some(files), _) => (
             Service::Files(
@@ -242,7 +245,7 @@ async fn main() -> Result<()> {
                     // Made at start: gateways must be given it after every restart.
                     tracing::info!(
                         "QUIC certificate SHA-256 (the gateway's \
-                         transport.quic_server_cert_sha256): {pin}"
+                         transport.quic.server_cert_sha256): {pin}"
                     );
                 }
                 listeners.push(listener);

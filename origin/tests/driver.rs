@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
 use gateway_protocol::{ErrorCode, Message, RequestClass, RequestId, StreamBacklog, Urgency};
-use gateway_transport::{AssociationConfig, BackendKind, Listener, connect};
+use gateway_transport::{AssociationConfig, BackendKind, Listener, QuicConfig, connect};
 use origin::scheduler::{PolicyKind, SchedulerConfig};
 use origin::server::{DriverConfig, drive};
 use origin::synthetic::{SyntheticHandler as TestHandler, pattern_byte};
@@ -50,7 +50,10 @@ async fn start(
     let listener = Listener::bind(kind, SocketAddr::from(([127, 0, 0, 1], 0)), &config).await?;
     let addr = listener.local_addr()?;
     let config = AssociationConfig {
-        quic_server_cert_sha256: listener.quic_cert_sha256().map(str::to_owned),
+        quic: QuicConfig {
+            server_cert_sha256: listener.quic_cert_sha256().map(str::to_owned),
+            ..config.quic
+        },
         ..config
     };
     tokio::spawn(async move {
@@ -158,7 +161,10 @@ async fn stream_limit_does_not_strand_a_response(kind: BackendKind) -> Result<()
     let config = AssociationConfig {
         streams: 3,
         max_inbound_streams: 3,
-        quic_server_cert_sha256: gateway_transport::quic::listener_cert_sha256().ok(),
+        quic: QuicConfig {
+            server_cert_sha256: gateway_transport::quic::listener_cert_sha256().ok(),
+            ..QuicConfig::default()
+        },
         ..AssociationConfig::default()
     };
     let listener = Listener::bind(kind, SocketAddr::from(([127, 0, 0, 1], 0)), &config).await?;
@@ -195,7 +201,10 @@ async fn queue_aware_follows_feedback(kind: BackendKind) -> Result<()> {
     let config = AssociationConfig {
         streams: 3,
         max_inbound_streams: 3,
-        quic_server_cert_sha256: gateway_transport::quic::listener_cert_sha256().ok(),
+        quic: QuicConfig {
+            server_cert_sha256: gateway_transport::quic::listener_cert_sha256().ok(),
+            ..QuicConfig::default()
+        },
         ..AssociationConfig::default()
     };
     let listener = Listener::bind(kind, SocketAddr::from(([127, 0, 0, 1], 0)), &config).await?;

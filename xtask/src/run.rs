@@ -541,8 +541,26 @@ fn run_router(options: &RunOptions, origin: SocketAddr) -> Result<()> {
 }
 
 /// Builds the binaries of `packages` (each package's binary of the same name) in
-/// release mode; returns their paths in that order.
+/// release mode, as the product ships them; returns their paths in that order.
 pub(crate) fn build(packages: &[&str]) -> Result<Vec<PathBuf>> {
+    build_features(packages, &[])
+}
+
+/// [`build`] with the transport baselines (framed TCP, QUIC) in the daemons,
+/// for the benchmarks that run them over those.
+pub(crate) fn build_with_baselines(packages: &[&str]) -> Result<Vec<PathBuf>> {
+    let features: Vec<String> = packages
+        .iter()
+        .filter(|package| DAEMONS.contains(package))
+        .map(|package| format!("{package}/baselines"))
+        .collect();
+    build_features(packages, &features)
+}
+
+/// The packages with a `baselines` feature of their own.
+const DAEMONS: [&str; 2] = ["gateway", "origin"];
+
+fn build_features(packages: &[&str], features: &[String]) -> Result<Vec<PathBuf>> {
     step(&format!("building {} (release)", packages.join(" and ")));
     let mut command = Command::new("cargo");
     command
@@ -550,6 +568,9 @@ pub(crate) fn build(packages: &[&str]) -> Result<Vec<PathBuf>> {
         .args(["build", "--release"]);
     for package in packages {
         command.args(["-p", package]);
+    }
+    if !features.is_empty() {
+        command.args(["--features", &features.join(",")]);
     }
     run_command(&mut command)?;
     let release = testbed::target_dir().join("release");

@@ -65,6 +65,11 @@ const FUZZ_TARGETS: [&str; 12] = [
     "origin_response_head",
 ];
 
+/// The transport baselines (framed TCP, QUIC), which the product's default
+/// build leaves out: the suite tests and lints them too, and the examples
+/// that need them.
+const BASELINES: &str = "gateway-transport/baselines,gateway/baselines,origin/baselines";
+
 pub(crate) fn run(options: &TestOptions) -> Result<()> {
     let root = &workspace_root();
     let started = Instant::now();
@@ -84,6 +89,26 @@ pub(crate) fn run(options: &TestOptions) -> Result<()> {
             "clippy",
             "--workspace",
             "--all-targets",
+            "--features",
+            BASELINES,
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+    step("clippy, the product's default build (no baselines)");
+    cargo(
+        root,
+        &[
+            "clippy",
+            "-p",
+            "gateway-transport",
+            "-p",
+            "gateway",
+            "-p",
+            "origin",
+            "--lib",
+            "--bins",
             "--",
             "-D",
             "warnings",
@@ -94,7 +119,7 @@ pub(crate) fn run(options: &TestOptions) -> Result<()> {
     let object = ebpf::build(&ebpf::BuildOptions::default())?;
 
     step("workspace tests (unit, deterministic, namespaces, end to end)");
-    cargo(root, &["test", "--workspace"])?;
+    cargo(root, &["test", "--workspace", "--features", BASELINES])?;
 
     step(
         "eBPF load tests (XDP on a veth in a namespace; SCTP and TCP programs on crafted packets and real traffic)",

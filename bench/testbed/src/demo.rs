@@ -79,10 +79,11 @@ pub struct GatewayConfigOverrides {
     pub feedback_enabled: Option<bool>,
     /// The first `[[origin]]`'s `backend` (auto, kernel, userspace, framed-tcp, quic).
     pub backend: Option<String>,
-    /// The first `[[origin]]`'s `transport.quic_server_cert_sha256`: the pin a
+    /// The first `[[origin]]`'s `transport.quic.server_cert_sha256`: the pin a
     /// QUIC origin logs at start.
     pub quic_server_cert_sha256: Option<String>,
-    /// The first `[[origin]]`'s `transport.congestion` (reno, cubic, bbr).
+    /// The first `[[origin]]`'s `transport.userspace.congestion` and
+    /// `transport.quic.congestion` (reno, cubic, bbr).
     pub congestion: Option<String>,
     /// `ebpf.object`: the gateway-ebpf object, which attaches the LAN-side
     /// TCP programs.
@@ -373,10 +374,16 @@ fn override_origin_transport(
         }
     }
     if let Some(pin) = &overrides.quic_server_cert_sha256 {
-        transport.insert("quic_server_cert_sha256".into(), pin.clone().into());
+        let quic = section(transport, "quic")
+            .ok_or_else(|| "origin.transport.quic is not a table".to_owned())?;
+        quic.insert("server_cert_sha256".into(), pin.clone().into());
     }
     if let Some(congestion) = &overrides.congestion {
-        transport.insert("congestion".into(), congestion.clone().into());
+        for backend in ["userspace", "quic"] {
+            section(transport, backend)
+                .ok_or_else(|| format!("origin.transport.{backend} is not a table"))?
+                .insert("congestion".into(), congestion.clone().into());
+        }
     }
     Ok(())
 }

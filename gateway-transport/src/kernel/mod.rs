@@ -474,7 +474,7 @@ impl Association {
 
     /// Whether this association carries user data in I-DATA (RFC 8260): the
     /// kernel's `SCTP_INTERLEAVING_SUPPORTED`, which on an association reads
-    /// whether both ends offered it (see [`AssociationConfig::kernel_idata`]).
+    /// whether both ends offered it (see [`crate::KernelConfig::idata`]).
     pub fn idata(&self) -> Result<bool, TransportError> {
         let fd = self.socket()?;
         let mut value = sys::SctpAssocValue::default();
@@ -702,7 +702,7 @@ fn new_socket(addr: SocketAddr, config: &AssociationConfig) -> Result<Socket, Tr
     if let Some(bytes) = config.recv_buffer {
         socket.set_recv_buffer_size(bytes)?;
     }
-    if let Some(port) = config.udp_encapsulation_port {
+    if let Some(port) = config.kernel.udp_encapsulation_port {
         // SAFETY: all-zero is a valid sockaddr_storage (AF_UNSPEC: "every address").
         let any: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         let encaps = sys::SctpUdpencaps {
@@ -719,7 +719,7 @@ fn new_socket(addr: SocketAddr, config: &AssociationConfig) -> Result<Socket, Tr
             },
         )?;
     }
-    if config.kernel_idata {
+    if config.kernel.idata {
         offer_idata(&socket);
     }
     set_peer_params(&socket, config)?;
@@ -826,4 +826,78 @@ fn status(socket: &Socket) -> io::Result<sys::SctpStatus> {
     let mut status = <sys::SctpStatus as sys::Pod>::zeroed();
     sys::get_sctp_opt(socket.as_fd(), sys::SCTP_STATUS, &mut status)?;
     Ok(status)
+}
+
+/// Linux kernel SCTP, registered in `crate::backend`.
+#[derive(Debug)]
+pub(crate) struct KernelBackend;
+
+impl crate::contract::Backend for KernelBackend {
+    type Association = Association;
+    type Listener = Listener;
+
+    fn validate(_config: &AssociationConfig) -> Result<(), TransportError> {
+        // The common settings are all it reads.
+        Ok(())
+    }
+
+    async fn bind(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Listener, TransportError> {
+        Listener::bind(addr, config)
+    }
+
+    async fn connect(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Association, TransportError> {
+        connect(addr, config).await
+    }
+}
+
+impl crate::contract::BackendAssociation for Association {
+    fn streams(&self) -> StreamCounts {
+        Association::streams(self)
+    }
+
+    fn peer_addr(&self) -> SocketAddr {
+        Association::peer_addr(self)
+    }
+
+    async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
+        Association::send(self, stream, data).await
+    }
+
+    async fn recv(&self) -> Result<Message, TransportError> {
+        Association::recv(self).await
+    }
+
+    fn buffered(&self, stream: u16) -> Option<usize> {
+        Association::buffered(self, stream)
+    }
+
+    async fn close(&self) -> Result<(), TransportError> {
+        Association::close(self).await
+    }
+
+    fn abort(&self) {
+        Association::abort(self)
+    }
+
+    fn idata(&self) -> bool {
+        Association::idata(self).unwrap_or(false)
+    }
+}
+
+impl crate::contract::BackendListener for Listener {
+    type Association = Association;
+
+    fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+        Listener::local_addr(self)
+    }
+
+    async fn accept(&self) -> Result<Association, TransportError> {
+        Listener::accept(self).await
+    }
 }

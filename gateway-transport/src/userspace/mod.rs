@@ -53,11 +53,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rand::Rng;
-use sctp::sched::SchedulerKind;
 use tokio::sync::Notify;
 
 use crate::sync::lock;
-use crate::{AssociationConfig, Message, StreamCounts, TransportError};
+use crate::{
+    AssociationConfig, Congestion, Message, StreamCounts, TransportError, UserspaceConfig,
+};
 
 /// Receive window above the largest message, bytes. The window must hold one
 /// whole message (delivery is whole messages only) plus room for the data
@@ -99,7 +100,7 @@ impl Settings {
             max_message: config.max_message,
             idle_timeout: config.idle_timeout,
             recv_window: recv_window(config),
-            udp_offload: config.udp_offload.enabled(),
+            udp_offload: config.userspace.udp_offload.enabled(),
         }
     }
 }
@@ -114,37 +115,30 @@ fn recv_window(config: &AssociationConfig) -> usize {
 
 /// The core's settings for `config`, validated, with errors naming our keys.
 pub(crate) fn core_config(config: &AssociationConfig) -> Result<sctp::Config, TransportError> {
-    let scheduler: SchedulerKind =
-        config
-            .scheduler
-            .parse()
-            .map_err(|reason: String| TransportError::Config {
-                key: "scheduler",
-                reason,
-            })?;
+    let ours = &config.userspace;
     let defaults = sctp::Config::default();
     let core = sctp::Config {
         outbound_streams: config.streams,
         max_inbound_streams: config.max_inbound_streams,
         recv_window: u32::try_from(recv_window(config)).unwrap_or(u32::MAX),
         max_message: config.max_message,
-        mtu: config.mtu,
-        idata: config.idata,
-        scheduler,
+        mtu: ours.mtu,
+        idata: ours.idata,
+        scheduler: ours.scheduler,
         rtt: sctp::rtt::RttConfig {
-            initial: config.rto_initial,
-            min: config.rto_min,
-            max: config.rto_max,
+            initial: ours.rto_initial,
+            min: ours.rto_min,
+            max: ours.rto_max,
         },
         ack: sctp::ack::AckConfig {
-            max_delay: config.ack_delay,
+            max_delay: ours.ack_delay,
             ..defaults.ack
         },
-        congestion: congestion(config)?,
-        rack: config.rack_tlp,
-        tail_loss_probe: config.rack_tlp,
-        sack_immediately: config.sack_immediately,
-        pacing: config.pacing,
+        congestion: congestion(ours)?,
+        rack: ours.rack_tlp,
+        tail_loss_probe: ours.rack_tlp,
+        sack_immediately: ours.sack_immediately,
+        pacing: ours.pacing,
         heartbeat_interval: config.heartbeat_interval,
         idle_timeout: config.idle_timeout,
         ..defaults
@@ -156,37 +150,62 @@ pub(crate) fn core_config(config: &AssociationConfig) -> Result<sctp::Config, Tr
     Ok(core)
 }
 
+/// The checks of `[transport.userspace]` that are ours rather than the
+/// core's, then the core's.
+fn validate(config: &AssociationConfig) -> Result<(), TransportError> {
+    let ours = &config.userspace;
+    let bad = |key, reason: &str| {
+        Err(TransportError::Config {
+            key,
+            reason: reason.to_owned(),
+        })
+    };
+    if ours.initial_window == Some(0) {
+        return bad(
+            "userspace.initial_window",
+            "must be above zero (or left unset)",
+        );
+    }
+    if ours.rto_min.is_zero() {
+        return bad("userspace.rto_min", "must be above zero");
+    }
+    if ours.rto_initial < ours.rto_min {
+        return bad("userspace.rto_initial", "must be at least rto_min");
+    }
+    if ours.rto_max < ours.rto_min {
+        return bad("userspace.rto_max", "must be at least rto_min");
+    }
+    core_config(config).map(drop)
+}
+
 /// The congestion controller `config` names.
 fn congestion(
-    config: &AssociationConfig,
+    config: &UserspaceConfig,
 ) -> Result<Arc<dyn sctp::congestion::ControllerFactory>, TransportError> {
     let initial_window = config.initial_window.map(|w| w as u64);
     if !(1..=sctp::congestion::MAX_FLOWS).contains(&config.flows) {
         return Err(TransportError::Config {
-            key: "flows",
+            key: "userspace.flows",
             reason: format!("must be between 1 and {}", sctp::congestion::MAX_FLOWS),
         });
     }
-    match config.congestion.as_str() {
-        "reno" => Ok(Arc::new(sctp::congestion::RenoConfig { initial_window })),
-        "cubic" => Ok(Arc::new(sctp::congestion::CubicConfig {
+    Ok(match config.congestion {
+        Congestion::Reno => Arc::new(sctp::congestion::RenoConfig { initial_window }),
+        Congestion::Cubic => Arc::new(sctp::congestion::CubicConfig {
             initial_window,
             flows: config.flows,
-        })),
-        "bbr" => Ok(Arc::new(sctp::congestion::BbrConfig { initial_window })),
-        other => Err(TransportError::Config {
-            key: "congestion",
-            reason: format!("unknown controller `{other}` (expected reno, cubic or bbr)"),
         }),
-    }
+        Congestion::Bbr => Arc::new(sctp::congestion::BbrConfig { initial_window }),
+    })
 }
 
 /// The `AssociationConfig` key behind a key of `sctp::Config`.
 fn config_key(core_key: &'static str) -> &'static str {
     match core_key {
         "outbound_streams" => "streams",
-        "rtt" => "rto_min",
-        "ack.max_delay" => "ack_delay",
+        "mtu" => "userspace.mtu",
+        "rtt" => "userspace.rto_min",
+        "ack.max_delay" => "userspace.ack_delay",
         other => other,
     }
 }
@@ -798,6 +817,87 @@ pub(crate) async fn connect(
     Association { shared: assoc }.established().await
 }
 
+/// Our SCTP core over UDP, registered in `crate::backend`.
+#[derive(Debug)]
+pub(crate) struct UserspaceBackend;
+
+impl crate::contract::Backend for UserspaceBackend {
+    type Association = Association;
+    type Listener = Listener;
+
+    fn validate(config: &AssociationConfig) -> Result<(), TransportError> {
+        validate(config)
+    }
+
+    async fn bind(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Listener, TransportError> {
+        Listener::bind(addr, config).await
+    }
+
+    async fn connect(
+        addr: SocketAddr,
+        config: &AssociationConfig,
+    ) -> Result<Association, TransportError> {
+        connect(addr, config).await
+    }
+}
+
+impl crate::contract::BackendAssociation for Association {
+    fn streams(&self) -> StreamCounts {
+        Association::streams(self)
+    }
+
+    fn peer_addr(&self) -> SocketAddr {
+        Association::peer_addr(self)
+    }
+
+    async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
+        Association::send(self, stream, data).await
+    }
+
+    async fn recv(&self) -> Result<Message, TransportError> {
+        Association::recv(self).await
+    }
+
+    fn buffered(&self, stream: u16) -> Option<usize> {
+        Association::buffered(self, stream)
+    }
+
+    fn buffered_each(&self, streams: impl IntoIterator<Item = u16>, out: &mut Vec<(u16, u64)>) {
+        Association::buffered_each(self, streams, out)
+    }
+
+    async fn close(&self) -> Result<(), TransportError> {
+        Association::close(self).await
+    }
+
+    fn abort(&self) {
+        Association::abort(self)
+    }
+
+    fn idata(&self) -> bool {
+        Association::idata(self)
+    }
+
+    fn sctp_stats(&self) -> Option<sctp::Stats> {
+        Some(Association::sctp_stats(self))
+    }
+}
+
+impl crate::contract::BackendListener for Listener {
+    type Association = Association;
+
+    fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+        Listener::local_addr(self)
+    }
+
+    async fn accept(&self) -> Result<Association, TransportError> {
+        Listener::accept(self).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -816,7 +916,7 @@ mod tests {
     #[test]
     fn defaults_make_a_valid_core_config() {
         let core = core_config(&AssociationConfig::default()).expect("valid");
-        assert_eq!(core.scheduler, SchedulerKind::Fcfs);
+        assert_eq!(core.scheduler, sctp::sched::SchedulerKind::Fcfs);
         assert_eq!(core.rtt.min, Duration::from_millis(500));
         assert_eq!(core.ack.max_delay, Duration::from_millis(200));
         assert!(core.max_message < core.recv_window as usize);
@@ -824,32 +924,34 @@ mod tests {
 
     #[test]
     fn core_errors_name_our_keys() {
-        let bad = |config: AssociationConfig| match core_config(&config) {
-            Err(TransportError::Config { key, .. }) => key,
-            other => panic!("expected a config error, got {other:?}"),
+        let bad = |change: fn(&mut UserspaceConfig)| {
+            let mut config = AssociationConfig::default();
+            change(&mut config.userspace);
+            match validate(&config) {
+                Err(TransportError::Config { key, .. }) => key,
+                other => panic!("expected a config error, got {other:?}"),
+            }
         };
-        let base = AssociationConfig::default;
+        assert_eq!(bad(|c| c.mtu = 500), "userspace.mtu");
         assert_eq!(
-            bad(AssociationConfig {
-                scheduler: "lifo".into(),
-                ..base()
-            }),
-            "scheduler"
-        );
-        assert_eq!(bad(AssociationConfig { mtu: 500, ..base() }), "mtu");
-        assert_eq!(
-            bad(AssociationConfig {
-                ack_delay: Duration::from_millis(600),
-                ..base()
-            }),
-            "ack_delay"
+            bad(|c| c.ack_delay = Duration::from_millis(600)),
+            "userspace.ack_delay"
         );
         assert_eq!(
-            bad(AssociationConfig {
-                rto_min: Duration::from_secs(20),
-                ..base()
-            }),
-            "rto_min"
+            bad(|c| c.rto_min = Duration::from_secs(20)),
+            "userspace.rto_initial"
+        );
+        // The core's own check of the same, under our key.
+        let mut config = AssociationConfig::default();
+        config.userspace.rto_min = Duration::from_secs(20);
+        match core_config(&config) {
+            Err(TransportError::Config { key, .. }) => assert_eq!(key, "userspace.rto_min"),
+            other => panic!("expected a config error, got {other:?}"),
+        }
+        assert_eq!(bad(|c| c.flows = 0), "userspace.flows");
+        assert_eq!(
+            bad(|c| c.initial_window = Some(0)),
+            "userspace.initial_window"
         );
     }
 }

@@ -23,12 +23,7 @@ pub(crate) const STABLE_ASSOCIATION: Duration = Duration::from_secs(10);
 
 /// How the backend is named in log lines.
 pub(crate) fn backend_name(kind: BackendKind) -> &'static str {
-    match kind {
-        BackendKind::Kernel => "kernel SCTP",
-        BackendKind::Userspace => "userspace SCTP",
-        BackendKind::FramedTcp => "framed TCP",
-        BackendKind::Quic => "QUIC",
-    }
+    kind.label()
 }
 
 pub(crate) async fn supervise(shared: Arc<Shared>) {

@@ -10,7 +10,9 @@ use bytes::Bytes;
 use gateway::config::OriginEntry;
 use gateway::origin_link::{LinkError, ResponseBody};
 use gateway_protocol::{Capabilities, Message, Role, Session, SessionConfig};
-use gateway_transport::{Association, AssociationConfig, BackendChoice, BackendKind, Listener};
+use gateway_transport::{
+    Association, AssociationConfig, BackendChoice, BackendKind, Listener, QuicConfig,
+};
 use http_body_util::BodyExt;
 use origin::scheduler::{PolicyKind, SchedulerConfig};
 use origin::server::{DriverConfig, drive};
@@ -25,8 +27,11 @@ pub(crate) fn transport() -> AssociationConfig {
         streams: STREAMS,
         max_inbound_streams: STREAMS,
         connect_timeout: Duration::from_secs(1),
-        // QUIC: the certificate our own TestOrigin's listener will show.
-        quic_server_cert_sha256: gateway_transport::quic::listener_cert_sha256().ok(),
+        quic: QuicConfig {
+            // QUIC: the certificate our own TestOrigin's listener will show.
+            server_cert_sha256: gateway_transport::quic::listener_cert_sha256().ok(),
+            ..QuicConfig::default()
+        },
         ..AssociationConfig::default()
     }
 }
@@ -38,12 +43,7 @@ pub(crate) fn entry(kind: BackendKind, address: SocketAddr) -> OriginEntry {
         address,
         destinations: Vec::new(),
         hosts: vec!["test.example".into()],
-        backend: match kind {
-            BackendKind::Kernel => BackendChoice::Kernel,
-            BackendKind::Userspace => BackendChoice::Userspace,
-            BackendKind::FramedTcp => BackendChoice::FramedTcp,
-            BackendKind::Quic => BackendChoice::Quic,
-        },
+        backend: BackendChoice::Fixed(kind),
         fail_open: true,
         reconnect_min: Duration::from_millis(50),
         reconnect_max: Duration::from_millis(400),

@@ -49,7 +49,7 @@ use testbed::probe::{RttReport, UdpEcho, measure_rtt};
 use testbed::topology::WAN;
 use testbed::{LinkParams, Loss, WanParams, WanStats};
 
-use super::common::{build_example, load_average, report_header};
+use super::common::{build_example_with, load_average, report_header};
 use super::link::{Pair, Sides, WanCell, WanPath, field, jain_index, run_pairs_with, window_mbit};
 use crate::cmd::{install_stop_handlers, stop_requested, workspace_root};
 
@@ -347,7 +347,7 @@ pub(super) fn run(options: &CoexistBench) -> Result<()> {
     let started = Instant::now();
     let load_at_start = load_average();
     let bbr = kernel_bbr_available()?;
-    let binary = build_example("gateway-transport", "transport_bench")?;
+    let binary = build_example_with("gateway-transport", "transport_bench", &["baselines"])?;
     let first = WanCell {
         rtt_ms: rtts[0],
         loss_percent: 0.0,

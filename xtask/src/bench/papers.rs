@@ -29,7 +29,7 @@ use anyhow::{Context as _, Result, bail};
 use testbed::topology::WAN;
 use testbed::{LinkParams, NsProcess, Topology, WanEmulator, WanLink, WanParams, WanStats};
 
-use super::common::{build_example, build_wanem, report_header};
+use super::common::{build_example_with, build_wanem, report_header};
 use super::link::pin_neighbours;
 use crate::cmd::{install_stop_handlers, stop_requested, workspace_root};
 use crate::plot::{self, BarGroup, Series};
@@ -171,7 +171,7 @@ pub(crate) fn run(only: &[String]) -> Result<()> {
     install_stop_handlers()?;
     let started = Instant::now();
     let wanem = build_wanem()?;
-    let example = build_example("gateway-transport", "papers_bench")?;
+    let example = build_example_with("gateway-transport", "papers_bench", &["baselines"])?;
     for name in testbed::cleanup_stale(PREFIX)? {
         println!("==> removed namespace {name} left by a killed run");
     }

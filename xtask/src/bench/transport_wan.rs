@@ -59,14 +59,12 @@ const TARGET_MBIT: f64 = 50.0;
 const TCP_CONGESTION: &str = "cubic";
 
 /// Rows measured alone, in report order, with the congestion controller each
-/// stands for. `sctp-proto` is the former userspace backend, the row that was
-/// replaced.
-const ALONE: [(&str, &str); 7] = [
+/// stands for.
+const ALONE: [(&str, &str); 6] = [
     ("tcp", "CUBIC (kernel)"),
     ("userspace", "BBR (the default)"),
     ("userspace-cubic", "CUBIC (RFC 9438)"),
     ("userspace-reno", "Reno (RFC 9260)"),
-    ("sctp-proto", "Reno (sctp-proto, the former backend)"),
     ("quic", "CUBIC (quinn's default)"),
     ("quic-bbr", "BBR (quinn's, experimental)"),
 ];
@@ -93,11 +91,7 @@ pub(super) fn run(options: &BenchOptions, cell: WanCell) -> Result<()> {
     install_stop_handlers()?;
     let started = Instant::now();
     let load_at_start = load_average();
-    let binary = build_example_with(
-        "gateway-transport",
-        "transport_bench",
-        &["sctp-proto-baseline"],
-    )?;
+    let binary = build_example_with("gateway-transport", "transport_bench", &["baselines"])?;
     let path = WanPath::create(PREFIX, cell, "transport-wan")?;
     let bench = Bench {
         path: &path,

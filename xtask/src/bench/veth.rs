@@ -31,16 +31,9 @@ use crate::cmd::workspace_root;
 
 /// Backends of the transport benchmark, in report order; `userspace-reno` is
 /// the userspace backend with RFC 9260's controller instead of the default
-/// BBR; `sctp-proto` is the former userspace backend, kept as a baseline row; `quic` (quinn) is the
-/// multistream transport our SCTP is measured against.
-const BACKENDS: [&str; 6] = [
-    "tcp",
-    "framed-tcp",
-    "userspace",
-    "userspace-reno",
-    "sctp-proto",
-    "quic",
-];
+/// BBR; `quic` (quinn) is the multistream transport our SCTP is measured
+/// against.
+const BACKENDS: [&str; 5] = ["tcp", "framed-tcp", "userspace", "userspace-reno", "quic"];
 
 /// (label, message size, streams, share of --bytes)
 const CELLS: [(&str, usize, u16, u64); 3] = [
@@ -174,7 +167,7 @@ pub(super) fn scheduler(options: &BenchOptions) -> Result<()> {
             "--only thesis with --wan: the thesis's experiment runs on an unlimited veth; run it without --wan"
         );
     }
-    let binary = build_example("origin", "sched_bench")?;
+    let binary = build_example_with("origin", "sched_bench", &["baselines"])?;
     let mut report = scheduler_report_header(options)?;
     // Over the emulated link, one topology serves every row.
     let wan_path = options
@@ -452,7 +445,7 @@ fn start_nginx(
 
 pub(super) fn static_files(options: &BenchOptions) -> Result<()> {
     let root = &workspace_root();
-    let binary = build_example("origin", "sched_bench")?;
+    let binary = build_example_with("origin", "sched_bench", &["baselines"])?;
     if options.callgrind {
         return static_callgrind(&binary);
     }
@@ -729,11 +722,7 @@ pub(super) fn transport(options: &BenchOptions) -> Result<()> {
         bail!("--seconds times the cells of transport --wan; the veth cells move --bytes");
     }
     let root = &workspace_root();
-    let binary = build_example_with(
-        "gateway-transport",
-        "transport_bench",
-        &["sctp-proto-baseline"],
-    )?;
+    let binary = build_example_with("gateway-transport", "transport_bench", &["baselines"])?;
     let mut flags = String::new();
     if options.rate_limited {
         flags.push_str(" --rate-limited");
@@ -993,11 +982,7 @@ pub(super) fn ebpf(options: &BenchOptions) -> Result<()> {
     let root = &workspace_root();
     let object = crate::ebpf::build(&crate::ebpf::BuildOptions::default())?;
     let probe = build_example("gateway", "ebpf_bench")?;
-    let transport = build_example_with(
-        "gateway-transport",
-        "transport_bench",
-        &["sctp-proto-baseline"],
-    )?;
+    let transport = build_example_with("gateway-transport", "transport_bench", &["baselines"])?;
     let subcommand = if options.rate_limited {
         "ebpf --rate-limited"
     } else {

@@ -349,7 +349,8 @@ pub(crate) fn run(options: &PagesBench) -> Result<()> {
             options.tcp_cc
         );
     }
-    let built = crate::run::build(&["gateway", "origin", "wanem"])?;
+    // Alternatives (d) and (q) run the daemons over framed TCP and QUIC.
+    let built = crate::run::build_with_baselines(&["gateway", "origin", "wanem"])?;
     let dir = testbed::target_dir().join("bench-pages");
     let _ = std::fs::remove_dir_all(&dir);
     testbed::cleanup_stale(PREFIX)?;
@@ -587,23 +588,30 @@ fn spawn_origin(
     Ok(origin)
 }
 
-/// The shipped config/origin.toml with `transport.congestion` set to
-/// `congestion`, written into `dir`; its path.
+/// The shipped config/origin.toml with `transport.userspace.congestion` and
+/// `transport.quic.congestion` set to `congestion`, written into `dir`; its
+/// path.
 fn origin_config(dir: &Path, congestion: &str) -> Result<PathBuf> {
     let shipped = workspace_root().join("config/origin.toml");
     let text = std::fs::read_to_string(&shipped)
         .with_context(|| format!("reading {}", shipped.display()))?;
     let mut table: toml::Table = text.parse().context("parsing config/origin.toml")?;
-    table
+    let transport = table
         .get_mut("transport")
         .and_then(toml::Value::as_table_mut)
-        .context("config/origin.toml has no [transport]")?
-        .insert("congestion".into(), congestion.into());
+        .context("config/origin.toml has no [transport]")?;
+    for backend in ["userspace", "quic"] {
+        transport
+            .get_mut(backend)
+            .and_then(toml::Value::as_table_mut)
+            .with_context(|| format!("config/origin.toml has no [transport.{backend}]"))?
+            .insert("congestion".into(), congestion.into());
+    }
     let path = dir.join("origin-pages.toml");
     std::fs::write(
         &path,
         format!(
-            "# config/origin.toml with transport.congestion = {congestion:?} (bench pages --tcp-cc)\n\n{}",
+            "# config/origin.toml with transport.userspace.congestion and transport.quic.congestion = {congestion:?} (bench pages --tcp-cc)\n\n{}",
             toml::to_string(&table)?
         ),
     )?;
@@ -641,7 +649,7 @@ fn set_tcp_congestion(demo: &Demo, cc: &str, manifest: &mut Manifest) -> Result<
             .push(format!("{role}: TCP {read} ({KEY}, read back)"));
     }
     manifest.controllers.push(format!(
-        "our SCTP (gateway and origin) and quinn (QUIC): `congestion = \"{cc}\"` in both daemons' configuration (below)"
+        "our SCTP (gateway and origin) and quinn (QUIC): `transport.userspace.congestion` and `transport.quic.congestion` = \"{cc}\" in both daemons' configurations (below)"
     ));
     Ok(())
 }
