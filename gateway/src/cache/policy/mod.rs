@@ -1021,8 +1021,8 @@ pub fn not_modified_for(request: &HeaderMap, stored: &HeaderMap) -> bool {
         etag: stored_etag(stored),
         last_modified: stored
             .get(header::LAST_MODIFIED)
-            .or_else(|| stored.get(header::DATE))
-            .and_then(conditional::http_date_secs),
+            .and_then(conditional::http_date_secs)
+            .or_else(|| stored.get(header::DATE).and_then(conditional::http_date_secs)),
     };
     conditional::not_modified(request, &validators)
 }
