@@ -178,19 +178,6 @@ impl RequestHead {
     pub fn header_count(&self, name: &str) -> usize {
         self.headers.get_all(name).iter().count()
     }
-
-    /// All values of a list-valued field, combined as RFC 9110 §5.3 allows: the
-    /// field lines joined with `", "`. `None` when the field is absent.
-    pub fn header_list(&self, name: &str) -> Option<Vec<u8>> {
-        let mut values = self.headers.get_all(name).iter();
-        let first = values.next()?;
-        let mut combined = first.as_bytes().to_vec();
-        for value in values {
-            combined.extend_from_slice(b", ");
-            combined.extend_from_slice(value.as_bytes());
-        }
-        Some(combined)
-    }
 }
 
 /// The HTTP/1.1 request head carried in a REQUEST message: `method` and the
@@ -250,11 +237,6 @@ mod tests {
         assert_eq!(head.version, Version::HTTP_11);
         assert_eq!(head.header_str("HOST"), Some("example.test"));
         assert_eq!(head.header_count("If-None-Match"), 2);
-        assert_eq!(
-            head.header_list("if-none-match").as_deref(),
-            Some(&b"\"a\", \"b\""[..])
-        );
-        assert_eq!(head.header_list("range"), None);
         Ok(())
     }
 
