@@ -234,7 +234,8 @@ fn forwarded(parts: &http::request::Parts, dst: SocketAddr, checked: &Checked, b
         String::from_utf8_lossy(&bytes)
     );
     assert_eq!(sent.method, Some(parts.method.as_str()));
-    let origin = http_semantics::RequestHead::parse(&bytes).expect("the origin's parser accepts it");
+    let origin =
+        http_semantics::RequestHead::parse(&bytes).expect("the origin's parser accepts it");
     assert_eq!(origin.method, parts.method);
     assert_eq!(origin.target, checked.target);
     assert_eq!(sent.version, Some(1));

@@ -44,8 +44,8 @@ use http_semantics::conditional::{
 };
 use http_semantics::range::{self, RangeRequest};
 use http_semantics::{
-    MAX_HEADERS, MAX_RESPONSE_HEADERS, MAX_TARGET, RequestHead, ResponseHead,
-    parse_response_head, write_request_head,
+    MAX_HEADERS, MAX_RESPONSE_HEADERS, MAX_TARGET, RequestHead, ResponseHead, parse_response_head,
+    write_request_head,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -65,7 +65,11 @@ fn request_head(head: &RequestHead) {
         Version::HTTP_10 => assert!(hosts <= 1, "HTTP/1.0 head with {hosts} Host fields"),
         other => panic!("accepted version {other:?}"),
     }
-    assert!(head.target.len() <= MAX_TARGET, "target of {}", head.target.len());
+    assert!(
+        head.target.len() <= MAX_TARGET,
+        "target of {}",
+        head.target.len()
+    );
     let rejoined = match head.query() {
         Some(query) => format!("{}?{query}", head.path()),
         None => head.path().to_owned(),
@@ -73,7 +77,11 @@ fn request_head(head: &RequestHead) {
     assert_eq!(rejoined, head.target);
     assert!(head.headers.len() <= MAX_HEADERS);
 
-    let minor = if head.version == Version::HTTP_10 { 0 } else { 1 };
+    let minor = if head.version == Version::HTTP_10 {
+        0
+    } else {
+        1
+    };
     let mut again = format!("{} {} HTTP/1.{minor}\r\n", head.method, head.target).into_bytes();
     for (name, value) in &head.headers {
         again.extend_from_slice(name.as_str().as_bytes());
@@ -154,7 +162,10 @@ fn response_head(data: &[u8]) {
     assert_eq!(again.parts.status, parts.status);
     assert_eq!(again.parts.version, Version::HTTP_11);
     assert_eq!(again.parts.headers, parts.headers);
-    assert_eq!(again.reason, None, "a rendered head has the canonical reason");
+    assert_eq!(
+        again.reason, None,
+        "a rendered head has the canonical reason"
+    );
 }
 
 fn conditions(request: &HeaderMap) {
@@ -186,7 +197,11 @@ fn conditions(request: &HeaderMap) {
     unconditional.remove(header::IF_MATCH);
     unconditional.remove(header::IF_UNMODIFIED_SINCE);
     let origin = conditional::evaluate_preconditions(&Method::GET, &unconditional, &validators);
-    assert_ne!(origin, Precondition::Failed, "only If-Match and If-Unmodified-Since fail a GET");
+    assert_ne!(
+        origin,
+        Precondition::Failed,
+        "only If-Match and If-Unmodified-Since fail a GET"
+    );
     assert_eq!(
         conditional::not_modified(request, &validators),
         origin == Precondition::NotModified,
@@ -212,7 +227,10 @@ fn conditions(request: &HeaderMap) {
             let single = range::parse_single_range(value, len);
             match (parsed, single) {
                 (Some(RangeRequest::Single(spec)), Some(Ok((start, end)))) => {
-                    assert!(start < end && end <= len, "{spec:?} in {len}: {start}..{end}");
+                    assert!(
+                        start < end && end <= len,
+                        "{spec:?} in {len}: {start}..{end}"
+                    );
                 }
                 (Some(RangeRequest::Single(_)), Some(Err(range::Unsatisfiable))) => {}
                 (Some(RangeRequest::Multiple(n)), None) => assert!(n >= 2),

@@ -1022,7 +1022,11 @@ pub fn not_modified_for(request: &HeaderMap, stored: &HeaderMap) -> bool {
         last_modified: stored
             .get(header::LAST_MODIFIED)
             .and_then(conditional::http_date_secs)
-            .or_else(|| stored.get(header::DATE).and_then(conditional::http_date_secs)),
+            .or_else(|| {
+                stored
+                    .get(header::DATE)
+                    .and_then(conditional::http_date_secs)
+            }),
     };
     conditional::not_modified(request, &validators)
 }
