@@ -12,7 +12,9 @@
 //!   and query (or `*` for OPTIONS), exactly one Host (the checked one), no
 //!   hop-by-hop field and no field the browser's `Connection` named,
 //!   `Content-Length` only as the body's length, and this gateway's `Via`
-//!   entry as the last field.
+//!   entry as the last field; the origin's own parser
+//!   (`http_semantics::RequestHead::parse`) accepts it with the same method
+//!   and target.
 //!
 //! Input: the bytes of a request head (what follows it is ignored). Each head
 //! is checked as arriving at an IPv4 and at an IPv6 original destination.
@@ -213,7 +215,7 @@ fn forwarded(parts: &http::request::Parts, dst: SocketAddr, checked: &Checked, b
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
     }
     let via = head::via_value(RECEIVED_BY);
-    let bytes = head::origin_head(
+    let bytes = http_semantics::write_request_head(
         &parts.method,
         &checked.target,
         &checked.host_value,
@@ -232,6 +234,10 @@ fn forwarded(parts: &http::request::Parts, dst: SocketAddr, checked: &Checked, b
         String::from_utf8_lossy(&bytes)
     );
     assert_eq!(sent.method, Some(parts.method.as_str()));
+    let origin =
+        http_semantics::RequestHead::parse(&bytes).expect("the origin's parser accepts it");
+    assert_eq!(origin.method, parts.method);
+    assert_eq!(origin.target, checked.target);
     assert_eq!(sent.version, Some(1));
     assert_target(parts, sent.path.unwrap_or_default());
     assert_fields(parts, checked, body_len, sent.headers, &via);

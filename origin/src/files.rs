@@ -24,10 +24,10 @@
 //! RESPONSE_END.
 //!
 //! The decisions are pure and tested alone: [`path`] (target to safe segments),
-//! [`conditional`] (validators, preconditions, ranges). File system access is in
-//! one blocking function run on tokio's blocking pool.
+//! and, in the `http-semantics` crate the gateway shares, preconditions and
+//! ranges. File system access is in one blocking function run on tokio's
+//! blocking pool.
 
-pub mod conditional;
 pub mod path;
 mod small_cache;
 
@@ -48,9 +48,10 @@ use http::{HeaderValue, Method, StatusCode};
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 
-use self::conditional::{
-    Precondition, RangeRequest, Validators, evaluate_preconditions, if_range_allows, parse_range,
-};
+use http_semantics::conditional::{self, EntityTag, Precondition, Validators};
+use http_semantics::range::{self, RangeRequest};
+use http_semantics::{RequestHead, ResponseHead, http_date};
+
 use self::path::{PathError, UrlPath};
 use self::small_cache::{SmallFile, SmallFileCache};
 
@@ -58,7 +59,6 @@ use self::small_cache::{SmallFile, SmallFileCache};
 /// blocking call (the file is open there already); a larger one is read in
 /// chunks as the scheduler sends them.
 pub const WHOLE_FILE_MAX_BYTES: u64 = 64 * 1024;
-use crate::http::{RequestHead, ResponseHead, http_date};
 
 /// The `[files]` section of the origin's configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -616,20 +616,18 @@ impl StaticFiles {
     /// The head fields of the file `opened`, from its metadata and URL.
     fn facts(&self, opened: &Opened) -> Result<FileFacts, Refusal> {
         let meta = &opened.meta;
-        let validators = Validators::new(meta.mtime(), meta.mtime_nsec(), meta.len(), meta.ino());
-        let Ok(etag) = HeaderValue::from_str(&validators.etag) else {
-            return Err(Refusal::Io(format!(
-                "ETag {:?} is not a field value",
-                validators.etag
-            )));
+        let etag = file_etag(meta.mtime(), meta.mtime_nsec(), meta.len(), meta.ino());
+        let Ok(etag) = HeaderValue::from_str(&etag) else {
+            return Err(Refusal::Io(format!("ETag {etag:?} is not a field value")));
         };
+        let modified = u64::try_from(meta.mtime()).unwrap_or(0);
         Ok(FileFacts {
             len: meta.len(),
             etag,
-            last_modified: http_date(UNIX_EPOCH + Duration::from_secs(validators.last_modified)),
+            modified,
+            last_modified: http_date(UNIX_EPOCH + Duration::from_secs(modified)),
             content_type: content_type(&opened.url),
             cache_control: self.cache_control_for(&opened.url),
-            validators,
             url: opened.url.clone(),
         })
     }
@@ -651,7 +649,8 @@ impl StaticFiles {
             }
         };
 
-        match evaluate_preconditions(request, &facts.validators) {
+        let validators = facts.validators();
+        match conditional::evaluate_preconditions(&request.method, &request.headers, &validators) {
             Precondition::Proceed => {}
             Precondition::NotModified => {
                 let mut head = ResponseHead::new(StatusCode::NOT_MODIFIED);
@@ -664,7 +663,7 @@ impl StaticFiles {
             Precondition::Failed => return Err(Refusal::PreconditionFailed),
         }
 
-        let range = range_request(request, &facts.validators);
+        let range = range_request(request, &validators);
         let (status, start, count) = match range {
             Some(RangeRequest::Single(spec)) => match spec.resolve(len) {
                 Some((first, last)) => (StatusCode::PARTIAL_CONTENT, first, last - first + 1),
@@ -731,15 +730,23 @@ impl StaticFiles {
 
 /// The Range to honour: only for GET (RFC 9110 §14.2), only one Range field, only
 /// when If-Range allows it, and only when it parses.
-fn range_request(request: &RequestHead, validators: &Validators) -> Option<RangeRequest> {
+fn range_request(request: &RequestHead, validators: &Validators<'_>) -> Option<RangeRequest> {
     if request.method != Method::GET || request.header_count("range") != 1 {
         return None;
     }
     let value = request.header("range")?;
-    if !if_range_allows(request, validators) {
+    if !conditional::if_range_holds(&request.headers, validators) {
         return None;
     }
-    parse_range(value.as_bytes())
+    range::parse_range(value.as_bytes())
+}
+
+/// The strong entity tag of a file version, quotes included:
+/// `"<mtime ns>-<size>-<inode>"` in hex. A file rewritten within the same
+/// second changes its nanoseconds, or its size, or (renamed over) its inode.
+fn file_etag(mtime_secs: i64, mtime_nsec: i64, size: u64, inode: u64) -> String {
+    let mtime_ns = i128::from(mtime_secs) * 1_000_000_000 + i128::from(mtime_nsec);
+    format!("\"{mtime_ns:x}-{size:x}-{inode:x}\"")
 }
 
 /// Logs why `request` was refused: at info for 403 (the operator's business: a
@@ -808,11 +815,23 @@ struct FileFacts {
     /// The URL path of the file served (the index file's for a directory URL).
     url: String,
     len: u64,
-    validators: Validators,
     etag: HeaderValue,
+    /// Modification time, whole seconds since the Unix epoch (what
+    /// Last-Modified can express; 0 before the epoch).
+    modified: u64,
     last_modified: HeaderValue,
     content_type: HeaderValue,
     cache_control: Option<HeaderValue>,
+}
+
+impl FileFacts {
+    /// The validators preconditions and If-Range compare with.
+    fn validators(&self) -> Validators<'_> {
+        Validators {
+            etag: EntityTag::parse(self.etag.as_bytes()),
+            last_modified: Some(self.modified),
+        }
+    }
 }
 
 /// Where a file's bytes come from.
@@ -1003,6 +1022,14 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn etag_format() {
+        assert_eq!(
+            file_etag(1_700_000_000, 123, 4096, 42),
+            "\"17979cfe362a007b-1000-2a\""
+        );
+    }
 
     #[test]
     fn config_defaults_and_unknown_keys() -> Result<(), toml::de::Error> {

@@ -14,8 +14,9 @@
 //!    the way nginx's static module does) or [`proxy`] (one TCP HTTP/1.1
 //!    upstream), per configuration. [`synthetic`] is the handler of tests and
 //!    benchmarks (bodies of requested sizes).
-//! 3. [`http`] parses the request head and renders the response head, both free
-//!    of I/O.
+//! 3. The `http-semantics` crate, which the gateway shares, parses the request
+//!    head and renders the response head, and evaluates preconditions and
+//!    ranges, all free of I/O.
 //! 4. The producer's chunks wait in the driver; [`scheduler`] picks which
 //!    response sends its next chunk (FCFS, RR, SCF or priority), and the driver
 //!    sends it on the request's stream.
@@ -32,8 +33,8 @@
 //! (`[metrics]`).
 //!
 //! Layering (docs/architecture.md): a module imports only modules to its right
-//! in `config` > `service` > {`proxy`, `synthetic`, `files`} > {`server`,
-//! `http`} > {`tls`, `scheduler`, `metrics`, `ebpf` > `egress`}.
+//! in `config` > `service` > {`proxy`, `synthetic`, `files`} > `server` >
+//! {`tls`, `scheduler`, `metrics`, `ebpf` > `egress`}.
 
 pub mod access;
 pub mod config;
@@ -41,7 +42,6 @@ pub mod doctor;
 pub mod ebpf;
 pub mod egress;
 pub mod files;
-pub mod http;
 pub mod metrics;
 pub mod proxy;
 pub mod scheduler;

@@ -6,9 +6,9 @@ use std::time::SystemTime;
 use bytes::Bytes;
 
 use crate::files::{FileBody, Refusal, StaticFiles};
-use crate::http::{RequestHead, ResponseHead};
 use crate::proxy::{Proxy, ProxyBody};
 use crate::server::{BodySource, Handler, IncomingRequest, Reply};
+use http_semantics::{RequestHead, ResponseHead};
 
 /// Answers requests from a document root or an upstream.
 #[derive(Debug)]

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use gateway_protocol::MAX_CHUNK;
+use http_semantics::{RequestHead, ResponseHead};
 use origin::files::{FileBody, FileResponse, FilesConfig, StaticFiles};
-use origin::http::{RequestHead, ResponseHead};
 use tempfile::TempDir;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use gateway_protocol::MAX_CHUNK;
+use http_semantics::RequestHead;
 use origin::files::{FilesConfig, FollowSymlinks, Refusal, StaticFiles};
-use origin::http::RequestHead;
 use origin::sync::lock;
 use tempfile::TempDir;
 

@@ -50,7 +50,7 @@ fn fuzz_max_len(target: &str) -> usize {
 }
 
 /// Fuzz targets in fuzz/Cargo.toml, run in this order.
-const FUZZ_TARGETS: [&str; 12] = [
+const FUZZ_TARGETS: [&str; 11] = [
     "decode",
     "session",
     "sctp_packet",
@@ -60,9 +60,8 @@ const FUZZ_TARGETS: [&str; 12] = [
     "origin_path",
     "framing",
     "front_head",
-    "origin_request_head",
+    "http_semantics",
     "framed_tcp_frames",
-    "origin_response_head",
 ];
 
 /// The transport baselines (framed TCP, QUIC), which the product's default

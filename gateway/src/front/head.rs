@@ -5,7 +5,7 @@
 //!  hyper's request head ──► check ──► Checked { host, port, target }
 //!                             │          │
 //!            HeadRefusal ◄────┘          ▼   (Host verified, body read: Front)
-//!  (414, 508, 405, 400)      end_to_end(headers) ──► origin_head ──► REQUEST
+//!  (414, 508, 405, 400)      end_to_end(headers) ──► write_request_head ──► REQUEST
 //! ```
 //!
 //! [`check`] refuses, in this order, a target longer than `http.max_uri_bytes`
@@ -14,8 +14,9 @@
 //! but OPTIONS (400), and a missing, repeated or malformed Host (400);
 //! otherwise it says which authority the request names and the target to send
 //! on. [`end_to_end`]
-//! drops the hop-by-hop fields; [`origin_head`] writes the HTTP/1.1 head a
-//! REQUEST message carries to an origin.
+//! drops the hop-by-hop fields; `http_semantics::write_request_head` writes
+//! the HTTP/1.1 head a REQUEST message carries to an origin, the head the
+//! origin parses with the same crate.
 //!
 //! Invariants (what `fuzz/fuzz_targets/front_head.rs` asserts on any head):
 //! the origin head parses as exactly one request with one Host, the checked
@@ -25,7 +26,6 @@
 
 use std::net::SocketAddr;
 
-use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
@@ -235,43 +235,6 @@ fn list_items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|item| !item.is_empty())
 }
 
-/// The HTTP/1.1 request head carried in a REQUEST message: `method` and the
-/// origin-form `target`, `host` first, the end-to-end `headers` (their own
-/// Host and Content-Length left out), `content-length: body_len` for a body,
-/// and `via` last.
-pub fn origin_head(
-    method: &Method,
-    target: &str,
-    host: &HeaderValue,
-    headers: &HeaderMap,
-    body_len: usize,
-    via: &HeaderValue,
-) -> Bytes {
-    let mut head = BytesMut::with_capacity(512);
-    head.put_slice(method.as_str().as_bytes());
-    head.put_u8(b' ');
-    head.put_slice(target.as_bytes());
-    head.put_slice(b" HTTP/1.1\r\nhost: ");
-    head.put_slice(host.as_bytes());
-    head.put_slice(b"\r\n");
-    for (name, value) in headers {
-        if name == header::HOST || name == header::CONTENT_LENGTH {
-            continue;
-        }
-        head.put_slice(name.as_str().as_bytes());
-        head.put_slice(b": ");
-        head.put_slice(value.as_bytes());
-        head.put_slice(b"\r\n");
-    }
-    if body_len > 0 {
-        head.put_slice(format!("content-length: {body_len}\r\n").as_bytes());
-    }
-    head.put_slice(b"via: ");
-    head.put_slice(via.as_bytes());
-    head.put_slice(b"\r\n\r\n");
-    head.freeze()
-}
-
 #[cfg(test)]
 mod tests {
     use http::Request;
@@ -295,32 +258,6 @@ mod tests {
         let h = end_to_end(h);
         assert_eq!(h.len(), 1, "{h:?}");
         assert!(h.contains_key(header::ACCEPT));
-    }
-
-    #[test]
-    fn origin_head_is_a_valid_request() {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::ACCEPT, HeaderValue::from_static("text/html"));
-        headers.insert(header::HOST, HeaderValue::from_static("ignored"));
-        let head = origin_head(
-            &Method::POST,
-            "/a?b=c",
-            &HeaderValue::from_static("203.0.113.10"),
-            &headers,
-            3,
-            &via_value("sctp-gateway-0123abcd"),
-        );
-        let mut parsed = [httparse::EMPTY_HEADER; 8];
-        let mut req = httparse::Request::new(&mut parsed);
-        let status = req.parse(&head).expect("parses");
-        assert_eq!(status, httparse::Status::Complete(head.len()));
-        assert_eq!(req.method, Some("POST"));
-        assert_eq!(req.path, Some("/a?b=c"));
-        let names: Vec<_> = req.headers.iter().map(|h| h.name).collect();
-        assert_eq!(names, ["host", "accept", "content-length", "via"]);
-        assert_eq!(req.headers[0].value, b"203.0.113.10");
-        assert_eq!(req.headers[2].value, b"3");
-        assert_eq!(req.headers[3].value, b"1.1 sctp-gateway-0123abcd");
     }
 
     #[test]

@@ -634,7 +634,7 @@ impl Front {
         }
         let pin = flow.pin(index, &origin.link);
         let origin_request = OriginRequest {
-            head: head::origin_head(
+            head: http_semantics::write_request_head(
                 &request.method,
                 &request.path,
                 &request.host,

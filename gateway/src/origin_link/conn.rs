@@ -20,7 +20,6 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use super::OriginRequest;
 use super::backlog::Backlog;
 use super::error::LinkError;
-use super::head::parse_response_head;
 use super::outq::BrowserSocket;
 use super::pin::stream_for;
 use crate::sync::lock;
@@ -625,8 +624,9 @@ impl Conn {
                 let Some(slot) = state.open.get_mut(&id) else {
                     return Step::Nothing;
                 };
-                match parse_response_head(&head) {
-                    Ok(parts) => {
+                match http_semantics::parse_response_head(&head) {
+                    Ok(parsed) => {
+                        let parts = with_reason(parsed);
                         slot.head_seen = true;
                         return Step::Deliver {
                             id,
@@ -813,6 +813,19 @@ fn clamped_urgency(level: u8) -> Urgency {
     Urgency::new(level.min(Urgency::LOWEST.level())).unwrap_or_default()
 }
 
+/// A parsed RESPONSE_HEAD as the front takes it: an unusual reason phrase
+/// rides along as hyper's `ReasonPhrase`, which hyper writes back to the
+/// browser.
+fn with_reason(parsed: http_semantics::ParsedResponseHead) -> http::response::Parts {
+    let mut parts = parsed.parts;
+    if let Some(reason) = parsed.reason
+        && let Ok(reason) = hyper::ext::ReasonPhrase::try_from(reason.into_bytes())
+    {
+        parts.extensions.insert(reason);
+    }
+    parts
+}
+
 fn reset(id: RequestId, code: ErrorCode, reason: &str) -> Message {
     Message::Reset {
         id,
@@ -890,5 +903,33 @@ impl Pending {
         otherwise: impl FnOnce() -> LinkError,
     ) -> LinkError {
         lock(outcome).take().unwrap_or_else(otherwise)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An origin's own reason phrase reaches the browser (hyper writes a
+    /// `ReasonPhrase` extension back); a canonical one adds nothing.
+    #[test]
+    fn an_unusual_reason_phrase_rides_along() {
+        let parsed = http_semantics::parse_response_head(b"HTTP/1.0 404 Nothing Here\r\n\r\n")
+            .expect("a valid head");
+        let parts = with_reason(parsed);
+        let reason = parts
+            .extensions
+            .get::<hyper::ext::ReasonPhrase>()
+            .expect("kept");
+        assert_eq!(reason.as_bytes(), b"Nothing Here");
+
+        let parsed =
+            http_semantics::parse_response_head(b"HTTP/1.1 200 OK\r\n\r\n").expect("a valid head");
+        assert!(
+            with_reason(parsed)
+                .extensions
+                .get::<hyper::ext::ReasonPhrase>()
+                .is_none()
+        );
     }
 }

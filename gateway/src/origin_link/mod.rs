@@ -34,7 +34,8 @@
 //! back the slow stream before the queue fills. Browser sockets are registered
 //! with [`StreamPin::watch_socket`].
 //!
-//! It never touches HTTP semantics beyond parsing the response head: caching,
+//! It never touches HTTP semantics beyond parsing the response head (with the
+//! `http-semantics` crate, which the origin renders it with): caching,
 //! hop-by-hop fields and status decisions belong to the front-end.
 
 mod backlog;
@@ -43,7 +44,6 @@ mod body;
 mod conn;
 mod error;
 mod feedback;
-mod head;
 mod outq;
 mod pin;
 mod supervisor;
@@ -68,7 +68,6 @@ use pin::PinTable;
 pub use backlog::{Backlog, FEEDBACK_GROWTH_STEP, StreamFigures};
 pub use body::ResponseBody;
 pub use error::LinkError;
-pub use head::{MAX_RESPONSE_HEADERS, parse_response_head};
 pub use outq::{BrowserSocket, CountedStream};
 pub use tunnel::{OriginTunnel, TunnelEvent};
 

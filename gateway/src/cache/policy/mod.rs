@@ -16,6 +16,8 @@ use std::time::{Duration, SystemTime};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
+use http_semantics::conditional::{self, EntityTag, Validators};
+use http_semantics::range::{Unsatisfiable, parse_single_range};
 
 #[cfg(test)]
 mod tests;
@@ -791,7 +793,7 @@ pub fn freshen(
         not_modified.get(header::ETAG),
         stored.headers.get(header::ETAG),
     ) {
-        (Some(new), Some(old)) if !etag_weak_eq(new.as_bytes(), old.as_bytes()) => return None,
+        (Some(new), Some(old)) if !same_etag(new, old) => return None,
         (Some(_), None) => return None,
         _ => {}
     }
@@ -821,6 +823,19 @@ pub fn freshen(
         response_time,
         ..stored.clone()
     })
+}
+
+/// Whether two ETag field values name the same entity tag by weak comparison
+/// (RFC 9110, section 8.8.3.2). Values that are not an entity tag compare as
+/// bytes: an origin whose tags are malformed still freshens its own entries.
+fn same_etag(a: &HeaderValue, b: &HeaderValue) -> bool {
+    match (
+        EntityTag::parse(a.as_bytes()),
+        EntityTag::parse(b.as_bytes()),
+    ) {
+        (Some(a), Some(b)) => a.weak_eq(&b),
+        _ => a.as_bytes().trim_ascii() == b.as_bytes().trim_ascii(),
+    }
 }
 
 /// The header fields worth storing: all but hop-by-hop ones (section 3.1).
@@ -957,64 +972,24 @@ fn content_range(value: &str) -> HeaderValue {
     HeaderValue::from_str(value).unwrap_or_else(|_| HeaderValue::from_static("bytes */0"))
 }
 
-/// A byte range outside the representation (RFC 9110, section 14.1.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unsatisfiable;
-
-/// One `bytes=` range over a representation of `len` bytes: `Some(Ok(start..end))`,
-/// `Some(Err)` when unsatisfiable, `None` when not a single byte range.
-pub fn parse_single_range(value: &[u8], len: u64) -> Option<Result<(u64, u64), Unsatisfiable>> {
-    let value = std::str::from_utf8(value).ok()?.trim();
-    let (unit, spec) = value.split_once('=')?;
-    if !unit.trim().eq_ignore_ascii_case("bytes") || spec.contains(',') {
-        return None;
-    }
-    let (first, last) = spec.trim().split_once('-')?;
-    let digits = |s: &str| -> Option<Option<u64>> {
-        let s = s.trim();
-        if s.is_empty() {
-            Some(None)
-        } else if s.bytes().all(|b| b.is_ascii_digit()) {
-            s.parse().ok().map(Some)
-        } else {
-            None
-        }
+/// `If-Range` (RFC 9110, section 13.1.5): the range applies only if the
+/// validator still matches the stored response's, strongly.
+fn if_range_holds(request: &HeaderMap, stored: &StoredResponse) -> bool {
+    let validators = Validators {
+        etag: stored_etag(&stored.headers),
+        last_modified: stored
+            .headers
+            .get(header::LAST_MODIFIED)
+            .and_then(conditional::http_date_secs),
     };
-    match (digits(first)?, digits(last)?) {
-        (Some(first), last) => {
-            if last.is_some_and(|l| l < first) {
-                return None;
-            }
-            if first >= len {
-                return Some(Err(Unsatisfiable));
-            }
-            let end = last.map_or(len, |l| l.saturating_add(1).min(len));
-            Some(Ok((first, end)))
-        }
-        (None, Some(suffix)) => {
-            if suffix == 0 || len == 0 {
-                return Some(Err(Unsatisfiable));
-            }
-            Some(Ok((len.saturating_sub(suffix), len)))
-        }
-        (None, None) => None,
-    }
+    conditional::if_range_holds(request, &validators)
 }
 
-/// `If-Range` (RFC 9110, section 13.1.5): the range applies only if the
-/// validator still matches, strongly.
-fn if_range_holds(request: &HeaderMap, stored: &StoredResponse) -> bool {
-    let Some(if_range) = request.get(header::IF_RANGE) else {
-        return true;
-    };
-    let value = if_range.as_bytes();
-    if value.starts_with(b"\"") {
-        return stored
-            .headers
-            .get(header::ETAG)
-            .is_some_and(|etag| !etag.as_bytes().starts_with(b"W/") && etag.as_bytes() == value);
-    }
-    stored.headers.get(header::LAST_MODIFIED) == Some(if_range)
+/// The stored response's entity tag, if it has a valid one.
+fn stored_etag(stored: &HeaderMap) -> Option<EntityTag<'_>> {
+    stored
+        .get(header::ETAG)
+        .and_then(|etag| EntityTag::parse(etag.as_bytes()))
 }
 
 /// The fields a 304 carries from the full response's `headers` (RFC 9110,
@@ -1039,31 +1014,21 @@ pub fn not_modified_headers(headers: &HeaderMap) -> HeaderMap {
 
 /// Whether the client's own conditional request is answered with 304 (section
 /// 4.3.2): `If-None-Match` by weak comparison, else `If-Modified-Since` against
-/// `Last-Modified` (or `Date`).
+/// `Last-Modified` (or `Date`). A malformed `If-None-Match` matches nothing
+/// (the `http-semantics` crate's docs say why).
 pub fn not_modified_for(request: &HeaderMap, stored: &HeaderMap) -> bool {
-    if request.contains_key(header::IF_NONE_MATCH) {
-        let Some(etag) = stored.get(header::ETAG) else {
-            return false;
-        };
-        return request
-            .get_all(header::IF_NONE_MATCH)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(split_list)
-            .any(|tag| tag == "*" || etag_weak_eq(tag.as_bytes(), etag.as_bytes()));
-    }
-    let Some(since) = http_date(request, &header::IF_MODIFIED_SINCE) else {
-        return false;
+    let validators = Validators {
+        etag: stored_etag(stored),
+        last_modified: stored
+            .get(header::LAST_MODIFIED)
+            .and_then(conditional::http_date_secs)
+            .or_else(|| {
+                stored
+                    .get(header::DATE)
+                    .and_then(conditional::http_date_secs)
+            }),
     };
-    http_date(stored, &header::LAST_MODIFIED)
-        .or_else(|| http_date(stored, &header::DATE))
-        .is_some_and(|modified| modified <= since)
-}
-
-/// Weak comparison of entity tags (RFC 9110, section 8.8.3.2).
-pub fn etag_weak_eq(a: &[u8], b: &[u8]) -> bool {
-    let strip = |t: &[u8]| -> Vec<u8> { t.strip_prefix(b"W/").unwrap_or(t).to_vec() };
-    strip(a.trim_ascii()) == strip(b.trim_ascii())
+    conditional::not_modified(request, &validators)
 }
 
 /// The field names a response's `Vary` lists, lower-case, in order, without
