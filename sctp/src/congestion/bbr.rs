@@ -76,7 +76,9 @@
 //! lost packet (the interface reports loss by bytes, so a round's largest
 //! flight stands in for it), the probe's growth of `inflight_hi` in
 //! doubling increments per ack (Up raises it by a quarter per round that
-//! filled it without loss), and the ECN response.
+//! filled it without loss), and the ECN response. Changed against the
+//! draft: a probe's Up ends after two rounds without a quarter's growth
+//! (the draft's `full_bw_now` counts three; see [`UP_FLAT_ROUNDS`]).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
