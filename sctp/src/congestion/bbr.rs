@@ -22,7 +22,7 @@
 //!  (2.77)                                                  (0.35)
 //!  ProbeBw: Down (0.90) ─flight ≤ headroom BDP─► Cruise (1.0) ─2-3 s, or Reno's
 //!      rounds─► Refill (1.0, one round, lower bounds reset) ─► Up (1.25, window
-//!      2.25 BDP) ─probe done, or loss above 2 %: inflight_hi─► Down
+//!      2.25 BDP) ─bandwidth flat 3 rounds, or loss above 2 %: inflight_hi─► Down
 //!  any ──probe minimum RTT 5 s old──► ProbeRtt (window BDP / 2, 200 ms and a
 //!      round once the flight is there) ──► ProbeBw or Startup
 //! ```
@@ -76,7 +76,9 @@
 //! lost packet (the interface reports loss by bytes, so a round's largest
 //! flight stands in for it), the probe's growth of `inflight_hi` in
 //! doubling increments per ack (Up raises it by a quarter per round that
-//! filled it without loss), and the ECN response.
+//! filled it without loss), and the ECN response. Changed against the
+//! draft: a probe's Up ends after two rounds without a quarter's growth
+//! (the draft's `full_bw_now` counts three; see [`UP_FLAT_ROUNDS`]).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -111,6 +113,12 @@ const MIN_CWND_MTUS: u64 = 4;
 const FULL_BW_GROWTH: f64 = 1.25;
 /// ...for this many rounds in a row.
 const FULL_BW_ROUNDS: u32 = 3;
+/// A bandwidth probe (Up) ends after this many rounds that did not raise
+/// the bandwidth by [`FULL_BW_GROWTH`] (the probe's `full_bw_now`; the draft
+/// counts three, as Startup does): two rounds at 1.25 are enough for the
+/// rate samples to show what the probe found, and a third made two of our
+/// associations trade 60/40 shares for seconds at a time.
+const UP_FLAT_ROUNDS: u32 = 2;
 /// The share of a round's data whose loss says the flight was too high
 /// (`BBRLossThresh`).
 pub const LOSS_THRESH: f64 = 0.02;
@@ -320,11 +328,10 @@ pub struct Bbr {
     cycle_start: Instant,
     cycle_round: u64,
     probe_wait: Duration,
-    /// A probe's Up reached its target flight, and the bandwidth when Up began.
-    up_filled: bool,
+    /// In Up: the bandwidth the probe last grew to by a quarter, and the
+    /// rounds since (`BBR.full_bw`, `BBR.full_bw_count` of the probe).
     up_bw: f64,
-    /// The flight before the last ack was processed.
-    flight_before_ack: u64,
+    up_flat_rounds: u32,
     /// A small generator for the probe wait, seeded by the first RTT sample.
     rand: u64,
     /// Restarting from idle: pace at gain 1 until the next delivery.
@@ -386,9 +393,8 @@ impl Bbr {
             cycle_start: now,
             cycle_round: 0,
             probe_wait: PROBE_WAIT_BASE,
-            up_filled: false,
             up_bw: 0.0,
-            flight_before_ack: 0,
+            up_flat_rounds: 0,
             rand: 0,
             idle_restart: false,
             extra_acked_start: now,
@@ -612,16 +618,25 @@ impl Bbr {
                 } else {
                     // A round without too much loss: the path held what was
                     // in flight, and if that was all `inflight_hi` allowed,
-                    // the next round may try a quarter more.
+                    // the next round may try a quarter more; the bandwidth
+                    // was held back by the bound, so its plateau count starts
+                    // again (`BBRIsTimeToGoDown`'s cwnd-limited case).
+                    let bw = self.max_bw.max();
                     if self.inflight_hi != u64::MAX && max_flight + self.mtu >= self.inflight_hi {
                         self.inflight_hi += (self.inflight_hi / 4).max(self.mtu);
+                        self.up_bw = bw;
+                        self.up_flat_rounds = 0;
+                    } else if bw >= FULL_BW_GROWTH * self.up_bw {
+                        self.up_bw = bw;
+                        self.up_flat_rounds = 0;
+                    } else {
+                        self.up_flat_rounds += 1;
                     }
-                    // Done when the probe's flight was reached, or after three
-                    // rounds that did not raise the bandwidth by a quarter
-                    // (the pipe is full: the draft's `full_bw_now`).
-                    let plateau = self.round >= self.phase_round + 3
-                        && self.max_bw.max() < FULL_BW_GROWTH * self.up_bw;
-                    if self.up_filled || plateau {
+                    // Done once the bandwidth stopped growing by a quarter
+                    // for two rounds (the draft's `full_bw_now`): not when
+                    // the flight first reaches 1.25 BDP, which a queue that
+                    // another flow keeps standing satisfies at once.
+                    if self.up_flat_rounds >= UP_FLAT_ROUNDS {
                         self.start_phase(now, Phase::Down);
                     }
                 }
@@ -707,8 +722,8 @@ impl Bbr {
                 self.inflight_lo = u64::MAX;
             }
             Phase::Up => {
-                self.up_filled = false;
                 self.up_bw = self.max_bw.max();
+                self.up_flat_rounds = 0;
             }
             Phase::Cruise => {}
         }
@@ -743,15 +758,6 @@ impl Bbr {
             }
             Mode::ProbeBw(Phase::Cruise) if self.time_to_probe(now) => {
                 self.start_phase(now, Phase::Refill);
-            }
-            Mode::ProbeBw(Phase::Up) => {
-                let target = bdp.map_or(u64::MAX, |bdp| (bdp * UP_PACING_GAIN) as u64);
-                let min_rtt = self.min_rtt.unwrap_or(Duration::from_millis(100));
-                if self.flight_before_ack >= target.min(self.inflight_hi)
-                    && now.saturating_duration_since(self.phase_start) >= min_rtt
-                {
-                    self.up_filled = true;
-                }
             }
             Mode::ProbeRtt => self.check_probe_rtt_done(now),
             _ => {}
@@ -855,7 +861,6 @@ impl Controller for Bbr {
     }
 
     fn on_ack(&mut self, now: Instant, acked: &Acked) {
-        self.flight_before_ack = acked.flight_before;
         self.flight = acked.flight_before.saturating_sub(acked.bytes);
         self.delivered += acked.bytes;
         if self.app_limited_until != 0 && self.delivered > self.app_limited_until {
@@ -1164,6 +1169,40 @@ mod tests {
         let goodput = delivered as f64 / (end - measured_from).as_secs_f64();
         assert!(goodput >= 0.85 * rate, "goodput {goodput:.0} B/s of {rate}");
         assert_eq!(cc.inflight_hi(), None, "random loss set inflight_hi");
+    }
+
+    #[test]
+    fn a_probe_lasts_while_the_bandwidth_grows_not_just_until_the_flight_is_there() {
+        // The path's rate quadruples (a neighbour left) just as a probe
+        // starts. Ending Up as soon as the flight reached 1.25 BDP (the
+        // older draft's target, true at once over a queue another flow
+        // keeps standing) stopped the probe after its first round, at 2.25
+        // times the old rate; Up now lasts until the bandwidth was flat for
+        // two rounds (`full_bw_now`), so the probe finds the new rate, and
+        // still ends.
+        let (rate, rtt) = (1_250_000.0, Duration::from_millis(80));
+        let start = Instant::now();
+        let mut cc = Bbr::new(&BbrConfig::default(), start, MTU);
+        let mut now = drive(&mut cc, start, rate, rtt, 30, 0.0);
+        let mut rounds = 0;
+        while cc.mode != Mode::ProbeBw(Phase::Up) {
+            now = drive(&mut cc, now, rate, rtt, 1, 0.0);
+            rounds += 1;
+            assert!(rounds < 100, "no probe: {:?}", cc.mode);
+        }
+        let mut up_rounds = 0;
+        while cc.mode == Mode::ProbeBw(Phase::Up) {
+            now = drive(&mut cc, now, 4.0 * rate, rtt, 1, 0.0);
+            up_rounds += 1;
+            assert!(up_rounds <= 12, "Up did not end: {}", cc.bandwidth());
+        }
+        let found = cc.bandwidth();
+        eprintln!("Up lasted {up_rounds} rounds and found {found:.0} B/s");
+        assert!(
+            found >= 3.5 * rate,
+            "the probe found {found:.0} B/s of {}",
+            4.0 * rate
+        );
     }
 
     #[test]

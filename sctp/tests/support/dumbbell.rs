@@ -15,6 +15,11 @@
 //! queue is where the associations meet. Deterministic: no randomness but
 //! the endpoints' seeds, drawn from the run's seed like [`Sim`](super::Sim)'s.
 //! Per-pair goodput is what each client read, over the time it took.
+//!
+//! [`Dumbbell::mixed`] gives each client its own configuration (so its own
+//! congestion controller) and lets the clients upload: what the server read
+//! from client `i` is in `uploads[i]`. That is how a loss-based reference
+//! sender (our CUBIC or Reno) shares the queue with a BBR association.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -69,6 +74,13 @@ pub(crate) struct PairReport {
 }
 
 impl PairReport {
+    fn record(&mut self, now: Instant, bytes: u64) {
+        self.bytes += bytes;
+        self.reads.push((now, bytes));
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+    }
+
     /// Message bytes read in `from..=to`.
     pub(crate) fn bytes_between(&self, from: Instant, to: Instant) -> u64 {
         self.reads
@@ -101,6 +113,8 @@ pub(crate) struct Dumbbell {
     pub(crate) dropped: [u64; 2],
     /// What each client read, and when.
     pub(crate) reports: Vec<PairReport>,
+    /// What the server read from each client, and when.
+    pub(crate) uploads: Vec<PairReport>,
     queue: BinaryHeap<(Reverse<Instant>, u64)>,
     flights: HashMap<u64, Flight>,
     seq: u64,
@@ -118,21 +132,41 @@ impl Dumbbell {
         delays: Vec<Duration>,
         seed: u64,
     ) -> Self {
+        let clients = vec![client; delays.len()];
+        Dumbbell::mixed(clients, server, bottleneck, delays, seed)
+    }
+
+    /// One client per entry of `clients` (its configuration) and of `delays`
+    /// (its one-way delay), a listening server; none connected yet.
+    pub(crate) fn mixed(
+        clients: Vec<Config>,
+        server: Config,
+        bottleneck: Bottleneck,
+        delays: Vec<Duration>,
+        seed: u64,
+    ) -> Self {
+        assert_eq!(clients.len(), delays.len(), "one delay per client");
         let now = Instant::now();
         let seeds = endpoint_seeds(seed, delays.len() + 1);
         let server_addr: SocketAddr = "192.0.2.2:9899".parse().expect("address");
-        let clients = (0..delays.len())
-            .map(|i| {
+        let clients = clients
+            .into_iter()
+            .enumerate()
+            .map(|(i, config)| {
                 let port = 10_000 + u16::try_from(i).expect("a few clients");
                 let addr = SocketAddr::from(([198, 51, 100, 1], port));
-                Side::new(client.clone(), addr, false, seeds[i + 1], now)
+                Side::new(config, addr, false, seeds[i + 1], now)
             })
             .collect();
+        let mut server = Side::new(server, server_addr, true, seeds[0], now);
+        // The server's reads are taken per association in `drain`.
+        server.reading = false;
         Dumbbell {
             now,
-            server: Side::new(server, server_addr, true, seeds[0], now),
+            server,
             clients,
             reports: vec![PairReport::default(); delays.len()],
+            uploads: vec![PairReport::default(); delays.len()],
             delays,
             bottleneck,
             dropped: [0; 2],
@@ -234,16 +268,27 @@ impl Dumbbell {
                 .into_iter()
                 .map(|t| (from, t)),
         );
+        for assoc in self.server.assocs.values_mut() {
+            let client = self.clients.iter().position(|c| c.addr == assoc.remote());
+            let mut read = false;
+            while let Some(message) = assoc.recv() {
+                read = true;
+                if let Some(i) = client {
+                    self.uploads[i].record(now, message.data.len() as u64);
+                }
+            }
+            // Reading may have reopened the window: a SACK may be due.
+            while read && let Some(t) = assoc.poll_transmit(now) {
+                out.push((from, t));
+            }
+        }
         for (i, client) in self.clients.iter_mut().enumerate() {
             let read_before = client.received.len();
             let from = client.addr;
             out.extend(drain_side(client, now).into_iter().map(|t| (from, t)));
             let report = &mut self.reports[i];
             for message in &client.received[read_before..] {
-                report.bytes += message.data.len() as u64;
-                report.reads.push((now, message.data.len() as u64));
-                report.first.get_or_insert(now);
-                report.last = Some(now);
+                report.record(now, message.data.len() as u64);
             }
         }
         for (from, t) in out {

@@ -111,6 +111,8 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         Which::Coexist => coexist::run(&coexist::CoexistBench {
             rtts_ms: options.rtt.clone(),
             buffers_bdp: options.buffers.clone(),
+            subjects: options.subjects.clone(),
+            competitions: options.competitions.clone(),
             seconds: options.seconds,
         }),
         Which::SlowConsumer => slow_consumer::run(slow_consumer::SlowConsumerBench {

@@ -64,6 +64,13 @@ pub(crate) struct BenchOptions {
     /// unless given).
     #[arg(long, value_delimiter = ',')]
     pub buffers: Vec<f64>,
+    /// Which subjects: association, kernel-bbr (coexist: both unless given;
+    /// the report says which were left out).
+    #[arg(long, value_delimiter = ',')]
+    pub subjects: Vec<String>,
+    /// Which competitions: cubic1, bbr1, cubic6 (coexist: all unless given).
+    #[arg(long, value_delimiter = ',')]
+    pub competitions: Vec<String>,
     /// Random loss per direction of the links, in percent (pages).
     #[arg(long, value_delimiter = ',', default_values_t = [0.0, 1.0, 3.0])]
     pub loss: Vec<f64>,
