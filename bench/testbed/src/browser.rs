@@ -353,16 +353,22 @@ impl ResourceTiming {
 /// page of the benchmark corpus).
 const RESOURCE_ENTRIES_JS: &str = "performance.getEntriesByType('resource').map(e => e.toJSON())";
 
-/// First and largest contentful paint. LCP entries are only given to a
-/// `PerformanceObserver`; with `buffered` it hears the ones already recorded
-/// at once, and a page that recorded none resolves after a short wait.
+/// First and largest contentful paint, through `PerformanceObserver`s with
+/// `buffered` (the entries already recorded come at once, as web-vitals
+/// reads them; LCP entries are given to observers only). Just after the load
+/// event the first paint may not be in the timeline yet, so this waits until
+/// both are known, or 3 s for a page that paints neither.
 const PAINT_JS: &str = "new Promise(resolve => { \
-    const fcp = performance.getEntriesByName('first-contentful-paint')[0]; \
-    const done = lcp => resolve({ fcp: fcp ? fcp.startTime : null, lcp }); \
+    let fcp = null, lcp = null; \
+    const done = () => resolve({ fcp, lcp }); \
+    const check = () => { if (fcp !== null && lcp !== null) done(); }; \
     new PerformanceObserver(list => { \
-      const e = list.getEntries(); done(e.length ? e[e.length - 1].startTime : null); }) \
-      .observe({ type: 'largest-contentful-paint', buffered: true }); \
-    setTimeout(() => done(null), 200); })";
+      for (const e of list.getEntries()) if (e.name === 'first-contentful-paint') fcp = e.startTime; \
+      check(); }).observe({ type: 'paint', buffered: true }); \
+    new PerformanceObserver(list => { \
+      const e = list.getEntries(); if (e.length) lcp = e[e.length - 1].startTime; \
+      check(); }).observe({ type: 'largest-contentful-paint', buffered: true }); \
+    setTimeout(done, 3000); })";
 
 const NAVIGATION_ENTRY_JS: &str = "(() => { \
     const n = performance.getEntriesByType('navigation')[0]; \
