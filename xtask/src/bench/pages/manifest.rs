@@ -61,6 +61,11 @@ pub(super) struct Manifest {
     pub controllers: Vec<String>,
     /// How long the link stayed idle before each "after idle" load, ms.
     pub idle_before_first_load_ms: Option<u64>,
+    /// Whether each round carried one unrecorded load per page before the
+    /// recorded ones (false for the first interleaved runs: their "after
+    /// idle" load was a new association's or connection's first).
+    #[serde(default)]
+    pub warming_load: bool,
     /// Settings the rows do not show.
     pub notes: Vec<String>,
     pub alternatives: Vec<AlternativeNote>,

@@ -21,11 +21,12 @@
 //! Within a link the alternatives are interleaved: round after round, each
 //! alternative in turn, so that a slow spell of the shared machine falls on
 //! all of them. In each round an alternative starts afresh (the gateway is
-//! restarted, its association set up by a warm-up request) and records two
-//! loads per page: one after [`IDLE_BEFORE_FIRST_LOAD`] of silence, longer
-//! than any sender's idle restart (TCP's and SCTP's RTO-based ones, BBR's
-//! restart from idle), and one at once after it, on a transport that has
-//! just carried a page. The report shows both ("after idle", "warm").
+//! restarted, its association set up by a warm-up request), carries one
+//! unrecorded load per page, as a transport in use has, and then records
+//! two: one after [`IDLE_BEFORE_FIRST_LOAD`] of silence, longer than any
+//! sender's idle restart (TCP's and SCTP's RTO-based ones, BBR's restart
+//! from idle), and one at once after it, on a transport that has just
+//! carried a page. The report shows both ("after idle", "warm").
 //!
 //! Every sender's congestion controller is set by `--tcp-cc` (BBR unless
 //! given): the kernel's TCP in every namespace (nginx, Squid, the framed-TCP
@@ -383,6 +384,7 @@ pub(crate) fn run(options: &PagesBench) -> Result<()> {
     let mut manifest = Manifest::starting(invocation(), &options.alternatives);
     manifest.congestion = Some(options.tcp_cc.clone());
     manifest.idle_before_first_load_ms = Some(IDLE_BEFORE_FIRST_LOAD.as_millis() as u64);
+    manifest.warming_load = true;
     if options.tunnel_h2 {
         manifest.notes.push(
             "the origin offers h2 by ALPN on HTTPS tunnels (`tls.h2`): (h) is HTTP/2 inside one tunnel"
@@ -822,12 +824,25 @@ impl Bench {
         }
         let mut records = Vec::new();
         for page in self.pages.clone() {
+            // One unrecorded load first: it warms (g)'s cache, and for every
+            // alternative it is the traffic a transport in use has carried, so
+            // that "after idle" is a transport's first load after a pause, not
+            // a new association's or connection's first load. The other
+            // proxies' caches are emptied again before each recorded load.
+            let squid = self.prepare_load(alternative)?;
             if alternative == Alternative::G {
-                // The unrecorded load that warms the cache.
+                // Its cache is kept, so its preparation does nothing: bring
+                // the association up here.
                 self.warm_up()?;
-                if let Err(e) = self.load(alternative, &page) {
-                    println!("    (g) warming load of {} failed: {e}", page.name);
-                }
+            }
+            let warming = self.load(alternative, &page);
+            drop(squid);
+            if let Err(e) = warming {
+                println!(
+                    "    ({}) warming load of {} failed: {e}",
+                    alternative.letter(),
+                    page.name
+                );
             }
             for phase in [Phase::AfterIdle, Phase::Warm] {
                 let squid = self.prepare_load(alternative)?;
@@ -1537,8 +1552,13 @@ fn report(
     }
     let order = if run.phases.len() > 1 {
         format!(
-            "{} rounds, the alternatives interleaved: in each round every alternative afresh, one load per page after {} s of silence (\"after idle\") and one at once after it (\"warm\")",
+            "{} rounds, the alternatives interleaved: in each round every alternative afresh, {}one load per page after {} s of silence (\"after idle\") and one at once after it (\"warm\")",
             run.loads,
+            if manifest.warming_load {
+                "one unrecorded load per page (the traffic a transport in use has carried), then "
+            } else {
+                "no load before the recorded ones (so \"after idle\" is a new association's or connection's first load), then "
+            },
             manifest.idle_before_first_load_ms.unwrap_or(0) / 1000
         )
     } else {
