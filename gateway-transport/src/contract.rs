@@ -101,3 +101,98 @@ pub(crate) trait BackendListener: fmt::Debug + Send + Sync + 'static {
         None
     }
 }
+
+/// Implements [`BackendAssociation`] for `$assoc` and [`BackendListener`]
+/// for `$listener` by the inherent methods of the same names, which every
+/// backend has: the required ones, then each optional one named after the
+/// `;` (`buffered_each`, `idata` or `idata_or_false`, `sctp_stats`,
+/// `cert_sha256`). One line per
+/// backend instead of a copy of the same forwarding in each.
+macro_rules! by_inherent_methods {
+    ($assoc:ident, $listener:ident $(; $($optional:ident),+)?) => {
+        impl $crate::contract::BackendAssociation for $assoc {
+            fn streams(&self) -> $crate::StreamCounts {
+                $assoc::streams(self)
+            }
+
+            fn peer_addr(&self) -> ::std::net::SocketAddr {
+                $assoc::peer_addr(self)
+            }
+
+            async fn send(
+                &self,
+                stream: u16,
+                data: ::bytes::Bytes,
+            ) -> Result<(), $crate::TransportError> {
+                $assoc::send(self, stream, data).await
+            }
+
+            async fn recv(&self) -> Result<$crate::Message, $crate::TransportError> {
+                $assoc::recv(self).await
+            }
+
+            fn buffered(&self, stream: u16) -> Option<usize> {
+                $assoc::buffered(self, stream)
+            }
+
+            async fn close(&self) -> Result<(), $crate::TransportError> {
+                $assoc::close(self).await
+            }
+
+            fn abort(&self) {
+                $assoc::abort(self)
+            }
+
+            $($($crate::contract::by_inherent_methods!(@association $optional $assoc);)+)?
+        }
+
+        impl $crate::contract::BackendListener for $listener {
+            type Association = $assoc;
+
+            fn local_addr(&self) -> Result<::std::net::SocketAddr, $crate::TransportError> {
+                $listener::local_addr(self)
+            }
+
+            async fn accept(&self) -> Result<$assoc, $crate::TransportError> {
+                $listener::accept(self).await
+            }
+
+            $($($crate::contract::by_inherent_methods!(@listener $optional $listener);)+)?
+        }
+    };
+    (@association buffered_each $assoc:ident) => {
+        fn buffered_each(
+            &self,
+            streams: impl IntoIterator<Item = u16>,
+            out: &mut Vec<(u16, u64)>,
+        ) {
+            $assoc::buffered_each(self, streams, out)
+        }
+    };
+    (@association idata $assoc:ident) => {
+        fn idata(&self) -> bool {
+            $assoc::idata(self)
+        }
+    };
+    // Kernel SCTP's `idata` asks the socket and can fail: a failure reads as
+    // "not negotiated".
+    (@association idata_or_false $assoc:ident) => {
+        fn idata(&self) -> bool {
+            $assoc::idata(self).unwrap_or(false)
+        }
+    };
+    (@association sctp_stats $assoc:ident) => {
+        fn sctp_stats(&self) -> Option<sctp::Stats> {
+            Some($assoc::sctp_stats(self))
+        }
+    };
+    (@association cert_sha256 $assoc:ident) => {};
+    (@listener cert_sha256 $listener:ident) => {
+        fn cert_sha256(&self) -> Option<&str> {
+            Some($listener::cert_sha256(self))
+        }
+    };
+    (@listener $other:ident $listener:ident) => {};
+}
+
+pub(crate) use by_inherent_methods;

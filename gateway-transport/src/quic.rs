@@ -1176,51 +1176,7 @@ impl crate::contract::Backend for QuicBackend {
     }
 }
 
-impl crate::contract::BackendAssociation for Association {
-    fn streams(&self) -> StreamCounts {
-        Association::streams(self)
-    }
-
-    fn peer_addr(&self) -> SocketAddr {
-        Association::peer_addr(self)
-    }
-
-    async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
-        Association::send(self, stream, data).await
-    }
-
-    async fn recv(&self) -> Result<Message, TransportError> {
-        Association::recv(self).await
-    }
-
-    fn buffered(&self, stream: u16) -> Option<usize> {
-        Association::buffered(self, stream)
-    }
-
-    async fn close(&self) -> Result<(), TransportError> {
-        Association::close(self).await
-    }
-
-    fn abort(&self) {
-        Association::abort(self)
-    }
-}
-
-impl crate::contract::BackendListener for Listener {
-    type Association = Association;
-
-    fn local_addr(&self) -> Result<SocketAddr, TransportError> {
-        Listener::local_addr(self)
-    }
-
-    async fn accept(&self) -> Result<Association, TransportError> {
-        Listener::accept(self).await
-    }
-
-    fn cert_sha256(&self) -> Option<&str> {
-        Some(Listener::cert_sha256(self))
-    }
-}
+crate::contract::by_inherent_methods!(Association, Listener; cert_sha256);
 
 #[cfg(test)]
 mod tests {
