@@ -9,80 +9,18 @@
 //! backend has stays in its own file (`userspace_loopback.rs`,
 //! `quic_loopback.rs`). Every test is bounded in time.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use gateway_transport::{
-    Association, AssociationConfig, BackendKind, Listener, Message, TransportError, connect,
+    AssociationConfig, BackendKind, Listener, Message, TransportError, connect,
 };
 use tokio::time::timeout;
 
-const V4: &str = "127.0.0.1:0";
-const V6: &str = "[::1]:0";
+mod support;
 
-/// Upper bound for any one test.
-const TEST_LIMIT: Duration = Duration::from_secs(60);
-
-fn config() -> AssociationConfig {
-    AssociationConfig {
-        connect_timeout: Duration::from_secs(3),
-        ..AssociationConfig::default()
-    }
-}
-
-/// `config` as a client of `listener` needs it: with the listener's
-/// certificate pinned where it has one (QUIC).
-fn pinned(listener: &Listener, config: &AssociationConfig) -> AssociationConfig {
-    let mut config = config.clone();
-    if let Some(pin) = listener.quic_cert_sha256() {
-        config.quic.server_cert_sha256 = Some(pin.to_owned());
-    }
-    config
-}
-
-/// A `kind` listener on `bind`, a client connected to it, and the accepted
-/// server side.
-async fn pair(
-    kind: BackendKind,
-    bind: &str,
-    server_config: &AssociationConfig,
-    client_config: &AssociationConfig,
-) -> Result<(Listener, Association, Association)> {
-    let addr: SocketAddr = bind.parse()?;
-    let listener = Listener::bind(kind, addr, server_config).await?;
-    let target = listener.local_addr()?;
-    let client_config = pinned(&listener, client_config);
-    let (client, server) = tokio::join!(connect(kind, target, &client_config), listener.accept());
-    let (client, server) = (client.context("connect")?, server.context("accept")?);
-    ensure!(client.kind() == kind && server.kind() == kind);
-    ensure!(
-        client.peer_addr() == target,
-        "client's peer is the listener"
-    );
-    ensure!(
-        server.peer_addr().ip() == target.ip(),
-        "server's peer is the client"
-    );
-    Ok((listener, server, client))
-}
-
-fn payload(stream: u16, seq: u32, len: usize) -> Bytes {
-    let seed = u32::from(stream).wrapping_mul(0x9e37_79b9) ^ seq.wrapping_mul(0x85eb_ca6b);
-    (0..len)
-        .map(|i| (seed.wrapping_add(i as u32).wrapping_mul(2_654_435_761) >> 24) as u8)
-        .collect::<Vec<u8>>()
-        .into()
-}
-
-/// Numbered messages with a header (seq) so boundaries and order are checkable.
-fn numbered(stream: u16, seq: u32) -> Bytes {
-    let len = 1 + (seq as usize * 7919) % 3000;
-    let mut v = seq.to_be_bytes().to_vec();
-    v.extend_from_slice(&payload(stream, seq, len));
-    v.into()
-}
+use support::loopback::{TEST_LIMIT, V4, V6, config, numbered, pair, payload, pinned};
 
 async fn parallel_streams_keep_order(kind: BackendKind, bind: &str) -> Result<()> {
     const STREAMS: u16 = 16;

@@ -15,83 +15,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use gateway_transport::{
-    Association, AssociationConfig, BackendKind, Congestion, Listener, QuicConfig, TransportError,
-    connect,
+    AssociationConfig, BackendKind, Congestion, Listener, QuicConfig, TransportError, connect,
 };
 use tokio::net::UdpSocket;
 use tokio::time::timeout;
 
-const V4: &str = "127.0.0.1:0";
+mod support;
 
-/// Upper bound for any one test.
-const TEST_LIMIT: Duration = Duration::from_secs(60);
-
-fn config() -> AssociationConfig {
-    AssociationConfig {
-        connect_timeout: Duration::from_secs(3),
-        ..AssociationConfig::default()
-    }
-}
-
-/// A listener on `bind`, a client connected to it, and the accepted server side.
-async fn pair(
-    bind: &str,
-    server_config: &AssociationConfig,
-    client_config: &AssociationConfig,
-) -> Result<(Listener, Association, Association)> {
-    let addr: SocketAddr = bind.parse()?;
-    let listener = Listener::bind(BackendKind::Quic, addr, server_config).await?;
-    let target = listener.local_addr()?;
-    let client_config = pinned(&listener, client_config)?;
-    let (client, server) = tokio::join!(
-        connect(BackendKind::Quic, target, &client_config),
-        listener.accept()
-    );
-    let (client, server) = (client.context("connect")?, server.context("accept")?);
-    ensure!(client.kind() == BackendKind::Quic);
-    ensure!(
-        client.peer_addr() == target,
-        "client's peer is the listener"
-    );
-    ensure!(
-        server.peer_addr().ip() == target.ip(),
-        "server's peer is the client"
-    );
-    Ok((listener, server, client))
-}
-
-/// `config` with the listener's certificate pinned.
-fn pinned(listener: &Listener, config: &AssociationConfig) -> Result<AssociationConfig> {
-    Ok(AssociationConfig {
-        quic: QuicConfig {
-            server_cert_sha256: Some(
-                listener
-                    .quic_cert_sha256()
-                    .context("a QUIC listener has a certificate")?
-                    .to_owned(),
-            ),
-            ..config.quic.clone()
-        },
-        ..config.clone()
-    })
-}
-
-/// Deterministic message content: every byte depends on stream, number and index.
-fn payload(stream: u16, seq: u32, len: usize) -> Bytes {
-    let seed = u32::from(stream).wrapping_mul(0x9e37_79b9) ^ seq.wrapping_mul(0x85eb_ca6b);
-    (0..len)
-        .map(|i| (seed.wrapping_add(i as u32).wrapping_mul(2_654_435_761) >> 24) as u8)
-        .collect::<Vec<u8>>()
-        .into()
-}
-
-/// Numbered messages with a header (seq) so boundaries and order are checkable.
-fn numbered(stream: u16, seq: u32) -> Bytes {
-    let len = 1 + (seq as usize * 7919) % 3000;
-    let mut v = seq.to_be_bytes().to_vec();
-    v.extend_from_slice(&payload(stream, seq, len));
-    v.into()
-}
+use support::loopback::{TEST_LIMIT, V4, config, numbered, pair, payload, pinned};
 
 /// A UDP relay between a client and a listener that can be told to go silent.
 async fn relay(upstream: SocketAddr, silent: Arc<AtomicBool>) -> Result<SocketAddr> {
@@ -135,7 +66,7 @@ async fn silent_peer_is_reported_unreachable() -> Result<()> {
         let listener = Listener::bind(BackendKind::Quic, V4.parse()?, &cfg).await?;
         let silent = Arc::new(AtomicBool::new(false));
         let via = relay(listener.local_addr()?, Arc::clone(&silent)).await?;
-        let client_cfg = pinned(&listener, &cfg)?;
+        let client_cfg = pinned(&listener, &cfg);
         let (client, server) = tokio::join!(
             connect(BackendKind::Quic, via, &client_cfg),
             listener.accept()
@@ -229,7 +160,7 @@ async fn throughput_probe() -> Result<()> {
             max_message,
             ..config()
         };
-        let (_listener, server, client) = pair(V4, &cfg, &cfg).await?;
+        let (_listener, server, client) = pair(BackendKind::Quic, V4, &cfg, &cfg).await?;
         let stop = Arc::new(AtomicBool::new(false));
         let received = Arc::new(AtomicU64::new(0));
         let reader = {
@@ -365,7 +296,7 @@ async fn dropped_recv_futures_lose_no_message() -> Result<()> {
     timeout(TEST_LIMIT, async {
         const N: u32 = 3_000;
         let cfg = config();
-        let (_listener, server, client) = pair(V4, &cfg, &cfg).await?;
+        let (_listener, server, client) = pair(BackendKind::Quic, V4, &cfg, &cfg).await?;
         let sender = tokio::spawn(async move {
             for seq in 0..N {
                 client.send((seq % 4) as u16, numbered(0, seq)).await?;
@@ -410,7 +341,7 @@ async fn dropped_recv_futures_lose_no_message() -> Result<()> {
 async fn buffered_counts_queued_bytes_per_stream() -> Result<()> {
     timeout(TEST_LIMIT, async {
         let cfg = config();
-        let (_listener, server, client) = pair(V4, &cfg, &cfg).await?;
+        let (_listener, server, client) = pair(BackendKind::Quic, V4, &cfg, &cfg).await?;
         ensure!(
             client.buffered(0) == Some(0),
             "fresh stream has nothing queued"
@@ -464,7 +395,7 @@ async fn each_congestion_controller_carries_data_and_an_unknown_one_is_refused()
             },
             ..config()
         };
-        let (_listener, server, client) = pair("127.0.0.1:0", &cfg, &cfg).await?;
+        let (_listener, server, client) = pair(BackendKind::Quic, V4, &cfg, &cfg).await?;
         let msg = payload(1, 0, 2 * 1024 * 1024);
         client.send(1, msg.clone()).await?;
         let got = timeout(TEST_LIMIT, server.recv()).await??;

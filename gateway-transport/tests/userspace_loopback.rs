@@ -20,60 +20,9 @@ use gateway_transport::{
 use tokio::net::UdpSocket;
 use tokio::time::timeout;
 
-const V4: &str = "127.0.0.1:0";
+mod support;
 
-/// Upper bound for any one test.
-const TEST_LIMIT: Duration = Duration::from_secs(60);
-
-fn config() -> AssociationConfig {
-    AssociationConfig {
-        connect_timeout: Duration::from_secs(3),
-        ..AssociationConfig::default()
-    }
-}
-
-/// A listener on `bind`, a client connected to it, and the accepted server side.
-async fn pair(
-    bind: &str,
-    server_config: &AssociationConfig,
-    client_config: &AssociationConfig,
-) -> Result<(Listener, Association, Association)> {
-    let addr: SocketAddr = bind.parse()?;
-    let listener = Listener::bind(BackendKind::Userspace, addr, server_config).await?;
-    let target = listener.local_addr()?;
-    let (client, server) = tokio::join!(
-        connect(BackendKind::Userspace, target, client_config),
-        listener.accept()
-    );
-    let (client, server) = (client.context("connect")?, server.context("accept")?);
-    ensure!(client.kind() == BackendKind::Userspace);
-    ensure!(
-        client.peer_addr() == target,
-        "client's peer is the listener"
-    );
-    ensure!(
-        server.peer_addr().ip() == target.ip(),
-        "server's peer is the client"
-    );
-    Ok((listener, server, client))
-}
-
-/// Deterministic message content: every byte depends on stream, number and index.
-fn payload(stream: u16, seq: u32, len: usize) -> Bytes {
-    let seed = u32::from(stream).wrapping_mul(0x9e37_79b9) ^ seq.wrapping_mul(0x85eb_ca6b);
-    (0..len)
-        .map(|i| (seed.wrapping_add(i as u32).wrapping_mul(2_654_435_761) >> 24) as u8)
-        .collect::<Vec<u8>>()
-        .into()
-}
-
-/// Numbered messages with a header (seq) so boundaries and order are checkable.
-fn numbered(stream: u16, seq: u32) -> Bytes {
-    let len = 1 + (seq as usize * 7919) % 3000;
-    let mut v = seq.to_be_bytes().to_vec();
-    v.extend_from_slice(&payload(stream, seq, len));
-    v.into()
-}
+use support::loopback::{TEST_LIMIT, V4, config, numbered, pair, payload};
 
 /// What a test can do to a [`relay`]: make it drop what passes (`silent`),
 /// or close both its sockets, as a killed process's would (`gone`).
@@ -267,7 +216,7 @@ async fn throughput_probe() -> Result<()> {
             max_message,
             ..config()
         };
-        let (_listener, server, client) = pair(V4, &cfg, &cfg).await?;
+        let (_listener, server, client) = pair(BackendKind::Userspace, V4, &cfg, &cfg).await?;
         let stop = Arc::new(AtomicBool::new(false));
         let received = Arc::new(AtomicU64::new(0));
         let reader = {
@@ -340,7 +289,8 @@ async fn a_listener_at_its_limit_refuses_at_once_and_admits_after_a_close() -> R
             connect_timeout: Duration::from_secs(10),
             ..config()
         };
-        let (listener, server, client) = pair(V4, &server_cfg, &cfg).await?;
+        let (listener, server, client) =
+            pair(BackendKind::Userspace, V4, &server_cfg, &cfg).await?;
         let target = listener.local_addr()?;
         let refusals = || {
             gateway_transport::userspace::endpoint_events()

@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{Context, Result, bail};
 
+pub(crate) mod loopback;
+
 /// Runs `ip` with `args`, failing with its stderr.
 pub(crate) fn ip(args: &[&str]) -> Result<()> {
     let out = Command::new("ip")
