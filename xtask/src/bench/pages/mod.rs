@@ -1730,37 +1730,61 @@ fn load_tables(
             beaten.join("; ")
         )?;
     }
+    two_figure_table(
+        r,
+        run,
+        rows,
+        page,
+        phase,
+        "median DOMContentLoaded end and responseStart (time to first byte)",
+        [" DCL", " TTFB"],
+        |s| (s.dcl_median, s.ttfb_median),
+    )?;
+    if rows.iter().any(|r| r.first_contentful_paint_ms.is_some()) {
+        two_figure_table(
+            r,
+            run,
+            rows,
+            page,
+            phase,
+            "median first and largest contentful paint",
+            [" FCP", " LCP"],
+            |s| (s.fcp_median, s.lcp_median),
+        )?;
+    }
+    Ok(())
+}
+
+/// A table of two figures per alternative (`columns`, picked from each
+/// cell's summary by `pick`), ms, one row per link.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one table's settings, each used once"
+)]
+fn two_figure_table(
+    r: &mut String,
+    run: &RunShape,
+    rows: &[LoadRow],
+    page: &GeneratedPage,
+    phase: Option<Phase>,
+    title: &str,
+    columns: [&str; 2],
+    pick: fn(&CellSummary) -> (Option<f64>, Option<f64>),
+) -> Result<()> {
     writeln!(
         r,
-        "\n### {}, {}: median DOMContentLoaded end and responseStart (time to first byte), ms\n",
+        "\n### {}, {}: {title}, ms\n",
         page.name,
         phase_title(phase)
     )?;
-    table_header(r, &["link"], &run.alternatives, &[" DCL", " TTFB"])?;
+    table_header(r, &["link"], &run.alternatives, &columns)?;
     for &cell in &run.cells {
         write!(r, "| {} |", cell.name())?;
         for &a in &run.alternatives {
-            let s = summarize(rows, &page.name, a, cell, phase);
-            write!(r, " {} | {} |", ms(s.dcl_median), ms(s.ttfb_median))?;
+            let (first, second) = pick(&summarize(rows, &page.name, a, cell, phase));
+            write!(r, " {} | {} |", ms(first), ms(second))?;
         }
         writeln!(r)?;
-    }
-    if rows.iter().any(|r| r.first_contentful_paint_ms.is_some()) {
-        writeln!(
-            r,
-            "\n### {}, {}: median first and largest contentful paint, ms\n",
-            page.name,
-            phase_title(phase)
-        )?;
-        table_header(r, &["link"], &run.alternatives, &[" FCP", " LCP"])?;
-        for &cell in &run.cells {
-            write!(r, "| {} |", cell.name())?;
-            for &a in &run.alternatives {
-                let s = summarize(rows, &page.name, a, cell, phase);
-                write!(r, " {} | {} |", ms(s.fcp_median), ms(s.lcp_median))?;
-            }
-            writeln!(r)?;
-        }
     }
     Ok(())
 }
