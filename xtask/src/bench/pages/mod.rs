@@ -656,10 +656,9 @@ fn set_tcp_congestion(demo: &Demo, cc: &str, manifest: &mut Manifest) -> Result<
     Ok(())
 }
 
-/// The 1-minute load average now.
+/// The 1-minute load average now (the first of `load_average`'s figures).
 fn one_minute_load() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
+    super::common::load_average()
         .split_whitespace()
         .next()?
         .parse()
