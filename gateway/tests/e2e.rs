@@ -338,18 +338,24 @@ fn read_retrying(reader: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Re
     }
 }
 
-#[test]
-fn origin_killed_mid_response_then_restarted() {
+/// A document root with the demo site's index.html and `big.bin`, `bytes`
+/// of zeros in a sparse file that costs no disk.
+fn site_with_big_file(bytes: u64) -> tempfile::TempDir {
     let root = tempfile::tempdir().expect("tempdir");
     std::fs::copy(
         testbed::demo_site().join("index.html"),
         root.path().join("index.html"),
     )
     .expect("copy index.html");
-    // Sparse: a gigabyte of zeros that costs no disk.
     std::fs::File::create(root.path().join("big.bin"))
-        .and_then(|f| f.set_len(BIG_FILE_BYTES))
+        .and_then(|f| f.set_len(bytes))
         .expect("big file");
+    root
+}
+
+#[test]
+fn origin_killed_mid_response_then_restarted() {
+    let root = site_with_big_file(BIG_FILE_BYTES);
     let mut options = options("origin-killed");
     options.origin_root = Some(root.path().to_owned());
     options.gateway = GatewayConfigOverrides {
@@ -462,15 +468,7 @@ struct ResponseEnd {
 /// is about (that path has its own test in gateway-transport).
 #[test]
 fn association_aborted_by_the_restarted_origin_mid_response() {
-    let root = tempfile::tempdir().expect("tempdir");
-    std::fs::copy(
-        testbed::demo_site().join("index.html"),
-        root.path().join("index.html"),
-    )
-    .expect("copy index.html");
-    std::fs::File::create(root.path().join("big.bin"))
-        .and_then(|f| f.set_len(ABORTED_FILE_BYTES))
-        .expect("big file");
+    let root = site_with_big_file(ABORTED_FILE_BYTES);
     let mut options = options("association-aborted");
     options.origin_root = Some(root.path().to_owned());
     options.gateway = GatewayConfigOverrides {
@@ -1931,16 +1929,7 @@ fn a_download_survives_nat_rebindings_of_the_origins_port() {
 }
 
 fn download_across_nat_rebindings(moves: Moves) {
-    let root = tempfile::tempdir().expect("tempdir");
-    std::fs::copy(
-        testbed::demo_site().join("index.html"),
-        root.path().join("index.html"),
-    )
-    .expect("copy index.html");
-    // Sparse: zeros that cost no disk.
-    std::fs::File::create(root.path().join("big.bin"))
-        .and_then(|f| f.set_len(REBOUND_FILE_BYTES))
-        .expect("big file");
+    let root = site_with_big_file(REBOUND_FILE_BYTES);
     let mut options = options(match moves {
         Moves::Gateway => "nat-rebinding",
         Moves::Origin => "nat-rebinding-origin",
