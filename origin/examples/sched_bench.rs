@@ -13,7 +13,9 @@
 //! - `thesis`: 6,000 requests with sizes uniform in 1..=256 KiB, 64 outstanding:
 //!   total throughput (the thesis's SCF-vs-RR experiment).
 //! - `static`: `--count` requests for `--path`, 64 outstanding, against an origin
-//!   serving `--root` with the real file service: requests per second.
+//!   serving `--root` with the real file service: requests per second. With
+//!   `--seconds`, requests go out for that long instead of `--count` of them
+//!   (as wrk's `-d` does), so that the origin and nginx are loaded alike.
 //!
 //! Each side prints one JSON line. All loops are bounded in count and time.
 
@@ -51,6 +53,8 @@ struct Args {
     load: f64,
     rate_mbit: f64,
     seconds: f64,
+    /// `--seconds` was given (the static workload then runs for a time).
+    seconds_given: bool,
     seed: u64,
     root: Option<std::path::PathBuf>,
     path: String,
@@ -67,6 +71,7 @@ fn parse_args() -> Result<Args> {
         load: 0.8,
         rate_mbit: 20.0,
         seconds: 30.0,
+        seconds_given: false,
         seed: 1,
         root: None,
         path: "/assets/tile-01.svg".into(),
@@ -91,7 +96,10 @@ fn parse_args() -> Result<Args> {
             "--workload" => args.workload = value()?,
             "--load" => args.load = value()?.parse()?,
             "--rate-mbit" => args.rate_mbit = value()?.parse()?,
-            "--seconds" => args.seconds = value()?.parse()?,
+            "--seconds" => {
+                args.seconds = value()?.parse()?;
+                args.seconds_given = true;
+            }
             "--seed" => args.seed = value()?.parse()?,
             "--root" => args.root = Some(value()?.into()),
             "--path" => args.path = value()?,
@@ -237,7 +245,16 @@ fn plan(args: &Args) -> Result<(Vec<Planned>, usize)> {
             (plan, 64)
         }
         "static" => {
-            let plan = (0..args.count)
+            if args.seconds_given && !(0.0..MAX_RUN.as_secs_f64() - 10.0).contains(&args.seconds) {
+                bail!(
+                    "--seconds {}: at most {} s",
+                    args.seconds,
+                    MAX_RUN.as_secs() - 10
+                );
+            }
+            // Timed: one request, repeated until `--seconds` have passed.
+            let count = if args.seconds_given { 1 } else { args.count };
+            let plan = (0..count)
                 .map(|_| Planned {
                     at: Duration::ZERO,
                     size: 0,
@@ -265,14 +282,24 @@ async fn client(args: &Args) -> Result<()> {
     let mut session = open_gateway_session(&assoc, SessionConfig::default().capabilities).await?;
     let data_streams = session.data_streams();
 
+    // The static workload with `--seconds` repeats its request until then.
+    let send_for = (args.workload == "static" && args.seconds_given)
+        .then(|| Duration::from_secs_f64(args.seconds));
+    let more = |next: usize, elapsed: Duration| match send_for {
+        Some(limit) => elapsed < limit,
+        None => next < plan.len(),
+    };
+
     let started = Instant::now();
     let mut next = 0usize;
     let mut next_id: RequestId = 1;
     let mut tally = Tally::default();
-    while (next < plan.len() || !tally.in_flight.is_empty()) && started.elapsed() < MAX_RUN {
-        let can_send = next < plan.len() && tally.in_flight.len() < max_outstanding;
+    while (more(next, started.elapsed()) || !tally.in_flight.is_empty())
+        && started.elapsed() < MAX_RUN
+    {
+        let can_send = more(next, started.elapsed()) && tally.in_flight.len() < max_outstanding;
         let wait = if can_send {
-            plan[next].at.saturating_sub(started.elapsed())
+            plan[next % plan.len()].at.saturating_sub(started.elapsed())
         } else {
             MAX_RUN
         };
@@ -294,7 +321,7 @@ async fn client(args: &Args) -> Result<()> {
             }
             };
         if send_now {
-            let p = plan[next];
+            let p = plan[next % plan.len()];
             next += 1;
             let id = next_id;
             next_id += 1;

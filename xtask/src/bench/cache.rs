@@ -1,6 +1,7 @@
 //! `cargo xtask bench cache`: a cache hit served by the gateway against the same
-//! file served by nginx, loaded by wrk in one run, and the gateway's memory with
-//! 1,000 browser connections open.
+//! file served by nginx, loaded by wrk in one run, the gateway's memory with
+//! 1,000 browser connections open, and the whole path without the cache
+//! (wrk → gateway → origin over SCTP against wrk → nginx over TCP).
 //!
 //! Both servers run in the gateway's namespace and are reached by wrk in the
 //! client namespace over the same veth: the gateway through TPROXY at the site's
@@ -130,7 +131,7 @@ pub(crate) fn run(callgrind: bool, flamegraph: bool) -> Result<()> {
     let nginx_idle = rss_kib(&nginx_pids());
     let (nginx_peak, nginx_load) = peak_rss_under_load(&client_ns, &nginx_url, nginx_pids)?;
 
-    let report = report(
+    let mut report = report(
         &cells,
         hits,
         gateway_requests,
@@ -139,14 +140,127 @@ pub(crate) fn run(callgrind: bool, flamegraph: bool) -> Result<()> {
             ("nginx (all processes)", nginx_idle, nginx_peak, nginx_load),
         ],
     )?;
-    let path = workspace_root().join("bench/results/cache.md");
-    std::fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
-    println!("{report}");
-    println!("==> report written to bench/results/cache.md");
     let _ = nginx.process().stop(Duration::from_secs(5));
     if let Some(gateway) = demo.gateway.as_mut() {
         let _ = gateway.stop(Duration::from_secs(10));
     }
+    drop(nginx);
+    drop(demo);
+
+    let whole = whole_path(&binaries, &dir)?;
+    whole_path_report(&mut report, &whole)?;
+    let path = workspace_root().join("bench/results/cache.md");
+    std::fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
+    println!("{report}");
+    println!("==> report written to bench/results/cache.md");
+    Ok(())
+}
+
+/// The whole path a browser's request takes when the cache does not answer:
+/// wrk → the gateway (TPROXY, `cache.enabled = false`) → the origin over
+/// userspace SCTP, against the same wrk → nginx on the origin host over TCP,
+/// the router only forwarding. Both servers serve the demo site from the
+/// origin namespace; cells alternate as in the cache-hit part.
+fn whole_path(binaries: &Binaries, dir: &Path) -> Result<Vec<(&'static str, Load)>> {
+    println!("==> the whole path: the demo topology again, the gateway's cache off");
+    let mut options = DemoOptions::new(PREFIX, &workspace_root(), &dir.join("whole-path"));
+    options.gateway.cache_enabled = Some(false);
+    let mut demo = Demo::start(binaries.clone(), options)?;
+    let client_ns = demo.topology.client.name().to_owned();
+    let mut nginx = start_nginx(
+        demo.topology.origin.name(),
+        SocketAddr::new(SITE_V4.into(), NGINX_PORT),
+        &testbed::demo_site(),
+        &dir.join("nginx-origin"),
+    )?;
+    let gateway_url = format!("http://{SITE_V4}{FILE}");
+    let nginx_url = format!("http://{SITE_V4}:{NGINX_PORT}{FILE}");
+    curl(&client_ns, &gateway_url)?;
+    curl(&client_ns, &nginx_url)?;
+    let mut cells = Vec::new();
+    for round in 1..=ROUNDS {
+        for (name, url) in [("gateway → origin", &gateway_url), ("nginx", &nginx_url)] {
+            println!(
+                "==> whole path, round {round}/{ROUNDS}: {name}, wrk 2 threads, 100 connections, {CELL_SECONDS} s"
+            );
+            let load = wrk(&client_ns, url, 100, CELL_SECONDS)?;
+            println!(
+                "    {:.0} requests/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
+                load.rps, load.p50_ms, load.p99_ms, load.errors
+            );
+            cells.push((name, load));
+        }
+    }
+    // With the cache off nothing may have been answered from it.
+    match cache_stats(&binaries.gateway, &demo) {
+        Ok(stats) => {
+            let hits = stats["hits"].as_u64().unwrap_or(0);
+            if hits != 0 {
+                bail!("the gateway answered {hits} requests from a cache that is off");
+            }
+        }
+        Err(e) => println!("    (no cache figures with the cache off: {e:#})"),
+    }
+    let _ = nginx.process().stop(Duration::from_secs(5));
+    if let Some(gateway) = demo.gateway.as_mut() {
+        let _ = gateway.stop(Duration::from_secs(10));
+    }
+    Ok(cells)
+}
+
+fn whole_path_report(r: &mut String, cells: &[(&str, Load)]) -> Result<()> {
+    writeln!(
+        r,
+        "\n## The whole path, cache off: wrk → gateway → origin over SCTP, against wrk → nginx over TCP\n"
+    )?;
+    writeln!(
+        r,
+        "The same wrk (-t2 -c100 -d{CELL_SECONDS}s --latency, client namespace) and the same file: \
+         once through the gateway (TPROXY at {SITE_V4}:80, `cache.enabled = false`, so every request \
+         crosses the association to the origin, which serves config/demo-site), once to nginx in the \
+         origin's namespace ({SITE_V4}:{NGINX_PORT}, configured as above, same root) over TCP, the \
+         router only forwarding. No WAN emulator: the link is a veth, so this is the cost of the path's \
+         processing, not of a round trip. Gateway, origin, nginx and wrk share the machine's cores.\n"
+    )?;
+    writeln!(r, "| cell | path | requests/s | p50 ms | p99 ms | errors |")?;
+    writeln!(r, "|---|---|---|---|---|---|")?;
+    for (i, (name, load)) in cells.iter().enumerate() {
+        writeln!(
+            r,
+            "| {} | {name} | {:.0} | {:.2} | {:.2} | {} |",
+            i + 1,
+            load.rps,
+            load.p50_ms,
+            load.p99_ms,
+            load.errors
+        )?;
+    }
+    let pick = |path: &str, f: fn(&Load) -> f64| {
+        median(
+            cells
+                .iter()
+                .filter(|(n, _)| *n == path)
+                .map(|(_, l)| f(l))
+                .collect(),
+        )
+    };
+    let (g, n) = ("gateway → origin", "nginx");
+    let (g_rps, n_rps) = (pick(g, |l| l.rps), pick(n, |l| l.rps));
+    let (g_p99, n_p99) = (pick(g, |l| l.p99_ms), pick(n, |l| l.p99_ms));
+    writeln!(
+        r,
+        "\n| median over rounds | gateway → origin | nginx | ratio |\n|---|---|---|---|"
+    )?;
+    writeln!(
+        r,
+        "| requests/s | {g_rps:.0} | {n_rps:.0} | {:.2} |",
+        g_rps / n_rps
+    )?;
+    writeln!(
+        r,
+        "| p99 latency, ms | {g_p99:.2} | {n_p99:.2} | {:.2} |",
+        g_p99 / n_p99
+    )?;
     Ok(())
 }
 

@@ -36,7 +36,7 @@ pub(super) fn build_example_with(
 }
 
 /// A report's title and the lines every report starts with: how to reproduce it,
-/// when, and on what.
+/// when, on what, and from which commit.
 pub(super) fn report_header(title: &str, subcommand: &str) -> Result<String> {
     let mut report = String::new();
     writeln!(report, "# {title}\n")?;
@@ -47,6 +47,7 @@ pub(super) fn report_header(title: &str, subcommand: &str) -> Result<String> {
         command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
     )?;
     writeln!(report, "- machine: {}", machine_description())?;
+    writeln!(report, "- commit: {}", commit())?;
     Ok(report)
 }
 

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use testbed::{VethPair, exec_in, ip, sysctl};
 
-use super::common::{build_example, commit, cpu_seconds, load_average, report_header};
+use super::common::{build_example, cpu_seconds, load_average, report_header};
 use super::link::{array_field, field};
 use crate::cmd::workspace_root;
 
@@ -335,7 +335,6 @@ fn run_callgrind() -> Result<()> {
         "INITs: instructions per INIT answered and dropped (callgrind)",
         "init-flood --callgrind",
     )?;
-    writeln!(r, "- commit: {}", commit())?;
     writeln!(
         r,
         "- what: gateway-transport/examples/init_flood.rs `--handle {CALLGRIND_INITS}` (release) \
@@ -530,7 +529,6 @@ fn report(
         "INIT flood against an origin with established downloads",
         &subcommand,
     )?;
-    writeln!(t, "- commit: {}", commit())?;
     writeln!(
         t,
         "- load average (1, 5, 15 min): {} at the start, {} at the end; the machine was shared \

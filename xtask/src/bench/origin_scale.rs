@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::common::{build_example, commit, cpu_seconds, load_average, report_header, rss_kib};
+use super::common::{build_example, cpu_seconds, load_average, report_header, rss_kib};
 use super::link::field;
 use crate::cmd::workspace_root;
 
@@ -482,7 +482,6 @@ fn report(r: &Report<'_>) -> Result<String> {
         &subcommand,
     )?;
     let idle = r.idle;
-    writeln!(t, "- commit: {}", commit())?;
     writeln!(
         t,
         "- load average (1, 5, 15 min): {} at the start, {} at the end; the machine was shared \

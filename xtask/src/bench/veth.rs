@@ -411,9 +411,12 @@ const STATIC_PATH: &str = "/assets/tile-01.svg";
 /// Where nginx listens in the static benchmark, in the server namespace.
 const NGINX_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 78, 0, 1)), 8080);
 
-/// Requests per origin row of `bench static`: about a second at the
-/// origin's rate, long enough that start-up does not count.
-const STATIC_REQUESTS: u32 = 200_000;
+/// How long each row of `bench static` loads its server, and with how many
+/// requests outstanding: the origin's load generator and wrk alike (wrk's
+/// `-d` and `-c`), so that the rows differ only in the server and its
+/// protocol.
+const STATIC_SECONDS: u32 = 10;
+const STATIC_OUTSTANDING: u32 = 64;
 
 /// nginx's settings for keeping open files and their metadata between
 /// requests, as the origin's small-file cache does (`files.small_file_recheck`
@@ -457,7 +460,7 @@ pub(super) fn static_files(options: &BenchOptions) -> Result<()> {
     let mut rows = Vec::new();
     for backend in ["userspace", "framed-tcp"] {
         println!(
-            "==> origin over {backend}: {STATIC_REQUESTS} requests for {STATIC_PATH}, 64 outstanding"
+            "==> origin over {backend}: {STATIC_PATH} for {STATIC_SECONDS} s, {STATIC_OUTSTANDING} outstanding"
         );
         let args = |role: &str| -> Vec<String> {
             [
@@ -476,8 +479,8 @@ pub(super) fn static_files(options: &BenchOptions) -> Result<()> {
                 site.display().to_string(),
                 "--path".into(),
                 STATIC_PATH.into(),
-                "--count".into(),
-                STATIC_REQUESTS.to_string(),
+                "--seconds".into(),
+                STATIC_SECONDS.to_string(),
             ])
             .collect()
         };
@@ -507,11 +510,11 @@ pub(super) fn static_files(options: &BenchOptions) -> Result<()> {
     )?;
     writeln!(
         report,
-        "- file: config/demo-site{STATIC_PATH}; the origin's load generator speaks the gateway protocol (64 requests outstanding); nginx is loaded by wrk\n"
+        "- file: config/demo-site{STATIC_PATH}; every row loads its server for {STATIC_SECONDS} s with {STATIC_OUTSTANDING} requests outstanding: the origin by its load generator (`sched_bench --workload static --seconds {STATIC_SECONDS}`, which speaks the gateway protocol, {STATIC_OUTSTANDING} requests on one association), nginx by wrk (`-t1 -c{STATIC_OUTSTANDING} -d{STATIC_SECONDS}s`, one request at a time on each of {STATIC_OUTSTANDING} connections)"
     )?;
     writeln!(
         report,
-        "- origin rows: {STATIC_REQUESTS} requests each; nginx rows: wrk for 10 s each; nginx's tuned row adds `{NGINX_TUNED}`\n"
+        "- nginx's tuned row adds `{NGINX_TUNED}`; the whole path a browser's request takes (through the gateway, cache off, to the origin, against nginx over TCP) is in bench/results/cache.md\n"
     )?;
     writeln!(
         report,
@@ -534,22 +537,17 @@ pub(super) fn static_files(options: &BenchOptions) -> Result<()> {
 }
 
 /// wrk's requests per second against nginx serving `site` with `extra` in
-/// its `http` block: one thread, 64 connections, 10 s.
+/// its `http` block: one thread, [`STATIC_OUTSTANDING`] connections,
+/// [`STATIC_SECONDS`].
 fn nginx_static(ns: &VethPair, site: &Path, extra: &str) -> Result<f64> {
     let label = if extra.is_empty() { "" } else { " tuned" };
-    println!("==> nginx{label}: wrk, 64 connections, 10 s");
+    println!("==> nginx{label}: wrk, {STATIC_OUTSTANDING} connections, {STATIC_SECONDS} s");
     let nginx_dir = tempfile_dir("gwb-nginx")?;
     let nginx = start_nginx(ns, site, NGINX_LISTEN, &nginx_dir, extra)?;
     let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            ns.client.name(),
-            "wrk",
-            "-t1",
-            "-c64",
-            "-d10s",
-        ])
+        .args(["netns", "exec", ns.client.name(), "wrk", "-t1"])
+        .arg(format!("-c{STATIC_OUTSTANDING}"))
+        .arg(format!("-d{STATIC_SECONDS}s"))
         .arg(format!("http://10.78.0.1:8080{STATIC_PATH}"))
         .output()
         .context("running wrk (package wrk)")?;
