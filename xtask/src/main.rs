@@ -41,7 +41,8 @@ enum Command {
     /// tears it down. With --lan-interface and --origin: the gateway on this
     /// host's interfaces instead.
     Run(run::RunOptions),
-    /// Run a benchmark and write its report to bench/results/.
+    /// Run a benchmark and write its report to bench/results/ (after
+    /// installing the Debian packages the benchmarks use, if missing).
     Bench(bench::BenchOptions),
     /// Write the full-size SCTP fuzz seeds under fuzz/target/seeds/ (`test`
     /// does it before its fuzz run) and print how to fuzz with them by hand.
@@ -65,7 +66,15 @@ fn main() -> Result<()> {
         Command::BuildEbpf(options) => ebpf::build(&options).map(|_| ()),
         Command::Test(options) => test::run(&options),
         Command::VmTest(options) => vm::run(&options),
-        Command::Bench(options) => bench::run(&options),
+        Command::Bench(options) => {
+            // The benchmarks' packages (wrk, Squid, valgrind, ...), which the
+            // demo's set-up leaves out; a check when all are there.
+            setup::run(&setup::SetupOptions {
+                only: vec![setup::Step::Apt],
+                ..setup::SetupOptions::default()
+            })?;
+            bench::run(&options)
+        }
         Command::Run(options) => run::run(&options),
         Command::Corpus(options) => corpus::run(&options),
         Command::FuzzSeeds => fuzz_seeds::run(),

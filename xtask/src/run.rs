@@ -27,7 +27,8 @@ use std::net::SocketAddr;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use testbed::https::{DemoHttps, SITE_NAME};
@@ -90,6 +91,7 @@ pub(crate) fn run(options: &RunOptions) -> Result<()> {
         step("set-up (what is missing gets installed)");
         setup::run(&setup::SetupOptions {
             only: vec![setup::Step::Apt, setup::Step::Rust, setup::Step::BpfLinker],
+            demo: true,
             ..setup::SetupOptions::default()
         })?;
     }
@@ -178,6 +180,7 @@ fn run_demo(options: &RunOptions, site: Option<PathBuf>) -> Result<()> {
             check_page(&demo, site.is_some(), Some(https));
         }
     }
+    print_timeline();
     print_instructions(&demo, &served);
     print_ebpf(&demo, ebpf.is_some());
 
@@ -587,8 +590,44 @@ fn build_features(packages: &[&str], features: &[String]) -> Result<Vec<PathBuf>
         .collect()
 }
 
+/// The steps so far, each with when it began: [`step`] closes the one
+/// before with its time, [`print_timeline`] lists them all.
+static TIMELINE: Mutex<Vec<(String, Instant)>> = Mutex::new(Vec::new());
+
 fn step(name: &str) {
+    let now = Instant::now();
+    let mut timeline = TIMELINE.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((previous, began)) = timeline.last() {
+        println!(
+            "  ({previous}: {:.1} s)",
+            now.duration_since(*began).as_secs_f64()
+        );
+    }
+    timeline.push((name.to_owned(), now));
     println!("\n==> xtask run: {name}");
+}
+
+/// Each step's time so far and their sum: how long the demo took to its
+/// first page (cargo's build of xtask itself, before this process, is not
+/// in it).
+fn print_timeline() {
+    let now = Instant::now();
+    let timeline = TIMELINE.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some((_, first)) = timeline.first() else {
+        return;
+    };
+    println!("\n  time to the first page, by step:");
+    for (i, (name, began)) in timeline.iter().enumerate() {
+        let end = timeline.get(i + 1).map_or(now, |(_, next)| *next);
+        println!(
+            "    {:>7.1} s  {name}",
+            end.duration_since(*began).as_secs_f64()
+        );
+    }
+    println!(
+        "    {:>7.1} s  in all",
+        now.duration_since(*first).as_secs_f64()
+    );
 }
 
 fn is_not_root() -> bool {

@@ -28,81 +28,123 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::cmd::{display, output, probe, run_command, which, workspace_root};
 
-/// Debian packages the project uses, each with why. Installed with
+/// Who needs a Debian package: the demo (`cargo xtask run`, which installs
+/// only these, so that a first try is quick) or only the tests and
+/// benchmarks (`cargo xtask test` and `cargo xtask bench` install all).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Need {
+    Demo,
+    Tests,
+}
+
+/// Debian packages the project uses, each with who needs it and why. Installed with
 /// `--no-install-recommends`, so anything a recommend would have brought that we
 /// need is listed here itself.
-pub(crate) const DEBIAN_PACKAGES: &[(&str, &str)] = &[
+pub(crate) const DEBIAN_PACKAGES: &[(&str, Need, &str)] = &[
     (
         "build-essential",
+        Need::Demo,
         "cc: the linker for host Rust builds, bpf-linker included",
     ),
     (
         "iproute2",
+        Need::Demo,
         "ip: network namespaces, veth pairs, XDP inspection in tests and the demo",
     ),
-    ("kmod", "modprobe: loads sctp.ko inside the kernel-SCTP VM"),
-    ("nftables", "nft: the gateway's tproxy interception rules"),
+    (
+        "kmod",
+        Need::Tests,
+        "modprobe: loads sctp.ko inside the kernel-SCTP VM",
+    ),
+    (
+        "nftables",
+        Need::Demo,
+        "nft: the gateway's tproxy interception rules",
+    ),
     (
         "lksctp-tools",
+        Need::Tests,
         "sctp_test, sctp_darn, checksctp: real kernel-SCTP peers in the VM tests",
     ),
     (
         "linux-image-amd64",
+        Need::Tests,
         "Debian's kernel, which has sctp.ko: booted by virtme-ng for SCTP tests",
     ),
     (
         "qemu-system-x86",
+        Need::Tests,
         "the emulator virtme-ng boots that kernel in",
     ),
-    ("busybox-static", "virtme-ng's in-guest init helpers"),
+    (
+        "busybox-static",
+        Need::Tests,
+        "virtme-ng's in-guest init helpers",
+    ),
     (
         "python3-pip",
+        Need::Tests,
         "pip, for installing virtme-ng from PyPI when python3 is Debian's",
     ),
     (
         "nginx-light",
+        Need::Demo,
         "a real HTTP server: TCP upstream for demos and benchmarks",
     ),
     (
         "curl",
+        Need::Demo,
         "HTTP client in the end-to-end tests and the demo's instructions",
     ),
     (
         "ethtool",
+        Need::Tests,
         "turns GRO/GSO/TSO and tx checksumming off on the veths the WAN emulator forwards between",
     ),
     (
         "openssl",
+        Need::Demo,
         "openssl: the self-signed certificates of the benchmark's HTTPS (HTTP/2) nginx and of the HTTPS end-to-end tests",
     ),
     (
         "squid",
+        Need::Tests,
         "the benchmark's transparent caching proxy (TPROXY) the gateway is compared with",
     ),
     (
         "systemd",
+        Need::Tests,
         "systemd-analyze: `cargo xtask install` and its test verify the units it writes",
     ),
     (
         "util-linux",
+        Need::Tests,
         "setpriv: the eBPF tests that start the gateway and the origin without CAP_BPF",
     ),
     (
         "valgrind",
+        Need::Tests,
         "callgrind: instructions per byte in `bench transport --callgrind`",
     ),
-    ("wrk", "HTTP load generator for the benchmarks"),
+    ("wrk", Need::Tests, "HTTP load generator for the benchmarks"),
     (
         "debian-handbook",
+        Need::Tests,
         "a real site served as its files are: the page-load benchmark's `handbook` page",
     ),
-    ("hyperfine", "command timing for the benchmarks"),
+    (
+        "hyperfine",
+        Need::Tests,
+        "command timing for the benchmarks",
+    ),
     (
         "chromium",
+        Need::Demo,
         "headless browser for page-load tests and screenshots",
     ),
     (
         "fonts-dejavu-core",
+        Need::Demo,
         "a font, so headless Chromium renders text (recommends are skipped), and the TrueType font the benchmark charts (xtask's plot.rs) set their text in",
     ),
 ];
@@ -127,6 +169,11 @@ pub(crate) struct SetupOptions {
     /// touching the bpf-linker in use; `build-ebpf` still uses the one on PATH.
     #[arg(long, value_name = "DIR")]
     pub bpf_linker_root: Option<PathBuf>,
+    /// Only the Debian packages the demo (`cargo xtask run`) needs, not
+    /// those of the tests and benchmarks (the VM's kernel and emulator,
+    /// Squid, wrk, valgrind, ...).
+    #[arg(long)]
+    pub demo: bool,
 }
 
 /// One step of `cargo xtask setup`.
@@ -149,7 +196,7 @@ pub(crate) fn run(options: &SetupOptions) -> Result<()> {
     let started = Instant::now();
     let wanted = |step| options.only.is_empty() || options.only.contains(&step);
     if wanted(Step::Apt) {
-        apt_packages()?;
+        apt_packages(if options.demo { Some(Need::Demo) } else { None })?;
     }
     if wanted(Step::VirtmeNg) {
         virtme_ng()?;
@@ -170,22 +217,33 @@ pub(crate) fn run(options: &SetupOptions) -> Result<()> {
 // ---------------------------------------------------------------------------
 // Debian packages
 
-fn apt_packages() -> Result<()> {
+/// Installs the missing packages of [`DEBIAN_PACKAGES`]: all, or those of
+/// `only`.
+fn apt_packages(only: Option<Need>) -> Result<()> {
+    let wanted: Vec<&(&str, Need, &str)> = DEBIAN_PACKAGES
+        .iter()
+        .filter(|(_, need, _)| only.is_none_or(|only| only == *need))
+        .collect();
     let mut missing = Vec::new();
-    for &(package, _) in DEBIAN_PACKAGES {
+    for &&(package, _, _) in &wanted {
         if !debian_package_installed(package)? {
             missing.push(package);
         }
     }
+    let which = if only == Some(Need::Demo) {
+        "the demo's"
+    } else {
+        "all"
+    };
     if missing.is_empty() {
-        println!(
-            "[setup] Debian packages: all {} present",
-            DEBIAN_PACKAGES.len()
-        );
+        println!("[setup] Debian packages: {which} {} present", wanted.len());
         return Ok(());
     }
-    println!("[setup] Debian packages missing:");
-    for &(package, why) in DEBIAN_PACKAGES.iter().filter(|(p, _)| missing.contains(p)) {
+    println!(
+        "[setup] Debian packages missing ({which} {}):",
+        wanted.len()
+    );
+    for &&(package, _, why) in wanted.iter().filter(|(p, _, _)| missing.contains(p)) {
         println!("          {package:<20} {why}");
     }
     if !is_root()? {
