@@ -23,9 +23,10 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
+use crate::browser_socket::BrowserSocket;
 pub use crate::config::{EbpfConfig, XdpModeChoice};
 use crate::ebpf::{SctpAccounting, SctpAccountingConfig, TcpFlowAccounting, XdpMode};
-use crate::origin_link::{BrowserSocket, OriginLink, StreamFigures};
+use crate::origin_link::{OriginLink, StreamFigures};
 
 /// How per-stream accounting runs.
 #[derive(Debug)]

@@ -30,7 +30,7 @@
 //! Layering (docs/architecture.md): a module imports only modules to its right
 //! in `daemon` > `admin` > `front` > `metrics` > {`origin_link`, `intercept`,
 //! `route`, `listener`, `direct`} > `config` > `prefetch` > `cache` > {`body`,
-//! `sync`}; [`ebpf`] stands apart.
+//! `sync`, `client_bytes`, `browser_socket`}; [`ebpf`] stands apart.
 //!
 //! What it never does: start anything on its own. Every socket, rule and
 //! attachment is made by an explicit call and undone by dropping what it returned
@@ -39,6 +39,7 @@
 pub mod accounting;
 pub mod admin;
 pub mod body;
+pub mod browser_socket;
 pub mod cache;
 pub mod client_bytes;
 pub mod config;

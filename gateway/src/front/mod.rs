@@ -50,14 +50,13 @@ use self::framing::{Finding, FramedStream, Noted, RequestFraming};
 use self::head::{Checked, end_to_end, via_value};
 pub use self::prefetch::Prefetcher;
 use crate::body::{Body, BoxError};
+use crate::browser_socket::BrowserSocket;
 use crate::cache::{Cache, CacheRequest, Filled, Lookup};
 use crate::config::{DEFAULT_MAX_HEADER_FIELDS, GatewayConfig, HttpConfig};
 use crate::direct::{DirectError, DirectSettings, DirectUpstream};
-use crate::listener::Intercepted;
+use crate::listener::{CountedFlow, Intercepted};
 use crate::metrics::{RequestMetrics, Side};
-use crate::origin_link::{
-    BrowserSocket, CountedStream, LinkError, OriginLink, OriginRequest, StreamPin,
-};
+use crate::origin_link::{LinkError, OriginLink, OriginRequest, StreamPin};
 use crate::route::{Decision, HostCheck, HostVerifier, RouteTable, Target};
 
 /// The start of the gateway's `Via` pseudonym (RFC 9110, section 7.6.3); each
@@ -330,23 +329,22 @@ impl Front {
             }
             return;
         }
-        let Intercepted {
+        let tally = self.metrics.client_tally(flow.client.ip());
+        let CountedFlow {
             stream,
+            socket,
             client,
             original_dst,
-        } = flow;
+        } = flow.into_counted(tally);
         let id = self.prefetcher.as_ref().map_or(0, |p| p.connection_id());
         let framing = RequestFraming::new(
             self.http.max_header_bytes,
             self.http.max_header_fields,
             self.http.max_body_bytes,
         );
-        let (counted, socket) = CountedStream::measured(stream);
-        let socket = Some(socket);
-        let counted = counted.with_client(self.metrics.client_tally(client.ip()));
-        let (stream, findings) = FramedStream::new(counted, framing);
+        let (stream, findings) = FramedStream::new(stream, framing);
         let mut state = Flow::new(client, original_dst, self.direct, id, findings);
-        state.socket = socket;
+        state.socket = Some(socket);
         let state = Arc::new(state);
         let front = Arc::clone(&self);
         let service = service_fn(move |request| {
