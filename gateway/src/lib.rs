@@ -30,7 +30,7 @@
 //! Layering (docs/architecture.md): a module imports only modules to its right
 //! in `daemon` > `admin` > `front` > `metrics` > {`origin_link`, `intercept`,
 //! `route`, `listener`, `direct`} > `config` > `prefetch` > `cache` > {`body`,
-//! `sync`, `client_bytes`, `browser_socket`}; [`ebpf`] stands apart.
+//! `sync`, `client_bytes`, `browser_socket`, `upstream`}; [`ebpf`] stands apart.
 //!
 //! What it never does: start anything on its own. Every socket, rule and
 //! attachment is made by an explicit call and undone by dropping what it returned
@@ -57,3 +57,4 @@ pub mod origin_link;
 pub mod prefetch;
 pub mod route;
 pub mod sync;
+pub mod upstream;

@@ -23,6 +23,7 @@ pub mod config;
 pub mod fill;
 mod memory;
 pub mod policy;
+mod serve;
 pub mod store;
 
 use std::collections::HashMap;
@@ -41,6 +42,7 @@ use self::fill::FillTicket;
 pub use self::fill::{Fill, Filled, FlightHead};
 use self::memory::{Hot, Memory};
 use self::policy::{EffectiveUri, LookupDecision, StoredAnswer};
+pub use self::serve::{Asker, ServeError, Served};
 pub use self::store::Purge;
 use self::store::{EntryMeta, Store, StoreError, StoreLimits, StoreStats, full_key};
 use crate::body::Body;

@@ -51,13 +51,14 @@ use self::head::{Checked, end_to_end, via_value};
 pub use self::prefetch::Prefetcher;
 use crate::body::{Body, BoxError};
 use crate::browser_socket::BrowserSocket;
-use crate::cache::{Cache, CacheRequest, Filled, Lookup};
+use crate::cache::{Asker, Cache, ServeError};
 use crate::config::{DEFAULT_MAX_HEADER_FIELDS, GatewayConfig, HttpConfig};
 use crate::direct::{DirectError, DirectSettings, DirectUpstream};
 use crate::listener::{CountedFlow, Intercepted};
 use crate::metrics::{RequestMetrics, Side};
 use crate::origin_link::{LinkError, OriginLink, OriginRequest, StreamPin};
 use crate::route::{Decision, HostCheck, HostVerifier, RouteTable, Target};
+use crate::upstream::{Answered, Upstream, UpstreamError, UpstreamFuture, UpstreamRequest};
 
 /// The start of the gateway's `Via` pseudonym (RFC 9110, section 7.6.3); each
 /// running gateway appends an id of its own, so that two gateways in a row (a
@@ -167,6 +168,12 @@ impl Flow {
         }
     }
 
+    /// A flow to the same ends with connections of its own (its own stream
+    /// pins and direct connection), reading no browser bytes.
+    fn detached(&self, direct: DirectSettings) -> Self {
+        Self::new(self.client, self.dst, direct, 0, watch::channel(None).1)
+    }
+
     /// What the framing watch found about request `request`, if anything.
     fn finding(&self, request: u64) -> Option<Finding> {
         self.findings
@@ -210,11 +217,6 @@ impl Refusal {
             close: true,
             ..Self::new(Side::Browser, status, message)
         }
-    }
-
-    /// The origin or the original destination failed.
-    fn origin(status: StatusCode, message: impl Into<String>) -> Self {
-        Self::new(Side::Origin, status, message)
     }
 }
 
@@ -383,7 +385,11 @@ impl Front {
         }
     }
 
-    async fn handle(self: &Arc<Self>, flow: &Flow, request: Request<Incoming>) -> Response<Body> {
+    async fn handle(
+        self: &Arc<Self>,
+        flow: &Arc<Flow>,
+        request: Request<Incoming>,
+    ) -> Response<Body> {
         let started = Instant::now();
         let method = request.method().clone();
         let target = request.uri().clone();
@@ -415,7 +421,7 @@ impl Front {
     /// for the access log.
     async fn forward(
         self: &Arc<Self>,
-        flow: &Flow,
+        flow: &Arc<Flow>,
         request: Request<Incoming>,
     ) -> Result<(Response<Body>, &'static str, &'static str), Refusal> {
         let number = flow.requests.fetch_add(1, Ordering::Relaxed);
@@ -451,7 +457,7 @@ impl Front {
             // on, and what tells the cache there is a body it does not key.
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         }
-        let forwarded = Forwarded {
+        let forwarded = UpstreamRequest {
             method: parts.method,
             path: target,
             host: host_value,
@@ -461,13 +467,18 @@ impl Front {
             class: gateway_protocol::RequestClass::Demand,
             promote: None,
         };
-        let context = RequestContext {
-            flow,
-            host,
-            port,
+        let upstream = FlowUpstream {
+            front: Arc::clone(self),
+            flow: Arc::clone(flow),
             decision,
         };
         let (mut response, route, cache) = if decision.cacheable && self.cache.is_enabled() {
+            let context = RequestContext {
+                flow,
+                host,
+                port,
+                decision,
+            };
             // The page and its subresources, for the prefetch queue: what it
             // claims before the request goes; the request itself is kept here
             // (the cache borrows it) for a page the answer turns out to open.
@@ -476,135 +487,23 @@ impl Front {
             } else {
                 None
             };
-            let (response, route, cache) = self.through_cache(&context, &forwarded).await?;
+            let served = self
+                .cache
+                .serve(&context.host, port, &forwarded, Asker::Browser, &upstream)
+                .await?;
             let response = match watched {
-                Some(watched) => self.prefetch_watch(&context, &forwarded, watched, response),
-                None => response,
+                Some(watched) => {
+                    self.prefetch_watch(&context, &upstream, &forwarded, watched, served.response)
+                }
+                None => served.response,
             };
-            (response, route, cache)
+            (response, served.route, served.cache)
         } else {
-            let (response, route) = self.dispatch(flow, decision, forwarded).await?;
-            (response, route, "-")
+            let answered = upstream.send(forwarded).await?;
+            (answered.response, answered.route, "-")
         };
         response.headers_mut().append(header::VIA, self.via.clone());
         Ok((response, route, cache))
-    }
-
-    /// Serves a cacheable request: from the cache, through a fill, or passed
-    /// on (then invalidating what an unsafe method changed). A hit copies
-    /// nothing of `request`; what goes upstream is a copy.
-    async fn through_cache(
-        self: &Arc<Self>,
-        context: &RequestContext<'_>,
-        request: &Forwarded,
-    ) -> Result<(Response<Body>, &'static str, &'static str), Refusal> {
-        let RequestContext {
-            flow,
-            ref host,
-            port,
-            decision,
-        } = *context;
-        let lookup = self
-            .cache
-            .lookup(&CacheRequest {
-                method: &request.method,
-                host,
-                port,
-                target: &request.path,
-                headers: &request.headers,
-            })
-            .await;
-        match lookup {
-            Lookup::Hit(response, label) => Ok((response, "cache", label)),
-            Lookup::Fill(fill) => {
-                let label = if fill.is_validation() {
-                    "revalidate"
-                } else {
-                    "miss"
-                };
-                let mut prepared = request.clone();
-                fill.prepare(&mut prepared.headers);
-                let (response, route) = match self.dispatch(flow, decision, prepared).await {
-                    Ok(answer) => answer,
-                    // Unreachable or silent: a stale entry may stand in.
-                    Err(refusal) => {
-                        return match fill.failed(refusal.status) {
-                            Some(stale) => Ok((stale, "unreachable", "stale-if-error")),
-                            None => Err(refusal),
-                        };
-                    }
-                };
-                match fill.respond(response).await {
-                    Filled::Answer(response) => Ok((response, route, label)),
-                    Filled::Refetch => {
-                        let (response, route) =
-                            self.dispatch(flow, decision, request.clone()).await?;
-                        Ok((response, route, "pass"))
-                    }
-                }
-            }
-            Lookup::StaleWhileRevalidate(response, fill) => {
-                let mut prepared = request.clone();
-                fill.prepare(&mut prepared.headers);
-                // Its own connection upstream, so that the browser's next
-                // request on this one does not wait behind the validation.
-                let background = Flow::new(
-                    flow.client,
-                    flow.dst,
-                    self.direct,
-                    0,
-                    watch::channel(None).1,
-                );
-                let front = Arc::clone(self);
-                tokio::spawn(async move {
-                    front
-                        .revalidate_in_background(background, decision, prepared, *fill)
-                        .await;
-                });
-                Ok((response, "cache", "stale-while-revalidate"))
-            }
-            Lookup::Pass => {
-                let (response, route) = self.dispatch(flow, decision, request.clone()).await?;
-                let key = CacheRequest {
-                    method: &request.method,
-                    host,
-                    port,
-                    target: &request.path,
-                    headers: &HeaderMap::new(),
-                };
-                self.cache
-                    .after_pass(&key, response.status(), response.headers())
-                    .await;
-                Ok((response, route, "pass"))
-            }
-        }
-    }
-
-    /// Validates a stale entry answered under `stale-while-revalidate`: the
-    /// fill stores or freshens what comes back; the answer itself is read to
-    /// its end (so that a streamed body reaches the store) and dropped.
-    async fn revalidate_in_background(
-        &self,
-        flow: Flow,
-        decision: Decision,
-        request: Forwarded,
-        fill: crate::cache::Fill,
-    ) {
-        let response = match self.dispatch(&flow, decision, request).await {
-            Ok((response, _)) => fill.respond(response).await,
-            Err(refusal) => {
-                tracing::debug!(dst = %flow.dst, status = refusal.status.as_u16(), "cache: a background validation failed");
-                return;
-            }
-        };
-        if let Filled::Answer(response) = response {
-            let mut body = response.into_body();
-            while let Some(frame) = body.frame().await {
-                if frame.is_err() {
-                    break;
-                }
-            }
-        }
     }
 
     /// Sends the request where `decision` says, failing open where allowed.
@@ -612,20 +511,20 @@ impl Front {
         &self,
         flow: &Flow,
         decision: Decision,
-        request: Forwarded,
-    ) -> Result<(Response<Body>, &'static str), Refusal> {
+        request: UpstreamRequest,
+    ) -> Result<Answered, UpstreamError> {
         let Target::Origin(index) = decision.target else {
-            return self
-                .direct(flow, request)
-                .await
-                .map(|r| (r, decision.reason));
+            return self.direct(flow, request).await.map(|response| Answered {
+                response,
+                route: decision.reason,
+            });
         };
         let origin = &self.origins[index];
         if !origin.link.is_up() {
             if origin.fail_open {
-                return self.direct(flow, request).await.map(|r| (r, "fail-open"));
+                return self.direct(flow, request).await.map(fail_open);
             }
-            return Err(Refusal::origin(
+            return Err(UpstreamError::origin(
                 StatusCode::BAD_GATEWAY,
                 format!("origin {} is unreachable", origin.link.name()),
             ));
@@ -653,7 +552,7 @@ impl Front {
         )
         .await
         .map_err(|_| {
-            Refusal::origin(
+            UpstreamError::origin(
                 StatusCode::GATEWAY_TIMEOUT,
                 format!("origin {} did not answer in time", origin.link.name()),
             )
@@ -663,11 +562,14 @@ impl Front {
                 let (mut parts, body) = response.into_parts();
                 parts.headers = end_to_end(parts.headers);
                 let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync();
-                Ok((Response::from_parts(parts, body), decision.reason))
+                Ok(Answered {
+                    response: Response::from_parts(parts, body),
+                    route: decision.reason,
+                })
             }
             Err(e) if e.nothing_sent() && origin.fail_open && is_idempotent(&request.method) => {
                 tracing::debug!(origin = origin.link.name(), error = %e, "origin request failed before sending: direct");
-                self.direct(flow, request).await.map(|r| (r, "fail-open"))
+                self.direct(flow, request).await.map(fail_open)
             }
             Err(e) => {
                 // A request the protocol cannot carry never left the gateway.
@@ -675,7 +577,7 @@ impl Front {
                     LinkError::Unsendable(_) => Side::Internal,
                     _ => Side::Origin,
                 };
-                Err(Refusal::new(
+                Err(UpstreamError::new(
                     side,
                     e.gateway_status(),
                     format!("origin {}: {e}", origin.link.name()),
@@ -685,7 +587,11 @@ impl Front {
     }
 
     /// Forwards over plain TCP to the original destination.
-    async fn direct(&self, flow: &Flow, request: Forwarded) -> Result<Response<Body>, Refusal> {
+    async fn direct(
+        &self,
+        flow: &Flow,
+        request: UpstreamRequest,
+    ) -> Result<Response<Body>, UpstreamError> {
         let mut builder = Request::builder()
             .method(request.method)
             .uri(request.path)
@@ -701,9 +607,9 @@ impl Front {
                 );
             }
         }
-        let upstream_request = builder
-            .body(Full::new(request.body))
-            .map_err(|e| Refusal::new(Side::Internal, StatusCode::BAD_REQUEST, e.to_string()))?;
+        let upstream_request = builder.body(Full::new(request.body)).map_err(|e| {
+            UpstreamError::new(Side::Internal, StatusCode::BAD_REQUEST, e.to_string())
+        })?;
         let response = flow
             .direct
             .lock()
@@ -712,13 +618,13 @@ impl Front {
             .await
             .map_err(|e| match e {
                 DirectError::ResponseTimeout { .. } => {
-                    Refusal::origin(StatusCode::GATEWAY_TIMEOUT, e.to_string())
+                    UpstreamError::origin(StatusCode::GATEWAY_TIMEOUT, e.to_string())
                 }
                 // The browser addressed this host itself.
                 DirectError::OwnAddress { .. } => {
-                    Refusal::new(Side::Browser, StatusCode::LOOP_DETECTED, e.to_string())
+                    UpstreamError::new(Side::Browser, StatusCode::LOOP_DETECTED, e.to_string())
                 }
-                _ => Refusal::origin(StatusCode::BAD_GATEWAY, e.to_string()),
+                _ => UpstreamError::origin(StatusCode::BAD_GATEWAY, e.to_string()),
             })?;
         let (mut parts, body) = response.into_parts();
         parts.headers = end_to_end(parts.headers);
@@ -801,24 +707,53 @@ impl Flow {
     }
 }
 
-/// A checked request on its way upstream.
-#[derive(Debug, Clone)]
-struct Forwarded {
-    method: Method,
-    /// Origin-form target.
-    path: String,
-    /// The Host to send (the request's, or the absolute-form target's authority).
-    host: HeaderValue,
-    /// End-to-end headers only.
-    headers: HeaderMap,
-    body: Bytes,
-    /// RFC 9218 urgency toward an origin.
-    urgency: u8,
-    /// Browser demand or the gateway's prefetch.
-    class: gateway_protocol::RequestClass,
-    /// A prefetch's urgency and class after promotion (a browser asked for
-    /// it): the origin link sends PRIORITY when it changes.
-    promote: Option<watch::Receiver<(u8, gateway_protocol::RequestClass)>>,
+/// A direct answer in place of an origin's (`origin.fail_open`).
+fn fail_open(response: Response<Body>) -> Answered {
+    Answered {
+        response,
+        route: "fail-open",
+    }
+}
+
+/// The front's network for one request: the route `decision` picked, over
+/// `flow`'s stream pins and direct connection.
+#[derive(Debug)]
+struct FlowUpstream {
+    front: Arc<Front>,
+    flow: Arc<Flow>,
+    decision: Decision,
+}
+
+impl Upstream for FlowUpstream {
+    fn send(&self, request: UpstreamRequest) -> UpstreamFuture<'_> {
+        Box::pin(self.front.dispatch(&self.flow, self.decision, request))
+    }
+
+    fn detach(&self) -> Arc<dyn Upstream> {
+        Arc::new(FlowUpstream {
+            front: Arc::clone(&self.front),
+            flow: Arc::new(self.flow.detached(self.front.direct)),
+            decision: self.decision,
+        })
+    }
+}
+
+impl From<UpstreamError> for Refusal {
+    fn from(error: UpstreamError) -> Self {
+        Self::new(error.side, error.status, error.message)
+    }
+}
+
+impl From<ServeError> for Refusal {
+    fn from(error: ServeError) -> Self {
+        match error {
+            ServeError::Upstream(error) => error.into(),
+            // Only a prefetch is declined.
+            ServeError::Declined(why) => {
+                Self::new(Side::Internal, StatusCode::INTERNAL_SERVER_ERROR, why)
+            }
+        }
+    }
 }
 
 /// RFC 9110, section 9.2.2: safe to send twice.

@@ -29,15 +29,16 @@ use http_body_util::BodyExt;
 use tokio::sync::{Notify, mpsc, watch};
 use url::Url;
 
-use super::{Flow, Forwarded, Front, RequestContext, stopped};
+use super::{Front, RequestContext, stopped};
 use crate::body::{Body, BoxError};
-use crate::cache::{CacheRequest, Filled, Lookup, Purge};
+use crate::cache::{Asker, CacheRequest, Purge, ServeError};
 use crate::prefetch::queue::{ConnectionId, Scan};
 use crate::prefetch::{
     Action, Demand, FetchId, HtmlScanner, PageId, PrefetchConfig, PrefetchQueue, PrefetchStats,
     RecentPage, Resource, extract_css, is_css, is_html, keep_prefetched, prefetch_request_headers,
 };
 use crate::route::{Decision, Target};
+use crate::upstream::{Upstream, UpstreamError, UpstreamRequest};
 
 /// Chunks of an HTML body waiting for the page task; beyond this the page is
 /// scanned no further (the browser is never held back).
@@ -49,10 +50,9 @@ struct PageContext {
     /// The page request's end-to-end fields (User-Agent, Accept-Language...).
     headers: HeaderMap,
     document: Url,
-    decision: Decision,
-    /// A flow of its own: prefetches get their own stream pin and upstream
-    /// connection, not the browser's.
-    flow: Arc<Flow>,
+    /// The page's route over connections of its own: prefetches get their
+    /// own stream pin and upstream connection, not the browser's.
+    upstream: Arc<dyn Upstream>,
 }
 
 /// What [`Front::prefetch_demand`] learned of a browser GET, for
@@ -185,7 +185,8 @@ impl Front {
     pub(super) fn prefetch_watch(
         &self,
         context: &RequestContext<'_>,
-        request: &Forwarded,
+        upstream: &dyn Upstream,
+        request: &UpstreamRequest,
         watched: Watched,
         response: Response<Body>,
     ) -> Response<Body> {
@@ -225,15 +226,7 @@ impl Front {
         let context = Arc::new(PageContext {
             headers: request.headers.clone(),
             document: document.clone(),
-            decision: *decision,
-            // Prefetches read no browser bytes: nothing to find.
-            flow: Arc::new(Flow::new(
-                flow.client,
-                flow.dst,
-                self.direct,
-                0,
-                tokio::sync::watch::channel(None).1,
-            )),
+            upstream: upstream.detach(),
         });
         let page = prefetcher.with(|s| {
             let page = s
@@ -445,7 +438,7 @@ impl Front {
             return Err(Outcome::Failed("host"));
         };
         let (urgency, class) = *promoted.borrow();
-        let mut request = Forwarded {
+        let request = UpstreamRequest {
             method: Method::GET,
             path: path.to_owned(),
             host: host_value,
@@ -455,38 +448,18 @@ impl Front {
             class,
             promote: Some(promoted),
         };
-        let lookup = self
+        let asker = Asker::Prefetch {
+            keep: |status, headers| keep_prefetched(status, headers).is_ok(),
+        };
+        match self
             .cache
-            .lookup(&CacheRequest {
-                method: &request.method,
-                host: &host,
-                port,
-                target: &request.path,
-                headers: &request.headers,
-            })
-            .await;
-        match lookup {
-            Lookup::Hit(response, _) => {
-                if !wants_body {
-                    return Err(Outcome::Fresh);
-                }
-                Ok(response)
-            }
-            Lookup::Pass => Err(Outcome::Failed("the cache passes it")),
-            // A prefetch is the background already: it validates in the
-            // open and takes what the validation gives.
-            Lookup::Fill(mut fill) | Lookup::StaleWhileRevalidate(_, mut fill) => {
-                fill.prepare(&mut request.headers);
-                fill.only_if(|status, headers| keep_prefetched(status, headers).is_ok());
-                let response = match self.dispatch(&page.flow, page.decision, request).await {
-                    Ok((response, _)) => response,
-                    Err(refusal) => return Err(Outcome::Failed(refusal_reason(&refusal))),
-                };
-                match fill.respond(response).await {
-                    Filled::Answer(response) => Ok(response),
-                    Filled::Refetch => Err(Outcome::Failed("refetch")),
-                }
-            }
+            .serve(&host, port, &request, asker, page.upstream.as_ref())
+            .await
+        {
+            Ok(served) if served.hit && !wants_body => Err(Outcome::Fresh),
+            Ok(served) => Ok(served.response),
+            Err(ServeError::Declined(why)) => Err(Outcome::Failed(why)),
+            Err(ServeError::Upstream(error)) => Err(Outcome::Failed(upstream_reason(&error))),
         }
     }
 }
@@ -517,8 +490,8 @@ enum Outcome {
     Failed(&'static str),
 }
 
-fn refusal_reason(refusal: &super::Refusal) -> &'static str {
-    if refusal.status.is_server_error() {
+fn upstream_reason(error: &UpstreamError) -> &'static str {
+    if error.status.is_server_error() {
         "upstream error"
     } else {
         "refused"
