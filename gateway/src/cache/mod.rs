@@ -1,9 +1,14 @@
 //! The persistent HTTP cache (RFC 9111), shared by SCTP-mapped and direct
 //! traffic. docs/cache.md has the design, the decisions and the state of work.
 //!
-//! - [`Cache`]: what the front calls: [`Cache::lookup`] after the route
-//!   decision, then either answers ([`Lookup::Hit`]), forwards through a
-//!   [`Fill`], or forwards untouched and calls [`Cache::after_pass`].
+//! - [`Cache`]: what the front and the prefetch queue call:
+//!   [`Cache::serve`] (in `serve`) takes a request, who asks ([`Asker`]) and
+//!   the [`Upstream`](crate::upstream::Upstream) of its route, and decides in
+//!   one place: answer from the store ([`Lookup::Hit`]), join a flight, fill
+//!   ([`Fill`]), revalidate (in the background under
+//!   `stale-while-revalidate`), or pass (then [`Cache::after_pass`]). It is
+//!   also where pushed responses will enter (`serve`'s module docs).
+//!   [`Cache::lookup`] is the decision alone, without the upstream.
 //! - [`policy`]: the I/O-free RFC 9111 core (storable? fresh? validate? 304
 //!   merge, invalidation, Vary keys, answers with Age/304/206/HEAD). Start here.
 //! - [`store`]: the redb database: chunked bodies, the commit protocol that

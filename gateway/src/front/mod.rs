@@ -43,12 +43,10 @@ use tokio::sync::watch;
 
 pub mod framing;
 pub mod head;
-mod prefetch;
 pub mod tls;
 
 use self::framing::{Finding, FramedStream, Noted, RequestFraming};
 use self::head::{Checked, end_to_end, via_value};
-pub use self::prefetch::Prefetcher;
 use crate::body::{Body, BoxError};
 use crate::browser_socket::BrowserSocket;
 use crate::cache::{Asker, Cache, ServeError};
@@ -57,7 +55,9 @@ use crate::direct::{DirectError, DirectSettings, DirectUpstream};
 use crate::listener::{CountedFlow, Intercepted};
 use crate::metrics::{RequestMetrics, Side};
 use crate::origin_link::{LinkError, OriginLink, OriginRequest, StreamPin};
+use crate::prefetch::{Prefetcher, RouteKind, Watched};
 use crate::route::{Decision, HostCheck, HostVerifier, RouteTable, Target};
+use crate::sync::stopped;
 use crate::upstream::{Answered, Upstream, UpstreamError, UpstreamFuture, UpstreamRequest};
 
 /// The start of the gateway's `Via` pseudonym (RFC 9110, section 7.6.3); each
@@ -119,22 +119,6 @@ struct Flow {
     requests: AtomicU64,
     /// What the framing watch found ahead of hyper ([`framing`]).
     findings: watch::Receiver<Option<Noted>>,
-}
-
-/// What the front has established about one browser request before it goes
-/// anywhere: the connection it came on, the authority it names and where it
-/// goes. One value travels through the cache and the prefetch queue instead of
-/// its parts one by one.
-#[derive(Debug)]
-struct RequestContext<'a> {
-    flow: &'a Flow,
-    /// The Host's name (or the absolute-form target's authority's), the cache
-    /// key's and the prefetch queue's authority.
-    host: String,
-    /// Its port: the named one, else the original destination's.
-    port: u16,
-    /// Where the request goes, and whether its answer may be cached.
-    decision: Decision,
 }
 
 /// A request the gateway answers itself.
@@ -245,9 +229,9 @@ impl Front {
                 connect_timeout: config.direct.connect_timeout,
                 response_timeout: config.direct.response_timeout,
             },
-            cache,
             prefetcher: (config.prefetch.enabled_for_origins || config.prefetch.enabled_for_direct)
-                .then(|| Arc::new(Prefetcher::new(&config.prefetch))),
+                .then(|| Arc::new(Prefetcher::new(&config.prefetch, cache.clone()))),
+            cache,
             via: via_value(&via_received_by),
             via_received_by,
             metrics: Arc::new(RequestMetrics::default()),
@@ -473,29 +457,20 @@ impl Front {
             decision,
         };
         let (mut response, route, cache) = if decision.cacheable && self.cache.is_enabled() {
-            let context = RequestContext {
-                flow,
-                host,
-                port,
-                decision,
-            };
-            // The page and its subresources, for the prefetch queue: what it
-            // claims before the request goes; the request itself is kept here
-            // (the cache borrows it) for a page the answer turns out to open.
-            let watched = if forwarded.method == Method::GET {
-                self.prefetch_demand(&context, &forwarded.path)
-            } else {
-                None
-            };
+            let watched = self.prefetch_demand(decision, &host, port, &forwarded);
             let served = self
                 .cache
-                .serve(&context.host, port, &forwarded, Asker::Browser, &upstream)
+                .serve(&host, port, &forwarded, Asker::Browser, &upstream)
                 .await?;
-            let response = match watched {
-                Some(watched) => {
-                    self.prefetch_watch(&context, &upstream, &forwarded, watched, served.response)
-                }
-                None => served.response,
+            let response = match (watched, &self.prefetcher) {
+                (Some(watched), Some(prefetcher)) => prefetcher.watch(
+                    watched,
+                    flow.id,
+                    &forwarded.headers,
+                    &upstream,
+                    served.response,
+                ),
+                _ => served.response,
             };
             (response, served.route, served.cache)
         } else {
@@ -632,6 +607,27 @@ impl Front {
         Ok(Response::from_parts(parts, body))
     }
 
+    /// A browser GET on a cacheable route, for the prefetch queue: what it
+    /// claims before the request goes (the request itself is kept by the
+    /// caller for a page the answer turns out to open).
+    fn prefetch_demand(
+        &self,
+        decision: Decision,
+        host: &str,
+        port: u16,
+        request: &UpstreamRequest,
+    ) -> Option<Watched> {
+        let prefetcher = self.prefetcher.as_ref()?;
+        if request.method != Method::GET {
+            return None;
+        }
+        let route = match decision.target {
+            Target::Origin(_) => RouteKind::Origin,
+            Target::Direct => RouteKind::Direct,
+        };
+        prefetcher.on_demand(host, port, &request.path, route)
+    }
+
     /// Reads request `number`'s whole body, bounded in size (413, also as soon
     /// as a chunk-size line declares too much) and time (408).
     async fn read_body(
@@ -684,13 +680,6 @@ impl Front {
             )),
         }
     }
-}
-
-/// Resolves once `shutdown` turns true (or its sender is gone).
-pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    // The guard `wait_for` returns is not `Send`; drop it here, not in a caller's
-    // `select!`.
-    let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
 impl Flow {
