@@ -35,9 +35,10 @@
 //! helper and the shutdown wait).
 //!
 //! Layering (docs/architecture.md): a module imports only modules to its right
-//! in `daemon` > `admin` > `front` > `accounting` > `metrics` > {`origin_link`, `intercept`,
-//! `route`, `listener`, `direct`} > `config` > `prefetch` > `cache` > {`body`,
-//! `sync`, `client_bytes`, `browser_socket`, `upstream`}; [`ebpf`] stands apart.
+//! in `daemon` > `doctor` > `admin` > `front` > `accounting` > `metrics` >
+//! {`origin_link`, `intercept`, `route`, `listener`, `direct`} > `config` >
+//! `prefetch` > `cache` > {`upstream`, `browser_socket`} > `client_bytes` >
+//! {`body`, `sync`}; [`ebpf`] stands apart.
 //!
 //! What it never does: start anything on its own. Every socket, rule and
 //! attachment is made by an explicit call and undone by dropping what it returned

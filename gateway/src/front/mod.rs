@@ -11,11 +11,15 @@
 //! 2. the head's own checks, I/O-free in [`head`] (a `Via` naming this gateway
 //!    is a loop, CONNECT is refused, exactly one Host), then the Host check
 //!    against the original destination ([`crate::route`]);
-//! 3. the cache ([`crate::cache`]) for requests whose Host was verified: a hit
-//!    is answered here; a miss is forwarded through a fill that stores the
-//!    response and shares it with concurrent requests for it;
-//! 4. the route: an SCTP origin on the stream this connection is pinned to, or
-//!    plain TCP to the original destination ([`crate::direct`]);
+//! 3. the route: an SCTP origin on the stream this connection is pinned to, or
+//!    plain TCP to the original destination ([`crate::direct`]), made the
+//!    request's [`Upstream`] (`FlowUpstream`: the route over this
+//!    connection's pins and direct connection);
+//! 4. for requests whose Host was verified on a cacheable route, the cache's
+//!    one entry point ([`Cache::serve`]), which decides hit, join, fill,
+//!    revalidate or pass and sends upstream itself; the prefetch queue
+//!    ([`crate::prefetch::Prefetcher`]) watches the answer. Other requests go
+//!    to the upstream untouched;
 //! 5. failures: an unreachable origin fails open to direct TCP when configured,
 //!    otherwise the browser gets 502; a response that breaks after its first byte
 //!    closes the connection, so a truncated body never looks complete. Each
