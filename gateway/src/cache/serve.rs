@@ -248,3 +248,152 @@ async fn revalidate_in_background(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use bytes::Bytes;
+    use gateway_protocol::RequestClass;
+    use http::Method;
+    use http::header::{self, HeaderValue};
+    use http_body_util::Full;
+
+    use super::*;
+    use crate::cache::store::{Store, StoreLimits};
+    use crate::upstream::UpstreamFuture;
+
+    /// An origin that answers every request with a cacheable body and counts
+    /// what it was sent.
+    #[derive(Debug, Default)]
+    struct Counting {
+        sent: AtomicU32,
+        methods: Mutex<Vec<Method>>,
+    }
+
+    impl Upstream for Arc<Counting> {
+        fn send(&self, request: UpstreamRequest) -> UpstreamFuture<'_> {
+            Box::pin(async move {
+                self.sent.fetch_add(1, Ordering::SeqCst);
+                crate::sync::lock(&self.methods).push(request.method);
+                let mut response = Response::new(
+                    Full::new(Bytes::from_static(b"body"))
+                        .map_err(|never| match never {})
+                        .boxed_unsync(),
+                );
+                let headers = response.headers_mut();
+                headers.insert(
+                    header::CACHE_CONTROL,
+                    HeaderValue::from_static("max-age=600"),
+                );
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(4));
+                Ok(Answered {
+                    response,
+                    route: "origin",
+                })
+            })
+        }
+
+        fn detach(&self) -> Arc<dyn Upstream> {
+            Arc::new(Arc::clone(self))
+        }
+    }
+
+    fn cache(dir: &tempfile::TempDir) -> Cache {
+        let limits = StoreLimits {
+            max_bytes: 64 << 20,
+            max_object_bytes: 8 << 20,
+        };
+        Cache::from_store(
+            Store::open(&dir.path().join("cache.redb"), limits).expect("a store"),
+            1 << 20,
+        )
+    }
+
+    fn request(method: Method) -> UpstreamRequest {
+        UpstreamRequest {
+            method,
+            path: "/x".to_owned(),
+            host: HeaderValue::from_static("example.test"),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+            urgency: 3,
+            class: RequestClass::Demand,
+            promote: None,
+        }
+    }
+
+    async fn body(served: Served) -> Bytes {
+        served
+            .response
+            .into_body()
+            .collect()
+            .await
+            .expect("a body")
+            .to_bytes()
+    }
+
+    #[tokio::test]
+    async fn a_miss_goes_upstream_once_and_the_next_request_hits() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let cache = cache(&dir);
+        let origin = Arc::new(Counting::default());
+        let get = request(Method::GET);
+
+        let first = cache
+            .serve("example.test", 80, &get, Asker::Browser, &origin)
+            .await
+            .expect("served");
+        assert_eq!(
+            (first.route, first.cache, first.hit),
+            ("origin", "miss", false)
+        );
+        assert_eq!(body(first).await, Bytes::from_static(b"body"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while cache.stats().stored == 0 {
+            assert!(std::time::Instant::now() < deadline, "never stored");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+
+        let second = cache
+            .serve("example.test", 80, &get, Asker::Browser, &origin)
+            .await
+            .expect("served");
+        assert_eq!(
+            (second.route, second.cache, second.hit),
+            ("cache", "hit", true)
+        );
+        assert_eq!(body(second).await, Bytes::from_static(b"body"));
+        assert_eq!(origin.sent.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_pass_is_sent_for_a_browser_and_declined_for_a_prefetch() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let cache = cache(&dir);
+        let origin = Arc::new(Counting::default());
+        // HEAD on a miss: the cache passes it.
+        let head = request(Method::HEAD);
+
+        let prefetch = Asker::Prefetch { keep: |_, _| true };
+        let declined = cache
+            .serve("example.test", 80, &head, prefetch, &origin)
+            .await;
+        assert!(
+            matches!(declined, Err(ServeError::Declined(_))),
+            "{declined:?}"
+        );
+        assert_eq!(origin.sent.load(Ordering::SeqCst), 0);
+
+        let passed = cache
+            .serve("example.test", 80, &head, Asker::Browser, &origin)
+            .await
+            .expect("served");
+        assert_eq!(
+            (passed.route, passed.cache, passed.hit),
+            ("origin", "pass", false)
+        );
+        assert_eq!(*crate::sync::lock(&origin.methods), vec![Method::HEAD]);
+    }
+}
