@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use gateway_common::{DIRECTION_INGRESS, TcpFlowKey};
@@ -22,45 +22,11 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use serde::{Deserialize, Serialize};
 
+use crate::browser_socket::BrowserSocket;
+pub use crate::config::{EbpfConfig, XdpModeChoice};
 use crate::ebpf::{SctpAccounting, SctpAccountingConfig, TcpFlowAccounting, XdpMode};
-use crate::origin_link::{BrowserSocket, OriginLink, StreamFigures};
-
-/// `[ebpf]`: the optional kernel-side cross-check of per-stream accounting.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct EbpfConfig {
-    /// The `gateway-ebpf` object (`cargo xtask build-ebpf`); none: userspace only.
-    pub object: Option<PathBuf>,
-    /// The WAN interface the origins' packets arrive on (`xdp_sctp` attaches here).
-    pub interface: Option<String>,
-    /// How `xdp_sctp` attaches: auto, generic or driver.
-    pub xdp_mode: XdpModeChoice,
-}
-
-/// `ebpf.xdp_mode`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum XdpModeChoice {
-    /// Native if the driver supports it, else generic.
-    #[default]
-    Auto,
-    /// Generic (skb) XDP.
-    Generic,
-    /// Native (driver) XDP.
-    Driver,
-}
-
-impl From<XdpModeChoice> for XdpMode {
-    fn from(choice: XdpModeChoice) -> Self {
-        match choice {
-            XdpModeChoice::Auto => XdpMode::Auto,
-            XdpModeChoice::Generic => XdpMode::Generic,
-            XdpModeChoice::Driver => XdpMode::Driver,
-        }
-    }
-}
+use crate::origin_link::{OriginLink, StreamFigures};
 
 /// How per-stream accounting runs.
 #[derive(Debug)]

@@ -41,8 +41,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::cache::{Cache, CacheStats, Purge};
-use crate::front::{Prefetcher, stopped};
-use crate::prefetch::{PrefetchStats, RecentPage};
+use crate::prefetch::{PrefetchStats, Prefetcher, RecentPage};
+use crate::sync::stopped;
 
 /// The status page's Content-Security-Policy: scripts, styles and fetches
 /// from the admin endpoint itself, nothing inline, no frames, no forms.

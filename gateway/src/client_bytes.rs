@@ -1,10 +1,11 @@
 //! Bytes written to browser connections, per LAN client: the table behind
 //! `gateway_client_sent_bytes_total` ([`crate::metrics`] encodes it) and the
 //! tally each connection's writes count into ([`ClientTally`], held by
-//! [`CountedStream`](crate::origin_link::CountedStream)).
+//! [`CountedStream`](crate::browser_socket::CountedStream)).
 //!
-//! A leaf: it imports nothing of the crate but [`crate::sync`], so the origin
-//! link's streams can count into it while the metrics read the origin links.
+//! A leaf: it imports nothing of the crate but [`crate::sync`], so the
+//! counted browser streams ([`crate::browser_socket`]) can count into it while
+//! the metrics read it.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -114,7 +115,7 @@ impl ClientTable {
 }
 
 /// What one browser connection counts its writes into (see
-/// [`CountedStream`](crate::origin_link::CountedStream)).
+/// [`CountedStream`](crate::browser_socket::CountedStream)).
 #[derive(Debug, Clone)]
 pub struct ClientTally {
     table: Arc<ClientBytes>,

@@ -5,14 +5,15 @@
 //! `config/gateway.toml` documents every key with its default.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gateway_transport::{AssociationConfig, BackendChoice};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-pub use crate::accounting::EbpfConfig;
+use crate::ebpf::XdpMode;
+
 pub use crate::cache::config::CacheConfig;
 pub use crate::prefetch::PrefetchConfig;
 
@@ -668,5 +669,40 @@ mod tests {
         assert!(!host_matches("*.demo.example", "demo.example"));
         assert!(!host_matches("*.demo.example", "xdemo.example"));
         assert!(!host_matches("demo.example", "a.demo.example"));
+    }
+}
+
+/// `[ebpf]`: the optional kernel-side cross-check of per-stream accounting.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EbpfConfig {
+    /// The `gateway-ebpf` object (`cargo xtask build-ebpf`); none: userspace only.
+    pub object: Option<PathBuf>,
+    /// The WAN interface the origins' packets arrive on (`xdp_sctp` attaches here).
+    pub interface: Option<String>,
+    /// How `xdp_sctp` attaches: auto, generic or driver.
+    pub xdp_mode: XdpModeChoice,
+}
+
+/// `ebpf.xdp_mode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum XdpModeChoice {
+    /// Native if the driver supports it, else generic.
+    #[default]
+    Auto,
+    /// Generic (skb) XDP.
+    Generic,
+    /// Native (driver) XDP.
+    Driver,
+}
+
+impl From<XdpModeChoice> for XdpMode {
+    fn from(choice: XdpModeChoice) -> Self {
+        match choice {
+            XdpModeChoice::Auto => XdpMode::Auto,
+            XdpModeChoice::Generic => XdpMode::Generic,
+            XdpModeChoice::Driver => XdpMode::Driver,
+        }
     }
 }

@@ -20,11 +20,12 @@ use tokio::task::JoinSet;
 use crate::accounting::{Accounting, LanSide, StreamCollector};
 use crate::cache::Cache;
 use crate::config::GatewayConfig;
-use crate::front::{Front, stopped};
+use crate::front::Front;
 use crate::intercept::Interception;
 use crate::listener::{self, TransparentListener};
 use crate::metrics::TransportCollector;
 use crate::origin_link::OriginLink;
+use crate::sync::stopped;
 
 /// How long browser connections get to finish their current request at stop.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -60,8 +61,8 @@ pub async fn run(config: GatewayConfig, stop: impl Future<Output = ()>) -> Resul
             stop_rx.clone(),
         ));
     }
-    if front.prefetcher().is_some() {
-        tokio::spawn(Arc::clone(&front).prefetch_driver(stop_rx.clone()));
+    if let Some(prefetcher) = front.prefetcher() {
+        tokio::spawn(Arc::clone(prefetcher).drive(stop_rx.clone()));
     }
     for socket in listener.into_sockets() {
         accepting.spawn(accept_loop(

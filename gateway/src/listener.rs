@@ -25,6 +25,10 @@ use std::net::{IpAddr, SocketAddr};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 
+use std::sync::Arc;
+
+use crate::browser_socket::{BrowserSocket, CountedStream};
+use crate::client_bytes::ClientTally;
 use crate::config::ListenConfig;
 
 /// Pending connections the kernel queues per listening socket.
@@ -68,6 +72,35 @@ pub struct Intercepted {
     pub client: SocketAddr,
     /// The address the browser dialled (the accepted socket's local address).
     pub original_dst: SocketAddr,
+}
+
+/// An intercepted flow whose writes are counted: into the client's bytes on
+/// `/metrics` and into the [`BrowserSocket`] that the origin link's backlog
+/// (FEEDBACK) reads for the streams this connection is pinned to.
+#[derive(Debug)]
+pub struct CountedFlow {
+    /// The connection to the browser, counting what is written to it.
+    pub stream: CountedStream<TcpStream>,
+    /// Its send queue, measured.
+    pub socket: Arc<BrowserSocket>,
+    /// The browser's address.
+    pub client: SocketAddr,
+    /// The address the browser dialled.
+    pub original_dst: SocketAddr,
+}
+
+impl Intercepted {
+    /// Wraps the accepted connection for counting: every byte written to it
+    /// counts into `tally` and toward the returned socket's backlog.
+    pub fn into_counted(self, tally: ClientTally) -> CountedFlow {
+        let (stream, socket) = CountedStream::measured(self.stream);
+        CountedFlow {
+            stream: stream.with_client(tally),
+            socket,
+            client: self.client,
+            original_dst: self.original_dst,
+        }
+    }
 }
 
 impl TransparentListener {

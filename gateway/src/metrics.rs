@@ -31,6 +31,7 @@ use prometheus_client::registry::Unit;
 
 pub use crate::client_bytes::{ClientBytes, ClientTally, MAX_CLIENT_SERIES, OTHER_CLIENTS};
 use crate::origin_link::{OriginLink, TransportFigures};
+pub use crate::upstream::Side;
 
 /// Upper bounds of `gateway_request_duration_seconds`' buckets, seconds: a
 /// cache hit on loopback (1 ms) to the origins' default response time-out
@@ -38,34 +39,6 @@ use crate::origin_link::{OriginLink, TransportFigures};
 pub const REQUEST_DURATION_BUCKETS: [f64; 14] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
-
-/// Which side a request failed on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Side {
-    /// The browser's request cannot be served as sent: malformed, too large,
-    /// too slow, a loop, a method not served on intercepted connections.
-    Browser,
-    /// The origin (over its association) or the original destination (direct
-    /// TCP) is unreachable, silent past its time-out, reset the request or
-    /// broke the protocol.
-    Origin,
-    /// The gateway itself could not build or send the request.
-    Internal,
-}
-
-impl Side {
-    /// Every side, in the order of the label values.
-    pub const ALL: [Side; 3] = [Side::Browser, Side::Origin, Side::Internal];
-
-    /// The `side` label's value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Side::Browser => "browser",
-            Side::Origin => "origin",
-            Side::Internal => "internal",
-        }
-    }
-}
 
 /// `gateway_request_duration_seconds`' labels: the access log's `route=` and
 /// `cache=` (both from fixed sets of words, so the series stay few).

@@ -18,10 +18,11 @@ use bytes::Bytes;
 use gateway::admin::RecentPages;
 use gateway::cache::Cache;
 use gateway::config::{CacheConfig, GatewayConfig};
-use gateway::front::{Front, Prefetcher};
+use gateway::front::Front;
 use gateway::listener::Intercepted;
 use gateway::metrics::{RequestMetrics, Side};
 use gateway::prefetch::PageState;
+use gateway::prefetch::Prefetcher;
 use gateway::sync::lock;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
@@ -223,8 +224,8 @@ async fn front_with(
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    if prefetcher.is_some() {
-        tokio::spawn(Arc::clone(&front).prefetch_driver(stop_rx.clone()));
+    if let Some(prefetcher) = &prefetcher {
+        tokio::spawn(Arc::clone(prefetcher).drive(stop_rx.clone()));
     }
     let accept = tokio::spawn(async move {
         let _stop_tx = stop_tx;

@@ -333,7 +333,7 @@ fn on_a_real_connection_the_flow_matches_what_the_client_read() {
 #[ignore = "needs root and a built eBPF object: run `cargo xtask build-ebpf --load-test`"]
 fn the_gateway_finds_the_connections_it_serves_in_the_flow_map() {
     use gateway::accounting::{Accounting, BrowserFlows, EbpfConfig, LanSide};
-    use gateway::origin_link::BrowserSocket;
+    use gateway::browser_socket::BrowserSocket;
     use std::sync::Arc;
 
     let object = object_path();

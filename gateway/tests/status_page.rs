@@ -12,8 +12,8 @@ use anyhow::{Context, Result, bail};
 use gateway::admin::{RecentPages, STATUS_PAGE_CSP};
 use gateway::cache::Cache;
 use gateway::config::PrefetchConfig;
-use gateway::front::Prefetcher;
 use gateway::metrics::RequestMetrics;
+use gateway::prefetch::Prefetcher;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -71,7 +71,10 @@ async fn admin() -> Result<(SocketAddr, watch::Sender<bool>)> {
     tokio::spawn(gateway::admin::serve_with(
         listener,
         Cache::disabled(),
-        Some(Arc::new(Prefetcher::new(&PrefetchConfig::default()))),
+        Some(Arc::new(Prefetcher::new(
+            &PrefetchConfig::default(),
+            Cache::disabled(),
+        ))),
         vec![metrics.collector()],
         stop_rx,
     ));

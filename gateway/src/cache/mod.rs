@@ -1,9 +1,14 @@
 //! The persistent HTTP cache (RFC 9111), shared by SCTP-mapped and direct
 //! traffic. docs/cache.md has the design, the decisions and the state of work.
 //!
-//! - [`Cache`]: what the front calls: [`Cache::lookup`] after the route
-//!   decision, then either answers ([`Lookup::Hit`]), forwards through a
-//!   [`Fill`], or forwards untouched and calls [`Cache::after_pass`].
+//! - [`Cache`]: what the front and the prefetch queue call:
+//!   [`Cache::serve`] (in `serve`) takes a request, who asks ([`Asker`]) and
+//!   the [`Upstream`](crate::upstream::Upstream) of its route, and decides in
+//!   one place: answer from the store ([`Lookup::Hit`]), join a flight, fill
+//!   ([`Fill`]), revalidate (in the background under
+//!   `stale-while-revalidate`), or pass (then [`Cache::after_pass`]). It is
+//!   also where pushed responses will enter (`serve`'s module docs).
+//!   [`Cache::lookup`] is the decision alone, without the upstream.
 //! - [`policy`]: the I/O-free RFC 9111 core (storable? fresh? validate? 304
 //!   merge, invalidation, Vary keys, answers with Age/304/206/HEAD). Start here.
 //! - [`store`]: the redb database: chunked bodies, the commit protocol that
@@ -23,6 +28,7 @@ pub mod config;
 pub mod fill;
 mod memory;
 pub mod policy;
+mod serve;
 pub mod store;
 
 use std::collections::HashMap;
@@ -41,6 +47,7 @@ use self::fill::FillTicket;
 pub use self::fill::{Fill, Filled, FlightHead};
 use self::memory::{Hot, Memory};
 use self::policy::{EffectiveUri, LookupDecision, StoredAnswer};
+pub use self::serve::{Asker, ServeError, Served};
 pub use self::store::Purge;
 use self::store::{EntryMeta, Store, StoreError, StoreLimits, StoreStats, full_key};
 use crate::body::Body;

@@ -11,11 +11,15 @@
 //! 2. the head's own checks, I/O-free in [`head`] (a `Via` naming this gateway
 //!    is a loop, CONNECT is refused, exactly one Host), then the Host check
 //!    against the original destination ([`crate::route`]);
-//! 3. the cache ([`crate::cache`]) for requests whose Host was verified: a hit
-//!    is answered here; a miss is forwarded through a fill that stores the
-//!    response and shares it with concurrent requests for it;
-//! 4. the route: an SCTP origin on the stream this connection is pinned to, or
-//!    plain TCP to the original destination ([`crate::direct`]);
+//! 3. the route: an SCTP origin on the stream this connection is pinned to, or
+//!    plain TCP to the original destination ([`crate::direct`]), made the
+//!    request's [`Upstream`] (`FlowUpstream`: the route over this
+//!    connection's pins and direct connection);
+//! 4. for requests whose Host was verified on a cacheable route, the cache's
+//!    one entry point ([`Cache::serve`]), which decides hit, join, fill,
+//!    revalidate or pass and sends upstream itself; the prefetch queue
+//!    ([`crate::prefetch::Prefetcher`]) watches the answer. Other requests go
+//!    to the upstream untouched;
 //! 5. failures: an unreachable origin fails open to direct TCP when configured,
 //!    otherwise the browser gets 502; a response that breaks after its first byte
 //!    closes the connection, so a truncated body never looks complete. Each
@@ -43,22 +47,22 @@ use tokio::sync::watch;
 
 pub mod framing;
 pub mod head;
-mod prefetch;
 pub mod tls;
 
 use self::framing::{Finding, FramedStream, Noted, RequestFraming};
 use self::head::{Checked, end_to_end, via_value};
-pub use self::prefetch::Prefetcher;
 use crate::body::{Body, BoxError};
-use crate::cache::{Cache, CacheRequest, Filled, Lookup};
+use crate::browser_socket::BrowserSocket;
+use crate::cache::{Asker, Cache, ServeError};
 use crate::config::{DEFAULT_MAX_HEADER_FIELDS, GatewayConfig, HttpConfig};
 use crate::direct::{DirectError, DirectSettings, DirectUpstream};
-use crate::listener::Intercepted;
+use crate::listener::{CountedFlow, Intercepted};
 use crate::metrics::{RequestMetrics, Side};
-use crate::origin_link::{
-    BrowserSocket, CountedStream, LinkError, OriginLink, OriginRequest, StreamPin,
-};
+use crate::origin_link::{LinkError, OriginLink, OriginRequest, StreamPin};
+use crate::prefetch::{Prefetcher, RouteKind, Watched};
 use crate::route::{Decision, HostCheck, HostVerifier, RouteTable, Target};
+use crate::sync::stopped;
+use crate::upstream::{Answered, Upstream, UpstreamError, UpstreamFuture, UpstreamRequest};
 
 /// The start of the gateway's `Via` pseudonym (RFC 9110, section 7.6.3); each
 /// running gateway appends an id of its own, so that two gateways in a row (a
@@ -121,22 +125,6 @@ struct Flow {
     findings: watch::Receiver<Option<Noted>>,
 }
 
-/// What the front has established about one browser request before it goes
-/// anywhere: the connection it came on, the authority it names and where it
-/// goes. One value travels through the cache and the prefetch queue instead of
-/// its parts one by one.
-#[derive(Debug)]
-struct RequestContext<'a> {
-    flow: &'a Flow,
-    /// The Host's name (or the absolute-form target's authority's), the cache
-    /// key's and the prefetch queue's authority.
-    host: String,
-    /// Its port: the named one, else the original destination's.
-    port: u16,
-    /// Where the request goes, and whether its answer may be cached.
-    decision: Decision,
-}
-
 /// A request the gateway answers itself.
 #[derive(Debug)]
 struct Refusal {
@@ -166,6 +154,12 @@ impl Flow {
             requests: AtomicU64::new(0),
             findings,
         }
+    }
+
+    /// A flow to the same ends with connections of its own (its own stream
+    /// pins and direct connection), reading no browser bytes.
+    fn detached(&self, direct: DirectSettings) -> Self {
+        Self::new(self.client, self.dst, direct, 0, watch::channel(None).1)
     }
 
     /// What the framing watch found about request `request`, if anything.
@@ -212,11 +206,6 @@ impl Refusal {
             ..Self::new(Side::Browser, status, message)
         }
     }
-
-    /// The origin or the original destination failed.
-    fn origin(status: StatusCode, message: impl Into<String>) -> Self {
-        Self::new(Side::Origin, status, message)
-    }
 }
 
 impl Front {
@@ -244,9 +233,9 @@ impl Front {
                 connect_timeout: config.direct.connect_timeout,
                 response_timeout: config.direct.response_timeout,
             },
-            cache,
             prefetcher: (config.prefetch.enabled_for_origins || config.prefetch.enabled_for_direct)
-                .then(|| Arc::new(Prefetcher::new(&config.prefetch))),
+                .then(|| Arc::new(Prefetcher::new(&config.prefetch, cache.clone()))),
+            cache,
             via: via_value(&via_received_by),
             via_received_by,
             metrics: Arc::new(RequestMetrics::default()),
@@ -330,23 +319,22 @@ impl Front {
             }
             return;
         }
-        let Intercepted {
+        let tally = self.metrics.client_tally(flow.client.ip());
+        let CountedFlow {
             stream,
+            socket,
             client,
             original_dst,
-        } = flow;
+        } = flow.into_counted(tally);
         let id = self.prefetcher.as_ref().map_or(0, |p| p.connection_id());
         let framing = RequestFraming::new(
             self.http.max_header_bytes,
             self.http.max_header_fields,
             self.http.max_body_bytes,
         );
-        let (counted, socket) = CountedStream::measured(stream);
-        let socket = Some(socket);
-        let counted = counted.with_client(self.metrics.client_tally(client.ip()));
-        let (stream, findings) = FramedStream::new(counted, framing);
+        let (stream, findings) = FramedStream::new(stream, framing);
         let mut state = Flow::new(client, original_dst, self.direct, id, findings);
-        state.socket = socket;
+        state.socket = Some(socket);
         let state = Arc::new(state);
         let front = Arc::clone(&self);
         let service = service_fn(move |request| {
@@ -385,7 +373,11 @@ impl Front {
         }
     }
 
-    async fn handle(self: &Arc<Self>, flow: &Flow, request: Request<Incoming>) -> Response<Body> {
+    async fn handle(
+        self: &Arc<Self>,
+        flow: &Arc<Flow>,
+        request: Request<Incoming>,
+    ) -> Response<Body> {
         let started = Instant::now();
         let method = request.method().clone();
         let target = request.uri().clone();
@@ -417,7 +409,7 @@ impl Front {
     /// for the access log.
     async fn forward(
         self: &Arc<Self>,
-        flow: &Flow,
+        flow: &Arc<Flow>,
         request: Request<Incoming>,
     ) -> Result<(Response<Body>, &'static str, &'static str), Refusal> {
         let number = flow.requests.fetch_add(1, Ordering::Relaxed);
@@ -453,7 +445,7 @@ impl Front {
             // on, and what tells the cache there is a body it does not key.
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         }
-        let forwarded = Forwarded {
+        let forwarded = UpstreamRequest {
             method: parts.method,
             path: target,
             host: host_value,
@@ -463,150 +455,34 @@ impl Front {
             class: gateway_protocol::RequestClass::Demand,
             promote: None,
         };
-        let context = RequestContext {
-            flow,
-            host,
-            port,
+        let upstream = FlowUpstream {
+            front: Arc::clone(self),
+            flow: Arc::clone(flow),
             decision,
         };
         let (mut response, route, cache) = if decision.cacheable && self.cache.is_enabled() {
-            // The page and its subresources, for the prefetch queue: what it
-            // claims before the request goes; the request itself is kept here
-            // (the cache borrows it) for a page the answer turns out to open.
-            let watched = if forwarded.method == Method::GET {
-                self.prefetch_demand(&context, &forwarded.path)
-            } else {
-                None
+            let watched = self.prefetch_demand(decision, &host, port, &forwarded);
+            let served = self
+                .cache
+                .serve(&host, port, &forwarded, Asker::Browser, &upstream)
+                .await?;
+            let response = match (watched, &self.prefetcher) {
+                (Some(watched), Some(prefetcher)) => prefetcher.watch(
+                    watched,
+                    flow.id,
+                    &forwarded.headers,
+                    &upstream,
+                    served.response,
+                ),
+                _ => served.response,
             };
-            let (response, route, cache) = self.through_cache(&context, &forwarded).await?;
-            let response = match watched {
-                Some(watched) => self.prefetch_watch(&context, &forwarded, watched, response),
-                None => response,
-            };
-            (response, route, cache)
+            (response, served.route, served.cache)
         } else {
-            let (response, route) = self.dispatch(flow, decision, forwarded).await?;
-            (response, route, "-")
+            let answered = upstream.send(forwarded).await?;
+            (answered.response, answered.route, "-")
         };
         response.headers_mut().append(header::VIA, self.via.clone());
         Ok((response, route, cache))
-    }
-
-    /// Serves a cacheable request: from the cache, through a fill, or passed
-    /// on (then invalidating what an unsafe method changed). A hit copies
-    /// nothing of `request`; what goes upstream is a copy.
-    async fn through_cache(
-        self: &Arc<Self>,
-        context: &RequestContext<'_>,
-        request: &Forwarded,
-    ) -> Result<(Response<Body>, &'static str, &'static str), Refusal> {
-        let RequestContext {
-            flow,
-            ref host,
-            port,
-            decision,
-        } = *context;
-        let lookup = self
-            .cache
-            .lookup(&CacheRequest {
-                method: &request.method,
-                host,
-                port,
-                target: &request.path,
-                headers: &request.headers,
-            })
-            .await;
-        match lookup {
-            Lookup::Hit(response, label) => Ok((response, "cache", label)),
-            Lookup::Fill(fill) => {
-                let label = if fill.is_validation() {
-                    "revalidate"
-                } else {
-                    "miss"
-                };
-                let mut prepared = request.clone();
-                fill.prepare(&mut prepared.headers);
-                let (response, route) = match self.dispatch(flow, decision, prepared).await {
-                    Ok(answer) => answer,
-                    // Unreachable or silent: a stale entry may stand in.
-                    Err(refusal) => {
-                        return match fill.failed(refusal.status) {
-                            Some(stale) => Ok((stale, "unreachable", "stale-if-error")),
-                            None => Err(refusal),
-                        };
-                    }
-                };
-                match fill.respond(response).await {
-                    Filled::Answer(response) => Ok((response, route, label)),
-                    Filled::Refetch => {
-                        let (response, route) =
-                            self.dispatch(flow, decision, request.clone()).await?;
-                        Ok((response, route, "pass"))
-                    }
-                }
-            }
-            Lookup::StaleWhileRevalidate(response, fill) => {
-                let mut prepared = request.clone();
-                fill.prepare(&mut prepared.headers);
-                // Its own connection upstream, so that the browser's next
-                // request on this one does not wait behind the validation.
-                let background = Flow::new(
-                    flow.client,
-                    flow.dst,
-                    self.direct,
-                    0,
-                    watch::channel(None).1,
-                );
-                let front = Arc::clone(self);
-                tokio::spawn(async move {
-                    front
-                        .revalidate_in_background(background, decision, prepared, *fill)
-                        .await;
-                });
-                Ok((response, "cache", "stale-while-revalidate"))
-            }
-            Lookup::Pass => {
-                let (response, route) = self.dispatch(flow, decision, request.clone()).await?;
-                let key = CacheRequest {
-                    method: &request.method,
-                    host,
-                    port,
-                    target: &request.path,
-                    headers: &HeaderMap::new(),
-                };
-                self.cache
-                    .after_pass(&key, response.status(), response.headers())
-                    .await;
-                Ok((response, route, "pass"))
-            }
-        }
-    }
-
-    /// Validates a stale entry answered under `stale-while-revalidate`: the
-    /// fill stores or freshens what comes back; the answer itself is read to
-    /// its end (so that a streamed body reaches the store) and dropped.
-    async fn revalidate_in_background(
-        &self,
-        flow: Flow,
-        decision: Decision,
-        request: Forwarded,
-        fill: crate::cache::Fill,
-    ) {
-        let response = match self.dispatch(&flow, decision, request).await {
-            Ok((response, _)) => fill.respond(response).await,
-            Err(refusal) => {
-                tracing::debug!(dst = %flow.dst, status = refusal.status.as_u16(), "cache: a background validation failed");
-                return;
-            }
-        };
-        if let Filled::Answer(response) = response {
-            let mut body = response.into_body();
-            while let Some(frame) = body.frame().await {
-                if frame.is_err() {
-                    break;
-                }
-            }
-        }
     }
 
     /// Sends the request where `decision` says, failing open where allowed.
@@ -614,20 +490,20 @@ impl Front {
         &self,
         flow: &Flow,
         decision: Decision,
-        request: Forwarded,
-    ) -> Result<(Response<Body>, &'static str), Refusal> {
+        request: UpstreamRequest,
+    ) -> Result<Answered, UpstreamError> {
         let Target::Origin(index) = decision.target else {
-            return self
-                .direct(flow, request)
-                .await
-                .map(|r| (r, decision.reason));
+            return self.direct(flow, request).await.map(|response| Answered {
+                response,
+                route: decision.reason,
+            });
         };
         let origin = &self.origins[index];
         if !origin.link.is_up() {
             if origin.fail_open {
-                return self.direct(flow, request).await.map(|r| (r, "fail-open"));
+                return self.direct(flow, request).await.map(fail_open);
             }
-            return Err(Refusal::origin(
+            return Err(UpstreamError::origin(
                 StatusCode::BAD_GATEWAY,
                 format!("origin {} is unreachable", origin.link.name()),
             ));
@@ -655,7 +531,7 @@ impl Front {
         )
         .await
         .map_err(|_| {
-            Refusal::origin(
+            UpstreamError::origin(
                 StatusCode::GATEWAY_TIMEOUT,
                 format!("origin {} did not answer in time", origin.link.name()),
             )
@@ -665,11 +541,14 @@ impl Front {
                 let (mut parts, body) = response.into_parts();
                 parts.headers = end_to_end(parts.headers);
                 let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync();
-                Ok((Response::from_parts(parts, body), decision.reason))
+                Ok(Answered {
+                    response: Response::from_parts(parts, body),
+                    route: decision.reason,
+                })
             }
             Err(e) if e.nothing_sent() && origin.fail_open && is_idempotent(&request.method) => {
                 tracing::debug!(origin = origin.link.name(), error = %e, "origin request failed before sending: direct");
-                self.direct(flow, request).await.map(|r| (r, "fail-open"))
+                self.direct(flow, request).await.map(fail_open)
             }
             Err(e) => {
                 // A request the protocol cannot carry never left the gateway.
@@ -677,7 +556,7 @@ impl Front {
                     LinkError::Unsendable(_) => Side::Internal,
                     _ => Side::Origin,
                 };
-                Err(Refusal::new(
+                Err(UpstreamError::new(
                     side,
                     e.gateway_status(),
                     format!("origin {}: {e}", origin.link.name()),
@@ -687,7 +566,11 @@ impl Front {
     }
 
     /// Forwards over plain TCP to the original destination.
-    async fn direct(&self, flow: &Flow, request: Forwarded) -> Result<Response<Body>, Refusal> {
+    async fn direct(
+        &self,
+        flow: &Flow,
+        request: UpstreamRequest,
+    ) -> Result<Response<Body>, UpstreamError> {
         let mut builder = Request::builder()
             .method(request.method)
             .uri(request.path)
@@ -703,9 +586,9 @@ impl Front {
                 );
             }
         }
-        let upstream_request = builder
-            .body(Full::new(request.body))
-            .map_err(|e| Refusal::new(Side::Internal, StatusCode::BAD_REQUEST, e.to_string()))?;
+        let upstream_request = builder.body(Full::new(request.body)).map_err(|e| {
+            UpstreamError::new(Side::Internal, StatusCode::BAD_REQUEST, e.to_string())
+        })?;
         let response = flow
             .direct
             .lock()
@@ -714,18 +597,39 @@ impl Front {
             .await
             .map_err(|e| match e {
                 DirectError::ResponseTimeout { .. } => {
-                    Refusal::origin(StatusCode::GATEWAY_TIMEOUT, e.to_string())
+                    UpstreamError::origin(StatusCode::GATEWAY_TIMEOUT, e.to_string())
                 }
                 // The browser addressed this host itself.
                 DirectError::OwnAddress { .. } => {
-                    Refusal::new(Side::Browser, StatusCode::LOOP_DETECTED, e.to_string())
+                    UpstreamError::new(Side::Browser, StatusCode::LOOP_DETECTED, e.to_string())
                 }
-                _ => Refusal::origin(StatusCode::BAD_GATEWAY, e.to_string()),
+                _ => UpstreamError::origin(StatusCode::BAD_GATEWAY, e.to_string()),
             })?;
         let (mut parts, body) = response.into_parts();
         parts.headers = end_to_end(parts.headers);
         let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync();
         Ok(Response::from_parts(parts, body))
+    }
+
+    /// A browser GET on a cacheable route, for the prefetch queue: what it
+    /// claims before the request goes (the request itself is kept by the
+    /// caller for a page the answer turns out to open).
+    fn prefetch_demand(
+        &self,
+        decision: Decision,
+        host: &str,
+        port: u16,
+        request: &UpstreamRequest,
+    ) -> Option<Watched> {
+        let prefetcher = self.prefetcher.as_ref()?;
+        if request.method != Method::GET {
+            return None;
+        }
+        let route = match decision.target {
+            Target::Origin(_) => RouteKind::Origin,
+            Target::Direct => RouteKind::Direct,
+        };
+        prefetcher.on_demand(host, port, &request.path, route)
     }
 
     /// Reads request `number`'s whole body, bounded in size (413, also as soon
@@ -782,13 +686,6 @@ impl Front {
     }
 }
 
-/// Resolves once `shutdown` turns true (or its sender is gone).
-pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    // The guard `wait_for` returns is not `Send`; drop it here, not in a caller's
-    // `select!`.
-    let _ = shutdown.wait_for(|stop| *stop).await;
-}
-
 impl Flow {
     /// This connection's stream on origin `index`, pinned on first use.
     fn pin(&self, index: usize, link: &OriginLink) -> Arc<StreamPin> {
@@ -803,24 +700,53 @@ impl Flow {
     }
 }
 
-/// A checked request on its way upstream.
-#[derive(Debug, Clone)]
-struct Forwarded {
-    method: Method,
-    /// Origin-form target.
-    path: String,
-    /// The Host to send (the request's, or the absolute-form target's authority).
-    host: HeaderValue,
-    /// End-to-end headers only.
-    headers: HeaderMap,
-    body: Bytes,
-    /// RFC 9218 urgency toward an origin.
-    urgency: u8,
-    /// Browser demand or the gateway's prefetch.
-    class: gateway_protocol::RequestClass,
-    /// A prefetch's urgency and class after promotion (a browser asked for
-    /// it): the origin link sends PRIORITY when it changes.
-    promote: Option<watch::Receiver<(u8, gateway_protocol::RequestClass)>>,
+/// A direct answer in place of an origin's (`origin.fail_open`).
+fn fail_open(response: Response<Body>) -> Answered {
+    Answered {
+        response,
+        route: "fail-open",
+    }
+}
+
+/// The front's network for one request: the route `decision` picked, over
+/// `flow`'s stream pins and direct connection.
+#[derive(Debug)]
+struct FlowUpstream {
+    front: Arc<Front>,
+    flow: Arc<Flow>,
+    decision: Decision,
+}
+
+impl Upstream for FlowUpstream {
+    fn send(&self, request: UpstreamRequest) -> UpstreamFuture<'_> {
+        Box::pin(self.front.dispatch(&self.flow, self.decision, request))
+    }
+
+    fn detach(&self) -> Arc<dyn Upstream> {
+        Arc::new(FlowUpstream {
+            front: Arc::clone(&self.front),
+            flow: Arc::new(self.flow.detached(self.front.direct)),
+            decision: self.decision,
+        })
+    }
+}
+
+impl From<UpstreamError> for Refusal {
+    fn from(error: UpstreamError) -> Self {
+        Self::new(error.side, error.status, error.message)
+    }
+}
+
+impl From<ServeError> for Refusal {
+    fn from(error: ServeError) -> Self {
+        match error {
+            ServeError::Upstream(error) => error.into(),
+            // Only a prefetch is declined.
+            ServeError::Declined(why) => {
+                Self::new(Side::Internal, StatusCode::INTERNAL_SERVER_ERROR, why)
+            }
+        }
+    }
 }
 
 /// RFC 9110, section 9.2.2: safe to send twice.

@@ -20,8 +20,8 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use super::OriginRequest;
 use super::backlog::Backlog;
 use super::error::LinkError;
-use super::outq::BrowserSocket;
 use super::pin::stream_for;
+use crate::browser_socket::BrowserSocket;
 use crate::sync::lock;
 
 /// Messages queued toward one response's reader (head, body chunks, end). With

@@ -19,8 +19,8 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::conn::{CLOSE_LIMIT, Conn, ConnStatus, describe};
-use super::outq::BrowserSocket;
 use super::pin::stream_for;
+use crate::browser_socket::BrowserSocket;
 use crate::sync::lock;
 
 /// Runs until the association has ended or a FEEDBACK cannot be sent.

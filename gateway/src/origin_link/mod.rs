@@ -44,7 +44,6 @@ mod body;
 mod conn;
 mod error;
 mod feedback;
-mod outq;
 mod pin;
 mod supervisor;
 mod tunnel;
@@ -60,6 +59,7 @@ use gateway_transport::{AssociationConfig, BackendKind, SctpCounters, SctpStats}
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
+use crate::browser_socket::BrowserSocket;
 use crate::config::{FeedbackConfig, OriginEntry};
 use crate::sync::lock;
 use conn::{CLOSE_LIMIT, Conn};
@@ -68,7 +68,6 @@ use pin::PinTable;
 pub use backlog::{Backlog, FEEDBACK_GROWTH_STEP, StreamFigures};
 pub use body::ResponseBody;
 pub use error::LinkError;
-pub use outq::{BrowserSocket, CountedStream};
 pub use tunnel::{OriginTunnel, TunnelEvent};
 
 /// Longest wait in [`OriginLink::shutdown`] for open requests to finish after

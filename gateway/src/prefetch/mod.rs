@@ -17,16 +17,25 @@
 //! - [`manners`]: the request fields a prefetch may carry and whether its
 //!   response may be kept.
 //! - [`config`]: the `[prefetch]` section.
+//! - [`prefetcher`]: the I/O layer around the queue ([`Prefetcher`]): it
+//!   scans the HTML a browser receives, runs the queue's actions, and fetches
+//!   through the cache's one entry point ([`Cache::serve`]) over an
+//!   [`Upstream`] the front hands it per page.
 //!
-//! What it never does: touch sockets, the cache store or the clock. The I/O
-//! layer (the front and the cache facade) feeds it and carries out its
-//! actions.
+//! What the core (everything but `prefetcher`) never does: touch sockets, the
+//! cache or the clock. `prefetcher` carries out its actions, through the cache
+//! and the [`Upstream`] trait, never through the front (it names neither the
+//! front nor the route table).
+//!
+//! [`Cache::serve`]: crate::cache::Cache::serve
+//! [`Upstream`]: crate::upstream::Upstream
 
 pub mod config;
 pub mod css;
 pub mod extract;
 pub mod manners;
 mod media;
+pub mod prefetcher;
 pub mod queue;
 mod srcset;
 
@@ -37,6 +46,7 @@ pub use config::PrefetchConfig;
 pub use css::{CssResources, extract_css};
 pub use extract::{HtmlScanner, extract_html};
 pub use manners::{NotKept, keep_prefetched, prefetch_request_headers};
+pub use prefetcher::{Prefetcher, RouteKind, Watched};
 pub use queue::{
     Action, Demand, FetchId, PageId, PageOutcome, PageState, PrefetchQueue, PrefetchStats,
     RecentPage,

@@ -1,7 +1,7 @@
-//! A browser connection as the backlog sees it: the response bytes handed on
-//! toward it, the bytes written to its socket, and (FFI) the socket's unsent
+//! A browser connection as the gateway measures it: the response bytes handed
+//! on toward it, the bytes written to its socket, and (FFI) the socket's unsent
 //! and unacknowledged bytes from `ioctl(SIOCOUTQ)` (the same request as
-//! `TIOCOUTQ`). The only `unsafe` of the origin link.
+//! `TIOCOUTQ`). The only `unsafe` of the browser and origin paths.
 //!
 //! ```text
 //!  ResponseBody ──handed──► hyper's write buffer, the cache's flight ──written──► socket ──SIOCOUTQ──► browser
@@ -11,6 +11,11 @@
 //! `written` counts every byte written to the socket (heads, other responses
 //! too), so `handed - written` (never below 0) can only underestimate what
 //! waits in between.
+//!
+//! A leaf beside [`crate::client_bytes`]: the accepted connection is wrapped
+//! where it is accepted ([`crate::listener::Intercepted::into_counted`]); the
+//! origin link only reads the [`BrowserSocket`] a pinned stream watches, for
+//! its backlog (FEEDBACK).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};

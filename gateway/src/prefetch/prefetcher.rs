@@ -6,10 +6,15 @@
 //!  HTML body ──> browser
 //!      └─copy─> page task: HtmlScanner ──> PrefetchQueue (I/O-free, in Prefetcher)
 //!                                               │ Action::Start / Promote / Cancel
-//!  driver task <────────────────────────────────┘
-//!      └─> one task per prefetch: cache lookup ─> Fill ─> origin (class prefetch)
-//!  browser GET ─> on_demand ─> cache lookup joins the prefetch's fill
+//!  drive task <─────────────────────────────────┘
+//!      └─> one task per prefetch: Cache::serve (Asker::Prefetch) ─> Upstream (class prefetch)
+//!  browser GET ─> on_demand ─> Cache::serve joins the prefetch's flight
 //! ```
+//!
+//! It needs two things from outside: the [`Cache`] (its one entry point,
+//! [`Cache::serve`], and [`Cache::is_fresh`]) and, per page, an [`Upstream`]
+//! for the page's route, detached from the browser's connection. The front
+//! hands both in; tests hand in a fake upstream and build no front.
 //!
 //! Only subresources on the page's own origin (scheme, host, port) are
 //! prefetched: the gateway knows where that origin is (the page's original
@@ -29,19 +34,28 @@ use http_body_util::BodyExt;
 use tokio::sync::{Notify, mpsc, watch};
 use url::Url;
 
-use super::{Flow, Forwarded, Front, RequestContext, stopped};
-use crate::body::{Body, BoxError};
-use crate::cache::{CacheRequest, Filled, Lookup, Purge};
-use crate::prefetch::queue::{ConnectionId, Scan};
-use crate::prefetch::{
+use super::queue::{ConnectionId, Scan};
+use super::{
     Action, Demand, FetchId, HtmlScanner, PageId, PrefetchConfig, PrefetchQueue, PrefetchStats,
     RecentPage, Resource, extract_css, is_css, is_html, keep_prefetched, prefetch_request_headers,
 };
-use crate::route::{Decision, Target};
+use crate::body::{Body, BoxError};
+use crate::cache::{Asker, Cache, CacheRequest, Purge, ServeError};
+use crate::sync::stopped;
+use crate::upstream::{Upstream, UpstreamError, UpstreamRequest};
 
 /// Chunks of an HTML body waiting for the page task; beyond this the page is
 /// scanned no further (the browser is never held back).
 const PAGE_CHUNKS: usize = 256;
+
+/// How a request's route reaches its site, as `[prefetch]` tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteKind {
+    /// An SCTP origin (`prefetch.enabled_for_origins`).
+    Origin,
+    /// Plain TCP to the original destination (`prefetch.enabled_for_direct`).
+    Direct,
+}
 
 /// What a prefetch needs from the page that found it.
 #[derive(Debug)]
@@ -49,16 +63,15 @@ struct PageContext {
     /// The page request's end-to-end fields (User-Agent, Accept-Language...).
     headers: HeaderMap,
     document: Url,
-    decision: Decision,
-    /// A flow of its own: prefetches get their own stream pin and upstream
-    /// connection, not the browser's.
-    flow: Arc<Flow>,
+    /// The page's route over connections of its own: prefetches get their
+    /// own stream pin and upstream connection, not the browser's.
+    upstream: Arc<dyn Upstream>,
 }
 
-/// What [`Front::prefetch_demand`] learned of a browser GET, for
-/// [`Front::prefetch_watch`] once the answer is there.
+/// What [`Prefetcher::on_demand`] learned of a browser GET, for
+/// [`Prefetcher::watch`] once the answer is there.
 #[derive(Debug)]
-pub(super) struct Watched {
+pub struct Watched {
     /// The request's URL: the page's, if the answer is one.
     document: Url,
     /// The queued prefetch the request claimed, and how to scan its body.
@@ -83,6 +96,7 @@ struct State {
 #[derive(Debug)]
 pub struct Prefetcher {
     config: PrefetchConfig,
+    cache: Cache,
     state: Mutex<State>,
     /// The driver waits on this for new actions.
     wake: Notify,
@@ -90,10 +104,11 @@ pub struct Prefetcher {
 }
 
 impl Prefetcher {
-    /// A prefetcher with `config`'s limits.
-    pub fn new(config: &PrefetchConfig) -> Self {
+    /// A prefetcher with `config`'s limits that fetches through `cache`.
+    pub fn new(config: &PrefetchConfig, cache: Cache) -> Self {
         Self {
             config: config.clone(),
+            cache,
             state: Mutex::new(State {
                 queue: PrefetchQueue::new(config),
                 pages: HashMap::new(),
@@ -122,10 +137,10 @@ impl Prefetcher {
     }
 
     /// Whether pages reached over this route are scanned.
-    fn enabled_for(&self, decision: &Decision) -> bool {
-        match decision.target {
-            Target::Origin(_) => self.config.enabled_for_origins,
-            Target::Direct => self.config.enabled_for_direct,
+    fn enabled_for(&self, route: RouteKind) -> bool {
+        match route {
+            RouteKind::Origin => self.config.enabled_for_origins,
+            RouteKind::Direct => self.config.enabled_for_direct,
         }
     }
 
@@ -140,34 +155,37 @@ impl Prefetcher {
         r
     }
 
-    pub(super) fn connection_id(&self) -> u64 {
+    /// A number for a new browser connection (the queue keeps a page's
+    /// connection, to abandon its pages when it closes).
+    pub fn connection_id(&self) -> u64 {
         self.next_connection.fetch_add(1, Ordering::Relaxed)
     }
 
-    pub(super) fn connection_closed(&self, connection: u64) {
+    /// Browser connection `connection` closed.
+    pub fn connection_closed(&self, connection: u64) {
         self.with(|s| {
             s.queue
                 .connection_closed(Instant::now(), ConnectionId(connection));
         });
     }
-}
 
-impl Front {
-    /// A browser GET on a cacheable route: tells the queue, so that a
-    /// prefetch in flight is promoted (the request then joins it through the
-    /// cache) and a queued one is claimed. Returns what a claimed stylesheet
-    /// or frame needs: its id and how to scan it.
-    pub(super) fn prefetch_demand(
+    /// A browser GET on a cacheable route for `host`, `port` and `path`:
+    /// tells the queue, so that a prefetch in flight is promoted (the request
+    /// then joins it through the cache) and a queued one is claimed. Returns
+    /// what [`Prefetcher::watch`] needs once the answer is there; `None` where
+    /// pages over `route` are not scanned.
+    pub fn on_demand(
         &self,
-        context: &RequestContext<'_>,
+        host: &str,
+        port: u16,
         path: &str,
+        route: RouteKind,
     ) -> Option<Watched> {
-        let prefetcher = self.prefetcher.as_ref()?;
-        if !prefetcher.enabled_for(&context.decision) {
+        if !self.enabled_for(route) {
             return None;
         }
-        let document = document_url(&context.host, context.port, path)?;
-        let claimed = match prefetcher.with(|s| s.queue.on_demand(Instant::now(), &document)) {
+        let document = document_url(host, port, path)?;
+        let claimed = match self.with(|s| s.queue.on_demand(Instant::now(), &document)) {
             Demand::Claimed {
                 fetch,
                 scan: Some(scan),
@@ -179,26 +197,23 @@ impl Front {
         Some(Watched { document, claimed })
     }
 
-    /// The browser's response to a cacheable GET: an HTML page opens a page
-    /// whose body is scanned as it passes; a claimed stylesheet or frame is
-    /// scanned for the page that wanted it. Everything else passes untouched.
-    pub(super) fn prefetch_watch(
-        &self,
-        context: &RequestContext<'_>,
-        request: &Forwarded,
+    /// The browser's response to a GET [`Prefetcher::on_demand`] watched: an
+    /// HTML page opens a page whose body is scanned as it passes (its
+    /// prefetches go through `upstream.detach()`, with `request_headers`'
+    /// end-to-end fields); a claimed stylesheet or frame is scanned for the
+    /// page that wanted it. Everything else passes untouched.
+    pub fn watch(
+        self: &Arc<Self>,
         watched: Watched,
+        connection: u64,
+        request_headers: &HeaderMap,
+        upstream: &dyn Upstream,
         response: Response<Body>,
     ) -> Response<Body> {
         let Watched { document, claimed } = watched;
-        let RequestContext {
-            flow, ref decision, ..
-        } = *context;
-        let Some(prefetcher) = self.prefetcher.as_ref() else {
-            return response;
-        };
         if !response.status().is_success() {
             if let Some((fetch, _)) = claimed {
-                prefetcher.with(|s| s.queue.handle_failed(Instant::now(), fetch));
+                self.with(|s| s.queue.handle_failed(Instant::now(), fetch));
             }
             return response;
         }
@@ -206,8 +221,7 @@ impl Front {
         if let Some((fetch, scan)) = claimed {
             let (tx, rx) = mpsc::channel(PAGE_CHUNKS);
             tokio::spawn(scan_fetch(
-                Arc::clone(prefetcher),
-                self.cache.clone(),
+                Arc::clone(self),
                 fetch,
                 scan,
                 document,
@@ -216,53 +230,33 @@ impl Front {
             ));
             return tee(response, tx, None);
         }
-        if response.status() != http::StatusCode::OK
-            || !is_html(content_type.as_deref())
-            || !prefetcher.enabled_for(decision)
-        {
+        if response.status() != http::StatusCode::OK || !is_html(content_type.as_deref()) {
             return response;
         }
         let context = Arc::new(PageContext {
-            headers: request.headers.clone(),
+            headers: request_headers.clone(),
             document: document.clone(),
-            decision: *decision,
-            // Prefetches read no browser bytes: nothing to find.
-            flow: Arc::new(Flow::new(
-                flow.client,
-                flow.dst,
-                self.direct,
-                0,
-                tokio::sync::watch::channel(None).1,
-            )),
+            upstream: upstream.detach(),
         });
-        let page = prefetcher.with(|s| {
-            let page = s
-                .queue
-                .open_page(Instant::now(), document.clone(), ConnectionId(flow.id));
+        let page = self.with(|s| {
+            let page =
+                s.queue
+                    .open_page(Instant::now(), document.clone(), ConnectionId(connection));
             s.pages.insert(page, context);
             page
         });
-        let scanner = HtmlScanner::new(document, content_type.as_deref(), &prefetcher.config);
+        let scanner = HtmlScanner::new(document, content_type.as_deref(), &self.config);
         let (tx, rx) = mpsc::channel(PAGE_CHUNKS);
-        tokio::spawn(scan_page(
-            Arc::clone(prefetcher),
-            self.cache.clone(),
-            page,
-            scanner,
-            rx,
-        ));
-        tee(response, tx, Some((Arc::clone(prefetcher), page)))
+        tokio::spawn(scan_page(Arc::clone(self), page, scanner, rx));
+        tee(response, tx, Some((Arc::clone(self), page)))
     }
 
     /// Runs the queue's actions until `shutdown`: starts, promotes and
     /// cancels prefetches, and expires pages.
-    pub async fn prefetch_driver(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let Some(prefetcher) = self.prefetcher.clone() else {
-            return;
-        };
+    pub async fn drive(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         loop {
             let (actions, deadline) = {
-                let mut state = prefetcher.lock();
+                let mut state = self.lock();
                 let now = Instant::now();
                 if state.queue.poll_timeout().is_some_and(|t| t <= now) {
                     state.queue.handle_timeout(now);
@@ -280,7 +274,7 @@ impl Front {
                 (actions, state.queue.poll_timeout())
             };
             for action in actions {
-                self.run_action(&prefetcher, action);
+                self.run_action(action);
             }
             let sleep = async {
                 match deadline {
@@ -289,14 +283,14 @@ impl Front {
                 }
             };
             tokio::select! {
-                () = prefetcher.wake.notified() => {}
+                () = self.wake.notified() => {}
                 () = sleep => {}
                 () = stopped(&mut shutdown) => return,
             }
         }
     }
 
-    fn run_action(self: &Arc<Self>, prefetcher: &Arc<Prefetcher>, action: Action) {
+    fn run_action(self: &Arc<Self>, action: Action) {
         match action {
             Action::Start {
                 fetch,
@@ -305,21 +299,16 @@ impl Front {
                 urgency,
                 scan,
             } => {
-                let context = prefetcher.lock().pages.get(&page).cloned();
+                let context = self.lock().pages.get(&page).cloned();
                 let Some(context) = context else {
-                    prefetcher.with(|s| s.queue.handle_failed(Instant::now(), fetch));
+                    self.with(|s| s.queue.handle_failed(Instant::now(), fetch));
                     return;
                 };
                 let (promote, promoted) = watch::channel((urgency.level(), RequestClass::Prefetch));
-                let task = tokio::spawn(Arc::clone(self).prefetch(
-                    Arc::clone(prefetcher),
-                    fetch,
-                    context,
-                    resource,
-                    promoted,
-                    scan,
-                ));
-                prefetcher.lock().running.insert(
+                let task = tokio::spawn(
+                    Arc::clone(self).prefetch(fetch, context, resource, promoted, scan),
+                );
+                self.lock().running.insert(
                     fetch,
                     Running {
                         task: task.abort_handle(),
@@ -328,7 +317,7 @@ impl Front {
                 );
             }
             Action::Promote { fetch, urgency } => {
-                if let Some(running) = prefetcher.lock().running.get(&fetch) {
+                if let Some(running) = self.lock().running.get(&fetch) {
                     running
                         .promote
                         .send_replace((urgency.level(), RequestClass::Demand));
@@ -336,7 +325,7 @@ impl Front {
                 tracing::debug!(%fetch, urgency = urgency.level(), "prefetch promoted");
             }
             Action::Cancel { fetch } => {
-                if let Some(running) = prefetcher.lock().running.remove(&fetch) {
+                if let Some(running) = self.lock().running.remove(&fetch) {
                     running.task.abort();
                 }
             }
@@ -347,7 +336,6 @@ impl Front {
     /// it at prefetch class), reporting progress to the queue.
     async fn prefetch(
         self: Arc<Self>,
-        prefetcher: Arc<Prefetcher>,
         fetch: FetchId,
         page: Arc<PageContext>,
         resource: Resource,
@@ -355,9 +343,9 @@ impl Front {
         scan: Option<Scan>,
     ) {
         let outcome = self
-            .prefetch_inner(&prefetcher, fetch, &page, &resource, promoted, scan)
+            .prefetch_inner(fetch, &page, &resource, promoted, scan)
             .await;
-        prefetcher.with(|s| {
+        self.with(|s| {
             s.running.remove(&fetch);
             let now = Instant::now();
             match outcome {
@@ -372,8 +360,7 @@ impl Front {
     }
 
     async fn prefetch_inner(
-        &self,
-        prefetcher: &Arc<Prefetcher>,
+        self: &Arc<Self>,
         fetch: FetchId,
         page: &PageContext,
         resource: &Resource,
@@ -394,7 +381,7 @@ impl Front {
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
-        prefetcher.with(|s| s.queue.handle_head(Instant::now(), fetch, length));
+        self.with(|s| s.queue.handle_head(Instant::now(), fetch, length));
         let mut body = response.into_body();
         let mut kept = Vec::new();
         let keep = scan.is_some();
@@ -403,7 +390,7 @@ impl Front {
                 return Outcome::Failed("body");
             };
             if let Ok(data) = frame.into_data() {
-                prefetcher.with(|s| {
+                self.with(|s| {
                     s.queue
                         .handle_data(Instant::now(), fetch, data.len() as u64)
                 });
@@ -414,14 +401,8 @@ impl Front {
         }
         if let Some(scan) = scan {
             let body: Vec<u8> = kept.concat();
-            let found = scan_body(
-                scan,
-                url,
-                content_type.as_deref(),
-                &body,
-                &prefetcher.config,
-            );
-            report_discovered(prefetcher, &self.cache, fetch, url, found).await;
+            let found = scan_body(scan, url, content_type.as_deref(), &body, &self.config);
+            report_discovered(self, fetch, url, found).await;
         }
         Outcome::Complete
     }
@@ -445,7 +426,7 @@ impl Front {
             return Err(Outcome::Failed("host"));
         };
         let (urgency, class) = *promoted.borrow();
-        let mut request = Forwarded {
+        let request = UpstreamRequest {
             method: Method::GET,
             path: path.to_owned(),
             host: host_value,
@@ -455,38 +436,18 @@ impl Front {
             class,
             promote: Some(promoted),
         };
-        let lookup = self
+        let asker = Asker::Prefetch {
+            keep: |status, headers| keep_prefetched(status, headers).is_ok(),
+        };
+        match self
             .cache
-            .lookup(&CacheRequest {
-                method: &request.method,
-                host: &host,
-                port,
-                target: &request.path,
-                headers: &request.headers,
-            })
-            .await;
-        match lookup {
-            Lookup::Hit(response, _) => {
-                if !wants_body {
-                    return Err(Outcome::Fresh);
-                }
-                Ok(response)
-            }
-            Lookup::Pass => Err(Outcome::Failed("the cache passes it")),
-            // A prefetch is the background already: it validates in the
-            // open and takes what the validation gives.
-            Lookup::Fill(mut fill) | Lookup::StaleWhileRevalidate(_, mut fill) => {
-                fill.prepare(&mut request.headers);
-                fill.only_if(|status, headers| keep_prefetched(status, headers).is_ok());
-                let response = match self.dispatch(&page.flow, page.decision, request).await {
-                    Ok((response, _)) => response,
-                    Err(refusal) => return Err(Outcome::Failed(refusal_reason(&refusal))),
-                };
-                match fill.respond(response).await {
-                    Filled::Answer(response) => Ok(response),
-                    Filled::Refetch => Err(Outcome::Failed("refetch")),
-                }
-            }
+            .serve(&host, port, &request, asker, page.upstream.as_ref())
+            .await
+        {
+            Ok(served) if served.hit && !wants_body => Err(Outcome::Fresh),
+            Ok(served) => Ok(served.response),
+            Err(ServeError::Declined(why)) => Err(Outcome::Failed(why)),
+            Err(ServeError::Upstream(error)) => Err(Outcome::Failed(upstream_reason(&error))),
         }
     }
 }
@@ -517,8 +478,8 @@ enum Outcome {
     Failed(&'static str),
 }
 
-fn refusal_reason(refusal: &super::Refusal) -> &'static str {
-    if refusal.status.is_server_error() {
+fn upstream_reason(error: &UpstreamError) -> &'static str {
+    if error.status.is_server_error() {
         "upstream error"
     } else {
         "refused"
@@ -566,7 +527,7 @@ fn content_type(headers: &HeaderMap) -> Option<String> {
 }
 
 /// Whether the cache holds `url` fresh for a request with `headers`.
-async fn fresh_in_cache(cache: &crate::cache::Cache, url: &Url, headers: &HeaderMap) -> bool {
+async fn fresh_in_cache(cache: &Cache, url: &Url, headers: &HeaderMap) -> bool {
     let Some((host, port, path)) = cache_target(url) else {
         return false;
     };
@@ -585,7 +546,6 @@ async fn fresh_in_cache(cache: &crate::cache::Cache, url: &Url, headers: &Header
 /// queue. A body the browser did not receive whole abandons the page.
 async fn scan_page(
     prefetcher: Arc<Prefetcher>,
-    cache: crate::cache::Cache,
     page: PageId,
     mut scanner: HtmlScanner,
     mut chunks: mpsc::Receiver<Chunk>,
@@ -607,9 +567,9 @@ async fn scan_page(
             }
             None => break false,
         }
-        feed(&prefetcher, &cache, page, &document, &headers, &mut scanner).await;
+        feed(&prefetcher, page, &document, &headers, &mut scanner).await;
     };
-    feed(&prefetcher, &cache, page, &document, &headers, &mut scanner).await;
+    feed(&prefetcher, page, &document, &headers, &mut scanner).await;
     prefetcher.with(|s| {
         let now = Instant::now();
         if complete {
@@ -623,7 +583,6 @@ async fn scan_page(
 /// Hands what the scanner found so far to the queue.
 async fn feed(
     prefetcher: &Arc<Prefetcher>,
-    cache: &crate::cache::Cache,
     page: PageId,
     document: &Url,
     headers: &HeaderMap,
@@ -633,7 +592,7 @@ async fn feed(
         if !same_origin(document, &resource.url) {
             continue;
         }
-        let fresh = fresh_in_cache(cache, &resource.url, headers).await;
+        let fresh = fresh_in_cache(&prefetcher.cache, &resource.url, headers).await;
         prefetcher.with(|s| {
             s.queue
                 .handle_resource(Instant::now(), page, resource, fresh)
@@ -644,7 +603,6 @@ async fn feed(
 /// Scans a claimed stylesheet or frame the browser fetched itself.
 async fn scan_fetch(
     prefetcher: Arc<Prefetcher>,
-    cache: crate::cache::Cache,
     fetch: FetchId,
     scan: Scan,
     url: Url,
@@ -681,14 +639,13 @@ async fn scan_fetch(
             std::iter::from_fn(|| scanner.poll_resource()).collect()
         }
     };
-    report_discovered(&prefetcher, &cache, fetch, &url, found).await;
+    report_discovered(&prefetcher, fetch, &url, found).await;
     prefetcher.with(|s| s.queue.handle_complete(Instant::now(), fetch));
 }
 
 /// What a scanned stylesheet or frame references, to the pages that want it.
 async fn report_discovered(
     prefetcher: &Arc<Prefetcher>,
-    cache: &crate::cache::Cache,
     fetch: FetchId,
     source: &Url,
     found: Vec<Resource>,
@@ -698,7 +655,7 @@ async fn report_discovered(
         if !same_origin(source, &resource.url) {
             continue;
         }
-        let fresh = fresh_in_cache(cache, &resource.url, &headers).await;
+        let fresh = fresh_in_cache(&prefetcher.cache, &resource.url, &headers).await;
         prefetcher.with(|s| {
             s.queue
                 .handle_discovered(Instant::now(), fetch, resource, fresh)
@@ -806,5 +763,181 @@ impl http_body::Body for Tee {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The I/O layer without a front: a real cache over a temporary store,
+    //! and a fake upstream that records what it was asked.
+
+    use std::time::Duration;
+
+    use http::StatusCode;
+    use http_body_util::Full;
+
+    use super::*;
+    use crate::cache::store::{Store, StoreLimits};
+    use crate::upstream::{Answered, UpstreamFuture};
+
+    /// What the fake origin was asked: path, class, Host.
+    type Asked = (String, RequestClass, String);
+
+    #[derive(Debug, Clone)]
+    struct FakeUpstream {
+        asked: Arc<Mutex<Vec<Asked>>>,
+        /// Answer 502 instead of the image.
+        down: bool,
+    }
+
+    impl FakeUpstream {
+        fn new(down: bool) -> Self {
+            Self {
+                asked: Arc::default(),
+                down,
+            }
+        }
+
+        fn asked(&self) -> Vec<Asked> {
+            crate::sync::lock(&self.asked).clone()
+        }
+    }
+
+    impl Upstream for FakeUpstream {
+        fn send(&self, request: UpstreamRequest) -> UpstreamFuture<'_> {
+            Box::pin(async move {
+                crate::sync::lock(&self.asked).push((
+                    request.path.clone(),
+                    request.class,
+                    request.host.to_str().unwrap_or("").to_owned(),
+                ));
+                if self.down {
+                    return Err(UpstreamError::origin(StatusCode::BAD_GATEWAY, "down"));
+                }
+                let mut response = full(b"\x89PNG image bytes", "image/png");
+                response.headers_mut().insert(
+                    header::CACHE_CONTROL,
+                    HeaderValue::from_static("max-age=600"),
+                );
+                Ok(Answered {
+                    response,
+                    route: "origin",
+                })
+            })
+        }
+
+        fn detach(&self) -> Arc<dyn Upstream> {
+            Arc::new(self.clone())
+        }
+    }
+
+    fn full(body: &'static [u8], content_type: &'static str) -> Response<Body> {
+        let mut response = Response::new(
+            Full::new(Bytes::from_static(body))
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        );
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        response
+    }
+
+    fn cache(dir: &tempfile::TempDir) -> Cache {
+        let limits = StoreLimits {
+            max_bytes: 64 << 20,
+            max_object_bytes: 8 << 20,
+        };
+        let store = Store::open(&dir.path().join("cache.redb"), limits).expect("a store");
+        Cache::from_store(store, 1 << 20)
+    }
+
+    /// Waits up to five seconds for `done`.
+    async fn wait_for(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A browser's page passes through `prefetcher`; returns once its body
+    /// has been read whole.
+    async fn browse_page(prefetcher: &Arc<Prefetcher>, upstream: &FakeUpstream) {
+        let watched = prefetcher
+            .on_demand("example.test", 80, "/", RouteKind::Origin)
+            .expect("pages over origins are scanned by default");
+        let page = full(
+            b"<!doctype html><html><body><img src=\"/a.png\"></body></html>",
+            "text/html; charset=utf-8",
+        );
+        let connection = prefetcher.connection_id();
+        let passed = prefetcher.watch(watched, connection, &HeaderMap::new(), upstream, page);
+        let body = passed.into_body().collect().await.expect("the page's body");
+        assert!(body.to_bytes().starts_with(b"<!doctype html>"));
+    }
+
+    #[tokio::test]
+    async fn a_page_prefetches_its_image_through_the_cache_and_the_browser_then_hits() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let cache = cache(&dir);
+        let prefetcher = Arc::new(Prefetcher::new(&PrefetchConfig::default(), cache.clone()));
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(Arc::clone(&prefetcher).drive(stopped));
+        let upstream = FakeUpstream::new(false);
+
+        browse_page(&prefetcher, &upstream).await;
+        wait_for("the prefetch to complete", || {
+            prefetcher.stats().completed == 1
+        })
+        .await;
+        wait_for("the image to be stored", || cache.stats().stored == 1).await;
+        assert_eq!(
+            upstream.asked(),
+            vec![(
+                "/a.png".to_owned(),
+                RequestClass::Prefetch,
+                "example.test".to_owned()
+            )]
+        );
+
+        // The browser's own request for the image: answered from the cache,
+        // nothing more upstream.
+        let request = UpstreamRequest {
+            method: Method::GET,
+            path: "/a.png".to_owned(),
+            host: HeaderValue::from_static("example.test"),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+            urgency: 3,
+            class: RequestClass::Demand,
+            promote: None,
+        };
+        let served = cache
+            .serve("example.test", 80, &request, Asker::Browser, &upstream)
+            .await
+            .expect("served");
+        assert!(served.hit, "{} / {}", served.route, served.cache);
+        let body = served.response.into_body().collect().await.expect("a body");
+        assert_eq!(body.to_bytes(), Bytes::from_static(b"\x89PNG image bytes"));
+        assert_eq!(upstream.asked().len(), 1);
+        let _ = stop.send(true);
+    }
+
+    #[tokio::test]
+    async fn an_upstream_failure_fails_the_prefetch_and_stores_nothing() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let cache = cache(&dir);
+        let prefetcher = Arc::new(Prefetcher::new(&PrefetchConfig::default(), cache.clone()));
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(Arc::clone(&prefetcher).drive(stopped));
+        let upstream = FakeUpstream::new(true);
+
+        browse_page(&prefetcher, &upstream).await;
+        wait_for("the prefetch to fail", || prefetcher.stats().failed == 1).await;
+        assert_eq!(prefetcher.stats().completed, 0);
+        assert_eq!(upstream.asked().len(), 1);
+        assert_eq!(cache.stats().stored, 0);
+        let _ = stop.send(true);
     }
 }
