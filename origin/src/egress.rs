@@ -3,7 +3,7 @@
 //! handed to the socket ([`EgressDepth::handle_written`]) and the counters it
 //! read from the map ([`EgressDepth::handle_candidates`],
 //! [`EgressDepth::handle_left`]); [`EgressDepth::per_stream`] gives the figures
-//! the scheduler takes ([`crate::scheduler::Scheduler::handle_transport_queued`]).
+//! the scheduler takes ([`crate::response_scheduler::ResponseScheduler::handle_transport_queued`]).
 //!
 //! ```text
 //!  driver ── sendmsg(stream, n bytes) ──► kernel SCTP send queue ──► qdisc ──► wire

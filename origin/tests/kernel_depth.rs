@@ -28,7 +28,7 @@ use anyhow::{Context, Result, bail, ensure};
 use gateway_protocol::RequestClass;
 use gateway_transport::{AssociationConfig, BackendKind, Listener, connect};
 use origin::ebpf::{EbpfConfig, EgressCounters};
-use origin::scheduler::{PolicyKind, SchedulerConfig};
+use origin::response_scheduler::{ResponsePolicyKind, ResponseSchedulerConfig};
 use origin::server::{DriverConfig, drive};
 use origin::synthetic::{SyntheticHandler, pattern_byte};
 use support::TestGateway;
@@ -162,9 +162,9 @@ async fn slow_reader_moves_the_depth() -> Result<()> {
         // SCF: the per-stream limit (`stream_queue_limit`) holds for every
         // policy; queue-aware would also wait for FEEDBACK, which this test
         // gateway never sends.
-        scheduler: SchedulerConfig {
-            policy: PolicyKind::Scf,
-            ..SchedulerConfig::default()
+        response_scheduler: ResponseSchedulerConfig {
+            policy: ResponsePolicyKind::Scf,
+            ..ResponseSchedulerConfig::default()
         },
         chunk_size: CHUNK,
         max_open_requests: 64,
