@@ -330,14 +330,8 @@ fn queue_aware_counts_bytes_sent_since_the_last_report() {
 
 #[test]
 fn nothing_is_handed_out_while_the_transport_is_full() {
-    for kind in [
-        ResponsePolicyKind::Fcfs,
-        ResponsePolicyKind::Rr,
-        ResponsePolicyKind::Scf,
-        ResponsePolicyKind::Priority,
-        ResponsePolicyKind::Wfq,
-        ResponsePolicyKind::QueueAware,
-    ] {
+    // Every registered policy, so that a new one is held to it too.
+    for &kind in ResponsePolicyKind::ALL {
         let mut s = ResponseScheduler::new(ResponseSchedulerConfig {
             transport_target: 100,
             ..policy(kind)
