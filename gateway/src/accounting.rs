@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use gateway_common::{DIRECTION_INGRESS, TcpFlowKey};
+use ebpf_common::{DIRECTION_INGRESS, TcpFlowKey};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -31,7 +31,7 @@ use crate::origin_link::{BrowserSocket, OriginLink, StreamFigures};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EbpfConfig {
-    /// The `gateway-ebpf` object (`cargo xtask build-ebpf`); none: userspace only.
+    /// The `ebpf-programs` object (`cargo xtask build-ebpf`); none: userspace only.
     pub object: Option<PathBuf>,
     /// The WAN interface the origins' packets arrive on (`xdp_sctp` attaches here).
     pub interface: Option<String>,
@@ -481,7 +481,7 @@ mod tests {
 
         let no_interface = Accounting::start(
             &EbpfConfig {
-                object: Some("gateway-ebpf.o".into()),
+                object: Some("ebpf-programs.o".into()),
                 ..EbpfConfig::default()
             },
             &LanSide::default(),
@@ -511,7 +511,7 @@ mod tests {
         };
         let missing = Accounting::start(
             &EbpfConfig {
-                object: Some("/nonexistent/gateway-ebpf".into()),
+                object: Some("/nonexistent/ebpf-programs".into()),
                 interface: Some("lo".into()),
                 xdp_mode: XdpModeChoice::Generic,
             },
@@ -521,7 +521,7 @@ mod tests {
         assert_eq!(missing.browser_in_flight(&[]), None);
         let how = missing.describe();
         assert!(
-            how.starts_with("userspace only (loading /nonexistent/gateway-ebpf failed"),
+            how.starts_with("userspace only (loading /nonexistent/ebpf-programs failed"),
             "{how}"
         );
         assert!(

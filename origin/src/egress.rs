@@ -39,7 +39,7 @@
 
 use std::collections::BTreeMap;
 
-use gateway_common::{DIRECTION_EGRESS, StreamCounters, StreamKey};
+use ebpf_common::{DIRECTION_EGRESS, StreamCounters, StreamKey};
 
 /// Whether this association's map keys are known.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,7 +201,7 @@ impl EgressDepth {
 
 #[cfg(test)]
 mod tests {
-    use gateway_common::DIRECTION_INGRESS;
+    use ebpf_common::DIRECTION_INGRESS;
 
     use super::*;
 

@@ -303,8 +303,8 @@ async fn a_slow_reader_moves_the_per_stream_depth_and_the_scheduler_bounds_it() 
 #[tokio::test]
 #[ignore = "needs kernel SCTP, root and GATEWAY_EBPF_OBJECT: run by cargo xtask vm-test --test origin:kernel_depth"]
 async fn per_stream_counts_equal_what_each_stream_carried_over_kernel_sctp() -> Result<()> {
+    use ebpf_common::DIRECTION_EGRESS;
     use ebpf_loader::{SctpAccounting, SctpAccountingConfig};
-    use gateway_common::DIRECTION_EGRESS;
     use std::collections::BTreeMap;
 
     let object = object_path()?;

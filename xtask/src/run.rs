@@ -201,12 +201,12 @@ fn run_demo(options: &RunOptions, site: Option<PathBuf>) -> Result<()> {
     outcome.and(stopped)
 }
 
-/// The gateway-ebpf object, built now (`cargo xtask build-ebpf`), so that the
+/// The ebpf-programs object, built now (`cargo xtask build-ebpf`), so that the
 /// demo's gateway runs the programs the product is named for; `None`, said
 /// with the reason, where it cannot be built here: the gateway then runs with
 /// its userspace accounting only.
 fn ebpf_object() -> Option<PathBuf> {
-    step("the eBPF programs (gateway-ebpf)");
+    step("the eBPF programs (ebpf-programs)");
     match crate::ebpf::build(&crate::ebpf::BuildOptions::default()) {
         Ok(object) => Some(object),
         Err(e) => {
