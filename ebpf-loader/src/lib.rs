@@ -1,4 +1,4 @@
-//! The userspace half of `gateway-ebpf`: loads the object (built by `cargo
+//! The userspace half of `ebpf-programs`: loads the object (built by `cargo
 //! xtask build-ebpf`), attaches its programs to interfaces and reads their maps
 //! into plain Rust values. Both daemons use it: the gateway counts what arrives
 //! (`xdp_sctp` on its WAN side), the origin with kernel SCTP what leaves
@@ -47,7 +47,7 @@ use aya::{
         xdp::XdpLinkId,
     },
 };
-use gateway_common::{
+use ebpf_common::{
     AssocCounters, AssocKey, PacketCounters, STATS_EGRESS, STATS_INGRESS, SctpConfig,
     StreamCounters, StreamKey, WalkerStats,
 };
@@ -74,7 +74,7 @@ pub const SCTP_CONFIG_MAP: &str = "SCTP_CONFIG";
 /// Per-CPU array of two `WalkerStats` (ingress, egress).
 pub const SCTP_STATS_MAP: &str = "SCTP_STATS";
 
-/// Name of the XDP program that counts packets and bytes (`gateway-ebpf`'s
+/// Name of the XDP program that counts packets and bytes (`ebpf-programs`'s
 /// `xdp_count`).
 pub const XDP_COUNT_PROGRAM: &str = "xdp_count";
 
@@ -99,7 +99,7 @@ pub enum EbpfError {
         source: Box<aya::EbpfError>,
     },
     /// The object has no program of the expected name or type: it was built
-    /// from a different `gateway-ebpf`.
+    /// from a different `ebpf-programs`.
     #[error("eBPF object has no program named {name} of the expected type")]
     MissingProgram {
         /// The program looked for.
@@ -321,7 +321,7 @@ pub struct SctpAccountingConfig {
 impl Default for SctpAccountingConfig {
     fn default() -> Self {
         Self {
-            udp_port: gateway_common::SCTP_UDP_PORT_DEFAULT,
+            udp_port: ebpf_common::SCTP_UDP_PORT_DEFAULT,
         }
     }
 }

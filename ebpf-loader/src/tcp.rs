@@ -12,7 +12,7 @@ use aya::{
     maps::{Array, MapError, PerCpuHashMap},
     programs::{SchedClassifier, TcAttachType, tc::SchedClassifierLinkId},
 };
-use gateway_common::{TcpConfig, TcpFlowCounters, TcpFlowKey, TcpStats};
+use ebpf_common::{TcpConfig, TcpFlowCounters, TcpFlowKey, TcpStats};
 
 use crate::{EbpfError, attach_tc, hook_stats, map_error, per_cpu_hash};
 
@@ -64,7 +64,7 @@ pub struct TcpFlowAccounting {
 impl TcpFlowAccounting {
     /// Loads the object at `path`, verifies both programs into the kernel and
     /// has them count the flows of `server_ports` (the intercepted ports; at
-    /// most [`gateway_common::TCP_CONFIG_PORTS`], none meaning 80), without attaching anything.
+    /// most [`ebpf_common::TCP_CONFIG_PORTS`], none meaning 80), without attaching anything.
     pub fn load_file(path: &Path, server_ports: &[u16]) -> Result<Self, EbpfError> {
         let mut ebpf = Ebpf::load_file(path).map_err(|source| EbpfError::Load {
             path: path.to_owned(),
@@ -91,7 +91,7 @@ impl TcpFlowAccounting {
         Ok(this)
     }
 
-    /// Writes the server ports to count (the first [`gateway_common::TCP_CONFIG_PORTS`]);
+    /// Writes the server ports to count (the first [`ebpf_common::TCP_CONFIG_PORTS`]);
     /// takes effect with the next packet.
     fn configure(&mut self, server_ports: &[u16]) -> Result<(), EbpfError> {
         let mut config = TcpConfig::default();

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use sctp::sched::SchedulerKind;
+use sctp::stream_scheduler::StreamSchedulerKind;
 use serde::{Deserialize, Serialize};
 
 use crate::TransportError;
@@ -159,12 +159,26 @@ pub struct UserspaceConfig {
     /// Largest retransmission time-out, back-off included, milliseconds.
     #[serde(with = "duration_ms")]
     pub rto_max: Duration,
-    /// The stream scheduler (RFC 8260): `fcfs`, `rr`, `rr-packet`,
-    /// `priority`, `fc` or `wfq`. `fcfs` by default: the sender's own
-    /// scheduler (the origin's) decides the order, and a FIFO transport keeps
-    /// it, as kernel SCTP's default does; `rr` interleaves what is queued.
+    /// The SCTP stream scheduler (RFC 8260), `stream_scheduler`: `fcfs`,
+    /// `rr`, `rr-packet`, `priority`, `fc` or `wfq`. `fcfs` by default: the
+    /// sender's own order (the origin's response scheduler) decides, and a
+    /// FIFO transport keeps it, as kernel SCTP's default does; `rr`
+    /// interleaves what is queued. Called `scheduler` before, a name still
+    /// read with a deprecation line.
     #[serde(with = "by_name")]
-    pub scheduler: SchedulerKind,
+    pub stream_scheduler: StreamSchedulerKind,
+    /// `scheduler`, `stream_scheduler`'s name before: read so that an old
+    /// file still works, moved into `stream_scheduler` (with a deprecation
+    /// line, [`AssociationConfig::deprecated_keys`]) when `[transport]` is
+    /// read, so always `None` after. (A field rather than a serde alias: an
+    /// alias would leave no trace to warn about.)
+    #[serde(
+        rename = "scheduler",
+        default,
+        skip_serializing,
+        deserialize_with = "some_by_name"
+    )]
+    pub old_scheduler: Option<StreamSchedulerKind>,
     /// Largest SCTP packet (UDP payload) sent, bytes.
     pub mtu: usize,
     /// Offer and accept I-DATA (RFC 8260), so that a large message on one
@@ -199,7 +213,8 @@ impl Default for UserspaceConfig {
             rto_initial: Duration::from_millis(1000),
             rto_min: Duration::from_millis(500),
             rto_max: Duration::from_millis(10_000),
-            scheduler: SchedulerKind::Fcfs,
+            stream_scheduler: StreamSchedulerKind::Fcfs,
+            old_scheduler: None,
             mtu: sctp::DEFAULT_MTU,
             idata: true,
             congestion: Congestion::Bbr,
@@ -317,15 +332,15 @@ impl DeprecatedKeys {
     }
 }
 
-/// Every flat key of `[transport]` that moved into a backend's sub-table, with
-/// its new place.
-pub const FLAT_KEYS: [(&str, &str); 17] = [
+/// Every flat key of `[transport]` that moved into a backend's sub-table, and
+/// every key of a sub-table that was renamed, with its new place.
+pub const FLAT_KEYS: [(&str, &str); 18] = [
     ("ack_delay", "userspace.ack_delay"),
     ("initial_window", "userspace.initial_window"),
     ("rto_initial", "userspace.rto_initial"),
     ("rto_min", "userspace.rto_min"),
     ("rto_max", "userspace.rto_max"),
-    ("scheduler", "userspace.scheduler"),
+    ("scheduler", "userspace.stream_scheduler"),
     ("mtu", "userspace.mtu"),
     ("idata", "userspace.idata"),
     ("congestion", "userspace.congestion and quic.congestion"),
@@ -337,6 +352,7 @@ pub const FLAT_KEYS: [(&str, &str); 17] = [
     ("udp_encapsulation_port", "kernel.udp_encapsulation_port"),
     ("kernel_idata", "kernel.idata"),
     ("quic_server_cert_sha256", "quic.server_cert_sha256"),
+    ("userspace.scheduler", "userspace.stream_scheduler"),
 ];
 
 impl Default for AssociationConfig {
@@ -387,7 +403,7 @@ struct TransportTable {
     rto_min: Option<u64>,
     rto_max: Option<u64>,
     #[serde(deserialize_with = "some_by_name")]
-    scheduler: Option<SchedulerKind>,
+    scheduler: Option<StreamSchedulerKind>,
     mtu: Option<usize>,
     idata: Option<bool>,
     congestion: Option<Congestion>,
@@ -401,7 +417,9 @@ struct TransportTable {
     quic_server_cert_sha256: Option<String>,
 }
 
-fn some_by_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SchedulerKind>, D::Error> {
+fn some_by_name<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<StreamSchedulerKind>, D::Error> {
     by_name::deserialize(d).map(Some)
 }
 
@@ -496,7 +514,7 @@ impl<'de> Deserialize<'de> for AssociationConfig {
         }
         take("scheduler", t.scheduler.is_some());
         if let Some(scheduler) = t.scheduler {
-            u.scheduler = scheduler;
+            u.stream_scheduler = scheduler;
         }
         take("mtu", t.mtu.is_some());
         if let Some(mtu) = t.mtu {
@@ -546,6 +564,11 @@ impl<'de> Deserialize<'de> for AssociationConfig {
         );
         if t.quic_server_cert_sha256.is_some() {
             config.quic.server_cert_sha256 = t.quic_server_cert_sha256;
+        }
+        let old = config.userspace.old_scheduler.take();
+        take("userspace.scheduler", old.is_some());
+        if let Some(scheduler) = old {
+            config.userspace.stream_scheduler = scheduler;
         }
         config.deprecated = DeprecatedKeys(moved);
         Ok(config)
@@ -625,14 +648,17 @@ mod tests {
     fn sub_tables_are_read_into_typed_settings() {
         let c = read(
             "streams = 8\n\
-             [userspace]\ncongestion = \"cubic\"\nscheduler = \"rr-packet\"\nudp_offload = false\n\
+             [userspace]\ncongestion = \"cubic\"\nstream_scheduler = \"rr-packet\"\nudp_offload = false\n\
              [kernel]\nidata = true\nudp_encapsulation_port = 9899\n\
              [quic]\ncongestion = \"reno\"\nserver_cert_sha256 = \"ab\"\n",
         )
         .expect("reads");
         assert_eq!(c.streams, 8);
         assert_eq!(c.userspace.congestion, Congestion::Cubic);
-        assert_eq!(c.userspace.scheduler, SchedulerKind::RoundRobinPerPacket);
+        assert_eq!(
+            c.userspace.stream_scheduler,
+            StreamSchedulerKind::RoundRobinPerPacket
+        );
         assert_eq!(c.userspace.udp_offload, UdpOffload::Off);
         assert!(c.kernel.idata);
         assert_eq!(c.kernel.udp_encapsulation_port, Some(9899));
@@ -651,7 +677,10 @@ mod tests {
         .expect("reads");
         assert_eq!(c.userspace.congestion, Congestion::Reno);
         assert_eq!(c.quic.congestion, Congestion::Reno);
-        assert_eq!(c.userspace.scheduler, SchedulerKind::RoundRobin);
+        assert_eq!(
+            c.userspace.stream_scheduler,
+            StreamSchedulerKind::RoundRobin
+        );
         assert_eq!(c.userspace.rto_min, Duration::from_millis(300));
         assert_eq!(c.userspace.mtu, 1400);
         assert!(c.kernel.idata);
@@ -675,10 +704,32 @@ mod tests {
     }
 
     #[test]
+    fn the_stream_schedulers_old_name_is_read_and_reported() {
+        let c = read("[userspace]\nscheduler = \"wfq\"\nmtu = 1400\n").expect("reads");
+        assert_eq!(
+            c.userspace.stream_scheduler,
+            StreamSchedulerKind::WeightedFair
+        );
+        assert_eq!(c.userspace.mtu, 1400);
+        let pairs: Vec<_> = c.deprecated_keys().iter().collect();
+        assert_eq!(
+            pairs,
+            [("userspace.scheduler", "userspace.stream_scheduler")]
+        );
+        let c = read("scheduler = \"rr\"\n").expect("reads");
+        assert_eq!(
+            c.userspace.stream_scheduler,
+            StreamSchedulerKind::RoundRobin
+        );
+        let pairs: Vec<_> = c.deprecated_keys().iter().collect();
+        assert_eq!(pairs, [("scheduler", "userspace.stream_scheduler")]);
+    }
+
+    #[test]
     fn every_flat_key_is_still_accepted() {
         for (old, _) in FLAT_KEYS {
             let value = match old {
-                "scheduler" => "\"fcfs\"",
+                "scheduler" | "userspace.scheduler" => "\"fcfs\"",
                 "congestion" => "\"bbr\"",
                 "quic_server_cert_sha256" => "\"ab\"",
                 "udp_offload" | "idata" | "kernel_idata" | "rack_tlp" | "sack_immediately"
@@ -696,11 +747,13 @@ mod tests {
         assert!(err.contains("congestion") && err.contains("vegas"), "{err}");
         let err = read("[quic]\ncongestion = \"vegas\"\n").expect_err("vegas");
         assert!(err.contains("congestion") && err.contains("vegas"), "{err}");
-        let err = read("[userspace]\nscheduler = \"lifo\"\n").expect_err("lifo");
-        assert!(
-            err.contains("scheduler") && err.contains("unknown stream scheduler `lifo`"),
-            "{err}"
-        );
+        for old_or_new in ["scheduler", "stream_scheduler"] {
+            let err = read(&format!("[userspace]\n{old_or_new} = \"lifo\"\n")).expect_err("lifo");
+            assert!(
+                err.contains(old_or_new) && err.contains("unknown stream scheduler `lifo`"),
+                "{err}"
+            );
+        }
         let err = read("scheduler = \"lifo\"\n").expect_err("lifo");
         assert!(err.contains("unknown stream scheduler `lifo`"), "{err}");
         for text in [
@@ -722,7 +775,7 @@ mod tests {
             "{text}"
         );
         let back = read(&text).expect("reads back");
-        assert_eq!(back.userspace.scheduler, SchedulerKind::Fcfs);
+        assert_eq!(back.userspace.stream_scheduler, StreamSchedulerKind::Fcfs);
         assert_eq!(back.userspace.congestion, Congestion::Bbr);
         assert!(back.deprecated_keys().is_empty());
     }

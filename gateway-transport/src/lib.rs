@@ -30,8 +30,9 @@
 //! `backend` (the [`BackendKind`] list; the only place that names every
 //! backend) > one module per backend (`kernel`, `userspace`, `framed_tcp`,
 //! `quic`, none importing another) > `contract` (the traits each backend
-//! implements) > `config` > {`error`, `host`, `sync`, `log_limit`}. Adding a
-//! backend is one module and one line in `backend`'s `backends!` list.
+//! implements) > `config` > {`error`, `host`, `sync` (the workspace's one
+//! lock helper, which the daemons re-export), `log_limit`}. Adding a backend
+//! is one module and one line in `backend`'s `backends!` list.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -51,7 +52,7 @@ pub mod kernel;
 pub mod log_limit;
 #[cfg(feature = "baselines")]
 pub mod quic;
-mod sync;
+pub mod sync;
 pub mod userspace;
 
 use backend::{AnyAssociation, AnyListener};
@@ -65,7 +66,7 @@ pub use error::TransportError;
 /// the `sctp` crate.
 pub use sctp::{
     Counters as SctpCounters, DEFAULT_INIT_ACKS_PER_SECOND, Limits as SctpLimits,
-    Stats as SctpStats, sched::SchedulerKind,
+    Stats as SctpStats, stream_scheduler::StreamSchedulerKind,
 };
 
 /// One received message and the stream it arrived on.

@@ -32,7 +32,7 @@ use bytes::Bytes;
 use gateway_transport::kernel::StreamScheduler;
 use gateway_transport::{
     Association, AssociationConfig, BackendKind, KernelConfig, Listener, SCTP_UDP_PORT,
-    SchedulerKind, TransportError, UdpOffload, UserspaceConfig, connect,
+    StreamSchedulerKind, TransportError, UdpOffload, UserspaceConfig, connect,
 };
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -289,7 +289,7 @@ async fn idata(client: BackendKind, family: Family) -> Result<()> {
             userspace: UserspaceConfig {
                 idata: true,
                 // FCFS would send the whole large message first, I-DATA or not.
-                scheduler: SchedulerKind::RoundRobin,
+                stream_scheduler: StreamSchedulerKind::RoundRobin,
                 ..config().userspace
             },
             kernel: KernelConfig {

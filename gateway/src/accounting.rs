@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use gateway_common::{DIRECTION_INGRESS, TcpFlowKey};
+use ebpf_common::{DIRECTION_INGRESS, TcpFlowKey};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -447,7 +447,7 @@ mod tests {
 
         let no_interface = Accounting::start(
             &EbpfConfig {
-                object: Some("gateway-ebpf.o".into()),
+                object: Some("ebpf-programs.o".into()),
                 ..EbpfConfig::default()
             },
             &LanSide::default(),
@@ -477,7 +477,7 @@ mod tests {
         };
         let missing = Accounting::start(
             &EbpfConfig {
-                object: Some("/nonexistent/gateway-ebpf".into()),
+                object: Some("/nonexistent/ebpf-programs".into()),
                 interface: Some("lo".into()),
                 xdp_mode: XdpModeChoice::Generic,
             },
@@ -487,7 +487,7 @@ mod tests {
         assert_eq!(missing.browser_in_flight(&[]), None);
         let how = missing.describe();
         assert!(
-            how.starts_with("userspace only (loading /nonexistent/gateway-ebpf failed"),
+            how.starts_with("userspace only (loading /nonexistent/ebpf-programs failed"),
             "{how}"
         );
         assert!(

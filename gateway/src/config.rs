@@ -676,7 +676,7 @@ mod tests {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EbpfConfig {
-    /// The `gateway-ebpf` object (`cargo xtask build-ebpf`); none: userspace only.
+    /// The `ebpf-programs` object (`cargo xtask build-ebpf`); none: userspace only.
     pub object: Option<PathBuf>,
     /// The WAN interface the origins' packets arrive on (`xdp_sctp` attaches here).
     pub interface: Option<String>,

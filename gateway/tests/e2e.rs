@@ -1568,7 +1568,7 @@ fn generated_configs_validate() {
         backend: Some("quic".into()),
         quic_server_cert_sha256: Some("ab".repeat(32)),
         congestion: Some("cubic".into()),
-        ebpf_object: Some("/opt/gateway-ebpf".into()),
+        ebpf_object: Some("/opt/ebpf-programs".into()),
         ebpf_interface: Some("wan9".into()),
     };
     let generated = GatewayConfig::from_shipped(&workspace(), &overrides).expect("generate");
@@ -1602,7 +1602,7 @@ fn generated_configs_validate() {
     );
     assert_eq!(
         config.ebpf.object.as_deref(),
-        Some(std::path::Path::new("/opt/gateway-ebpf"))
+        Some(std::path::Path::new("/opt/ebpf-programs"))
     );
     assert_eq!(config.ebpf.interface.as_deref(), Some("wan9"));
     assert_eq!(generated.table, config.intercept.table);

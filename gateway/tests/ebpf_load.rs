@@ -1,4 +1,4 @@
-//! Loads `gateway-ebpf`'s `xdp_count` into the kernel, attaches it to one end of a
+//! Loads `ebpf-programs`'s `xdp_count` into the kernel, attaches it to one end of a
 //! veth pair between two fresh network namespaces, sends a known number of UDP
 //! datagrams across and checks the counters saw them, then that nothing is counted
 //! after detaching.
@@ -22,8 +22,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use ebpf_common::PacketCounters;
 use gateway::ebpf::{XdpCounter, XdpMode};
-use gateway_common::PacketCounters;
 use support::{chain, object_path, require_root};
 
 /// Datagrams sent while the program is attached.

@@ -1,4 +1,4 @@
-//! Runs `gateway-ebpf`'s SCTP programs (`xdp_sctp`, `tc_sctp`) in the kernel on
+//! Runs `ebpf-programs`'s SCTP programs (`xdp_sctp`, `tc_sctp`) in the kernel on
 //! hand-built frames with `BPF_PROG_TEST_RUN` and checks, exactly, what they
 //! counted into their maps — and that every frame came back unchanged with the
 //! pass-through verdict.
@@ -25,11 +25,11 @@ use std::collections::BTreeMap;
 use frames::*;
 use support::{chain, namespace_with_loopback, object_path, require_root};
 
-use gateway::ebpf::{SctpAccounting, SctpAccountingConfig, SctpHook, SctpSnapshot, test_run};
-use gateway_common::{
+use ebpf_common::{
     AssocCounters, AssocKey, DIRECTION_EGRESS, DIRECTION_INGRESS, StreamCounters, StreamKey,
     WalkerStats,
 };
+use gateway::ebpf::{SctpAccounting, SctpAccountingConfig, SctpHook, SctpSnapshot, test_run};
 use proptest::{
     prelude::*,
     test_runner::{Config as ProptestConfig, TestRunner},
@@ -340,7 +340,7 @@ fn chunk_length_zero_or_past_the_end_stops_the_walk() {
 }
 
 /// The walker's chunk bound at XDP (`MAX_WIRE_CHUNKS` in
-/// gateway-ebpf/src/sctp.rs).
+/// ebpf-programs/src/sctp.rs).
 const MAX_WIRE_CHUNKS: u32 = 16;
 /// Its bound at TC, where GSO super-packets pass (`MAX_GSO_CHUNKS`).
 const MAX_GSO_CHUNKS: u32 = 48;

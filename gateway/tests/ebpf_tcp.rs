@@ -1,4 +1,4 @@
-//! Runs `gateway-ebpf`'s browser-flow programs (`tc_tcp_egress`,
+//! Runs `ebpf-programs`'s browser-flow programs (`tc_tcp_egress`,
 //! `tc_tcp_ingress`) in the kernel on hand-built frames with
 //! `BPF_PROG_TEST_RUN` and checks, exactly, what they counted; then attaches
 //! them to a namespace's loopback and checks their figures against a real TCP
@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use frames::*;
 use support::{chain, namespace_with_loopback, object_path, require_root};
 
+use ebpf_common::{TcpFlowCounters, TcpFlowKey, TcpStats};
 use gateway::ebpf::{TcpFlowAccounting, TcpHook, test_run};
-use gateway_common::{TcpFlowCounters, TcpFlowKey, TcpStats};
 use proptest::{
     prelude::*,
     test_runner::{Config as ProptestConfig, TestRunner},

@@ -15,7 +15,7 @@ use gateway_protocol::{Capabilities, ErrorCode, GoAway, Message, RequestClass, U
 use gateway_transport::BackendKind;
 use http_body::Body;
 use http_body_util::BodyExt;
-use origin::scheduler::PolicyKind;
+use origin::response_scheduler::ResponsePolicyKind;
 use origin::synthetic::pattern_byte;
 use support::{ScriptedOrigin, TestOrigin, bounded, collect, entry, free_address, get};
 use tokio::sync::watch;
@@ -555,8 +555,13 @@ async fn a_promoted_prefetch_overtakes_earlier_ones(kind: BackendKind) -> Result
         transport.send_buffer = Some(64 * 1024);
         transport.recv_buffer = Some(64 * 1024);
     }
-    let origin =
-        TestOrigin::start_with(kind, free_address(kind)?, PolicyKind::Priority, &transport).await?;
+    let origin = TestOrigin::start_with(
+        kind,
+        free_address(kind)?,
+        ResponsePolicyKind::Priority,
+        &transport,
+    )
+    .await?;
     let mut entry = entry(kind, origin.addr);
     entry.transport = transport;
     let link = OriginLink::spawn(&entry);

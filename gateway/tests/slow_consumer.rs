@@ -33,7 +33,7 @@ use gateway::front::Front;
 use gateway::listener::Intercepted;
 use gateway::origin_link::{FEEDBACK_GROWTH_STEP, OriginLink, StreamFigures};
 use gateway_transport::{BackendKind, Listener};
-use origin::scheduler::{PolicyKind, SchedulerConfig};
+use origin::response_scheduler::{ResponsePolicyKind, ResponseSchedulerConfig};
 use origin::server::{DriverConfig, drive};
 use origin::synthetic::SyntheticHandler;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -81,11 +81,11 @@ async fn pair(feedback: bool) -> Result<Pair> {
         let mut drivers = JoinSet::new();
         while let Ok(assoc) = listener.accept().await {
             let config = DriverConfig {
-                scheduler: SchedulerConfig {
-                    policy: PolicyKind::QueueAware,
+                response_scheduler: ResponseSchedulerConfig {
+                    policy: ResponsePolicyKind::QueueAware,
                     backlog_window: WINDOW,
                     stream_transport_target: STREAM_TRANSPORT_TARGET,
-                    ..SchedulerConfig::default()
+                    ..ResponseSchedulerConfig::default()
                 },
                 chunk_size: CHUNK,
                 max_open_requests: 256,

@@ -32,7 +32,7 @@ use gateway_protocol::{
 use gateway_transport::hello::open_gateway_session;
 use gateway_transport::{AssociationConfig, BackendKind, Listener, connect};
 use origin::files::{FilesConfig, StaticFiles};
-use origin::scheduler::{PolicyKind, SchedulerConfig};
+use origin::response_scheduler::{ResponsePolicyKind, ResponseSchedulerConfig};
 use origin::server::{DriverConfig, drive};
 use origin::service::Service;
 use origin::synthetic::SyntheticHandler;
@@ -48,7 +48,7 @@ struct Args {
     server: bool,
     addr: SocketAddr,
     backend: BackendKind,
-    policy: PolicyKind,
+    policy: ResponsePolicyKind,
     workload: String,
     load: f64,
     rate_mbit: f64,
@@ -66,7 +66,7 @@ fn parse_args() -> Result<Args> {
         server: false,
         addr: "127.0.0.1:9899".parse()?,
         backend: BackendKind::Userspace,
-        policy: PolicyKind::Scf,
+        policy: ResponsePolicyKind::Scf,
         workload: "zipf".into(),
         load: 0.8,
         rate_mbit: 20.0,
@@ -123,9 +123,9 @@ async fn server(args: &Args) -> Result<()> {
     println!("{{\"ready\":true}}");
     let assoc = listener.accept().await?;
     let config = DriverConfig {
-        scheduler: SchedulerConfig {
+        response_scheduler: ResponseSchedulerConfig {
             policy: args.policy,
-            ..SchedulerConfig::default()
+            ..ResponseSchedulerConfig::default()
         },
         chunk_size: 16 * 1024,
         max_open_requests: 100_000,

@@ -13,7 +13,7 @@ use crate::ebpf::EbpfConfig;
 use crate::files::FilesConfig;
 use crate::metrics::MetricsConfig;
 use crate::proxy::{ProxyConfig, ProxyConfigError};
-use crate::scheduler::SchedulerConfig;
+use crate::response_scheduler::ResponseSchedulerConfig;
 
 /// Why the configuration cannot be used (shared with the other daemon).
 pub use daemon_config::ConfigError;
@@ -28,8 +28,17 @@ pub struct OriginConfig {
     pub listen: ListenConfig,
     /// Association settings shared with the gateway's.
     pub transport: AssociationConfig,
-    /// Chunk ordering.
-    pub scheduler: SchedulerConfig,
+    /// Which response sends its next chunk (`[response_scheduler]`; not the
+    /// SCTP stream scheduler, `transport.userspace.stream_scheduler`).
+    pub response_scheduler: ResponseSchedulerConfig,
+    /// `[scheduler]`, the old name of `[response_scheduler]`: moved there when
+    /// the file is read, and named in [`OriginConfig::deprecated_keys`].
+    #[serde(rename = "scheduler")]
+    old_scheduler: Option<ResponseSchedulerConfig>,
+    /// Old keys this configuration was read with (see
+    /// [`OriginConfig::deprecated_keys`]).
+    #[serde(skip)]
+    deprecated: Vec<(&'static str, &'static str)>,
     /// Request limits.
     pub limits: LimitsConfig,
     /// The document root; `root` relative to the config file's directory.
@@ -120,6 +129,7 @@ impl OriginConfig {
     /// Reads `path`; unknown keys and type mismatches are errors naming the key.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
         let mut config: Self = daemon_config::from_file(path)?;
+        config.migrate();
         if let (Some(files), Some(dir)) = (&mut config.files, path.parent())
             && files.root.is_relative()
         {
@@ -133,7 +143,26 @@ impl OriginConfig {
 
     /// Parses TOML text.
     pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
-        daemon_config::from_toml(text)
+        let mut config: Self = daemon_config::from_toml(text)?;
+        config.migrate();
+        Ok(config)
+    }
+
+    /// Moves what was read under an old name to its new one. An old table,
+    /// where given, wins (as the transport's old flat keys do): a file that
+    /// still has it was written before the rename.
+    fn migrate(&mut self) {
+        if let Some(old) = self.old_scheduler.take() {
+            self.response_scheduler = old;
+            self.deprecated.push(("scheduler", "response_scheduler"));
+        }
+    }
+
+    /// Old keys or tables this configuration was read with, each with its new
+    /// name, for one warning line each at start (the transport's own are
+    /// `transport.deprecated_keys()`).
+    pub fn deprecated_keys(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+        self.deprecated.iter().copied()
     }
 
     /// Rejects values that cannot work, naming the key.
@@ -177,15 +206,15 @@ impl OriginConfig {
                 "at least 2: stream 0 carries control, data needs one more",
             );
         }
-        let s = &self.scheduler;
+        let s = &self.response_scheduler;
         if s.demand_weight == 0 {
-            return invalid("scheduler.demand_weight", "must be at least 1");
+            return invalid("response_scheduler.demand_weight", "must be at least 1");
         }
         if s.prefetch_weight == 0 {
-            return invalid("scheduler.prefetch_weight", "must be at least 1");
+            return invalid("response_scheduler.prefetch_weight", "must be at least 1");
         }
         if s.transport_target == 0 {
-            return invalid("scheduler.transport_target", "must be above zero");
+            return invalid("response_scheduler.transport_target", "must be above zero");
         }
         let l = &self.limits;
         if l.chunk_size == 0 || l.chunk_size > gateway_protocol::MAX_CHUNK {
@@ -224,6 +253,7 @@ impl OriginConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::response_scheduler::ResponsePolicyKind;
 
     #[test]
     fn defaults_with_a_root_are_valid() {
@@ -238,9 +268,12 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_errors_that_name_the_key() {
-        let err = OriginConfig::from_toml("[scheduler]\npolicy = \"scf\"\nwieght = 3\n")
-            .expect_err("unknown key");
-        assert!(err.to_string().contains("wieght"), "{err}");
+        for table in ["response_scheduler", "scheduler"] {
+            let err =
+                OriginConfig::from_toml(&format!("[{table}]\npolicy = \"scf\"\nwieght = 3\n"))
+                    .expect_err("unknown key");
+            assert!(err.to_string().contains("wieght"), "{err}");
+        }
         let err = OriginConfig::from_toml("[listne]\n").expect_err("unknown table");
         assert!(err.to_string().contains("listne"), "{err}");
     }
@@ -248,14 +281,18 @@ mod tests {
     #[test]
     fn bad_values_name_their_key() {
         let cases = [
-            ("[scheduler]\npolicy = \"fastest\"\n", "fastest"),
+            ("[response_scheduler]\npolicy = \"fastest\"\n", "fastest"),
             ("[limits]\nchunk_size = 100000\n", "limits.chunk_size"),
             ("[transport]\nstreams = 1\n", "transport.streams"),
             ("[transport]\nidle_timeout = 1\n", "transport.idle_timeout"),
             ("[listen]\naddresses = []\n", "listen.addresses"),
             (
+                "[response_scheduler]\nprefetch_weight = 0\n",
+                "response_scheduler.prefetch_weight",
+            ),
+            (
                 "[scheduler]\nprefetch_weight = 0\n",
-                "scheduler.prefetch_weight",
+                "response_scheduler.prefetch_weight",
             ),
             ("[metrics]\nlisten = \"127.0.0.1:0\"\n", "metrics.listen"),
             ("[metrics]\nlisten = \"localhost\"\n", "listen"),
@@ -269,5 +306,19 @@ mod tests {
             };
             assert!(message.contains(key), "{text}: {message}");
         }
+    }
+
+    #[test]
+    fn the_old_scheduler_table_is_read_with_a_deprecation() {
+        let config = OriginConfig::from_toml("[scheduler]\npolicy = \"rr\"\ndemand_weight = 3\n")
+            .expect("old table");
+        assert_eq!(config.response_scheduler.policy, ResponsePolicyKind::Rr);
+        assert_eq!(config.response_scheduler.demand_weight, 3);
+        let old: Vec<_> = config.deprecated_keys().collect();
+        assert_eq!(old, [("scheduler", "response_scheduler")]);
+        let config =
+            OriginConfig::from_toml("[response_scheduler]\npolicy = \"rr\"\n").expect("new table");
+        assert_eq!(config.response_scheduler.policy, ResponsePolicyKind::Rr);
+        assert_eq!(config.deprecated_keys().count(), 0);
     }
 }

@@ -19,8 +19,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use ebpf_common::{StreamCounters, StreamKey, WalkerStats};
 use ebpf_loader::{EbpfError, SctpAccounting, SctpAccountingConfig};
-use gateway_common::{StreamCounters, StreamKey, WalkerStats};
 use serde::{Deserialize, Serialize};
 
 use crate::sync::lock;
@@ -29,7 +29,7 @@ use crate::sync::lock;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EbpfConfig {
-    /// The `gateway-ebpf` object (`cargo xtask build-ebpf`); none: no eBPF.
+    /// The `ebpf-programs` object (`cargo xtask build-ebpf`); none: no eBPF.
     pub object: Option<PathBuf>,
     /// The interface the origin's SCTP packets leave on (`tc_sctp` attaches to
     /// its egress).

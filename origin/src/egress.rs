@@ -3,7 +3,7 @@
 //! handed to the socket ([`EgressDepth::handle_written`]) and the counters it
 //! read from the map ([`EgressDepth::handle_candidates`],
 //! [`EgressDepth::handle_left`]); [`EgressDepth::per_stream`] gives the figures
-//! the scheduler takes ([`crate::scheduler::Scheduler::handle_transport_queued`]).
+//! the scheduler takes ([`crate::response_scheduler::ResponseScheduler::handle_transport_queued`]).
 //!
 //! ```text
 //!  driver ── sendmsg(stream, n bytes) ──► kernel SCTP send queue ──► qdisc ──► wire
@@ -39,7 +39,7 @@
 
 use std::collections::BTreeMap;
 
-use gateway_common::{DIRECTION_EGRESS, StreamCounters, StreamKey};
+use ebpf_common::{DIRECTION_EGRESS, StreamCounters, StreamKey};
 
 /// Whether this association's map keys are known.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,7 +201,7 @@ impl EgressDepth {
 
 #[cfg(test)]
 mod tests {
-    use gateway_common::DIRECTION_INGRESS;
+    use ebpf_common::DIRECTION_INGRESS;
 
     use super::*;
 

@@ -1,8 +1,8 @@
 //! The origin: an HTTP/1.1 server whose clients are gateways on SCTP associations,
-//! and the stream schedulers that decide which response chunk goes out next.
+//! and the response scheduler that decides which response chunk goes out next.
 //!
 //! Start reading at [`server::drive`], the driver of one association, then
-//! [`scheduler`], the I/O-free core every response passes through.
+//! [`response_scheduler`], the I/O-free core every response passes through.
 //!
 //! How a gateway's request travels (`src/main.rs` accepts associations and hands
 //! each to [`server::drive`]):
@@ -17,8 +17,9 @@
 //! 3. The `http-semantics` crate, which the gateway shares, parses the request
 //!    head and renders the response head, and evaluates preconditions and
 //!    ranges, all free of I/O.
-//! 4. The producer's chunks wait in the driver; [`scheduler`] picks which
-//!    response sends its next chunk (FCFS, RR, SCF or priority), and the driver
+//! 4. The producer's chunks wait in the driver; [`response_scheduler`] picks which
+//!    response sends its next chunk (FCFS, RR, SCF, priority, WFQ or
+//!    queue-aware, each a `ResponsePolicy` in `response_scheduler/policy.rs`), and the driver
 //!    sends it on the request's stream.
 //!
 //! A TLS tunnel (TUNNEL_OPEN) takes the same path once decrypted: [`tls`]
@@ -32,9 +33,13 @@
 //! the figures the driver counts into and their `/metrics` endpoint
 //! (`[metrics]`).
 //!
+//! [`access`] wraps the handler with the access log; [`doctor`] checks the
+//! host for what a configuration needs (`origin doctor`).
+//!
 //! Layering (docs/architecture.md): a module imports only modules to its right
-//! in `config` > `service` > {`proxy`, `synthetic`, `files`} > `server` >
-//! {`tls`, `scheduler`, `metrics`, `ebpf` > `egress`}.
+//! in `doctor` > `config` > `access` > `service` > {`proxy`, `synthetic`,
+//! `files`} > `server` > {`tls`, `metrics` > `response_scheduler`, `ebpf` >
+//! `egress`}; [`sync`] (the lock helper) is a leaf under all.
 
 pub mod access;
 pub mod config;
@@ -44,7 +49,7 @@ pub mod egress;
 pub mod files;
 pub mod metrics;
 pub mod proxy;
-pub mod scheduler;
+pub mod response_scheduler;
 pub mod server;
 pub mod service;
 pub mod sync;

@@ -1,5 +1,5 @@
 //! `origin`: serves a document root to gateways over SCTP associations (kernel or
-//! userspace), ordering response chunks with a stream scheduler.
+//! userspace), ordering response chunks with a response scheduler.
 //!
 //! Configuration: config/origin.toml (or `--config`), then command-line
 //! overrides, then validation. See `origin --help`. `origin doctor` checks the
@@ -20,7 +20,7 @@ use origin::ebpf::{EbpfConfig, EgressCounters};
 use origin::files::{FilesConfig, StaticFiles};
 use origin::metrics::OriginMetrics;
 use origin::proxy::Proxy;
-use origin::scheduler::PolicyKind;
+use origin::response_scheduler::ResponsePolicyKind;
 use origin::server::{DriverConfig, drive_counted};
 use origin::service::Service;
 use origin::sync::lock;
@@ -31,7 +31,7 @@ use tokio::task::JoinSet;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 #[derive(Debug, Parser)]
-#[command(about = "SCTP origin server with stream schedulers")]
+#[command(about = "SCTP origin server with response schedulers")]
 struct Cli {
     /// Configuration file (TOML). Without it, the built-in defaults apply.
     #[arg(long, short, global = true)]
@@ -45,9 +45,11 @@ struct Cli {
     /// Streams to offer, counting stream 0.
     #[arg(long, global = true)]
     streams: Option<u16>,
-    /// Scheduler: fcfs, rr, scf, priority, wfq or queue-aware.
-    #[arg(long, global = true)]
-    scheduler: Option<PolicyKind>,
+    /// Response scheduler's policy: fcfs, rr, scf, priority, wfq or
+    /// queue-aware (replaces `response_scheduler.policy`; `--scheduler`, its
+    /// old name, still works).
+    #[arg(long, alias = "scheduler", global = true)]
+    response_scheduler: Option<ResponsePolicyKind>,
     /// Document root (replaces `files.root`).
     #[arg(long, global = true)]
     root: Option<PathBuf>,
@@ -95,8 +97,8 @@ fn load_config(cli: &Cli) -> Result<OriginConfig> {
         config.transport.streams = streams;
         config.transport.max_inbound_streams = streams;
     }
-    if let Some(policy) = cli.scheduler {
-        config.scheduler.policy = policy;
+    if let Some(policy) = cli.response_scheduler {
+        config.response_scheduler.policy = policy;
     }
     if let Some(root) = &cli.root {
         match &mut config.files {
@@ -205,6 +207,9 @@ async fn main() -> Result<()> {
     // the configuration decides, is not installed yet.
     let config = load_config(&cli)?;
     init_log(cli.access_log.as_deref(), config.log.format)?;
+    for (old, new) in config.deprecated_keys() {
+        tracing::warn!("config: [{old}] is deprecated; write it as [{new}]");
+    }
     for (old, new) in config.transport.deprecated_keys().iter() {
         tracing::warn!("config: transport.{old} is deprecated; write it as transport.{new}");
     }
@@ -226,8 +231,8 @@ async fn main() -> Result<()> {
 
     let (backend, why) = config.listen.backend.decide();
     tracing::info!(
-        "transport: {backend} ({why}); scheduler: {}; serving {source}",
-        config.scheduler.policy,
+        "transport: {backend} ({why}); response scheduler: {}; serving {source}",
+        config.response_scheduler.policy,
     );
     let mut transport = config.transport.clone();
     transport.listener_limits = gateway_transport::SctpLimits {
@@ -261,7 +266,7 @@ async fn main() -> Result<()> {
     let egress = egress_counters(backend, &config.ebpf);
     let tunnels = load_tunnels(&config)?;
     let driver_config = DriverConfig {
-        scheduler: config.scheduler.clone(),
+        response_scheduler: config.response_scheduler.clone(),
         chunk_size: config.limits.chunk_size,
         max_open_requests: config.limits.max_open_requests,
         max_request_body: config.limits.max_request_body,
@@ -278,7 +283,7 @@ async fn main() -> Result<()> {
                 .await
                 .with_context(|| format!("metrics.listen: cannot listen on {}", m.listen))?;
             tracing::info!("metrics on http://{}/metrics", endpoint.local_addr()?);
-            let metrics = OriginMetrics::for_policy(config.scheduler.policy);
+            let metrics = OriginMetrics::for_policy(config.response_scheduler.policy);
             tasks.spawn(origin::metrics::serve(
                 endpoint,
                 metrics.clone(),

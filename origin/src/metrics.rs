@@ -22,7 +22,7 @@
 //!
 //! The scheduler's series exist from the start, at 0, for the configured
 //! policy ([`OriginMetrics::for_policy`]); holds count when they begin, not
-//! at every decision ([`crate::scheduler::SchedulerTally`]).
+//! at every decision ([`crate::response_scheduler::ResponseSchedulerTally`]).
 //!
 //! The counters are the per-association [`AssociationStats`] summed over every
 //! association since the origin started, and move as things happen (the
@@ -56,7 +56,7 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::scheduler::{PolicyKind, SchedulerTally};
+use crate::response_scheduler::{ResponsePolicyKind, ResponseSchedulerTally};
 
 /// The content type of `/metrics`' answer.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -98,7 +98,7 @@ struct HoldLabels {
     reason: &'static str,
 }
 
-/// The `reason` label's values, in [`SchedulerTally`]'s order.
+/// The `reason` label's values, in [`ResponseSchedulerTally`]'s order.
 const HOLD_REASONS: [&str; 3] = ["backlog", "stream_transport", "transport"];
 
 /// One association driver's handles on the scheduler's series of its
@@ -108,13 +108,13 @@ const HOLD_REASONS: [&str; 3] = ["backlog", "stream_transport", "transport"];
 pub struct SchedulerCounters {
     chunks: Counter,
     holds: [Counter; 3],
-    reported: SchedulerTally,
+    reported: ResponseSchedulerTally,
 }
 
 impl SchedulerCounters {
     /// Counts the difference between `tally` (the scheduler's running
     /// figures) and the last one reported.
-    pub fn add(&mut self, tally: SchedulerTally) {
+    pub fn add(&mut self, tally: ResponseSchedulerTally) {
         if tally == self.reported {
             return;
         }
@@ -162,14 +162,14 @@ pub(crate) enum Tally {
 
 impl OriginMetrics {
     /// Figures whose scheduler series for `policy` exist from the start, at 0.
-    pub fn for_policy(policy: PolicyKind) -> Self {
+    pub fn for_policy(policy: ResponsePolicyKind) -> Self {
         let metrics = Self::default();
         drop(metrics.scheduler(policy));
         metrics
     }
 
     /// The scheduler's series of `policy`, for one association's driver.
-    pub fn scheduler(&self, policy: PolicyKind) -> SchedulerCounters {
+    pub fn scheduler(&self, policy: ResponsePolicyKind) -> SchedulerCounters {
         let policy = policy.name();
         SchedulerCounters {
             chunks: self
@@ -181,7 +181,7 @@ impl OriginMetrics {
                     .get_or_create(&HoldLabels { policy, reason })
                     .clone()
             }),
-            reported: SchedulerTally::default(),
+            reported: ResponseSchedulerTally::default(),
         }
     }
 
@@ -389,15 +389,15 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");
         }
-        let mut scheduler = metrics.scheduler(PolicyKind::QueueAware);
-        scheduler.add(SchedulerTally {
+        let mut scheduler = metrics.scheduler(ResponsePolicyKind::QueueAware);
+        scheduler.add(ResponseSchedulerTally {
             chunks: 5,
             held_for_backlog: 2,
             held_for_stream_transport: 0,
             held_for_transport: 1,
         });
         // Running figures: only the difference counts.
-        scheduler.add(SchedulerTally {
+        scheduler.add(ResponseSchedulerTally {
             chunks: 7,
             held_for_backlog: 2,
             held_for_stream_transport: 1,
@@ -422,7 +422,7 @@ mod tests {
 
     #[test]
     fn the_configured_policy_has_its_series_at_zero_from_the_start() {
-        let metrics = OriginMetrics::for_policy(PolicyKind::Scf);
+        let metrics = OriginMetrics::for_policy(ResponsePolicyKind::Scf);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &metrics.registry()).expect("encodes");
         for line in [

@@ -1,12 +1,12 @@
 //! The association driver: one task per association that feeds the protocol
 //! [`Session`], starts a producer per request, and sends response chunks in the
-//! order the [`Scheduler`] picks.
+//! order the [`ResponseScheduler`] picks.
 //!
 //! ```text
 //!  reader task ──(stream, bytes)──┐
 //!                                 ▼
 //!  producer tasks ──chunks──► driver loop ──► Association::send
-//!  (one per request,          (Session, Scheduler, jobs)
+//!  (one per request,          (Session, ResponseScheduler, jobs)
 //!   bounded by permits)
 //! ```
 //!
@@ -36,7 +36,7 @@ use tokio::task::AbortHandle;
 use crate::ebpf::EgressCounters;
 use crate::egress::{EgressDepth, Learned};
 use crate::metrics::{OriginMetrics, SchedulerCounters, Tally};
-use crate::scheduler::{JobSpec, Scheduler, SchedulerConfig};
+use crate::response_scheduler::{JobSpec, ResponseScheduler, ResponseSchedulerConfig};
 use crate::tls::Tunnels;
 
 mod tunnel;
@@ -123,7 +123,7 @@ pub trait Handler: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct DriverConfig {
     /// Scheduler settings.
-    pub scheduler: SchedulerConfig,
+    pub response_scheduler: ResponseSchedulerConfig,
     /// Body bytes per RESPONSE_BODY.
     pub chunk_size: usize,
     /// Requests open at once; more are refused.
@@ -181,7 +181,7 @@ impl Counts {
     }
 
     /// Brings the scheduler's series up to `tally`.
-    fn scheduler(&mut self, tally: crate::scheduler::SchedulerTally) {
+    fn scheduler(&mut self, tally: crate::response_scheduler::ResponseSchedulerTally) {
         if let Some(counters) = &mut self.scheduler {
             counters.add(tally);
         }
@@ -302,12 +302,12 @@ pub async fn drive_counted<H: Handler>(
     );
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     let reader = tokio::spawn(read_loop(assoc.clone(), events_tx.clone()));
-    let mut scheduler = Scheduler::new(config.scheduler.clone());
+    let mut scheduler = ResponseScheduler::new(config.response_scheduler.clone());
     scheduler.set_stream_limit(config.stream_queue_limit);
     let egress = EgressInput::start(&assoc, config.egress.as_ref());
     let scheduler_counters = metrics
         .as_ref()
-        .map(|m| m.scheduler(config.scheduler.policy));
+        .map(|m| m.scheduler(config.response_scheduler.policy));
     let mut driver = Driver {
         assoc,
         handler,
@@ -365,7 +365,7 @@ struct Driver<H: Handler> {
     assoc: Association,
     handler: Arc<H>,
     session: Session,
-    scheduler: Scheduler,
+    scheduler: ResponseScheduler,
     config: DriverConfig,
     jobs: HashMap<RequestId, Job>,
     pending_bodies: HashMap<RequestId, PendingBody>,

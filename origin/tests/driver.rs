@@ -13,19 +13,19 @@ use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
 use gateway_protocol::{ErrorCode, Message, RequestClass, RequestId, StreamBacklog, Urgency};
 use gateway_transport::{AssociationConfig, BackendKind, Listener, QuicConfig, connect};
-use origin::scheduler::{PolicyKind, SchedulerConfig};
+use origin::response_scheduler::{ResponsePolicyKind, ResponseSchedulerConfig};
 use origin::server::{DriverConfig, drive};
 use origin::synthetic::{SyntheticHandler as TestHandler, pattern_byte};
 use support::TestGateway;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-fn driver_config(policy: PolicyKind) -> DriverConfig {
+fn driver_config(policy: ResponsePolicyKind) -> DriverConfig {
     DriverConfig {
-        scheduler: SchedulerConfig {
+        response_scheduler: ResponseSchedulerConfig {
             policy,
             transport_target: 32 * 1024,
-            ..SchedulerConfig::default()
+            ..ResponseSchedulerConfig::default()
         },
         chunk_size: 16 * 1024,
         max_open_requests: 64,
@@ -39,7 +39,7 @@ fn driver_config(policy: PolicyKind) -> DriverConfig {
 /// Starts a listener with the driver and returns the gateway side.
 async fn start(
     kind: BackendKind,
-    policy: PolicyKind,
+    policy: ResponsePolicyKind,
     handler: Arc<TestHandler>,
 ) -> Result<TestGateway> {
     let config = AssociationConfig {
@@ -66,7 +66,7 @@ async fn start(
 }
 
 async fn exact_bytes(kind: BackendKind) -> Result<()> {
-    let mut gw = start(kind, PolicyKind::Scf, Arc::default()).await?;
+    let mut gw = start(kind, ResponsePolicyKind::Scf, Arc::default()).await?;
     let sizes = [0u64, 1, 16 * 1024, 16 * 1024 + 1, 300_000, 2 << 20];
     let mut ids = Vec::new();
     for (i, size) in sizes.iter().enumerate() {
@@ -102,7 +102,10 @@ async fn exact_bytes(kind: BackendKind) -> Result<()> {
 /// One large and several small responses requested together: SCF sends the small
 /// ones first (the large one started first and is preempted); FCFS finishes the
 /// large one first.
-async fn order_on_the_wire(kind: BackendKind, policy: PolicyKind) -> Result<Vec<RequestId>> {
+async fn order_on_the_wire(
+    kind: BackendKind,
+    policy: ResponsePolicyKind,
+) -> Result<Vec<RequestId>> {
     let mut gw = start(kind, policy, Arc::default()).await?;
     let big = gw
         .request(1, "/bytes/8000000", RequestClass::Demand)
@@ -118,7 +121,7 @@ async fn order_on_the_wire(kind: BackendKind, policy: PolicyKind) -> Result<Vec<
 
 async fn cancellation(kind: BackendKind) -> Result<()> {
     let handler = Arc::new(TestHandler::default());
-    let mut gw = start(kind, PolicyKind::Scf, Arc::clone(&handler)).await?;
+    let mut gw = start(kind, ResponsePolicyKind::Scf, Arc::clone(&handler)).await?;
     let endless = gw.request(1, "/endless", RequestClass::Demand).await?;
     // Wait until body bytes flow, then cancel.
     while gw.seen[&endless].body.len() < 100_000 {
@@ -173,7 +176,7 @@ async fn stream_limit_does_not_strand_a_response(kind: BackendKind) -> Result<()
         if let Ok(assoc) = listener.accept().await {
             let driver = DriverConfig {
                 stream_queue_limit: 1,
-                ..driver_config(PolicyKind::Scf)
+                ..driver_config(ResponsePolicyKind::Scf)
             };
             let _ = drive(assoc, Arc::new(TestHandler::default()), driver).await;
         }
@@ -211,8 +214,8 @@ async fn queue_aware_follows_feedback(kind: BackendKind) -> Result<()> {
     let addr = listener.local_addr()?;
     tokio::spawn(async move {
         if let Ok(assoc) = listener.accept().await {
-            let mut driver = driver_config(PolicyKind::QueueAware);
-            driver.scheduler.backlog_window = WINDOW;
+            let mut driver = driver_config(ResponsePolicyKind::QueueAware);
+            driver.response_scheduler.backlog_window = WINDOW;
             let _ = drive(assoc, Arc::new(TestHandler::default()), driver).await;
         }
     });
@@ -292,7 +295,7 @@ async fn handler_has_seen(handler: &TestHandler, count: u64) -> Result<()> {
 /// still the scheduler's to order when the PRIORITY messages arrive.
 async fn priority_promotes_queued_prefetches(kind: BackendKind) -> Result<()> {
     let handler = Arc::new(TestHandler::default());
-    let mut gw = start(kind, PolicyKind::Priority, Arc::clone(&handler)).await?;
+    let mut gw = start(kind, ResponsePolicyKind::Priority, Arc::clone(&handler)).await?;
     let promote = |id, urgency| Message::Priority {
         id,
         urgency: Urgency::new(urgency).expect("urgency 0..=7"),
@@ -360,7 +363,7 @@ macro_rules! backend_tests {
             #[tokio::test]
             $(#[$attr])*
             async fn scf_preempts_a_large_response_on_the_wire() -> Result<()> {
-                let order = bounded(order_on_the_wire($kind, PolicyKind::Scf)).await?;
+                let order = bounded(order_on_the_wire($kind, ResponsePolicyKind::Scf)).await?;
                 ensure!(order.last() == Some(&1), "SCF finished in order {order:?}");
                 Ok(())
             }
@@ -368,7 +371,7 @@ macro_rules! backend_tests {
             #[tokio::test]
             $(#[$attr])*
             async fn fcfs_finishes_the_first_request_first() -> Result<()> {
-                let order = bounded(order_on_the_wire($kind, PolicyKind::Fcfs)).await?;
+                let order = bounded(order_on_the_wire($kind, ResponsePolicyKind::Fcfs)).await?;
                 if $kind == BackendKind::Quic {
                     // quinn takes the whole large response into its send
                     // buffer (`buffered` sees none of it) and serves streams

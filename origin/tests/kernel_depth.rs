@@ -28,7 +28,7 @@ use anyhow::{Context, Result, bail, ensure};
 use gateway_protocol::RequestClass;
 use gateway_transport::{AssociationConfig, BackendKind, Listener, connect};
 use origin::ebpf::{EbpfConfig, EgressCounters};
-use origin::scheduler::{PolicyKind, SchedulerConfig};
+use origin::response_scheduler::{ResponsePolicyKind, ResponseSchedulerConfig};
 use origin::server::{DriverConfig, drive};
 use origin::synthetic::{SyntheticHandler, pattern_byte};
 use support::TestGateway;
@@ -162,9 +162,9 @@ async fn slow_reader_moves_the_depth() -> Result<()> {
         // SCF: the per-stream limit (`stream_queue_limit`) holds for every
         // policy; queue-aware would also wait for FEEDBACK, which this test
         // gateway never sends.
-        scheduler: SchedulerConfig {
-            policy: PolicyKind::Scf,
-            ..SchedulerConfig::default()
+        response_scheduler: ResponseSchedulerConfig {
+            policy: ResponsePolicyKind::Scf,
+            ..ResponseSchedulerConfig::default()
         },
         chunk_size: CHUNK,
         max_open_requests: 64,
@@ -303,8 +303,8 @@ async fn a_slow_reader_moves_the_per_stream_depth_and_the_scheduler_bounds_it() 
 #[tokio::test]
 #[ignore = "needs kernel SCTP, root and GATEWAY_EBPF_OBJECT: run by cargo xtask vm-test --test origin:kernel_depth"]
 async fn per_stream_counts_equal_what_each_stream_carried_over_kernel_sctp() -> Result<()> {
+    use ebpf_common::DIRECTION_EGRESS;
     use ebpf_loader::{SctpAccounting, SctpAccountingConfig};
-    use gateway_common::DIRECTION_EGRESS;
     use std::collections::BTreeMap;
 
     let object = object_path()?;

@@ -262,7 +262,7 @@ fn a_config_with_an_unknown_key_is_refused_with_its_name() -> Result<()> {
     let path = dir.path().join("origin.toml");
     std::fs::write(
         &path,
-        "[files]\nroot = \".\"\n[scheduler]\npolicy = \"scf\"\nweigth = 2\n",
+        "[files]\nroot = \".\"\n[response_scheduler]\npolicy = \"scf\"\nweigth = 2\n",
     )?;
     let out = Command::new(env!("CARGO_BIN_EXE_origin"))
         .arg("--config")

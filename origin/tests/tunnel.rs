@@ -15,7 +15,7 @@ use gateway_protocol::{
 };
 use gateway_transport::hello::open_gateway_session;
 use gateway_transport::{Association, AssociationConfig, BackendKind, Listener, connect};
-use origin::scheduler::SchedulerConfig;
+use origin::response_scheduler::ResponseSchedulerConfig;
 use origin::server::{DriverConfig, drive};
 use origin::synthetic::{SyntheticHandler, pattern_byte};
 use origin::tls::{CertificateEntry, PassthroughEntry, TlsConfig, Tunnels};
@@ -69,7 +69,7 @@ async fn start(kind: BackendKind, tunnels: Tunnels) -> Result<(Association, Sess
     let listener = Listener::bind(kind, SocketAddr::from(([127, 0, 0, 1], 0)), &config).await?;
     let addr = listener.local_addr()?;
     let driver = DriverConfig {
-        scheduler: SchedulerConfig::default(),
+        response_scheduler: ResponseSchedulerConfig::default(),
         chunk_size: 16 * 1024,
         max_open_requests: 64,
         max_request_body: 1 << 20,

@@ -502,7 +502,7 @@ impl Association {
             state.peer_a_rwnd,
             state.outbound_streams,
             state.idata,
-            config.scheduler,
+            config.stream_scheduler,
         );
         sender.set_rack(config.rack);
         if let Some(mid) = config.initial_mid {

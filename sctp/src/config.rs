@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::ack::AckConfig;
 use crate::congestion::{ControllerFactory, RenoConfig};
 use crate::rtt::RttConfig;
-use crate::sched::SchedulerKind;
+use crate::stream_scheduler::StreamSchedulerKind;
 
 /// The largest SCTP packet (UDP payload) we build by default, bytes: fits a
 /// 1500-byte Ethernet MTU under an IPv6 (40) and UDP (8) header, so under IPv4
@@ -41,7 +41,7 @@ pub struct Config {
     /// interleave.
     pub idata: bool,
     /// The stream scheduler (RFC 8260 section 3).
-    pub scheduler: SchedulerKind,
+    pub stream_scheduler: StreamSchedulerKind,
     /// Retransmission time-out bounds (RFC 9260 6.3).
     pub rtt: RttConfig,
     /// When SACKs go out.
@@ -99,7 +99,7 @@ impl Default for Config {
             max_message: 1024 * 1024,
             mtu: DEFAULT_MTU,
             idata: true,
-            scheduler: SchedulerKind::default(),
+            stream_scheduler: StreamSchedulerKind::default(),
             rtt: RttConfig::default(),
             ack: AckConfig::default(),
             congestion: Arc::new(RenoConfig::default()),

@@ -16,7 +16,7 @@
 //!
 //! Policy sits behind small traits the association calls at defined points:
 //! congestion control (`congestion`), the acknowledgement policy (`ack`) and
-//! the stream scheduler (`sched`).
+//! the stream scheduler (`stream_scheduler`).
 //!
 //! Module map:
 //! - `chunk`: the packet and chunk types; `wire`: their encoding and decoding
@@ -28,7 +28,7 @@
 //!   retransmission queue, per-stream accounting);
 //! - `pacer`: the token bucket that spaces DATA packets over the round trip;
 //! - `rtt`: the RTT estimator and RTO (RFC 9260 section 6.3);
-//! - `congestion`, `ack`, `sched`: the pluggable policies;
+//! - `congestion`, `ack`, `stream_scheduler`: the pluggable policies;
 //! - `cookie`: the HMAC-signed state cookie;
 //! - `config`: the settings, with RFC 9260's defaults;
 //! - `association`, `endpoint`: the two levels above.
@@ -43,9 +43,9 @@ mod endpoint;
 mod pacer;
 mod recv;
 pub mod rtt;
-pub mod sched;
 mod send;
 pub mod seq;
+pub mod stream_scheduler;
 pub mod wire;
 
 pub use association::{

@@ -35,8 +35,8 @@ use bytes::Bytes;
 use crate::chunk::{DataChunk, DataKind, GapBlock, Sack};
 use crate::congestion::{Acked, Controller};
 use crate::rtt::RttEstimator;
-use crate::sched::{self, Scheduler, SchedulerKind};
 use crate::seq::{le32, lt32};
+use crate::stream_scheduler::{self, StreamScheduler, StreamSchedulerKind};
 use crate::wire::{DATA_HEADER_LEN, IDATA_HEADER_LEN};
 
 /// Miss indications after which a chunk is fast-retransmitted (RFC 9260 7.2.4).
@@ -282,7 +282,7 @@ impl Sent {
 #[derive(Debug)]
 pub(crate) struct Sender {
     streams: Vec<OutStream>,
-    sched: Box<dyn Scheduler>,
+    sched: Box<dyn StreamScheduler>,
     kind: DataKind,
     next_tsn: u32,
     next_order: u64,
@@ -369,13 +369,13 @@ impl Sender {
         peer_rwnd: u32,
         outbound_streams: u16,
         idata: bool,
-        scheduler: SchedulerKind,
+        scheduler: StreamSchedulerKind,
     ) -> Self {
         Sender {
             streams: (0..outbound_streams)
                 .map(|_| OutStream::default())
                 .collect(),
-            sched: sched::build(scheduler, outbound_streams),
+            sched: stream_scheduler::build(scheduler, outbound_streams),
             kind: if idata {
                 DataKind::IData
             } else {
@@ -1117,7 +1117,7 @@ mod tests {
     /// A sender with `count` one-chunk messages of 100 bytes sent, one
     /// millisecond apart, TSNs `TSN0..TSN0 + count`.
     fn sent(count: u32, cc: &mut Recorder, start: Instant) -> (Sender, u64) {
-        let mut s = Sender::new(TSN0, 1 << 20, 1, false, SchedulerKind::Fcfs);
+        let mut s = Sender::new(TSN0, 1 << 20, 1, false, StreamSchedulerKind::Fcfs);
         for i in 0..count {
             s.enqueue(0, Bytes::from(vec![0; 100]), 0, false)
                 .expect("enqueue");

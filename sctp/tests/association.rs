@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sctp::chunk::{Chunk, Packet};
-use sctp::sched::SchedulerKind;
+use sctp::stream_scheduler::StreamSchedulerKind;
 use sctp::{AssociationError, Config, Event, State};
 use support::{CLIENT, Link, SERVER, Sim};
 
@@ -206,7 +206,7 @@ fn idata_lets_a_small_message_overtake_a_large_one() {
     };
     let cfg = Config {
         idata: true,
-        scheduler: SchedulerKind::RoundRobin,
+        stream_scheduler: StreamSchedulerKind::RoundRobin,
         ..config()
     };
     let mut sim = Sim::new(cfg.clone(), cfg, link, 8);

@@ -1,11 +1,11 @@
-//! `cargo xtask build-ebpf`: builds `gateway-ebpf` for `bpfel-unknown-none` and
+//! `cargo xtask build-ebpf`: builds `ebpf-programs` for `bpfel-unknown-none` and
 //! returns the object's path; with `--load-test`, then proves the object loads,
 //! attaches and counts by running `gateway/tests/ebpf_load.rs` (XDP on a veth)
 //! and `gateway/tests/ebpf_sctp.rs` (the SCTP programs on crafted packets, through
 //! `BPF_PROG_TEST_RUN`) against it.
 //!
 //! The build is `cargo +nightly build --target bpfel-unknown-none -Z
-//! build-std=core` in `gateway-ebpf/` (its own workspace, its own target dir);
+//! build-std=core` in `ebpf-programs/` (its own workspace, its own target dir);
 //! rustc links the object with bpf-linker from PATH.
 //!
 //! What it never does: install anything. If nightly's rust-src or a usable
@@ -27,7 +27,7 @@ use crate::{cmd, setup};
 const BPF_TARGET: &str = "bpfel-unknown-none";
 
 /// The eBPF crate's binary: the object file aya loads.
-const OBJECT_NAME: &str = "gateway-ebpf";
+const OBJECT_NAME: &str = "ebpf-programs";
 
 /// Environment variable the load test reads the object's path from (the same
 /// name as `gateway::ebpf::OBJECT_PATH_ENV`).
@@ -37,7 +37,7 @@ pub(crate) const OBJECT_PATH_ENV: &str = "GATEWAY_EBPF_OBJECT";
 #[derive(Debug, clap::Args)]
 pub(crate) struct BuildOptions {
     /// Build with the release profile (the default; `--debug` selects the dev
-    /// profile, which gateway-ebpf also optimises, since the verifier rejects what
+    /// profile, which ebpf-programs also optimises, since the verifier rejects what
     /// unoptimised code looks like).
     #[arg(long = "debug", action = clap::ArgAction::SetFalse)]
     pub release: bool,
@@ -59,10 +59,10 @@ impl Default for BuildOptions {
 /// Builds the eBPF object and returns its path; runs the load test if asked.
 pub(crate) fn build(options: &BuildOptions) -> Result<PathBuf> {
     check_prerequisites()?;
-    let crate_dir = cmd::workspace_root().join("gateway-ebpf");
+    let crate_dir = cmd::workspace_root().join("ebpf-programs");
     let target_dir = crate_dir.join("target");
     let profile = if options.release { "release" } else { "dev" };
-    println!("[build-ebpf] building gateway-ebpf ({profile}) for {BPF_TARGET} with nightly");
+    println!("[build-ebpf] building ebpf-programs ({profile}) for {BPF_TARGET} with nightly");
 
     let mut cargo = Command::new("cargo");
     cargo
@@ -90,7 +90,7 @@ pub(crate) fn build(options: &BuildOptions) -> Result<PathBuf> {
     let started = Instant::now();
     cmd::run_command(&mut cargo).with_context(|| {
         format!(
-            "building gateway-ebpf failed; if the error is about bpf-linker, rust-src or \
+            "building ebpf-programs failed; if the error is about bpf-linker, rust-src or \
              the {BPF_TARGET} target, run `cargo xtask setup`"
         )
     })?;
@@ -140,7 +140,7 @@ fn check_prerequisites() -> Result<()> {
     }
     if !missing.is_empty() {
         bail!(
-            "cannot build gateway-ebpf: missing {}.\nRun `cargo xtask setup` (or \
+            "cannot build ebpf-programs: missing {}.\nRun `cargo xtask setup` (or \
              `cargo xtask setup --only rust --only bpf-linker`) first.",
             missing.join(" and ")
         );

@@ -17,6 +17,7 @@ mod install;
 mod plot;
 mod run;
 mod setup;
+mod shipped;
 mod test;
 mod vm;
 

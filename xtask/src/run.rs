@@ -40,6 +40,7 @@ use testbed::{
 
 use crate::cmd::{install_stop_handlers, run_command, stop_requested, workspace_root};
 use crate::setup;
+use crate::shipped::ShippedConfig;
 
 /// Options for `cargo xtask run`.
 #[derive(Debug, clap::Args)]
@@ -147,7 +148,7 @@ fn run_demo(options: &RunOptions, site: Option<PathBuf>) -> Result<()> {
     let ebpf = ebpf_object();
     let demo_options = DemoOptions {
         origin_root: site.clone(),
-        origin_config: Some(queue_aware_origin_config(&root, &dir)?),
+        origin_config: Some(queue_aware_origin_config(&dir)?),
         https: true,
         gateway: GatewayConfigOverrides {
             ebpf_interface: ebpf.is_some().then(|| testbed::topology::WAN_IF.to_owned()),
@@ -203,12 +204,12 @@ fn run_demo(options: &RunOptions, site: Option<PathBuf>) -> Result<()> {
     outcome.and(stopped)
 }
 
-/// The gateway-ebpf object, built now (`cargo xtask build-ebpf`), so that the
+/// The ebpf-programs object, built now (`cargo xtask build-ebpf`), so that the
 /// demo's gateway runs the programs the product is named for; `None`, said
 /// with the reason, where it cannot be built here: the gateway then runs with
 /// its userspace accounting only.
 fn ebpf_object() -> Option<PathBuf> {
-    step("the eBPF programs (gateway-ebpf)");
+    step("the eBPF programs (ebpf-programs)");
     match crate::ebpf::build(&crate::ebpf::BuildOptions::default()) {
         Ok(object) => Some(object),
         Err(e) => {
@@ -222,25 +223,16 @@ fn ebpf_object() -> Option<PathBuf> {
 
 /// The shipped config/origin.toml with the queue-aware response scheduler,
 /// the one that acts on the gateway's FEEDBACK (written into `dir`).
-fn queue_aware_origin_config(root: &Path, dir: &Path) -> Result<PathBuf> {
-    let shipped = root.join("config/origin.toml");
-    let text = std::fs::read_to_string(&shipped)
-        .with_context(|| format!("reading {}", shipped.display()))?;
-    let mut table: toml::Table = text.parse().context("parsing config/origin.toml")?;
-    table
-        .get_mut("scheduler")
-        .and_then(toml::Value::as_table_mut)
-        .context("config/origin.toml has no [scheduler]")?
+fn queue_aware_origin_config(dir: &Path) -> Result<PathBuf> {
+    let mut origin = ShippedConfig::read("origin.toml")?;
+    origin
+        .table("response_scheduler")?
         .insert("policy".into(), "queue-aware".into());
-    let path = dir.join("origin-demo.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "# config/origin.toml with the queue-aware scheduler (cargo xtask run)\n\n{}",
-            toml::to_string(&table)?
-        ),
-    )?;
-    Ok(path)
+    origin.write(
+        dir,
+        "origin-demo.toml",
+        "the queue-aware response scheduler (cargo xtask run)",
+    )
 }
 
 /// Where the demo's eBPF figures are to be seen, or why there are none.

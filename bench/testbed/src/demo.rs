@@ -85,7 +85,7 @@ pub struct GatewayConfigOverrides {
     /// The first `[[origin]]`'s `transport.userspace.congestion` and
     /// `transport.quic.congestion` (reno, cubic, bbr).
     pub congestion: Option<String>,
-    /// `ebpf.object`: the gateway-ebpf object, which attaches the LAN-side
+    /// `ebpf.object`: the ebpf-programs object, which attaches the LAN-side
     /// TCP programs.
     pub ebpf_object: Option<PathBuf>,
     /// `ebpf.interface`: where xdp_sctp attaches (the WAN interface).

@@ -124,7 +124,7 @@ pub(crate) fn core_config(config: &AssociationConfig) -> Result<sctp::Config, Tr
         max_message: config.max_message,
         mtu: ours.mtu,
         idata: ours.idata,
-        scheduler: ours.scheduler,
+        stream_scheduler: ours.stream_scheduler,
         rtt: sctp::rtt::RttConfig {
             initial: ours.rto_initial,
             min: ours.rto_min,
@@ -864,7 +864,10 @@ mod tests {
     #[test]
     fn defaults_make_a_valid_core_config() {
         let core = core_config(&AssociationConfig::default()).expect("valid");
-        assert_eq!(core.scheduler, sctp::sched::SchedulerKind::Fcfs);
+        assert_eq!(
+            core.stream_scheduler,
+            sctp::stream_scheduler::StreamSchedulerKind::Fcfs
+        );
         assert_eq!(core.rtt.min, Duration::from_millis(500));
         assert_eq!(core.ack.max_delay, Duration::from_millis(200));
         assert!(core.max_message < core.recv_window as usize);

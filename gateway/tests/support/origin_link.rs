@@ -14,7 +14,7 @@ use gateway_transport::{
     Association, AssociationConfig, BackendChoice, BackendKind, Listener, QuicConfig,
 };
 use http_body_util::BodyExt;
-use origin::scheduler::{PolicyKind, SchedulerConfig};
+use origin::response_scheduler::{ResponsePolicyKind, ResponseSchedulerConfig};
 use origin::server::{DriverConfig, drive};
 use origin::synthetic::SyntheticHandler;
 use tokio::task::JoinHandle;
@@ -75,13 +75,13 @@ pub(crate) struct TestOrigin {
 impl TestOrigin {
     /// With the shortest-remaining-first scheduler and [`transport`].
     pub(crate) async fn start(kind: BackendKind, addr: SocketAddr) -> Result<Self> {
-        Self::start_with(kind, addr, PolicyKind::Scf, &transport()).await
+        Self::start_with(kind, addr, ResponsePolicyKind::Scf, &transport()).await
     }
 
     pub(crate) async fn start_with(
         kind: BackendKind,
         addr: SocketAddr,
-        policy: PolicyKind,
+        policy: ResponsePolicyKind,
         transport: &AssociationConfig,
     ) -> Result<Self> {
         let listener = Listener::bind(kind, addr, transport).await?;
@@ -134,12 +134,12 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-fn driver_config(policy: PolicyKind) -> DriverConfig {
+fn driver_config(policy: ResponsePolicyKind) -> DriverConfig {
     DriverConfig {
-        scheduler: SchedulerConfig {
+        response_scheduler: ResponseSchedulerConfig {
             policy,
             transport_target: 32 * 1024,
-            ..SchedulerConfig::default()
+            ..ResponseSchedulerConfig::default()
         },
         chunk_size: 16 * 1024,
         max_open_requests: 256,

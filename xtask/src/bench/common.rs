@@ -274,3 +274,20 @@ pub(super) fn commit() -> String {
         hash
     }
 }
+
+/// The lines `child` writes on its stdout (piped), read by a thread and handed
+/// over as they come; the channel closes when the child closes its stdout.
+pub(super) fn stdout_lines(child: &mut Child) -> Result<std::sync::mpsc::Receiver<String>> {
+    use std::io::BufRead as _;
+    let stdout = child.stdout.take().context("no stdout pipe")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(rx)
+}

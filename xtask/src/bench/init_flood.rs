@@ -33,7 +33,6 @@
 //! bench/results/init-flood-callgrind.md.
 
 use std::fmt::Write as _;
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -42,7 +41,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use testbed::{VethPair, exec_in, ip, sysctl};
 
-use super::common::{build_example, cpu_seconds, load_average, report_header};
+use super::common::{
+    build_example, cpu_seconds, load_average, report_header, stdout_lines,
+};
 use super::link::{array_field, field};
 use crate::cmd::workspace_root;
 
@@ -87,21 +88,6 @@ impl Drop for Process {
         }
         let _ = self.0.wait();
     }
-}
-
-/// A process's stdout lines, read by a thread.
-fn lines(child: &mut Child) -> Result<mpsc::Receiver<String>> {
-    let stdout = child.stdout.take().context("no stdout pipe")?;
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    Ok(rx)
 }
 
 /// The next line of `rx` holding `"key":`, within `timeout`.
@@ -430,7 +416,7 @@ fn measure(
             .spawn()
             .context("starting the downloads")?,
     );
-    let bulk_lines = lines(&mut bulk.0)?;
+    let bulk_lines = stdout_lines(&mut bulk.0)?;
     let opened = wait_for(
         &bulk_lines,
         "opened",
@@ -475,7 +461,7 @@ fn measure(
             .spawn()
             .context("starting the flooder")?,
     );
-    let flood_lines = lines(&mut flood.0)?;
+    let flood_lines = stdout_lines(&mut flood.0)?;
     m.flood_line = wait_for(
         &flood_lines,
         "sent",

@@ -28,7 +28,7 @@
 //! Report: bench/results/origin-scale.md, the phases in origin-scale.csv.
 
 use std::fmt::Write as _;
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -37,7 +37,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::common::{build_example, cpu_seconds, load_average, report_header, rss_kib};
+use super::common::{
+    build_example, cpu_seconds, load_average, report_header, rss_kib, stdout_lines,
+};
 use super::link::field;
 use crate::cmd::workspace_root;
 
@@ -92,17 +94,7 @@ struct Lines(mpsc::Receiver<String>);
 
 impl Lines {
     fn of(child: &mut Child) -> Result<Self> {
-        let stdout = child.stdout.take().context("no stdout pipe")?;
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(Self(rx))
+        Ok(Self(stdout_lines(child)?))
     }
 
     /// The next line holding `"key":`, within `timeout`.

@@ -34,6 +34,7 @@ use testbed::{Binaries, Demo, DemoOptions, DemoWan, GatewayConfigOverrides};
 use super::link::WanCell;
 use crate::cmd::workspace_root;
 use crate::plot::{self, Series};
+use crate::shipped::ShippedConfig;
 
 /// Namespace prefix of this benchmark.
 const PREFIX: &str = "gwsc-";
@@ -46,7 +47,7 @@ const SLOW_RATE: u64 = 125_000;
 const FAST_DELAY: Duration = Duration::from_secs(3);
 /// How often the gateway's per-stream figures are read.
 const SAMPLE: Duration = Duration::from_millis(500);
-/// The origin's `scheduler.backlog_window` in this benchmark (its default).
+/// The origin's `response_scheduler.backlog_window` in this benchmark (its default).
 const BACKLOG_WINDOW: u64 = 1_048_576;
 /// The gateway's admin endpoint (config/gateway.toml).
 const ADMIN: &str = "http://127.0.0.1:3130/metrics";
@@ -193,17 +194,11 @@ fn write_site(dir: &Path, bytes: u64) -> Result<PathBuf> {
     Ok(dir.to_owned())
 }
 
-/// config/origin.toml with `scheduler.policy = "queue-aware"` and the
+/// config/origin.toml with `response_scheduler.policy = "queue-aware"` and the
 /// shipped `backlog_window` checked against [`BACKLOG_WINDOW`].
 fn queue_aware_origin_config(dir: &Path) -> Result<PathBuf> {
-    let shipped = workspace_root().join("config/origin.toml");
-    let text = std::fs::read_to_string(&shipped)
-        .with_context(|| format!("reading {}", shipped.display()))?;
-    let mut table: toml::Table = text.parse().context("parsing config/origin.toml")?;
-    let scheduler = table
-        .get_mut("scheduler")
-        .and_then(toml::Value::as_table_mut)
-        .context("config/origin.toml has no [scheduler]")?;
+    let mut origin = ShippedConfig::read("origin.toml")?;
+    let scheduler = origin.table("response_scheduler")?;
     scheduler.insert("policy".into(), "queue-aware".into());
     let window = scheduler
         .get("backlog_window")
@@ -213,9 +208,11 @@ fn queue_aware_origin_config(dir: &Path) -> Result<PathBuf> {
             "config/origin.toml's backlog_window is {window:?}, this benchmark reports against {BACKLOG_WINDOW}"
         );
     }
-    let path = dir.join("origin.toml");
-    std::fs::write(&path, toml::to_string(&table)?)?;
-    Ok(path)
+    origin.write(
+        dir,
+        "origin.toml",
+        "the queue-aware response scheduler (bench slow-consumer)",
+    )
 }
 
 /// Both phases of one cell on the running gateway.

@@ -58,6 +58,7 @@ use testbed::{
 };
 
 use crate::cmd::{install_stop_handlers, stop_requested, workspace_root};
+use crate::shipped::ShippedConfig;
 
 mod manifest;
 
@@ -594,30 +595,19 @@ fn spawn_origin(
 /// `transport.quic.congestion` set to `congestion`, written into `dir`; its
 /// path.
 fn origin_config(dir: &Path, congestion: &str) -> Result<PathBuf> {
-    let shipped = workspace_root().join("config/origin.toml");
-    let text = std::fs::read_to_string(&shipped)
-        .with_context(|| format!("reading {}", shipped.display()))?;
-    let mut table: toml::Table = text.parse().context("parsing config/origin.toml")?;
-    let transport = table
-        .get_mut("transport")
-        .and_then(toml::Value::as_table_mut)
-        .context("config/origin.toml has no [transport]")?;
+    let mut origin = ShippedConfig::read("origin.toml")?;
     for backend in ["userspace", "quic"] {
-        transport
-            .get_mut(backend)
-            .and_then(toml::Value::as_table_mut)
-            .with_context(|| format!("config/origin.toml has no [transport.{backend}]"))?
+        origin
+            .table(&format!("transport.{backend}"))?
             .insert("congestion".into(), congestion.into());
     }
-    let path = dir.join("origin-pages.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "# config/origin.toml with transport.userspace.congestion and transport.quic.congestion = {congestion:?} (bench pages --tcp-cc)\n\n{}",
-            toml::to_string(&table)?
+    origin.write(
+        dir,
+        "origin-pages.toml",
+        &format!(
+            "transport.userspace.congestion and transport.quic.congestion = {congestion:?} (bench pages --tcp-cc)"
         ),
-    )?;
-    Ok(path)
+    )
 }
 
 /// Sets the kernel's TCP congestion control to `cc` in every namespace of

@@ -1,4 +1,4 @@
-//! Map key and value types shared by the eBPF programs (`gateway-ebpf`) and
+//! Map key and value types shared by the eBPF programs (`ebpf-programs`) and
 //! userspace. `#![no_std]`, `#[repr(C)]`, every padding byte an explicit field:
 //! both sides read the same bytes, and a key hashes the same whoever built it.
 //! With the `user` feature the types implement `aya::Pod`.

@@ -1,5 +1,7 @@
 //! Stream schedulers (RFC 8260 section 3): which outbound stream the next DATA
-//! or I-DATA fragment comes from.
+//! or I-DATA fragment comes from. (Not the origin's response scheduler, which
+//! decides which response hands its next chunk to the association at all;
+//! `transport.userspace.stream_scheduler` picks one of these.)
 //!
 //! The sender (`send`) owns the per-stream queues; a scheduler only knows which
 //! streams hold data (are *active*), what it has served, and the per-stream
@@ -19,13 +21,13 @@
 //! sender keeps taking from a half-sent message whatever `pick` says and asks
 //! the scheduler only at message boundaries; with I-DATA it asks before every
 //! fragment. Every scheduler here therefore moves on after each *fragment*
-//! ([`Scheduler::consumed`]), which without I-DATA is the same as moving on
+//! ([`StreamScheduler::consumed`]), which without I-DATA is the same as moving on
 //! after each message (the sender pins the stream until the message is done),
 //! and with I-DATA lets a large message share the association with small ones
 //! instead of holding them back (the head-of-line blocking RFC 8260 section 1
 //! introduces I-DATA to remove).
 //!
-//! The schedulers ([`SchedulerKind`]):
+//! The schedulers ([`StreamSchedulerKind`]):
 //! - **FCFS** (3.1): the active stream whose head message was queued first;
 //!   messages leave in the order the application gave them.
 //! - **Round robin** (3.2): active streams in turn, in cyclic stream-id order
@@ -70,7 +72,7 @@ use std::str::FromStr;
 
 /// Which scheduler an association uses (RFC 8260 section 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SchedulerKind {
+pub enum StreamSchedulerKind {
     /// First come, first served (3.1), `fcfs`.
     Fcfs,
     /// Round robin over streams (3.2), `rr`.
@@ -86,35 +88,35 @@ pub enum SchedulerKind {
     WeightedFair,
 }
 
-impl SchedulerKind {
+impl StreamSchedulerKind {
     /// Every scheduler, in the order of RFC 8260 section 3.
-    pub const ALL: [SchedulerKind; 6] = [
-        SchedulerKind::Fcfs,
-        SchedulerKind::RoundRobin,
-        SchedulerKind::RoundRobinPerPacket,
-        SchedulerKind::Priority,
-        SchedulerKind::FairCapacity,
-        SchedulerKind::WeightedFair,
+    pub const ALL: [StreamSchedulerKind; 6] = [
+        StreamSchedulerKind::Fcfs,
+        StreamSchedulerKind::RoundRobin,
+        StreamSchedulerKind::RoundRobinPerPacket,
+        StreamSchedulerKind::Priority,
+        StreamSchedulerKind::FairCapacity,
+        StreamSchedulerKind::WeightedFair,
     ];
 
     /// The name `FromStr` accepts and `Display` prints.
     fn name(self) -> &'static str {
         match self {
-            SchedulerKind::Fcfs => "fcfs",
-            SchedulerKind::RoundRobin => "rr",
-            SchedulerKind::RoundRobinPerPacket => "rr-packet",
-            SchedulerKind::Priority => "priority",
-            SchedulerKind::FairCapacity => "fc",
-            SchedulerKind::WeightedFair => "wfq",
+            StreamSchedulerKind::Fcfs => "fcfs",
+            StreamSchedulerKind::RoundRobin => "rr",
+            StreamSchedulerKind::RoundRobinPerPacket => "rr-packet",
+            StreamSchedulerKind::Priority => "priority",
+            StreamSchedulerKind::FairCapacity => "fc",
+            StreamSchedulerKind::WeightedFair => "wfq",
         }
     }
 }
 
-impl FromStr for SchedulerKind {
+impl FromStr for StreamSchedulerKind {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        SchedulerKind::ALL
+        StreamSchedulerKind::ALL
             .into_iter()
             .find(|kind| kind.name() == s)
             .ok_or_else(|| {
@@ -125,14 +127,14 @@ impl FromStr for SchedulerKind {
     }
 }
 
-impl fmt::Display for SchedulerKind {
+impl fmt::Display for StreamSchedulerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
 }
 
 /// A stream scheduler: picks the stream the next DATA fragment comes from.
-pub trait Scheduler: Send + fmt::Debug {
+pub trait StreamScheduler: Send + fmt::Debug {
     /// `stream` went from empty to holding data; `order` is the enqueue order
     /// (a counter across all streams) of its head message, for FCFS.
     /// Activating a stream that is already active only updates its order.
@@ -171,14 +173,14 @@ pub trait Scheduler: Send + fmt::Debug {
 
 /// Builds the scheduler of `kind` for an association with `streams` outbound
 /// streams.
-pub fn build(kind: SchedulerKind, streams: u16) -> Box<dyn Scheduler> {
+pub fn build(kind: StreamSchedulerKind, streams: u16) -> Box<dyn StreamScheduler> {
     match kind {
-        SchedulerKind::Fcfs => Box::new(Fcfs::new(streams)),
-        SchedulerKind::RoundRobin => Box::new(RoundRobin::new(streams, false)),
-        SchedulerKind::RoundRobinPerPacket => Box::new(RoundRobin::new(streams, true)),
-        SchedulerKind::Priority => Box::new(Priority::new(streams)),
-        SchedulerKind::FairCapacity => Box::new(Fair::new(streams, false)),
-        SchedulerKind::WeightedFair => Box::new(Fair::new(streams, true)),
+        StreamSchedulerKind::Fcfs => Box::new(Fcfs::new(streams)),
+        StreamSchedulerKind::RoundRobin => Box::new(RoundRobin::new(streams, false)),
+        StreamSchedulerKind::RoundRobinPerPacket => Box::new(RoundRobin::new(streams, true)),
+        StreamSchedulerKind::Priority => Box::new(Priority::new(streams)),
+        StreamSchedulerKind::FairCapacity => Box::new(Fair::new(streams, false)),
+        StreamSchedulerKind::WeightedFair => Box::new(Fair::new(streams, true)),
     }
 }
 
@@ -256,7 +258,7 @@ impl Fcfs {
     }
 }
 
-impl Scheduler for Fcfs {
+impl StreamScheduler for Fcfs {
     fn activate(&mut self, stream: u16, order: u64) {
         self.set_head(stream, Some(order));
     }
@@ -311,7 +313,7 @@ impl RoundRobin {
     }
 }
 
-impl Scheduler for RoundRobin {
+impl StreamScheduler for RoundRobin {
     fn activate(&mut self, stream: u16, _order: u64) {
         if in_range(stream, self.streams) {
             self.active.insert(stream);
@@ -422,7 +424,7 @@ impl Priority {
     }
 }
 
-impl Scheduler for Priority {
+impl StreamScheduler for Priority {
     fn activate(&mut self, stream: u16, _order: u64) {
         if in_range(stream, self.streams) {
             self.insert(stream);
@@ -550,7 +552,7 @@ impl Fair {
     }
 }
 
-impl Scheduler for Fair {
+impl StreamScheduler for Fair {
     fn activate(&mut self, stream: u16, _order: u64) {
         if !in_range(stream, self.streams) {
             return;
@@ -645,7 +647,7 @@ mod tests {
     /// and without I-DATA the stream of a half-sent message pinned.
     #[derive(Debug)]
     struct Sim {
-        sched: Box<dyn Scheduler>,
+        sched: Box<dyn StreamScheduler>,
         queues: Vec<VecDeque<Message>>,
         next_order: u64,
         idata: bool,
@@ -654,11 +656,11 @@ mod tests {
     }
 
     impl Sim {
-        fn new(kind: SchedulerKind, streams: u16, idata: bool) -> Self {
+        fn new(kind: StreamSchedulerKind, streams: u16, idata: bool) -> Self {
             Self::with(build(kind, streams), streams, idata)
         }
 
-        fn with(sched: Box<dyn Scheduler>, streams: u16, idata: bool) -> Self {
+        fn with(sched: Box<dyn StreamScheduler>, streams: u16, idata: bool) -> Self {
             Self {
                 sched,
                 queues: (0..streams).map(|_| VecDeque::new()).collect(),
@@ -746,19 +748,27 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for kind in SchedulerKind::ALL {
-            assert_eq!(kind.to_string().parse::<SchedulerKind>(), Ok(kind));
+        for kind in StreamSchedulerKind::ALL {
+            assert_eq!(kind.to_string().parse::<StreamSchedulerKind>(), Ok(kind));
         }
-        let names: Vec<String> = SchedulerKind::ALL.iter().map(|k| k.to_string()).collect();
+        let names: Vec<String> = StreamSchedulerKind::ALL
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
         assert_eq!(names, ["fcfs", "rr", "rr-packet", "priority", "fc", "wfq"]);
-        assert_eq!(SchedulerKind::default(), SchedulerKind::RoundRobin);
-        let err = "drr".parse::<SchedulerKind>().expect_err("not a scheduler");
+        assert_eq!(
+            StreamSchedulerKind::default(),
+            StreamSchedulerKind::RoundRobin
+        );
+        let err = "drr"
+            .parse::<StreamSchedulerKind>()
+            .expect_err("not a scheduler");
         assert!(err.contains("`drr`") && err.contains("rr-packet, priority, fc or wfq"));
     }
 
     #[test]
     fn nothing_active_picks_nothing() {
-        for kind in SchedulerKind::ALL {
+        for kind in StreamSchedulerKind::ALL {
             let mut sched = build(kind, 4);
             assert_eq!(sched.pick(), None, "{kind}");
             sched.activate(2, 0);
@@ -771,7 +781,7 @@ mod tests {
 
     #[test]
     fn consumed_with_next_keeps_a_stream_active_and_none_drops_it() {
-        for kind in SchedulerKind::ALL {
+        for kind in StreamSchedulerKind::ALL {
             let mut sched = build(kind, 4);
             sched.activate(1, 0);
             sched.consumed(1, 10, true, Some(1));
@@ -784,7 +794,7 @@ mod tests {
 
     #[test]
     fn fcfs_follows_enqueue_order_across_streams() {
-        let mut sim = Sim::new(SchedulerKind::Fcfs, 4, true);
+        let mut sim = Sim::new(StreamSchedulerKind::Fcfs, 4, true);
         sim.enqueue(2, &[10]);
         sim.enqueue(1, &[10]);
         sim.enqueue(2, &[10]);
@@ -795,7 +805,7 @@ mod tests {
 
     #[test]
     fn rr_interleaves_fragments_with_idata() {
-        let mut sim = Sim::new(SchedulerKind::RoundRobin, 4, true);
+        let mut sim = Sim::new(StreamSchedulerKind::RoundRobin, 4, true);
         sim.enqueue(0, &[10, 10, 10]);
         sim.enqueue_many(1, 2, 10);
         sim.enqueue(3, &[10]);
@@ -804,7 +814,7 @@ mod tests {
 
     #[test]
     fn rr_takes_whole_messages_without_idata() {
-        let mut sim = Sim::new(SchedulerKind::RoundRobin, 4, false);
+        let mut sim = Sim::new(StreamSchedulerKind::RoundRobin, 4, false);
         sim.enqueue(0, &[10, 10, 10]);
         sim.enqueue_many(1, 2, 10);
         sim.enqueue(3, &[10]);
@@ -813,7 +823,7 @@ mod tests {
 
     #[test]
     fn rr_wraps_and_takes_newcomers_in_id_order() {
-        let mut sim = Sim::new(SchedulerKind::RoundRobin, 8, true);
+        let mut sim = Sim::new(StreamSchedulerKind::RoundRobin, 8, true);
         sim.enqueue_many(5, 3, 10);
         sim.enqueue_many(2, 3, 10);
         assert_eq!(sim.send_packets(2, 1), [2, 5]);
@@ -825,7 +835,7 @@ mod tests {
 
     #[test]
     fn rr_per_packet_gives_each_packet_to_one_stream() {
-        let mut sim = Sim::new(SchedulerKind::RoundRobinPerPacket, 4, true);
+        let mut sim = Sim::new(StreamSchedulerKind::RoundRobinPerPacket, 4, true);
         sim.enqueue(0, &[10, 10, 10, 10]);
         sim.enqueue_many(1, 2, 10);
         sim.enqueue(2, &[10]);
@@ -836,7 +846,7 @@ mod tests {
 
     #[test]
     fn rr_per_packet_spilled_message_keeps_the_next_stream_its_turn() {
-        let mut sim = Sim::new(SchedulerKind::RoundRobinPerPacket, 4, false);
+        let mut sim = Sim::new(StreamSchedulerKind::RoundRobinPerPacket, 4, false);
         sim.enqueue(0, &[10, 10, 10]);
         sim.enqueue(0, &[10]);
         sim.enqueue_many(1, 3, 10);
@@ -847,7 +857,7 @@ mod tests {
 
     #[test]
     fn rr_per_packet_straddling_messages_do_not_starve_others() {
-        let mut sim = Sim::new(SchedulerKind::RoundRobinPerPacket, 4, false);
+        let mut sim = Sim::new(StreamSchedulerKind::RoundRobinPerPacket, 4, false);
         for _ in 0..5 {
             sim.enqueue(0, &[10, 10, 10]);
         }
@@ -862,7 +872,7 @@ mod tests {
 
     #[test]
     fn priority_serves_lowest_value_first_and_rr_within_a_value() {
-        let mut sim = Sim::new(SchedulerKind::Priority, 4, true);
+        let mut sim = Sim::new(StreamSchedulerKind::Priority, 4, true);
         sim.sched.set_value(0, 2);
         sim.sched.set_value(1, 1);
         sim.sched.set_value(2, 1);
@@ -876,7 +886,7 @@ mod tests {
 
     #[test]
     fn priority_levels_keep_their_own_rr_cursor() {
-        let mut sim = Sim::new(SchedulerKind::Priority, 4, true);
+        let mut sim = Sim::new(StreamSchedulerKind::Priority, 4, true);
         sim.sched.set_value(1, 1);
         sim.sched.set_value(3, 1);
         sim.enqueue_many(1, 3, 10);
@@ -893,7 +903,7 @@ mod tests {
 
     #[test]
     fn priority_change_applies_while_active() {
-        let mut sim = Sim::new(SchedulerKind::Priority, 4, true);
+        let mut sim = Sim::new(StreamSchedulerKind::Priority, 4, true);
         sim.enqueue_many(0, 2, 10);
         sim.enqueue_many(1, 2, 10);
         assert_eq!(sim.send_packets(1, 1), [0]);
@@ -904,7 +914,7 @@ mod tests {
 
     #[test]
     fn fair_capacity_equalises_bytes() {
-        let mut sim = Sim::new(SchedulerKind::FairCapacity, 4, true);
+        let mut sim = Sim::new(StreamSchedulerKind::FairCapacity, 4, true);
         sim.enqueue(0, &[1000, 1000]);
         sim.enqueue_many(1, 10, 100);
         // A tie goes to the lowest id; 1 then needs ten fragments to catch up.
@@ -913,7 +923,7 @@ mod tests {
 
     #[test]
     fn fair_capacity_ignores_weights() {
-        let mut sim = Sim::new(SchedulerKind::FairCapacity, 4, true);
+        let mut sim = Sim::new(StreamSchedulerKind::FairCapacity, 4, true);
         sim.sched.set_value(0, 100);
         sim.enqueue_many(0, 3, 100);
         sim.enqueue_many(1, 3, 100);
@@ -922,7 +932,7 @@ mod tests {
 
     #[test]
     fn fair_capacity_gives_no_credit_for_idle_time() {
-        let mut sim = Sim::new(SchedulerKind::FairCapacity, 4, true);
+        let mut sim = Sim::new(StreamSchedulerKind::FairCapacity, 4, true);
         sim.enqueue_many(0, 20, 100);
         assert_eq!(sim.send_packets(10, 1), [0; 10]);
         // 1 starts at the virtual time (0's service before its last fragment),
@@ -935,7 +945,7 @@ mod tests {
 
     #[test]
     fn wfq_shares_bytes_by_weight() {
-        let mut sim = Sim::new(SchedulerKind::WeightedFair, 4, true);
+        let mut sim = Sim::new(StreamSchedulerKind::WeightedFair, 4, true);
         sim.sched.set_value(0, 3);
         sim.enqueue_many(0, 12, 100);
         sim.enqueue_many(1, 4, 100);
@@ -947,7 +957,7 @@ mod tests {
 
     #[test]
     fn wfq_weight_zero_counts_as_one() {
-        let mut sim = Sim::new(SchedulerKind::WeightedFair, 4, true);
+        let mut sim = Sim::new(StreamSchedulerKind::WeightedFair, 4, true);
         sim.sched.set_value(0, 0);
         sim.enqueue_many(0, 3, 100);
         sim.enqueue_many(1, 3, 100);
@@ -1010,7 +1020,7 @@ mod tests {
     /// packet.
     #[derive(Debug)]
     struct Waits {
-        kind: SchedulerKind,
+        kind: StreamSchedulerKind,
         idata: bool,
         waited: Vec<u64>,
         packet_used: bool,
@@ -1019,42 +1029,44 @@ mod tests {
 
     impl Waits {
         /// The longest a stream with data may wait under `kind`, if bounded.
-        fn bound(kind: SchedulerKind, idata: bool) -> Option<u64> {
+        fn bound(kind: StreamSchedulerKind, idata: bool) -> Option<u64> {
             let streams = u64::from(STREAMS);
             let fragments = MAX_FRAGMENTS as u64;
             match kind {
                 // Each send moves the cursor towards the waiting stream
                 // without passing it.
-                SchedulerKind::RoundRobin | SchedulerKind::RoundRobinPerPacket if idata => {
+                StreamSchedulerKind::RoundRobin | StreamSchedulerKind::RoundRobinPerPacket
+                    if idata =>
+                {
                     Some(streams)
                 }
                 // A pinned message holds a turn for all of its fragments.
-                SchedulerKind::RoundRobin => Some(streams * fragments),
+                StreamSchedulerKind::RoundRobin => Some(streams * fragments),
                 // Counted in packets; a pinned message's tail may take a
                 // packet per fragment before the turn's stream is served.
-                SchedulerKind::RoundRobinPerPacket => Some(streams * (fragments + 1)),
+                StreamSchedulerKind::RoundRobinPerPacket => Some(streams * (fragments + 1)),
                 // Another stream is served while its service is at most the
                 // waiting one's: at most the largest charge over the least
                 // (bytes times weights), plus a pinned message's fragments.
-                SchedulerKind::FairCapacity | SchedulerKind::WeightedFair => {
+                StreamSchedulerKind::FairCapacity | StreamSchedulerKind::WeightedFair => {
                     let ratio = (MAX_BYTES as u64) * u64::from(MAX_VALUE);
                     Some(streams * (ratio + 1 + fragments))
                 }
                 // Starving less urgent or later traffic is these two's point.
-                SchedulerKind::Fcfs | SchedulerKind::Priority => None,
+                StreamSchedulerKind::Fcfs | StreamSchedulerKind::Priority => None,
             }
         }
 
         fn sent(&mut self, sim: &Sim, stream: u16) {
             self.packet_used = true;
-            if self.kind != SchedulerKind::RoundRobinPerPacket {
+            if self.kind != StreamSchedulerKind::RoundRobinPerPacket {
                 self.tick(sim);
             }
             self.waited[usize::from(stream)] = 0;
         }
 
         fn end_packet(&mut self, sim: &Sim) {
-            if self.kind == SchedulerKind::RoundRobinPerPacket && self.packet_used {
+            if self.kind == StreamSchedulerKind::RoundRobinPerPacket && self.packet_used {
                 self.tick(sim);
             }
             self.packet_used = false;
@@ -1094,11 +1106,11 @@ mod tests {
         assert!(sim.has_data(stream), "picked idle stream {stream}");
         let mut with_data = (0..STREAMS).filter(|&s| sim.has_data(s));
         match waits.kind {
-            SchedulerKind::Fcfs => {
+            StreamSchedulerKind::Fcfs => {
                 let first = with_data.min_by_key(|&s| sim.queues[usize::from(s)][0].order);
                 assert_eq!(Some(stream), first);
             }
-            SchedulerKind::Priority => {
+            StreamSchedulerKind::Priority => {
                 let most_urgent = with_data.map(|s| waits.priority[usize::from(s)]).min();
                 assert_eq!(Some(waits.priority[usize::from(stream)]), most_urgent);
             }
@@ -1106,7 +1118,7 @@ mod tests {
         }
     }
 
-    fn run(kind: SchedulerKind, idata: bool, ops: &[Op]) {
+    fn run(kind: StreamSchedulerKind, idata: bool, ops: &[Op]) {
         let mut sim = Sim::new(kind, STREAMS, idata);
         let mut waits = Waits {
             kind,
@@ -1164,7 +1176,7 @@ mod tests {
     proptest! {
         #[test]
         fn every_scheduler_picks_active_streams_and_starves_none(
-            kind in prop::sample::select(SchedulerKind::ALL.to_vec()),
+            kind in prop::sample::select(StreamSchedulerKind::ALL.to_vec()),
             idata in any::<bool>(),
             ops in prop::collection::vec(op(), 0..300),
         ) {

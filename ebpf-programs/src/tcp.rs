@@ -20,7 +20,7 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, LruPerCpuHashMap, PerCpuArray},
 };
-use gateway_common::{
+use ebpf_common::{
     DIRECTION_EGRESS, TCP_CONFIG_PORTS, TCP_PORT_DEFAULT, TcpConfig, TcpFlowCounters, TcpFlowKey,
     TcpStats, tsn_after,
 };

@@ -72,12 +72,12 @@ impl Trace {
     }
 }
 
-fn simulate(config: SchedulerConfig, arrivals: Vec<Arrival>) -> Trace {
+fn simulate(config: ResponseSchedulerConfig, arrivals: Vec<Arrival>) -> Trace {
     simulate_with_promotions(config, arrivals, Vec::new())
 }
 
 fn simulate_with_promotions(
-    config: SchedulerConfig,
+    config: ResponseSchedulerConfig,
     mut arrivals: Vec<Arrival>,
     mut promotions: Vec<Promotion>,
 ) -> Trace {
@@ -86,7 +86,7 @@ fn simulate_with_promotions(
     let mut pending = std::collections::VecDeque::from(arrivals);
     let mut promotions = std::collections::VecDeque::from(promotions);
     let mut remaining = HashMap::new();
-    let mut scheduler = Scheduler::new(config);
+    let mut scheduler = ResponseScheduler::new(config);
     let mut trace = Trace {
         chunks: Vec::new(),
         finished: Vec::new(),
@@ -147,17 +147,17 @@ fn demand_job(id: RequestId, remaining: Option<u64>) -> JobSpec {
     }
 }
 
-fn policy(policy: PolicyKind) -> SchedulerConfig {
-    SchedulerConfig {
+fn policy(policy: ResponsePolicyKind) -> ResponseSchedulerConfig {
+    ResponseSchedulerConfig {
         policy,
-        ..SchedulerConfig::default()
+        ..ResponseSchedulerConfig::default()
     }
 }
 
 #[test]
 fn fcfs_runs_each_job_to_completion_in_arrival_order() {
     let trace = simulate(
-        policy(PolicyKind::Fcfs),
+        policy(ResponsePolicyKind::Fcfs),
         vec![
             demand(0, 1, 1, 50),
             demand(1, 2, 2, 10),
@@ -171,7 +171,7 @@ fn fcfs_runs_each_job_to_completion_in_arrival_order() {
 #[test]
 fn scf_preempts_a_long_job_at_the_next_chunk() {
     let trace = simulate(
-        policy(PolicyKind::Scf),
+        policy(ResponsePolicyKind::Scf),
         vec![
             demand(0, 1, 1, 50),
             demand(1, 2, 2, 10),
@@ -192,8 +192,8 @@ fn scf_mean_completion_beats_fcfs_on_the_same_jobs() {
         demand(5, 4, 4, 20),
     ];
     let mean = |t: &Trace| t.finished.iter().map(|(_, at)| *at).sum::<u64>() / 4;
-    let fcfs = simulate(policy(PolicyKind::Fcfs), jobs.clone());
-    let scf = simulate(policy(PolicyKind::Scf), jobs);
+    let fcfs = simulate(policy(ResponsePolicyKind::Fcfs), jobs.clone());
+    let scf = simulate(policy(ResponsePolicyKind::Scf), jobs);
     assert_eq!(scf.finish_order(), vec![2, 4, 3, 1]);
     assert!(
         mean(&scf) * 3 < mean(&fcfs),
@@ -205,7 +205,7 @@ fn scf_mean_completion_beats_fcfs_on_the_same_jobs() {
 
 #[test]
 fn scf_treats_unknown_sizes_as_larger_than_any_known() {
-    let mut s = Scheduler::new(policy(PolicyKind::Scf));
+    let mut s = ResponseScheduler::new(policy(ResponsePolicyKind::Scf));
     for (id, remaining) in [(1, None), (2, Some(1 << 40))] {
         s.handle_arrival(demand_job(id, remaining));
         s.handle_ready(id, true);
@@ -218,7 +218,7 @@ fn scf_treats_unknown_sizes_as_larger_than_any_known() {
 #[test]
 fn round_robin_takes_one_chunk_per_stream_per_turn() {
     let trace = simulate(
-        policy(PolicyKind::Rr),
+        policy(ResponsePolicyKind::Rr),
         vec![
             demand(0, 1, 1, 30),
             demand(0, 2, 2, 30),
@@ -238,14 +238,14 @@ fn priority_serves_demand_before_prefetch_then_by_urgency() {
     let mut relaxed = demand(0, 2, 2, 10);
     relaxed.urgency = 5;
     let trace = simulate(
-        policy(PolicyKind::Priority),
+        policy(ResponsePolicyKind::Priority),
         vec![prefetch(0, 1, 1, 20), relaxed, urgent],
     );
     assert_eq!(trace.chunk_string(), "CBAA");
 
     // Demand arriving while a prefetch is under way takes the next chunk.
     let trace = simulate(
-        policy(PolicyKind::Priority),
+        policy(ResponsePolicyKind::Priority),
         vec![prefetch(0, 1, 1, 50), demand(15, 2, 2, 10)],
     );
     assert_eq!(trace.chunk_string(), "AABAAA");
@@ -253,11 +253,11 @@ fn priority_serves_demand_before_prefetch_then_by_urgency() {
 
 #[test]
 fn wfq_shares_bytes_between_classes_by_weight() {
-    let config = SchedulerConfig {
-        policy: PolicyKind::Wfq,
+    let config = ResponseSchedulerConfig {
+        policy: ResponsePolicyKind::Wfq,
         demand_weight: 3,
         prefetch_weight: 1,
-        ..SchedulerConfig::default()
+        ..ResponseSchedulerConfig::default()
     };
     let trace = simulate(config, vec![demand(0, 1, 1, 200), prefetch(0, 2, 2, 200)]);
     assert_eq!(&trace.chunk_string()[..12], "ABAAABAAABAA");
@@ -265,11 +265,11 @@ fn wfq_shares_bytes_between_classes_by_weight() {
 
 #[test]
 fn wfq_gives_an_idle_class_no_burst_when_it_returns() {
-    let config = SchedulerConfig {
-        policy: PolicyKind::Wfq,
+    let config = ResponseSchedulerConfig {
+        policy: ResponsePolicyKind::Wfq,
         demand_weight: 3,
         prefetch_weight: 1,
-        ..SchedulerConfig::default()
+        ..ResponseSchedulerConfig::default()
     };
     // Prefetch runs alone for 100 bytes; then demand arrives and gets 3 of every 4
     // chunks, not the 30 it would get if its idle time counted as credit.
@@ -279,13 +279,13 @@ fn wfq_gives_an_idle_class_no_burst_when_it_returns() {
 
 #[test]
 fn queue_aware_skips_streams_with_deep_queues() {
-    let config = SchedulerConfig {
-        policy: PolicyKind::QueueAware,
+    let config = ResponseSchedulerConfig {
+        policy: ResponsePolicyKind::QueueAware,
         backlog_window: 1000,
         stream_transport_target: 500,
-        ..SchedulerConfig::default()
+        ..ResponseSchedulerConfig::default()
     };
-    let mut s = Scheduler::new(config);
+    let mut s = ResponseScheduler::new(config);
     for (id, size) in [(1, 10), (2, 20), (3, 30)] {
         s.handle_arrival(demand_job(id, Some(size)));
         s.handle_ready(id, true);
@@ -301,12 +301,12 @@ fn queue_aware_skips_streams_with_deep_queues() {
 
 #[test]
 fn queue_aware_counts_bytes_sent_since_the_last_report() {
-    let config = SchedulerConfig {
-        policy: PolicyKind::QueueAware,
+    let config = ResponseSchedulerConfig {
+        policy: ResponsePolicyKind::QueueAware,
         backlog_window: 1000,
-        ..SchedulerConfig::default()
+        ..ResponseSchedulerConfig::default()
     };
-    let mut s = Scheduler::new(config);
+    let mut s = ResponseScheduler::new(config);
     s.handle_arrival(demand_job(1, Some(10_000)));
     s.handle_ready(1, true);
     // A gateway without FEEDBACK: nothing is counted.
@@ -330,15 +330,9 @@ fn queue_aware_counts_bytes_sent_since_the_last_report() {
 
 #[test]
 fn nothing_is_handed_out_while_the_transport_is_full() {
-    for kind in [
-        PolicyKind::Fcfs,
-        PolicyKind::Rr,
-        PolicyKind::Scf,
-        PolicyKind::Priority,
-        PolicyKind::Wfq,
-        PolicyKind::QueueAware,
-    ] {
-        let mut s = Scheduler::new(SchedulerConfig {
+    // Every registered policy, so that a new one is held to it too.
+    for &kind in ResponsePolicyKind::ALL {
+        let mut s = ResponseScheduler::new(ResponseSchedulerConfig {
             transport_target: 100,
             ..policy(kind)
         });
@@ -349,19 +343,19 @@ fn nothing_is_handed_out_while_the_transport_is_full() {
         assert_eq!(s.poll_next(), None, "{kind}: transport full");
         s.handle_transport_queued(99, &[]);
         assert_eq!(s.poll_next(), Some(1), "{kind}: room again");
-        assert_eq!(kind.to_string().parse::<PolicyKind>(), Ok(kind));
+        assert_eq!(kind.to_string().parse::<ResponsePolicyKind>(), Ok(kind));
     }
 }
 
 #[test]
 fn a_full_stream_holds_fcfs_but_other_policies_pass_it() {
     for (kind, expected) in [
-        (PolicyKind::Fcfs, None),
-        (PolicyKind::Priority, Some(2)),
-        (PolicyKind::Scf, Some(2)),
-        (PolicyKind::Rr, Some(2)),
+        (ResponsePolicyKind::Fcfs, None),
+        (ResponsePolicyKind::Priority, Some(2)),
+        (ResponsePolicyKind::Scf, Some(2)),
+        (ResponsePolicyKind::Rr, Some(2)),
     ] {
-        let mut s = Scheduler::new(policy(kind));
+        let mut s = ResponseScheduler::new(policy(kind));
         s.set_stream_limit(100);
         for (id, size) in [(1, 1000), (2, 500)] {
             s.handle_arrival(demand_job(id, Some(size)));
@@ -380,7 +374,7 @@ fn a_full_stream_holds_fcfs_but_other_policies_pass_it() {
 
 #[test]
 fn fcfs_waits_for_an_oldest_job_that_has_no_chunk_yet() {
-    let mut s = Scheduler::new(policy(PolicyKind::Fcfs));
+    let mut s = ResponseScheduler::new(policy(ResponsePolicyKind::Fcfs));
     for id in [1, 2] {
         s.handle_arrival(demand_job(id, Some(100)));
     }
@@ -397,12 +391,12 @@ fn priority_serves_a_promoted_prefetch_before_other_prefetches() {
         prefetch(0, 2, 2, 50),
         prefetch(0, 3, 3, 50),
     ];
-    let trace = simulate(policy(PolicyKind::Priority), prefetches.clone());
+    let trace = simulate(policy(ResponsePolicyKind::Priority), prefetches.clone());
     assert_eq!(trace.chunk_string(), "AAAAABBBBBCCCCC");
     // C, the last prefetch to arrive, is promoted while A runs: it takes the
     // next chunk and finishes first.
     let trace = simulate_with_promotions(
-        policy(PolicyKind::Priority),
+        policy(ResponsePolicyKind::Priority),
         prefetches,
         vec![promote(15, 3, 3)],
     );
@@ -422,16 +416,22 @@ fn priority_ranks_a_promoted_prefetch_among_demand_by_its_new_urgency() {
         ]
     };
     // Promoted at urgency 1, C passes the demand job D as well.
-    let trace =
-        simulate_with_promotions(policy(PolicyKind::Priority), jobs(), vec![promote(5, 3, 1)]);
+    let trace = simulate_with_promotions(
+        policy(ResponsePolicyKind::Priority),
+        jobs(),
+        vec![promote(5, 3, 1)],
+    );
     assert_eq!(trace.chunk_string(), "DCCCCCDDAAAAABBBBB");
     // Promoted at urgency 5, it waits for D but still passes the prefetches.
-    let trace =
-        simulate_with_promotions(policy(PolicyKind::Priority), jobs(), vec![promote(5, 3, 5)]);
+    let trace = simulate_with_promotions(
+        policy(ResponsePolicyKind::Priority),
+        jobs(),
+        vec![promote(5, 3, 5)],
+    );
     assert_eq!(trace.chunk_string(), "DDDCCCCCAAAAABBBBB");
     // Demoted back to prefetch, a job yields to the next demand chunk.
     let trace = simulate_with_promotions(
-        policy(PolicyKind::Priority),
+        policy(ResponsePolicyKind::Priority),
         vec![demand(0, 1, 1, 30), demand(0, 2, 2, 30)],
         vec![Promotion {
             at: 5,
@@ -445,11 +445,11 @@ fn priority_ranks_a_promoted_prefetch_among_demand_by_its_new_urgency() {
 
 #[test]
 fn wfq_charges_a_promoted_job_to_demand_from_its_next_chunk() {
-    let config = SchedulerConfig {
-        policy: PolicyKind::Wfq,
+    let config = ResponseSchedulerConfig {
+        policy: ResponsePolicyKind::Wfq,
         demand_weight: 3,
         prefetch_weight: 1,
-        ..SchedulerConfig::default()
+        ..ResponseSchedulerConfig::default()
     };
     let jobs = vec![prefetch(0, 1, 1, 300), prefetch(0, 2, 2, 300)];
     // Alone in the prefetch class, A runs first (FCFS inside a class).
@@ -467,7 +467,7 @@ fn wfq_charges_a_promoted_job_to_demand_from_its_next_chunk() {
 
 #[test]
 fn reprioritizing_an_unknown_or_finished_job_changes_nothing() {
-    let mut s = Scheduler::new(policy(PolicyKind::Priority));
+    let mut s = ResponseScheduler::new(policy(ResponsePolicyKind::Priority));
     for (id, class) in [(1, RequestClass::Prefetch), (2, RequestClass::Prefetch)] {
         s.handle_arrival(JobSpec {
             class,
@@ -484,14 +484,14 @@ fn reprioritizing_an_unknown_or_finished_job_changes_nothing() {
 
 #[test]
 fn the_tally_counts_chunks_and_holds_when_they_begin() {
-    let config = SchedulerConfig {
-        policy: PolicyKind::QueueAware,
+    let config = ResponseSchedulerConfig {
+        policy: ResponsePolicyKind::QueueAware,
         backlog_window: 1000,
         stream_transport_target: 500,
         transport_target: 10_000,
-        ..SchedulerConfig::default()
+        ..ResponseSchedulerConfig::default()
     };
-    let mut s = Scheduler::new(config);
+    let mut s = ResponseScheduler::new(config);
     for (id, size) in [(1, 10), (2, 20), (3, 30)] {
         s.handle_arrival(demand_job(id, Some(size)));
         s.handle_ready(id, true);
@@ -510,7 +510,7 @@ fn the_tally_counts_chunks_and_holds_when_they_begin() {
     let tally = s.tally();
     assert_eq!(
         tally,
-        SchedulerTally {
+        ResponseSchedulerTally {
             chunks: 2,
             held_for_backlog: 1,
             held_for_stream_transport: 1,
@@ -535,9 +535,9 @@ fn the_tally_counts_chunks_and_holds_when_they_begin() {
 
 #[test]
 fn other_policies_count_no_queue_aware_holds() {
-    let mut s = Scheduler::new(SchedulerConfig {
+    let mut s = ResponseScheduler::new(ResponseSchedulerConfig {
         backlog_window: 10,
-        ..policy(PolicyKind::Scf)
+        ..policy(ResponsePolicyKind::Scf)
     });
     s.handle_arrival(demand_job(1, Some(10)));
     s.handle_ready(1, true);
@@ -546,9 +546,9 @@ fn other_policies_count_no_queue_aware_holds() {
     s.handle_sent(1, 10);
     assert_eq!(
         s.tally(),
-        SchedulerTally {
+        ResponseSchedulerTally {
             chunks: 1,
-            ..SchedulerTally::default()
+            ..ResponseSchedulerTally::default()
         }
     );
 }

@@ -1,11 +1,15 @@
-//! Stream scheduling: which pending response sends its next chunk.
+//! The response scheduler: which pending response of an association sends its
+//! next chunk. (Not the SCTP stream scheduler, `sctp::StreamSchedulerKind`,
+//! which orders what the transport already holds; with its default, `fcfs`,
+//! the transport keeps the order decided here.)
 //!
 //! I/O-free and clock-free: the driver reports arrivals, readiness, bytes sent,
 //! completions and depth measurements through `handle_*` calls and asks
-//! [`Scheduler::poll_next`] for the job whose next chunk goes out. It is called once
+//! [`ResponseScheduler::poll_next`] for the job whose next chunk goes out. It is called once
 //! per chunk, so every policy can preempt at chunk granularity.
 //!
-//! Policies ([`Policy`]):
+//! Policies ([`ResponsePolicyKind`]; each a `ResponsePolicy` in `policy.rs`,
+//! registered by one line of its `policies!` list):
 //! - **FCFS**: the earliest arrival runs to completion; nothing passes it, not
 //!   even while it has no chunk ready or its stream is full.
 //! - **RR**: round robin over streams, one chunk per stream per turn.
@@ -19,90 +23,35 @@
 //!   bytes in the transport are above a per-stream target.
 //!
 //! A job's class and urgency may change while it runs
-//! ([`Scheduler::handle_reprioritize`], the gateway's PRIORITY): a prefetch the
+//! ([`ResponseScheduler::handle_reprioritize`], the gateway's PRIORITY): a prefetch the
 //! browser now waits for is promoted to demand.
 //!
 //! Independently of the policy, nothing is handed out while the bytes waiting in
-//! the transport are at or above [`SchedulerConfig::transport_target`]: a deep
+//! the transport are at or above [`ResponseSchedulerConfig::transport_target`]: a deep
 //! transport queue would send in its own FIFO order, not the scheduler's.
 //!
-//! What it decided is counted in a [`SchedulerTally`] (the origin's
+//! What it decided is counted in a [`ResponseSchedulerTally`] (the origin's
 //! `/metrics`): chunks handed out, and how often work began to be held back,
 //! by reason. Holds are counted when they begin (a stream that was not held at
 //! the previous decision is now), not at every decision, so the figures do not
 //! depend on how often the driver asks.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
-use std::str::FromStr;
 
 use gateway_protocol::{RequestClass, RequestId, Urgency};
 use serde::{Deserialize, Serialize};
 
-/// Which policy orders the chunks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PolicyKind {
-    /// First come, first served.
-    Fcfs,
-    /// Round robin over streams.
-    Rr,
-    /// Shortest remaining bytes first.
-    Scf,
-    /// Class, then urgency, then arrival.
-    Priority,
-    /// Weighted fair queueing between demand and prefetch.
-    Wfq,
-    /// SCF order, skipping streams whose queues are too deep.
-    QueueAware,
-}
+mod policy;
 
-impl FromStr for PolicyKind {
-    type Err = String;
+pub use policy::ResponsePolicyKind;
 
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(match s {
-            "fcfs" => PolicyKind::Fcfs,
-            "rr" => PolicyKind::Rr,
-            "scf" => PolicyKind::Scf,
-            "priority" => PolicyKind::Priority,
-            "wfq" => PolicyKind::Wfq,
-            "queue-aware" => PolicyKind::QueueAware,
-            other => {
-                return Err(format!(
-                    "unknown scheduler `{other}` (expected fcfs, rr, scf, priority, wfq or queue-aware)"
-                ));
-            }
-        })
-    }
-}
-
-impl PolicyKind {
-    /// Its name in origin.toml (and in the `policy` label of `/metrics`).
-    pub fn name(self) -> &'static str {
-        match self {
-            PolicyKind::Fcfs => "fcfs",
-            PolicyKind::Rr => "rr",
-            PolicyKind::Scf => "scf",
-            PolicyKind::Priority => "priority",
-            PolicyKind::Wfq => "wfq",
-            PolicyKind::QueueAware => "queue-aware",
-        }
-    }
-}
-
-impl fmt::Display for PolicyKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Scheduler settings; the `[scheduler]` table of origin.toml.
+/// The response scheduler's settings; the `[response_scheduler]` table of
+/// origin.toml (`[scheduler]` before, still read with a deprecation line).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct SchedulerConfig {
+pub struct ResponseSchedulerConfig {
     /// The policy.
-    pub policy: PolicyKind,
+    pub policy: ResponsePolicyKind,
     /// Nothing is handed out while this many bytes or more wait in the transport.
     pub transport_target: u64,
     /// WFQ: share of demand against prefetch (`demand_weight : prefetch_weight`).
@@ -115,10 +64,10 @@ pub struct SchedulerConfig {
     pub stream_transport_target: u64,
 }
 
-impl Default for SchedulerConfig {
+impl Default for ResponseSchedulerConfig {
     fn default() -> Self {
         Self {
-            policy: PolicyKind::Scf,
+            policy: ResponsePolicyKind::Scf,
             transport_target: 128 * 1024,
             demand_weight: 8,
             prefetch_weight: 1,
@@ -146,7 +95,7 @@ pub struct JobSpec {
 
 /// The scheduler's decisions since it was made.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SchedulerTally {
+pub struct ResponseSchedulerTally {
     /// Messages (chunks) handed to the transport.
     pub chunks: u64,
     /// Queue-aware: times a stream with a ready job began to be passed over
@@ -178,8 +127,8 @@ struct Job {
 
 /// Picks the next chunk. See the module docs.
 #[derive(Debug)]
-pub struct Scheduler {
-    config: SchedulerConfig,
+pub struct ResponseScheduler {
+    config: ResponseSchedulerConfig,
     jobs: BTreeMap<RequestId, Job>,
     next_seq: u64,
     /// RR: the stream served last.
@@ -200,16 +149,16 @@ pub struct Scheduler {
     /// which sending would block.
     stream_limit: u64,
     /// Decisions so far.
-    tally: SchedulerTally,
+    tally: ResponseSchedulerTally,
     /// Queue-aware: the streams passed over at the last decision, and why.
     held: HashMap<u16, Hold>,
     /// The transport was at its target at the last decision.
     transport_full: bool,
 }
 
-impl Scheduler {
+impl ResponseScheduler {
     /// An empty scheduler.
-    pub fn new(config: SchedulerConfig) -> Self {
+    pub fn new(config: ResponseSchedulerConfig) -> Self {
         Self {
             config,
             jobs: BTreeMap::new(),
@@ -221,14 +170,14 @@ impl Scheduler {
             stream_in_transport: Vec::new(),
             transport_queued: 0,
             stream_limit: u64::MAX,
-            tally: SchedulerTally::default(),
+            tally: ResponseSchedulerTally::default(),
             held: HashMap::new(),
             transport_full: false,
         }
     }
 
     /// What it decided so far (see the module docs).
-    pub fn tally(&self) -> SchedulerTally {
+    pub fn tally(&self) -> ResponseSchedulerTally {
         self.tally
     }
 
@@ -239,7 +188,7 @@ impl Scheduler {
     }
 
     /// The policy in force.
-    pub fn policy(&self) -> PolicyKind {
+    pub fn policy(&self) -> ResponsePolicyKind {
         self.config.policy
     }
 
@@ -411,57 +360,30 @@ impl Scheduler {
         if full {
             return None;
         }
-        if self.config.policy == PolicyKind::QueueAware {
+        let policy = self.config.policy.policy();
+        if policy.counts_holds() {
             self.note_holds();
         }
-        let limit = self.stream_limit;
-        let in_transport = |stream: u16| self.in_transport(stream);
-        let ready = self
-            .jobs
-            .values()
-            .filter(|j| j.ready && in_transport(j.spec.stream).is_none_or(|t| t < limit));
-        let chosen = match self.config.policy {
-            // Strictly in order: while the oldest job has no chunk yet or its
-            // stream is full, FCFS waits rather than let a later job pass (that is
-            // what makes it the baseline a single transport FIFO would give).
-            PolicyKind::Fcfs => {
-                let oldest = self.jobs.values().min_by_key(|j| j.seq);
-                return oldest
-                    .filter(|j| j.ready && in_transport(j.spec.stream).is_none_or(|t| t < limit))
-                    .map(|j| j.spec.id);
-            }
-            PolicyKind::Scf => ready.min_by_key(|j| scf_key(j)),
-            PolicyKind::Priority => ready.min_by_key(|j| (j.spec.class, j.spec.urgency, j.seq)),
-            PolicyKind::Rr => {
-                let last = self.last_stream;
-                // The first stream after the last one served, cyclically; within a
-                // stream, the earliest arrival.
-                ready.min_by_key(|j| {
-                    let after = last.is_none_or(|l| j.spec.stream > l);
-                    (!after, j.spec.stream, j.seq)
-                })
-            }
-            PolicyKind::Wfq => {
-                let virt = self.class_virtual;
-                ready.min_by_key(|j| (virt[class_index(j.spec.class)], j.seq))
-            }
-            PolicyKind::QueueAware => {
-                let backlog = &self.gateway_backlog;
-                let window = self.config.backlog_window;
-                let target = self.config.stream_transport_target;
-                ready
-                    .filter(|j| {
-                        backlog.get(&j.spec.stream).is_none_or(|b| *b <= window)
-                            && in_transport(j.spec.stream).is_none_or(|t| t < target)
-                    })
-                    .min_by_key(|j| scf_key(j))
-            }
-        };
-        chosen.map(|j| j.spec.id)
+        policy.choose(self)
     }
 }
 
-impl Scheduler {
+impl ResponseScheduler {
+    /// Whether `job` may send now as far as the transport is concerned: it
+    /// has a chunk ready and its stream is below the transport's own
+    /// per-stream limit. Every policy chooses among these.
+    fn sendable(&self, job: &Job) -> bool {
+        job.ready
+            && self
+                .in_transport(job.spec.stream)
+                .is_none_or(|t| t < self.stream_limit)
+    }
+
+    /// The jobs that may send now (see [`Self::sendable`]), by request id.
+    fn sendable_jobs(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.values().filter(|j| self.sendable(j))
+    }
+
     /// The bytes of `stream` in the transport, where known.
     fn in_transport(&self, stream: u16) -> Option<u64> {
         self.stream_in_transport

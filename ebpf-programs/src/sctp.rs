@@ -33,7 +33,7 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, LruPerCpuHashMap, PerCpuArray},
 };
-use gateway_common::{
+use ebpf_common::{
     AssocCounters, AssocKey, SCTP_UDP_PORT_DEFAULT, SctpConfig, StreamCounters, StreamKey,
     WalkerStats, tsn_after,
 };
@@ -124,7 +124,7 @@ enum WalkEnd {
     ChunkLimit,
 }
 
-/// Accounts for one packet seen at `direction` (a `gateway_common::DIRECTION_*`).
+/// Accounts for one packet seen at `direction` (a `ebpf_common::DIRECTION_*`).
 /// Errors mean "not accounted"; the caller passes the packet either way.
 #[inline(always)]
 pub(crate) fn try_account<P: Packet>(pkt: &P, direction: u8) -> Result<(), ProgramError> {

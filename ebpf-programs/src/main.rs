@@ -1,4 +1,5 @@
-//! The gateway's eBPF programs, loaded by `gateway::ebpf` through aya.
+//! The eBPF programs of both daemons, loaded through aya by `ebpf-loader`
+//! (for the gateway, `gateway::ebpf`; for the origin, `origin::ebpf`).
 //!
 //! - `xdp_sctp` (XDP, ingress) and `tc_sctp` (TC classifier, egress): one bounded
 //!   SCTP chunk walker ([`sctp`]) over native SCTP and SCTP over UDP (RFC 6951),
@@ -20,7 +21,7 @@
 //! view both hooks share: at XDP through [`ptr_at`], the one bounds check the
 //! verifier needs to see; at TC through `bpf_skb_load_bytes`, which also reads
 //! what lies beyond an skb's linear head (GSO).
-//! Map key and value types live in `gateway-common`, shared with userspace;
+//! Map key and value types live in `ebpf-common`, shared with userspace;
 //! docs/ebpf.md describes the maps.
 
 #![no_std]
@@ -35,7 +36,7 @@ use aya_ebpf::{
     maps::{LruPerCpuHashMap, PerCpuArray},
     programs::{TcContext, XdpContext},
 };
-use gateway_common::{DIRECTION_EGRESS, DIRECTION_INGRESS, PacketCounters};
+use ebpf_common::{DIRECTION_EGRESS, DIRECTION_INGRESS, PacketCounters};
 
 mod ip;
 mod sctp;
