@@ -50,6 +50,7 @@ pub mod hello;
 mod host;
 pub mod kernel;
 pub mod log_limit;
+mod message;
 #[cfg(feature = "baselines")]
 pub mod quic;
 pub mod sync;
@@ -62,30 +63,13 @@ pub use config::{
     SCTP_UDP_PORT, UdpOffload, UserspaceConfig, duration_ms,
 };
 pub use error::TransportError;
+pub use message::{Message, StreamCounts};
 /// What [`Association::sctp_stats`] returns, nameable without depending on
 /// the `sctp` crate.
 pub use sctp::{
     Counters as SctpCounters, DEFAULT_INIT_ACKS_PER_SECOND, Limits as SctpLimits,
     Stats as SctpStats, stream_scheduler::StreamSchedulerKind,
 };
-
-/// One received message and the stream it arrived on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
-    /// Stream number, below [`StreamCounts::inbound`].
-    pub stream: u16,
-    /// The message, boundaries as sent.
-    pub data: Bytes,
-}
-
-/// Streams usable after negotiation, counting stream 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamCounts {
-    /// Streams this side may send on: 0..outbound.
-    pub outbound: u16,
-    /// Streams the peer may send on: 0..inbound.
-    pub inbound: u16,
-}
 
 /// An established association. Cheap to clone; all clones share it.
 ///

@@ -41,9 +41,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use testbed::{VethPair, exec_in, ip, sysctl};
 
-use super::common::{
-    build_example, cpu_seconds, load_average, report_header, stdout_lines,
-};
+use super::common::{build_example, cpu_seconds, load_average, report_header, stdout_lines};
 use super::link::{array_field, field};
 use crate::cmd::workspace_root;
 
