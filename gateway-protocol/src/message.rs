@@ -933,6 +933,9 @@ fn push_budget_len(b: &PushBudget) -> usize {
 }
 
 fn push_budget_fields(page: RequestId, mut buf: Bytes) -> Result<PushBudget, &'static str> {
+    if is_push_id(page) {
+        return Err("PUSH_BUDGET for a push id");
+    }
     if buf.len() < 8 {
         return Err("PUSH_BUDGET shorter than 8 bytes");
     }

@@ -338,6 +338,11 @@ fn malformed_push_messages_get_the_documented_reaction() {
             protocol_goaway(),
         ),
         (
+            "budget for a push id",
+            vec![0x16, 0, 0, 0, 0x80, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0],
+            reset(PUSH_ID_BIT | 5, ErrorCode::ProtocolError),
+        ),
+        (
             "max_pushes not 4 bytes",
             vec![0x06, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
             protocol_goaway(),
@@ -1065,6 +1070,20 @@ fn the_origin_checks_where_a_budget_comes() {
         origin.handle_message(2, &Bytes::from(big)),
         Err(reset(8, ErrorCode::TooLarge))
     );
+    // For a push, open or ended: the push is reset, or nothing is done.
+    origin
+        .handle_push_sent(PUSH, 5, 3)
+        .expect("push for page 5");
+    let for_push = b"\x16\0\0\0\x80\0\0\x01\0\0\0\0\0\0\0\0";
+    assert_eq!(
+        origin.handle_message(3, &Bytes::from_static(for_push)),
+        Err(reset(PUSH, ErrorCode::ProtocolError))
+    );
+    assert_eq!(
+        origin.handle_message(3, &Bytes::from_static(for_push)),
+        Err(Reaction::Ignore)
+    );
+    assert_eq!(origin.push_allowance(PUSH), None);
     assert_eq!(
         origin.handle_message(2, &Bytes::from_static(b"\x16\0\0\0\0\0\0\x63\0")),
         Err(Reaction::Ignore),
