@@ -363,18 +363,8 @@ impl Session {
         if !fits || self.push_pages.contains_key(&page) || host.is_empty() {
             return Err(ErrorCode::InternalError);
         }
-        if self.push_pages.len() >= MAX_PUSH_PAGES {
-            // Room comes from the oldest page none of whose pushes is open.
-            let Some(at) = self
-                .push_page_order
-                .iter()
-                .position(|p| self.push_pages.get(p).is_none_or(|a| a.open_pushes == 0))
-            else {
-                return Err(ErrorCode::Refused);
-            };
-            if let Some(old) = self.push_page_order.remove(at) {
-                self.push_pages.remove(&old);
-            }
+        if self.push_pages.len() >= MAX_PUSH_PAGES && !self.make_push_page_room() {
+            return Err(ErrorCode::Refused);
         }
         self.add_push_page(page, budget, Bytes::copy_from_slice(host));
         if let Some(open) = self.open.get_mut(&page) {
@@ -438,8 +428,8 @@ impl Session {
         let Some(page) = self.open.get(&id).and_then(|o| o.push_page) else {
             return Ok(());
         };
-        // A page whose allowance was forgotten (beyond MAX_PUSH_PAGES) is
-        // counted by the gateway alone.
+        // An allowance is kept while a push of its page is open; a push
+        // whose page the gateway ended is being stopped anyway.
         let Some(allowance) = self.push_pages.get_mut(&page) else {
             return Ok(());
         };
@@ -490,6 +480,23 @@ impl Session {
         if self.role == Role::Gateway {
             self.open.retain(|_, o| o.push_page != Some(page));
         }
+    }
+
+    /// Forgets the oldest allowance none of whose pushes is open; false if
+    /// every one has a push open. Both sides keep the allowance of a page
+    /// with pushes open, so that its byte budget is counted to the end.
+    fn make_push_page_room(&mut self) -> bool {
+        let Some(at) = self
+            .push_page_order
+            .iter()
+            .position(|p| self.push_pages.get(p).is_none_or(|a| a.open_pushes == 0))
+        else {
+            return false;
+        };
+        if let Some(old) = self.push_page_order.remove(at) {
+            self.push_pages.remove(&old);
+        }
+        true
     }
 
     fn add_push_page(&mut self, page: RequestId, budget: &PushBudget, host: Bytes) {
@@ -885,10 +892,10 @@ impl Session {
             None if self.push_pages.contains_key(&page) => return Err(Reaction::Ignore),
             None => {}
         }
-        if self.push_pages.len() >= MAX_PUSH_PAGES
-            && let Some(old) = self.push_page_order.pop_front()
-        {
-            self.push_pages.remove(&old);
+        if self.push_pages.len() >= MAX_PUSH_PAGES && !self.make_push_page_room() {
+            // Every allowance has a push open: take no more (the origin then
+            // pushes nothing for this page; the gateway's count stays right).
+            return Err(Reaction::Ignore);
         }
         self.add_push_page(page, &budget, Bytes::new());
         Ok(message)

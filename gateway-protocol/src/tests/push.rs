@@ -1188,16 +1188,26 @@ fn each_side_keeps_at_most_max_push_pages_allowances() {
         Err(reset(PUSH_ID_BIT | 0x1000, ErrorCode::Refused)),
         "page 2 was forgotten"
     );
-    // The origin forgets its oldest allowance.
+    // The origin takes no budget while every allowance has a push open...
     deliver(&mut origin, 1, &request(extra, true)).expect("request");
-    deliver(&mut origin, 1, &Message::PushBudget(budget(extra, 1, 10))).expect("budget");
-    assert_eq!(origin.push_allowance(1), None);
-    assert!(origin.push_allowance(extra).is_some());
+    let extra_budget = Message::PushBudget(budget(extra, 1, 10));
     assert_eq!(
-        origin.handle_push_body_sent(PUSH_ID_BIT + 1, 1_000_000),
-        Ok(()),
-        "a forgotten page's bytes are the gateway's to count"
+        deliver(&mut origin, 1, &extra_budget),
+        Err(Reaction::Ignore)
     );
+    assert_eq!(origin.push_allowance(extra), None);
+    assert_eq!(
+        origin.handle_push_body_sent(PUSH_ID_BIT + 1, 11),
+        Err(ErrorCode::TooLarge),
+        "page 1's bytes are still counted"
+    );
+    // ... and forgets the oldest one without, once there is one.
+    origin.handle_request_finished(PUSH_ID_BIT + 2);
+    let late = Message::PushBudget(budget(extra + 1, 1, 10));
+    deliver(&mut origin, 1, &request(extra + 1, true)).expect("request");
+    assert_eq!(deliver(&mut origin, 1, &late), Ok(late));
+    assert_eq!(origin.push_allowance(2), None);
+    assert!(origin.push_allowance(extra + 1).is_some());
 }
 
 #[test]
