@@ -60,8 +60,16 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut gateway = Session::new(Role::Gateway, config.clone());
     let mut origin = Session::new(Role::Origin, config);
-    assert!(origin.handle_message(0, &gateway.hello().to_bytes()).is_ok());
-    assert!(gateway.handle_message(0, &origin.hello().to_bytes()).is_ok());
+    assert!(
+        origin
+            .handle_message(0, &gateway.hello().to_bytes())
+            .is_ok()
+    );
+    assert!(
+        gateway
+            .handle_message(0, &origin.hello().to_bytes())
+            .is_ok()
+    );
     let (mut to_origin, mut to_gateway) = (Link::new(), Link::new());
     let mut next_page: RequestId = 1;
     let mut next_push: RequestId = PUSH_ID_BIT | 1;
@@ -202,7 +210,13 @@ fuzz_target!(|data: &[u8]| {
                             head: Bytes::from_static(b"HTTP/1.1 200 OK\r\n\r\n"),
                         },
                     );
-                    to_gateway.send(stream, &Message::ResponseEnd { id: page, body_len: 0 });
+                    to_gateway.send(
+                        stream,
+                        &Message::ResponseEnd {
+                            id: page,
+                            body_len: 0,
+                        },
+                    );
                 }
                 origin.handle_request_finished(page);
             }
@@ -211,7 +225,8 @@ fuzz_target!(|data: &[u8]| {
                 let id = if op % 12 == 6 {
                     pick(pages.keys().copied().collect())
                 } else {
-                    Some(next_push.saturating_sub(u32::from(arg % 4) + 1)).filter(|id| *id > PUSH_ID_BIT)
+                    Some(next_push.saturating_sub(u32::from(arg % 4) + 1))
+                        .filter(|id| *id > PUSH_ID_BIT)
                 };
                 let Some(id) = id else { continue };
                 cancelled.insert(id);
@@ -233,7 +248,10 @@ fuzz_target!(|data: &[u8]| {
                         // The request or push stops; a CANCEL of one still
                         // running is answered with RESET CANCELLED. A page's
                         // pushes stop with it, silently.
-                        let (id, cancel) = (message.request_id(), matches!(message, Message::Cancel { .. }));
+                        let (id, cancel) = (
+                            message.request_id(),
+                            matches!(message, Message::Cancel { .. }),
+                        );
                         let running = pushes
                             .remove(&id)
                             .map(|p| p.stream)

@@ -124,7 +124,11 @@ fn act(
         (Role::Origin, 0 | 1) => {
             let allowed = session.push_allowance(id).is_some();
             let sent = session.handle_push_sent(*next_push, id, stream);
-            assert_eq!(sent.is_ok(), allowed, "push_allowance and handle_push_sent agree");
+            assert_eq!(
+                sent.is_ok(),
+                allowed,
+                "push_allowance and handle_push_sent agree"
+            );
             if sent.is_ok() {
                 let promise = gateway_protocol::PushPromise {
                     id: *next_push,
