@@ -15,10 +15,11 @@ pub mod session;
 
 pub use error::{DecodeError, ErrorCode, Reaction};
 pub use message::{
-    Capabilities, GoAway, Hello, Message, MessageType, Request, RequestClass, RequestId,
-    StreamBacklog, TunnelOpen, Urgency,
+    Capabilities, GoAway, HeldEntry, Hello, Message, MessageType, PUSH_ID_BIT, PushBudget,
+    PushPromise, Request, RequestClass, RequestId, StreamBacklog, TunnelOpen, Urgency, is_push_id,
+    push_head_host,
 };
-pub use session::{Role, Session, SessionConfig};
+pub use session::{PushAllowance, Role, Session, SessionConfig};
 
 /// Protocol version carried in HELLO.
 pub const VERSION: u16 = 1;
@@ -40,6 +41,15 @@ pub const MAX_FEEDBACK_ENTRIES: usize = 4096;
 pub const TUNNEL_WINDOW: u32 = 256 * 1024;
 /// Longest server name in TUNNEL_OPEN, bytes (a DNS name's limit).
 pub const MAX_SERVER_NAME: usize = 255;
+/// Most held entries in one PUSH_BUDGET.
+pub const MAX_HELD_ENTRIES: usize = 512;
+/// Longest target (path and query) of one held entry, bytes.
+pub const MAX_HELD_TARGET: usize = 8192;
+/// Most header fields in a push's request head (PUSH_PROMISE).
+pub const MAX_PUSH_FIELDS: usize = 64;
+/// Pages whose push allowance (PUSH_BUDGET) each side keeps at once; the
+/// oldest is forgotten beyond it (docs/protocol.md, "PUSH").
+pub const MAX_PUSH_PAGES: usize = 256;
 /// Largest message this protocol produces, bytes: transports size buffers by it.
 pub const MAX_MESSAGE: usize = HEADER_LEN + 4 + MAX_HEAD;
 

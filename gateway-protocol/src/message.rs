@@ -9,14 +9,22 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::error::{DecodeError, ErrorCode};
-pub use crate::kind::{MessageType, RequestId};
-use crate::{HEADER_LEN, MAX_CHUNK, MAX_FEEDBACK_ENTRIES, MAX_HEAD, MAX_REASON, MAX_SERVER_NAME};
+pub use crate::kind::{MessageType, PUSH_ID_BIT, RequestId, is_push_id};
+use crate::{
+    HEADER_LEN, MAX_CHUNK, MAX_FEEDBACK_ENTRIES, MAX_HEAD, MAX_HELD_ENTRIES, MAX_HELD_TARGET,
+    MAX_PUSH_FIELDS, MAX_REASON, MAX_SERVER_NAME,
+};
 
 /// Flag bit: no more bytes follow for this request (REQUEST, REQUEST_BODY), or
 /// from this side of a tunnel (TUNNEL_DATA).
 pub const FLAG_END: u8 = 0x01;
 /// Flag bit: this message answers one of the same type (HELLO, PING).
 pub const FLAG_ACK: u8 = 0x01;
+/// Held-entry flag bit (PUSH_BUDGET): the gateway's copy is fresh; push
+/// nothing for this URL.
+pub const HELD_FRESH: u8 = 0x01;
+/// Bytes of a held entry before its target, entity-tag and date.
+const HELD_ENTRY_FIXED: usize = 6;
 
 /// Whether a request is for a browser waiting now, or speculative.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,6 +106,11 @@ impl Capabilities {
     /// The sender may open (gateway) or serves (origin) TLS tunnels. A gateway
     /// sends TUNNEL_OPEN only to an origin that announced this bit.
     pub const TUNNEL: Capabilities = Capabilities(1 << 3);
+    /// Gateway: takes pushes (and sends MAX_PUSHES and PUSH_BUDGET); origin:
+    /// may push. An origin pushes only to a gateway that announced this bit,
+    /// and a gateway sends MAX_PUSHES and PUSH_BUDGET only to an origin that
+    /// did.
+    pub const PUSH: Capabilities = Capabilities(1 << 4);
 
     /// True if every bit of `other` is set.
     pub fn contains(self, other: Capabilities) -> bool {
@@ -160,6 +173,53 @@ pub struct TunnelOpen {
     pub server_name: String,
 }
 
+/// What the gateway already holds for one URL of a page (PUSH_BUDGET): the
+/// origin pushes nothing for a fresh entry, and for a stale one pushes the
+/// answer to a conditional request built from these validators (often a 304).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldEntry {
+    /// The stored copy is fresh: push nothing for this URL.
+    pub fresh: bool,
+    /// The URL's path and query (origin-form, on the page's host), 1 to
+    /// [`MAX_HELD_TARGET`] visible ASCII bytes starting with `/`.
+    pub target: Bytes,
+    /// The stored response's ETag field value, verbatim (`"x"` or `W/"x"`);
+    /// empty if it had none. At most 255 visible ASCII bytes.
+    pub etag: Bytes,
+    /// The stored response's Last-Modified field value, verbatim; empty if
+    /// it had none. At most 255 bytes of visible ASCII and spaces.
+    pub last_modified: Bytes,
+}
+
+/// PUSH_BUDGET: the gateway takes pushes for page `page` within these limits,
+/// and already holds `held`. Sent on the page's stream, after its REQUEST.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushBudget {
+    /// The page's request id.
+    pub page: RequestId,
+    /// Pushes the origin may promise for this page, in all.
+    pub max_pushes: u16,
+    /// RESPONSE_BODY bytes the page's pushes may carry, in all.
+    pub max_bytes: u32,
+    /// What the gateway holds of the page's closure; at most
+    /// [`MAX_HELD_ENTRIES`].
+    pub held: Vec<HeldEntry>,
+}
+
+/// PUSH_PROMISE: the origin pushes the response to `head` for page `page`.
+/// Its response follows on the same stream, under the push id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushPromise {
+    /// The push id (top bit set, [`PUSH_ID_BIT`]).
+    pub id: RequestId,
+    /// The page's request id (a gateway request id that carried a PUSH_BUDGET).
+    pub page: RequestId,
+    /// The request the pushed response answers: `GET` with an origin-form
+    /// target, exactly one `Host`, the fields the origin assumed, never
+    /// credentials nor a body. See [`push_head_host`].
+    pub head: Bytes,
+}
+
 /// One protocol message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
@@ -180,6 +240,12 @@ pub enum Message {
         ack: bool,
         /// Echoed back unchanged.
         opaque: u64,
+    },
+    /// The origin may promise `max` pushes in all on this association
+    /// (cumulative: it only grows).
+    MaxPushes {
+        /// Pushes granted since the association began.
+        max: u32,
     },
     /// See [`Request`].
     Request(Request),
@@ -220,6 +286,10 @@ pub enum Message {
         /// Bytes granted, added to what is left of the window.
         bytes: u32,
     },
+    /// See [`PushBudget`].
+    PushBudget(PushBudget),
+    /// See [`PushPromise`].
+    PushPromise(PushPromise),
     /// The response status line and header fields.
     ResponseHead {
         /// The request id.
@@ -261,12 +331,15 @@ impl Message {
             Message::Cancel { .. } => MessageType::Cancel,
             Message::GoAway(_) => MessageType::GoAway,
             Message::Ping { .. } => MessageType::Ping,
+            Message::MaxPushes { .. } => MessageType::MaxPushes,
             Message::Request(_) => MessageType::Request,
             Message::RequestBody { .. } => MessageType::RequestBody,
             Message::Priority { .. } => MessageType::Priority,
             Message::TunnelOpen(_) => MessageType::TunnelOpen,
             Message::TunnelData { .. } => MessageType::TunnelData,
             Message::TunnelCredit { .. } => MessageType::TunnelCredit,
+            Message::PushBudget(_) => MessageType::PushBudget,
+            Message::PushPromise(_) => MessageType::PushPromise,
             Message::ResponseHead { .. } => MessageType::ResponseHead,
             Message::ResponseBody { .. } => MessageType::ResponseBody,
             Message::ResponseEnd { .. } => MessageType::ResponseEnd,
@@ -274,13 +347,15 @@ impl Message {
         }
     }
 
-    /// The request this message concerns; 0 for HELLO, FEEDBACK, GOAWAY and PING.
+    /// The request this message concerns; 0 for HELLO, FEEDBACK, GOAWAY, PING
+    /// and MAX_PUSHES. For PUSH_BUDGET, the page; for PUSH_PROMISE, the push.
     pub fn request_id(&self) -> RequestId {
         match self {
             Message::Hello(_)
             | Message::Feedback(_)
             | Message::GoAway(_)
-            | Message::Ping { .. } => 0,
+            | Message::Ping { .. }
+            | Message::MaxPushes { .. } => 0,
             Message::Cancel { id }
             | Message::RequestBody { id, .. }
             | Message::Priority { id, .. }
@@ -292,6 +367,8 @@ impl Message {
             | Message::Reset { id, .. } => *id,
             Message::Request(r) => r.id,
             Message::TunnelOpen(t) => t.id,
+            Message::PushBudget(b) => b.page,
+            Message::PushPromise(p) => p.id,
         }
     }
 
@@ -304,6 +381,7 @@ impl Message {
                 Message::Cancel { .. } => 0,
                 Message::GoAway(g) => 6 + g.reason.len(),
                 Message::Ping { .. } => 8,
+                Message::MaxPushes { .. } => 4,
                 Message::Request(r) => 4 + r.head.len(),
                 Message::RequestBody { data, .. } | Message::ResponseBody { data, .. } => {
                     data.len()
@@ -317,6 +395,8 @@ impl Message {
                 }
                 Message::TunnelData { data, .. } => data.len(),
                 Message::TunnelCredit { .. } => 4,
+                Message::PushBudget(b) => push_budget_len(b),
+                Message::PushPromise(p) => 4 + p.head.len(),
                 Message::ResponseHead { head, .. } => head.len(),
                 Message::ResponseEnd { .. } => 8,
                 Message::Reset { reason, .. } => 2 + reason.len(),
@@ -367,6 +447,7 @@ impl Message {
                 out.put_slice(g.reason.as_bytes());
             }
             Message::Ping { opaque, .. } => out.put_u64(*opaque),
+            Message::MaxPushes { max } => out.put_u32(*max),
             Message::Request(r) => {
                 out.put_u8(r.urgency.level());
                 out.put_u8(r.class as u8);
@@ -384,6 +465,11 @@ impl Message {
             Message::TunnelOpen(t) => encode_tunnel_open(t, out),
             Message::TunnelData { data, .. } => out.put_slice(data),
             Message::TunnelCredit { bytes, .. } => out.put_u32(*bytes),
+            Message::PushBudget(b) => encode_push_budget(b, out),
+            Message::PushPromise(p) => {
+                out.put_u32(p.page);
+                out.put_slice(&p.head);
+            }
             Message::ResponseHead { head, .. } => out.put_slice(head),
             Message::ResponseEnd { body_len, .. } => out.put_u64(*body_len),
             Message::Reset { code, reason, .. } => {
@@ -410,18 +496,21 @@ impl Message {
             MessageType::Hello
             | MessageType::Feedback
             | MessageType::GoAway
-            | MessageType::Ping => header.decode_control(payload),
+            | MessageType::Ping
+            | MessageType::MaxPushes => header.decode_control(payload),
             MessageType::Request
             | MessageType::RequestBody
             | MessageType::Cancel
-            | MessageType::Priority => header.decode_request(payload),
+            | MessageType::Priority
+            | MessageType::PushBudget => header.decode_request(payload),
             MessageType::TunnelOpen | MessageType::TunnelData | MessageType::TunnelCredit => {
                 header.decode_tunnel(payload)
             }
             MessageType::ResponseHead
             | MessageType::ResponseBody
             | MessageType::ResponseEnd
-            | MessageType::Reset => header.decode_response(payload),
+            | MessageType::Reset
+            | MessageType::PushPromise => header.decode_response(payload),
         }
     }
 
@@ -456,10 +545,15 @@ impl Message {
             Message::TunnelData { data, end, .. } if data.is_empty() && !end => {
                 Err("empty TUNNEL_DATA without END")
             }
+            Message::PushBudget(b) => check_push_budget(b),
+            Message::PushPromise(p) => check_push_promise(p),
             m if m.message_type() != MessageType::Hello
                 && !matches!(
                     m,
-                    Message::Feedback(_) | Message::GoAway(_) | Message::Ping { .. }
+                    Message::Feedback(_)
+                        | Message::GoAway(_)
+                        | Message::Ping { .. }
+                        | Message::MaxPushes { .. }
                 )
                 && m.request_id() == 0 =>
             {
@@ -472,7 +566,8 @@ impl Message {
 
 /// The fixed header of a message being decoded, and the checks every payload
 /// layout shares. Control messages (HELLO, FEEDBACK, GOAWAY, PING) belong to
-/// the association; the others to one request, named by a non-zero id.
+/// the association (as does MAX_PUSHES); the others to one request or push,
+/// named by a non-zero id.
 #[derive(Debug, Clone, Copy)]
 struct Header {
     kind: MessageType,
@@ -498,7 +593,11 @@ impl Header {
         let header = Header { kind, flags, id };
         let needs_id = !matches!(
             kind,
-            MessageType::Hello | MessageType::Feedback | MessageType::GoAway | MessageType::Ping
+            MessageType::Hello
+                | MessageType::Feedback
+                | MessageType::GoAway
+                | MessageType::Ping
+                | MessageType::MaxPushes
         );
         if needs_id && id == 0 {
             return Err(header.bad("request id 0"));
@@ -591,11 +690,16 @@ impl Header {
                     opaque: buf.get_u64(),
                 }
             }
+            MessageType::MaxPushes => {
+                self.exact(&buf, 4)?;
+                Message::MaxPushes { max: buf.get_u32() }
+            }
             _ => unreachable!("decode dispatches only control types here"),
         })
     }
 
-    /// REQUEST, REQUEST_BODY, CANCEL, PRIORITY: the gateway's side of a request.
+    /// REQUEST, REQUEST_BODY, CANCEL, PRIORITY, PUSH_BUDGET: the gateway's
+    /// side of a request.
     fn decode_request(self, mut buf: Bytes) -> Result<Message, DecodeError> {
         let (bad, id) = (|what| self.bad(what), self.id);
         Ok(match self.kind {
@@ -633,6 +737,11 @@ impl Header {
                 let (urgency, class) = priority_fields(&mut buf).map_err(bad)?;
                 Message::Priority { id, urgency, class }
             }
+            MessageType::PushBudget => {
+                self.at_most(&buf, MAX_HEAD)?;
+                let budget = push_budget_fields(id, buf).map_err(bad)?;
+                Message::PushBudget(budget)
+            }
             _ => unreachable!("decode dispatches only request types here"),
         })
     }
@@ -668,7 +777,8 @@ impl Header {
         })
     }
 
-    /// RESPONSE_HEAD, RESPONSE_BODY, RESPONSE_END, RESET: the origin's side.
+    /// RESPONSE_HEAD, RESPONSE_BODY, RESPONSE_END, RESET, PUSH_PROMISE: the
+    /// origin's side.
     fn decode_response(self, mut buf: Bytes) -> Result<Message, DecodeError> {
         let (bad, id) = (|what| self.bad(what), self.id);
         Ok(match self.kind {
@@ -700,6 +810,20 @@ impl Header {
                     code,
                     reason: reason(buf).map_err(bad)?,
                 }
+            }
+            MessageType::PushPromise => {
+                if buf.len() < 4 {
+                    return Err(bad("PUSH_PROMISE shorter than 4 bytes"));
+                }
+                let page = buf.get_u32();
+                self.at_most(&buf, MAX_HEAD)?;
+                let promise = PushPromise {
+                    id,
+                    page,
+                    head: buf,
+                };
+                check_push_promise(&promise).map_err(bad)?;
+                Message::PushPromise(promise)
             }
             _ => unreachable!("decode dispatches only response types here"),
         })
@@ -778,4 +902,188 @@ pub fn valid_server_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
+}
+
+/// PUSH_BUDGET's payload: max_pushes u16, held count u16, max_bytes u32, then
+/// the held entries, each: flags u8, etag length u8, date length u8, reserved
+/// u8, target length u16, then the target, the entity-tag and the date.
+fn encode_push_budget(b: &PushBudget, out: &mut BytesMut) {
+    out.put_u16(b.max_pushes);
+    out.put_u16(b.held.len() as u16);
+    out.put_u32(b.max_bytes);
+    for e in &b.held {
+        out.put_u8(if e.fresh { HELD_FRESH } else { 0 });
+        out.put_u8(e.etag.len() as u8);
+        out.put_u8(e.last_modified.len() as u8);
+        out.put_u8(0);
+        out.put_u16(e.target.len() as u16);
+        out.put_slice(&e.target);
+        out.put_slice(&e.etag);
+        out.put_slice(&e.last_modified);
+    }
+}
+
+/// PUSH_BUDGET's payload length, bytes.
+fn push_budget_len(b: &PushBudget) -> usize {
+    8 + b
+        .held
+        .iter()
+        .map(|e| HELD_ENTRY_FIXED + e.target.len() + e.etag.len() + e.last_modified.len())
+        .sum::<usize>()
+}
+
+fn push_budget_fields(page: RequestId, mut buf: Bytes) -> Result<PushBudget, &'static str> {
+    if is_push_id(page) {
+        return Err("PUSH_BUDGET for a push id");
+    }
+    if buf.len() < 8 {
+        return Err("PUSH_BUDGET shorter than 8 bytes");
+    }
+    let max_pushes = buf.get_u16();
+    let count = usize::from(buf.get_u16());
+    let max_bytes = buf.get_u32();
+    if count > MAX_HELD_ENTRIES {
+        return Err("more held entries than MAX_HELD_ENTRIES");
+    }
+    let mut held = Vec::with_capacity(count);
+    for _ in 0..count {
+        if buf.len() < HELD_ENTRY_FIXED {
+            return Err("held entry cut short");
+        }
+        let flags = buf.get_u8();
+        let etag_len = usize::from(buf.get_u8());
+        let date_len = usize::from(buf.get_u8());
+        let _reserved = buf.get_u8();
+        let target_len = usize::from(buf.get_u16());
+        if buf.len() < target_len + etag_len + date_len {
+            return Err("held entry cut short");
+        }
+        let entry = HeldEntry {
+            fresh: flags & HELD_FRESH != 0,
+            target: buf.split_to(target_len),
+            etag: buf.split_to(etag_len),
+            last_modified: buf.split_to(date_len),
+        };
+        check_held_entry(&entry)?;
+        held.push(entry);
+    }
+    if !buf.is_empty() {
+        return Err("bytes after the last held entry");
+    }
+    Ok(PushBudget {
+        page,
+        max_pushes,
+        max_bytes,
+        held,
+    })
+}
+
+/// A held entry names one URL by a plain origin-form target and carries
+/// validators that can be copied into a conditional request as they are; a
+/// stale entry without a validator could not be revalidated.
+fn check_held_entry(e: &HeldEntry) -> Result<(), &'static str> {
+    let visible = |b: &u8| (0x21..=0x7e).contains(b);
+    if e.target.is_empty()
+        || e.target.len() > MAX_HELD_TARGET
+        || e.target[0] != b'/'
+        || !e.target.iter().all(visible)
+    {
+        return Err("held target empty, too long, not origin-form or not visible ASCII");
+    }
+    if e.etag.len() > usize::from(u8::MAX) || !e.etag.iter().all(visible) {
+        return Err("held entity-tag too long or not visible ASCII");
+    }
+    if e.last_modified.len() > usize::from(u8::MAX)
+        || !e.last_modified.iter().all(|b| *b == b' ' || visible(b))
+    {
+        return Err("held date too long or not visible ASCII");
+    }
+    if !e.fresh && e.etag.is_empty() && e.last_modified.is_empty() {
+        return Err("stale held entry without a validator");
+    }
+    Ok(())
+}
+
+fn check_push_budget(b: &PushBudget) -> Result<(), &'static str> {
+    if b.page == 0 || is_push_id(b.page) {
+        return Err("PUSH_BUDGET for request id 0 or a push id");
+    }
+    if b.held.len() > MAX_HELD_ENTRIES {
+        return Err("more held entries than MAX_HELD_ENTRIES");
+    }
+    b.held.iter().try_for_each(check_held_entry)?;
+    if push_budget_len(b) > MAX_HEAD {
+        return Err("PUSH_BUDGET above MAX_HEAD");
+    }
+    Ok(())
+}
+
+fn check_push_promise(p: &PushPromise) -> Result<(), &'static str> {
+    if !is_push_id(p.id) {
+        return Err("PUSH_PROMISE whose id lacks the push bit");
+    }
+    if p.page == 0 || is_push_id(p.page) {
+        return Err("PUSH_PROMISE for page 0 or for a push");
+    }
+    if p.head.len() > MAX_HEAD {
+        return Err("push request head above MAX_HEAD");
+    }
+    push_head_host(&p.head).map(|_| ())
+}
+
+/// Request fields a push may never assume: credentials (a push is for
+/// everyone who asks the page's host) and a body (a push answers a GET).
+const FORBIDDEN_PUSH_FIELDS: [&str; 5] = [
+    "cookie",
+    "authorization",
+    "proxy-authorization",
+    "content-length",
+    "transfer-encoding",
+];
+
+/// Checks a push's request head and returns its `Host` value: an HTTP/1.1
+/// `GET` with an origin-form target (`/path?query`), exactly one non-empty
+/// `Host`, at most [`MAX_PUSH_FIELDS`] fields, none of
+/// Cookie, Authorization, Proxy-Authorization, Content-Length or
+/// Transfer-Encoding, and nothing after the empty line. Parsed with
+/// `httparse`.
+pub fn push_head_host(head: &[u8]) -> Result<&[u8], &'static str> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_PUSH_FIELDS];
+    let mut request = httparse::Request::new(&mut fields);
+    let parsed = match request.parse(head) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Err("push request head is incomplete"),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err("push request head has more than MAX_PUSH_FIELDS fields");
+        }
+        Err(_) => return Err("push request head is not HTTP/1.1"),
+    };
+    if parsed != head.len() {
+        return Err("bytes after the push request head");
+    }
+    if request.method != Some("GET") {
+        return Err("push request method is not GET");
+    }
+    if request.version != Some(1) {
+        return Err("push request is not HTTP/1.1");
+    }
+    if !request.path.is_some_and(|p| p.starts_with('/')) {
+        return Err("push request target is not origin-form");
+    }
+    let mut host = None;
+    for field in request.headers.iter() {
+        if field.name.eq_ignore_ascii_case("host") {
+            if host.is_some() {
+                return Err("push request head with two Host fields");
+            }
+            host = Some(field.value);
+        } else if FORBIDDEN_PUSH_FIELDS
+            .iter()
+            .any(|n| field.name.eq_ignore_ascii_case(n))
+        {
+            return Err("push request head carries credentials or a body");
+        }
+    }
+    host.filter(|h| !h.is_empty())
+        .ok_or("push request head without a Host")
 }

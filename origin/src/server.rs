@@ -711,8 +711,13 @@ impl<H: Handler> Driver<H> {
             Message::ResponseHead { .. }
             | Message::ResponseBody { .. }
             | Message::ResponseEnd { .. }
-            | Message::TunnelCredit { .. } => {
+            | Message::TunnelCredit { .. }
+            | Message::PushPromise(_) => {
                 // The session refuses these at the origin; nothing reaches here.
+            }
+            Message::MaxPushes { .. } | Message::PushBudget(_) => {
+                // This origin does not announce PUSH, so the session ignores
+                // both; nothing reaches here.
             }
         }
         Ok(None)

@@ -50,9 +50,10 @@ fn fuzz_max_len(target: &str) -> usize {
 }
 
 /// Fuzz targets in fuzz/Cargo.toml, run in this order.
-const FUZZ_TARGETS: [&str; 11] = [
+const FUZZ_TARGETS: [&str; 12] = [
     "decode",
     "session",
+    "push_pair",
     "sctp_packet",
     "sctp_association",
     "cache_headers",

@@ -4,6 +4,8 @@ use bytes::Bytes;
 
 use crate::*;
 
+mod push;
+
 fn hello(ack: bool, streams: u16) -> Message {
     Message::Hello(Hello {
         ack,
