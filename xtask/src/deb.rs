@@ -224,15 +224,17 @@ fn dpkg_status(package: &str) -> Option<String> {
 // The check
 
 /// Purges both packages when dropped, so that a failed check leaves the host
-/// as it found it.
-struct PurgeGuard;
+/// as it found it. dpkg runs in the check's namespace, so the prerm's
+/// `gateway cleanup` cannot touch the host's own rules.
+struct PurgeGuard<'a> {
+    ns: &'a str,
+}
 
-impl Drop for PurgeGuard {
+impl Drop for PurgeGuard<'_> {
     fn drop(&mut self) {
         for (_, package) in PACKAGES {
             if dpkg_status(package).is_some() {
-                let _ = Command::new("dpkg")
-                    .args(["--purge", package])
+                let _ = testbed::exec_in(self.ns, Command::new("dpkg").args(["--purge", package]))
                     .stdin(Stdio::null())
                     .status();
             }
@@ -272,7 +274,7 @@ pub(crate) fn check(packages: &Packages) -> Result<()> {
     let in_ns = |command: &mut Command| testbed::exec_in(ns.name(), command);
 
     println!("[deb check] dpkg -i both packages");
-    let purge = PurgeGuard;
+    let purge = PurgeGuard { ns: ns.name() };
     run_command(&mut in_ns(
         Command::new("dpkg").arg("-i").args(packages.files()),
     ))?;
