@@ -481,22 +481,7 @@ fn doctor(command: &mut Command, items: &[&str]) -> Result<()> {
         output.status,
         String::from_utf8_lossy(&output.stderr).trim()
     );
-    let mut verdicts = Vec::new();
-    for text in report.lines().filter(|l| !l.trim().is_empty()) {
-        if text.starts_with("      ") {
-            continue;
-        }
-        let (word, rest) = text.split_once(' ').unwrap_or((text, ""));
-        ensure!(
-            ["ok", "warn", "FAIL", "skip"].contains(&word),
-            "`{line}` printed a line that is not a verdict: {text:?}"
-        );
-        let item = rest
-            .trim_start()
-            .split_once(':')
-            .map_or("", |(item, _)| item);
-        verdicts.push(item.to_owned());
-    }
+    let verdicts = verdict_items(&report).with_context(|| format!("`{line}`"))?;
     ensure!(!verdicts.is_empty(), "`{line}` printed no verdict");
     for item in items {
         ensure!(
@@ -505,6 +490,29 @@ fn doctor(command: &mut Command, items: &[&str]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The item of every verdict line of a `doctor` report (`ok    cache
+/// directory: ...` gives `cache directory`); an error for a line that is
+/// neither a verdict nor the indented continuation of one.
+fn verdict_items(report: &str) -> Result<Vec<String>> {
+    let mut items = Vec::new();
+    for text in report.lines().filter(|l| !l.trim().is_empty()) {
+        if text.starts_with("      ") {
+            continue;
+        }
+        let (word, rest) = text.split_once(' ').unwrap_or((text, ""));
+        ensure!(
+            ["ok", "warn", "FAIL", "skip"].contains(&word),
+            "a line that is not a verdict: {text:?}"
+        );
+        let item = rest
+            .trim_start()
+            .split_once(':')
+            .map_or("", |(item, _)| item);
+        items.push(item.to_owned());
+    }
+    Ok(items)
 }
 
 /// What a gateway killed where no `ExecStopPost` runs leaves: its nftables
@@ -634,4 +642,24 @@ fn check_nothing_left(layout: &Layout, owned: &BTreeSet<PathBuf>) -> Result<()> 
         .collect();
     ensure!(left.is_empty(), "left after the purge: {left:?}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doctor_reports_are_read_as_verdicts_and_anything_else_is_refused() -> Result<()> {
+        let report = "ok    ipv4 forwarding: net.ipv4.ip_forward = 1\n\
+                      FAIL  interface lan0: no such interface in this network namespace\n\
+                      \x20     fix: create it, or correct intercept.lan_interfaces\n\
+                      skip  eBPF: ebpf.object and ebpf.interface are not both set\n";
+        assert_eq!(
+            verdict_items(report)?,
+            ["ipv4 forwarding", "interface lan0", "eBPF"]
+        );
+        assert!(verdict_items("thread 'main' panicked at src/main.rs:1:1\n").is_err());
+        assert!(verdict_items("")?.is_empty());
+        Ok(())
+    }
 }

@@ -32,7 +32,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Install what the project needs (Debian packages, nightly rust-src,
-    /// bpf-linker, virtme-ng, cargo-fuzz); skips what is present.
+    /// bpf-linker, virtme-ng, cargo-fuzz, cargo-deb); skips what is present.
     Setup(setup::SetupOptions),
     /// Build the eBPF programs for bpfel-unknown-none.
     BuildEbpf(ebpf::BuildOptions),
