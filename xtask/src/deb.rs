@@ -3,8 +3,8 @@
 //! purged again on this host.
 //!
 //! cargo-deb reads `[package.metadata.deb]` in gateway/Cargo.toml and
-//! origin/Cargo.toml. What those name under `target/release/debian-stage/`
-//! is written here first ([`stage`]): the units and the configuration
+//! origin/Cargo.toml. What those name under `dist/debian/stage/` (ignored by
+//! git) is written here first ([`stage`]): the units and the configuration
 //! rendered for the packages' paths ([`Layout::package`], the same code as
 //! `cargo xtask install --prefix`), and the eBPF object as
 //! `cargo xtask build-ebpf` left it (its path comes from [`ebpf::build`]
@@ -36,15 +36,16 @@ use anyhow::{Context as _, Result, bail, ensure};
 
 use crate::cmd::{display, probe, run_command, workspace_root};
 use crate::ebpf;
-use crate::install::{Layout, UNITS, next_steps, release_dir, systemd_runs, verify_units};
+use crate::install::{Layout, UNITS, next_steps, systemd_runs, verify_units};
 
 /// The packages, by the crate that holds each one's metadata.
 const PACKAGES: [(&str, &str); 2] = [("gateway", "sctp-gateway"), ("origin", "sctp-origin")];
 
-/// Where the files cargo-deb takes from xtask are written, under the release
-/// directory: the `target/release/debian-stage/` of the `assets` (cargo-deb
-/// maps `target/release` to the real target directory, as [`release_dir`]).
-const STAGE: &str = "debian-stage";
+/// Where the files cargo-deb takes from xtask are written, under the
+/// workspace: the `dist/debian/stage/` of the `assets`. Not under
+/// `target/release/`: cargo-deb takes whatever is there for a build product
+/// of the workspace, and then builds the whole workspace.
+const STAGE: &str = "dist/debian/stage";
 
 /// Options for `cargo xtask deb`.
 #[derive(Debug, clap::Args)]
@@ -101,7 +102,7 @@ pub(crate) fn build() -> Result<Packages> {
 
 /// Writes what the packages' `assets` take from the staging directory.
 fn stage(layout: &Layout, object: &Path) -> Result<()> {
-    let dir = release_dir().join(STAGE);
+    let dir = workspace_root().join(STAGE);
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let write = |name: &str, text: String| -> Result<()> {
         let path = dir.join(name);
