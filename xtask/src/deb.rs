@@ -495,14 +495,21 @@ fn doctor(command: &mut Command, items: &[&str]) -> Result<()> {
 
 /// The item of every verdict line of a `doctor` report (`ok    cache
 /// directory: ...` gives `cache directory`); an error for a line that is
-/// neither a verdict nor the indented continuation of one.
+/// neither a verdict, the indented continuation of one, nor the closing
+/// count (`10 ok, 1 warnings, 3 failed, 1 skipped: ...`), which must be last.
 fn verdict_items(report: &str) -> Result<Vec<String>> {
     let mut items = Vec::new();
+    let mut counted = false;
     for text in report.lines().filter(|l| !l.trim().is_empty()) {
+        ensure!(!counted, "a line after the closing count: {text:?}");
         if text.starts_with("      ") {
             continue;
         }
         let (word, rest) = text.split_once(' ').unwrap_or((text, ""));
+        if word.parse::<usize>().is_ok() && rest.starts_with("ok, ") {
+            counted = true;
+            continue;
+        }
         ensure!(
             ["ok", "warn", "FAIL", "skip"].contains(&word),
             "a line that is not a verdict: {text:?}"
@@ -513,6 +520,7 @@ fn verdict_items(report: &str) -> Result<Vec<String>> {
             .map_or("", |(item, _)| item);
         items.push(item.to_owned());
     }
+    ensure!(counted, "no closing count");
     Ok(items)
 }
 
@@ -654,13 +662,15 @@ mod tests {
         let report = "ok    ipv4 forwarding: net.ipv4.ip_forward = 1\n\
                       FAIL  interface lan0: no such interface in this network namespace\n\
                       \x20     fix: create it, or correct intercept.lan_interfaces\n\
-                      skip  eBPF: ebpf.object and ebpf.interface are not both set\n";
+                      skip  eBPF: ebpf.object and ebpf.interface are not both set\n\
+                      1 ok, 0 warnings, 1 failed, 1 skipped: something required is missing\n";
         assert_eq!(
             verdict_items(report)?,
             ["ipv4 forwarding", "interface lan0", "eBPF"]
         );
         assert!(verdict_items("thread 'main' panicked at src/main.rs:1:1\n").is_err());
-        assert!(verdict_items("")?.is_empty());
+        assert!(verdict_items("").is_err(), "no closing count");
+        assert!(verdict_items("0 ok, 0 warnings, 0 failed, 0 skipped: x\nok    a: b\n").is_err());
         Ok(())
     }
 }
