@@ -1,25 +1,33 @@
 //! `cargo xtask install` and `cargo xtask uninstall`: the gateway and the origin
 //! as system services.
 //!
-//! Under a prefix (`/` by default) the installation is:
+//! With prefix `/` (the default) both go through the Debian packages:
+//! `install` builds `sctp-gateway` and `sctp-origin` with `cargo xtask deb`
+//! and installs them with `dpkg -i` (existing configuration kept), `uninstall`
+//! removes or purges them ([`crate::deb`]). Only under another `--prefix`
+//! (a scratch tree for a look or a test, a host without dpkg) does `install`
+//! copy the files itself:
 //!
 //! ```text
 //! <prefix>/usr/local/bin/gateway, origin          release binaries
-//! <prefix>/etc/sctp-gateway/gateway.toml, origin.toml   configuration (kept if present)
+//! <prefix>/etc/sctp-gateway/gateway.toml          configuration (kept if present)
+//! <prefix>/etc/sctp-origin/origin.toml            configuration (kept if present)
 //! <prefix>/var/lib/sctp-gateway/                  the gateway's state (its cache)
 //! <prefix>/var/lib/sctp-origin/www/               the origin's document root (the demo site)
 //! <prefix>/etc/systemd/system/sctp-gateway.service, sctp-origin.service
 //! ```
 //!
 //! The units are rendered from one template each, `dist/systemd/*.service.in`,
-//! whose `@NAME@` placeholders become the paths above, so a scratch prefix gets
-//! units that name its own binaries (and `systemd-analyze verify` can check
-//! them). With prefix `/` the gateway's state is systemd's `StateDirectory=`;
-//! elsewhere it is a `ReadWritePaths=` of the prefix's directory.
+//! whose `@NAME@` placeholders become a [`Layout`]'s paths, and the
+//! configuration from `config/*.toml` with its paths rewritten likewise: the
+//! same code renders them for a prefix and for the packages
+//! ([`Layout::package`]). With prefix `/` the gateway's state is systemd's
+//! `StateDirectory=`; elsewhere it is a `ReadWritePaths=` of the prefix's
+//! directory, so a scratch prefix gets units that name its own binaries (and
+//! `systemd-analyze verify` can check them).
 //!
 //! What it never does: enable or start a service, overwrite a configuration
-//! file, or run `systemctl` for a prefix other than `/` (and there only when
-//! systemd runs: `daemon-reload`, and at uninstall `disable --now`).
+//! file, or run `systemctl` for a prefix other than `/`.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -30,9 +38,10 @@ use std::process::Command;
 use anyhow::{Context as _, Result, bail};
 
 use crate::cmd::{run_command, which, workspace_root};
+use crate::deb;
 
 /// The units, by file name, and their templates under `dist/systemd/`.
-const UNITS: [&str; 2] = ["sctp-gateway.service", "sctp-origin.service"];
+pub(crate) const UNITS: [&str; 2] = ["sctp-gateway.service", "sctp-origin.service"];
 /// The binaries installed.
 const BINARIES: [&str; 2] = ["gateway", "origin"];
 /// The gateway's cache path in `config/gateway.toml`, replaced by the state
@@ -40,19 +49,23 @@ const BINARIES: [&str; 2] = ["gateway", "origin"];
 const SHIPPED_CACHE_PATH: &str = "path = \"/var/cache/sctp-gateway/cache.redb\"";
 /// The origin's document root in `config/origin.toml`, replaced likewise.
 const SHIPPED_ORIGIN_ROOT: &str = "root = \"demo-site\"";
+/// How the commented-out `ebpf.object` line of `config/gateway.toml` starts;
+/// the whole line becomes `object = "<installed object>"` where the eBPF
+/// object is installed.
+const SHIPPED_EBPF_OBJECT: &str = "# object = ";
 
 /// Options for `cargo xtask install`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct InstallOptions {
-    /// Install under this directory instead of the root; the units then name
-    /// the paths under it.
+    /// Install under this directory instead of the root, by copying (no
+    /// package); the units then name the paths under it.
     #[arg(long, default_value = "/")]
     pub prefix: PathBuf,
     /// Print what would be done, change nothing (and build nothing).
     #[arg(long)]
     pub dry_run: bool,
     /// Take `gateway` and `origin` from this directory instead of building them
-    /// (`cargo build --release`).
+    /// (`cargo build --release`); only with a --prefix other than `/`.
     #[arg(long, value_name = "DIR")]
     pub binaries: Option<PathBuf>,
 }
@@ -66,40 +79,63 @@ pub(crate) struct UninstallOptions {
     /// Print what would be removed, change nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Keep the configuration and the state (the cache, the document root).
+    /// Keep the configuration and the state (the cache, the document root);
+    /// at `/`, `dpkg --remove` instead of `dpkg --purge`.
     #[arg(long)]
     pub keep_data: bool,
 }
 
-/// Where everything goes under a prefix.
+/// Where everything goes: under a prefix, or as the Debian packages install it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Layout {
     prefix: PathBuf,
-    bin: PathBuf,
-    conf: PathBuf,
-    gateway_state: PathBuf,
-    origin_state: PathBuf,
-    units: PathBuf,
+    pub(crate) bin: PathBuf,
+    pub(crate) gateway_conf: PathBuf,
+    pub(crate) origin_conf: PathBuf,
+    pub(crate) gateway_state: PathBuf,
+    pub(crate) document_root: PathBuf,
+    pub(crate) units: PathBuf,
+    /// Where the gateway's eBPF object is installed, which `ebpf.object` then
+    /// names; `None`: not installed, `ebpf.object` stays unset.
+    pub(crate) ebpf_object: Option<PathBuf>,
 }
 
 impl Layout {
+    /// A copying installation under `prefix`.
     pub(crate) fn new(prefix: &Path) -> Self {
         Self {
             prefix: prefix.to_owned(),
             bin: prefix.join("usr/local/bin"),
-            conf: prefix.join("etc/sctp-gateway"),
+            gateway_conf: prefix.join("etc/sctp-gateway"),
+            origin_conf: prefix.join("etc/sctp-origin"),
             gateway_state: prefix.join("var/lib/sctp-gateway"),
-            origin_state: prefix.join("var/lib/sctp-origin"),
+            document_root: prefix.join("var/lib/sctp-origin/www"),
             units: prefix.join("etc/systemd/system"),
+            ebpf_object: None,
         }
     }
 
-    fn is_root(&self) -> bool {
-        self.prefix == Path::new("/")
+    /// The Debian packages' paths. The files themselves are placed by the
+    /// `assets` of `[package.metadata.deb]` in gateway/Cargo.toml and
+    /// origin/Cargo.toml, which must agree: `cargo xtask deb --check` installs
+    /// the packages and checks that every path named here is there. The demo
+    /// site is package data under /usr/share, read-only; an operator points
+    /// `files.root` at their own.
+    pub(crate) fn package() -> Self {
+        Self {
+            prefix: PathBuf::from("/"),
+            bin: PathBuf::from("/usr/bin"),
+            gateway_conf: PathBuf::from("/etc/sctp-gateway"),
+            origin_conf: PathBuf::from("/etc/sctp-origin"),
+            gateway_state: PathBuf::from("/var/lib/sctp-gateway"),
+            document_root: PathBuf::from("/usr/share/sctp-origin/demo-site"),
+            units: PathBuf::from("/usr/lib/systemd/system"),
+            ebpf_object: Some(PathBuf::from("/usr/lib/sctp-gateway/ebpf.o")),
+        }
     }
 
-    fn document_root(&self) -> PathBuf {
-        self.origin_state.join("www")
+    pub(crate) fn is_root(&self) -> bool {
+        self.prefix == Path::new("/")
     }
 
     /// The gateway unit's line that makes its state directory writable.
@@ -111,11 +147,31 @@ impl Layout {
         }
     }
 
-    /// Renders a unit template: every `@NAME@` must be known.
-    pub(crate) fn render(&self, template: &str) -> Result<String> {
+    /// The configuration directory `unit`'s daemon reads.
+    fn conf_of(&self, unit: &str) -> &Path {
+        if unit.starts_with("sctp-origin") {
+            &self.origin_conf
+        } else {
+            &self.gateway_conf
+        }
+    }
+
+    /// `unit` (one of [`UNITS`]) rendered from its template in `dist/systemd/`.
+    pub(crate) fn unit(&self, unit: &str) -> Result<String> {
+        let template = workspace_root()
+            .join("dist/systemd")
+            .join(format!("{unit}.in"));
+        let text = fs::read_to_string(&template)
+            .with_context(|| format!("reading {}", template.display()))?;
+        self.render(&text, self.conf_of(unit))
+    }
+
+    /// Renders a unit template for a daemon whose configuration is in `conf`:
+    /// every `@NAME@` must be known.
+    pub(crate) fn render(&self, template: &str, conf: &Path) -> Result<String> {
         let text = template
             .replace("@BINDIR@", &path_text(&self.bin)?)
-            .replace("@CONFDIR@", &path_text(&self.conf)?)
+            .replace("@CONFDIR@", &path_text(conf)?)
             .replace("@STATE_DIRECTORY@", &self.state_directive());
         if let Some(start) = text.find('@')
             && let Some(len) = text[start + 1..].find('@')
@@ -130,6 +186,54 @@ impl Layout {
         }
         Ok(text)
     }
+
+    /// `config/gateway.toml` with the cache in the state directory and, where
+    /// the object is installed, `ebpf.object` set.
+    pub(crate) fn gateway_config(&self) -> Result<String> {
+        let cache = self.gateway_state.join("cache.redb");
+        let mut text = replace_shipped(
+            shipped_config("gateway.toml")?,
+            SHIPPED_CACHE_PATH,
+            &format!("path = \"{}\"", path_text(&cache)?),
+        )?;
+        if let Some(object) = &self.ebpf_object {
+            let line = format!("object = \"{}\"", path_text(object)?);
+            let Some(start) = text.find(&format!("\n{SHIPPED_EBPF_OBJECT}")) else {
+                bail!(
+                    "the shipped configuration no longer has a `{SHIPPED_EBPF_OBJECT}...` line; \
+                     update xtask/src/install.rs"
+                );
+            };
+            let end = text[start + 1..]
+                .find('\n')
+                .map_or(text.len(), |at| start + 1 + at);
+            text.replace_range(start + 1..end, &line);
+        }
+        Ok(text)
+    }
+
+    /// `config/origin.toml` serving the installed document root.
+    pub(crate) fn origin_config(&self) -> Result<String> {
+        replace_shipped(
+            shipped_config("origin.toml")?,
+            SHIPPED_ORIGIN_ROOT,
+            &format!("root = \"{}\"", path_text(&self.document_root)?),
+        )
+    }
+}
+
+/// One of the files in `config/`.
+fn shipped_config(name: &str) -> Result<String> {
+    let path = workspace_root().join("config").join(name);
+    fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// `text` with its first `what` replaced by `with`; an error if `what` is gone.
+fn replace_shipped(text: String, what: &str, with: &str) -> Result<String> {
+    if !text.contains(what) {
+        bail!("the shipped configuration no longer has `{what}`; update xtask/src/install.rs");
+    }
+    Ok(text.replacen(what, with, 1))
 }
 
 /// A path as it may appear in a unit file: absolute, no whitespace (systemd
@@ -229,34 +333,11 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 
 /// The steps that install from `binaries` into `layout`.
 fn plan(layout: &Layout, binaries: &Path) -> Result<Vec<Step>> {
-    let root = workspace_root();
-    let shipped = |name: &str| -> Result<String> {
-        let path = root.join("config").join(name);
-        fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
-    };
-    let replace = |text: String, what: &str, with: String| -> Result<String> {
-        if !text.contains(what) {
-            bail!("the shipped configuration no longer has `{what}`; update xtask/src/install.rs");
-        }
-        Ok(text.replacen(what, &with, 1))
-    };
-    let cache = layout.gateway_state.join("cache.redb");
-    let gateway_toml = replace(
-        shipped("gateway.toml")?,
-        SHIPPED_CACHE_PATH,
-        format!("path = \"{}\"", path_text(&cache)?),
-    )?;
-    let origin_toml = replace(
-        shipped("origin.toml")?,
-        SHIPPED_ORIGIN_ROOT,
-        format!("root = \"{}\"", path_text(&layout.document_root())?),
-    )?;
-
     let mut steps = vec![
         Step::Dir(layout.bin.clone()),
-        Step::Dir(layout.conf.clone()),
+        Step::Dir(layout.gateway_conf.clone()),
+        Step::Dir(layout.origin_conf.clone()),
         Step::Dir(layout.gateway_state.clone()),
-        Step::Dir(layout.origin_state.clone()),
         Step::Dir(layout.units.clone()),
     ];
     for binary in BINARIES {
@@ -267,28 +348,25 @@ fn plan(layout: &Layout, binaries: &Path) -> Result<Vec<Step>> {
         });
     }
     steps.push(Step::Write {
-        to: layout.conf.join("gateway.toml"),
-        text: gateway_toml,
+        to: layout.gateway_conf.join("gateway.toml"),
+        text: layout.gateway_config()?,
         mode: 0o640,
         keep: true,
     });
     steps.push(Step::Write {
-        to: layout.conf.join("origin.toml"),
-        text: origin_toml,
+        to: layout.origin_conf.join("origin.toml"),
+        text: layout.origin_config()?,
         mode: 0o644,
         keep: true,
     });
     steps.push(Step::Tree {
-        from: root.join("config/demo-site"),
-        to: layout.document_root(),
+        from: workspace_root().join("config/demo-site"),
+        to: layout.document_root.clone(),
     });
     for unit in UNITS {
-        let template = root.join("dist/systemd").join(format!("{unit}.in"));
-        let text = fs::read_to_string(&template)
-            .with_context(|| format!("reading {}", template.display()))?;
         steps.push(Step::Write {
             to: layout.units.join(unit),
-            text: layout.render(&text)?,
+            text: layout.unit(unit)?,
             mode: 0o644,
             keep: false,
         });
@@ -299,6 +377,16 @@ fn plan(layout: &Layout, binaries: &Path) -> Result<Vec<Step>> {
 /// `cargo xtask install`.
 pub(crate) fn install(options: &InstallOptions) -> Result<()> {
     let layout = Layout::new(&options.prefix);
+    if layout.is_root() {
+        if options.binaries.is_some() {
+            bail!(
+                "--binaries is for --prefix installs; at / the packages are built \
+                 (`cargo xtask deb`) and installed with dpkg. On a build host: \
+                 `cargo xtask deb`, then `dpkg -i` the two .debs on the target"
+            );
+        }
+        return deb::install(options.dry_run);
+    }
     let binaries = match &options.binaries {
         Some(dir) => dir.clone(),
         None if options.dry_run => release_dir(),
@@ -330,23 +418,28 @@ pub(crate) fn install(options: &InstallOptions) -> Result<()> {
         Ok(()) => println!("systemd-analyze verify: the units are valid"),
         Err(e) => println!("warning: {e:#}"),
     }
-    if layout.is_root() && systemd_runs() {
-        run_command(Command::new("systemctl").arg("daemon-reload"))?;
-    }
     println!("{}", next_steps(&layout));
     Ok(())
 }
 
-fn next_steps(layout: &Layout) -> String {
+/// What to do after installing into `layout`.
+pub(crate) fn next_steps(layout: &Layout) -> String {
     let mut text = String::from("installed. Next:\n");
-    let conf = layout.conf.display();
+    let gateway_conf = layout.gateway_conf.display();
+    let origin_conf = layout.origin_conf.display();
     let bin = layout.bin.display();
     let _ = writeln!(
         text,
-        "  edit {conf}/gateway.toml (intercept.lan_interfaces, [[origin]]) and {conf}/origin.toml"
+        "  edit {gateway_conf}/gateway.toml (intercept.lan_interfaces, [[origin]]) or {origin_conf}/origin.toml"
     );
-    let _ = writeln!(text, "  {bin}/gateway --config {conf}/gateway.toml doctor");
-    let _ = writeln!(text, "  {bin}/origin --config {conf}/origin.toml doctor");
+    let _ = writeln!(
+        text,
+        "  {bin}/gateway --config {gateway_conf}/gateway.toml doctor"
+    );
+    let _ = writeln!(
+        text,
+        "  {bin}/origin --config {origin_conf}/origin.toml doctor"
+    );
     let _ = write!(
         text,
         "  systemctl enable --now sctp-gateway.service   (or sctp-origin.service on the origin's host)"
@@ -357,21 +450,20 @@ fn next_steps(layout: &Layout) -> String {
 /// `cargo xtask uninstall`.
 pub(crate) fn uninstall(options: &UninstallOptions) -> Result<()> {
     let layout = Layout::new(&options.prefix);
-    let systemd = layout.is_root() && systemd_runs();
+    if layout.is_root() {
+        return deb::uninstall(options.dry_run, options.keep_data);
+    }
     let mut files: Vec<PathBuf> = UNITS.iter().map(|u| layout.units.join(u)).collect();
     files.extend(BINARIES.iter().map(|b| layout.bin.join(b)));
     let mut trees = Vec::new();
     if !options.keep_data {
-        files.push(layout.conf.join("gateway.toml"));
-        files.push(layout.conf.join("origin.toml"));
+        files.push(layout.gateway_conf.join("gateway.toml"));
+        files.push(layout.origin_conf.join("origin.toml"));
         trees.push(layout.gateway_state.clone());
-        trees.push(layout.origin_state.clone());
+        trees.push(layout.document_root.clone());
     }
     if options.dry_run {
         println!("uninstall (dry run, nothing changed):");
-        if systemd {
-            println!("  systemctl disable --now {}", UNITS.join(" "));
-        }
         for file in files.iter().filter(|f| f.exists()) {
             println!("  rm {}", file.display());
         }
@@ -379,14 +471,6 @@ pub(crate) fn uninstall(options: &UninstallOptions) -> Result<()> {
             println!("  rm -r {}", tree.display());
         }
         return Ok(());
-    }
-    if systemd {
-        // Stopping runs ExecStopPost, so the gateway's rules go with it.
-        let mut disable = Command::new("systemctl");
-        disable.args(["disable", "--now"]).args(UNITS);
-        if let Err(e) = run_command(&mut disable) {
-            println!("warning: {e:#}");
-        }
     }
     for file in &files {
         match fs::remove_file(file) {
@@ -404,17 +488,24 @@ pub(crate) fn uninstall(options: &UninstallOptions) -> Result<()> {
     }
     if !options.keep_data {
         // Only if empty: someone else's files stay.
-        let _ = fs::remove_dir(&layout.conf);
-    }
-    if systemd {
-        run_command(Command::new("systemctl").arg("daemon-reload"))?;
+        for dir in [
+            layout.gateway_conf.clone(),
+            layout.origin_conf.clone(),
+            layout
+                .document_root
+                .parent()
+                .map(Path::to_owned)
+                .unwrap_or_default(),
+        ] {
+            let _ = fs::remove_dir(dir);
+        }
     }
     println!("uninstalled");
     Ok(())
 }
 
 /// Whether systemd is the running init (sd_booted's test).
-fn systemd_runs() -> bool {
+pub(crate) fn systemd_runs() -> bool {
     Path::new("/run/systemd/system").is_dir()
 }
 
@@ -437,7 +528,7 @@ pub(crate) fn verify_units(units: &[PathBuf]) -> Result<()> {
 }
 
 /// Where `cargo build --release` puts the binaries.
-fn release_dir() -> PathBuf {
+pub(crate) fn release_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target"))
@@ -514,7 +605,7 @@ mod tests {
         let layout = Layout::new(&prefix);
         let gateway = fs::read_to_string(layout.units.join("sctp-gateway.service"))?;
         let bin = layout.bin.display();
-        let conf = layout.conf.display();
+        let conf = layout.gateway_conf.display();
         assert!(
             gateway.contains(&format!(
                 "ExecStart={bin}/gateway --config {conf}/gateway.toml run\n"
@@ -542,21 +633,30 @@ mod tests {
         assert!(
             origin.contains("DynamicUser=yes\n") && origin.contains("CapabilityBoundingSet=\n")
         );
+        assert!(
+            origin.contains(&format!(
+                "ExecStart={bin}/origin --config {}/origin.toml run\n",
+                layout.origin_conf.display()
+            )),
+            "{origin}"
+        );
         // The units as installed pass systemd's own check.
         let units: Vec<PathBuf> = UNITS.iter().map(|u| layout.units.join(u)).collect();
         verify_units(&units)?;
 
         // The configuration points at the state, and is kept when edited.
-        let config = layout.conf.join("gateway.toml");
+        let config = layout.gateway_conf.join("gateway.toml");
         let text = fs::read_to_string(&config)?;
         let cache = layout.gateway_state.join("cache.redb");
         assert!(text.contains(&format!("path = \"{}\"", cache.display())));
+        // No object under a prefix: ebpf.object stays commented out.
+        assert!(text.contains(&format!("\n{SHIPPED_EBPF_OBJECT}")));
         fs::write(&config, "# edited\n")?;
         install(&options)?;
         assert_eq!(fs::read_to_string(&config)?, "# edited\n");
-        let origin_toml = fs::read_to_string(layout.conf.join("origin.toml"))?;
-        assert!(origin_toml.contains(&format!("root = \"{}\"", layout.document_root().display())));
-        assert!(layout.document_root().join("index.html").is_file());
+        let origin_toml = fs::read_to_string(layout.origin_conf.join("origin.toml"))?;
+        assert!(origin_toml.contains(&format!("root = \"{}\"", layout.document_root.display())));
+        assert!(layout.document_root.join("index.html").is_file());
         assert_eq!(
             fs::metadata(layout.bin.join("gateway"))?
                 .permissions()
@@ -581,15 +681,48 @@ mod tests {
         let template =
             "ExecStart=@BINDIR@/gateway --config @CONFDIR@/gateway.toml\n@STATE_DIRECTORY@\n";
         assert_eq!(
-            layout.render(template)?,
+            layout.render(template, &layout.gateway_conf)?,
             "ExecStart=/usr/local/bin/gateway --config /etc/sctp-gateway/gateway.toml\n\
              StateDirectory=sctp-gateway\nStateDirectoryMode=0750\n"
         );
-        assert!(layout.render("@NOT_A_PLACEHOLDER@").is_err());
         assert!(
-            Layout::new(Path::new("/with space"))
-                .render("@BINDIR@")
+            layout
+                .render("@NOT_A_PLACEHOLDER@", &layout.gateway_conf)
                 .is_err()
+        );
+        let spaced = Layout::new(Path::new("/with space"));
+        assert!(spaced.render("@BINDIR@", &spaced.gateway_conf).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn the_package_layout_names_usr_bin_its_own_conf_dirs_and_the_ebpf_object() -> Result<()> {
+        let layout = Layout::package();
+        let origin = layout.unit("sctp-origin.service")?;
+        assert!(
+            origin
+                .contains("ExecStart=/usr/bin/origin --config /etc/sctp-origin/origin.toml run\n"),
+            "{origin}"
+        );
+        let gateway = layout.unit("sctp-gateway.service")?;
+        assert!(gateway.contains(
+            "ExecStopPost=/usr/bin/gateway --config /etc/sctp-gateway/gateway.toml cleanup\n"
+        ));
+        assert!(gateway.contains("StateDirectory=sctp-gateway\n"));
+
+        let config: toml::Value = toml::from_str(&layout.gateway_config()?)?;
+        assert_eq!(
+            config["ebpf"]["object"].as_str(),
+            Some("/usr/lib/sctp-gateway/ebpf.o")
+        );
+        assert_eq!(
+            config["cache"]["path"].as_str(),
+            Some("/var/lib/sctp-gateway/cache.redb")
+        );
+        let config: toml::Value = toml::from_str(&layout.origin_config()?)?;
+        assert_eq!(
+            config["files"]["root"].as_str(),
+            Some("/usr/share/sctp-origin/demo-site")
         );
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! `cargo xtask`: set up the machine, build the eBPF programs, run the tests, the
 //! kernel-SCTP VM tests, the demo topology and the benchmarks, write the
-//! generated page corpus, and install the daemons as system services.
+//! generated page corpus, build the Debian packages, and install the daemons as
+//! system services.
 //!
 //! Every subcommand prints what it is doing before long steps, and every step that
 //! installs something first checks whether it is already there.
@@ -11,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod cmd;
 mod corpus;
+mod deb;
 mod ebpf;
 mod fuzz_seeds;
 mod install;
@@ -31,7 +33,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Install what the project needs (Debian packages, nightly rust-src,
-    /// bpf-linker, virtme-ng, cargo-fuzz); skips what is present.
+    /// bpf-linker, virtme-ng, cargo-fuzz, cargo-deb); skips what is present.
     Setup(setup::SetupOptions),
     /// Build the eBPF programs for bpfel-unknown-none.
     BuildEbpf(ebpf::BuildOptions),
@@ -52,12 +54,17 @@ enum Command {
     Corpus(corpus::CorpusOptions),
     /// Run only the kernel-SCTP tests inside a virtme-ng VM with Debian's kernel.
     VmTest(vm::VmOptions),
-    /// Install the release binaries, configuration, state directories and the
-    /// systemd units of the gateway and the origin (under --prefix, `/` by
-    /// default); enables and starts nothing.
+    /// Build the Debian packages sctp-gateway and sctp-origin (cargo-deb),
+    /// the eBPF object first; with --check, install, inspect, remove and purge
+    /// them on this host.
+    Deb(deb::DebOptions),
+    /// Install the gateway and the origin as system services: at `/`, the
+    /// Debian packages with dpkg; under --prefix, by copying the release
+    /// binaries, configuration, state directories and systemd units. Enables
+    /// and starts nothing.
     Install(install::InstallOptions),
-    /// Remove what `install` put in place (stopping and disabling the units
-    /// first when the prefix is `/`).
+    /// Remove what `install` put in place (at `/`: dpkg --purge, or --remove
+    /// with --keep-data).
     Uninstall(install::UninstallOptions),
 }
 
@@ -79,6 +86,7 @@ fn main() -> Result<()> {
         Command::Run(options) => run::run(&options),
         Command::Corpus(options) => corpus::run(&options),
         Command::FuzzSeeds => fuzz_seeds::run(),
+        Command::Deb(options) => deb::run(&options),
         Command::Install(options) => install::install(&options),
         Command::Uninstall(options) => install::uninstall(&options),
     }

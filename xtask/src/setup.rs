@@ -4,7 +4,7 @@
 //! Every step first checks whether its piece is present and says so; only what is
 //! missing is installed, so a second run is quick and changes nothing. The steps,
 //! in order: Debian packages ([`DEBIAN_PACKAGES`]), virtme-ng, the Rust
-//! toolchains and components, bpf-linker, cargo-fuzz.
+//! toolchains and components, bpf-linker, cargo-fuzz, cargo-deb.
 //!
 //! What it never does: remove or upgrade something that works, touch the source
 //! tree, or use `sudo`. Without root it installs what needs no root and stops with
@@ -189,6 +189,8 @@ pub(crate) enum Step {
     BpfLinker,
     /// cargo-fuzz.
     CargoFuzz,
+    /// cargo-deb, which builds the Debian packages (`cargo xtask deb`).
+    CargoDeb,
 }
 
 /// Runs the selected steps (all by default) in order; stops at the first that fails.
@@ -209,6 +211,9 @@ pub(crate) fn run(options: &SetupOptions) -> Result<()> {
     }
     if wanted(Step::CargoFuzz) {
         cargo_fuzz()?;
+    }
+    if wanted(Step::CargoDeb) {
+        cargo_deb()?;
     }
     println!("[setup] done in {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
@@ -646,6 +651,18 @@ fn cargo_fuzz() -> Result<()> {
     }
     println!("[setup] cargo-fuzz: missing, installing (takes a few minutes)");
     run_command(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))
+}
+
+// ---------------------------------------------------------------------------
+// cargo-deb
+
+fn cargo_deb() -> Result<()> {
+    if let Some(version) = probe(Command::new("cargo").args(["deb", "--version"])) {
+        println!("[setup] cargo-deb: present ({})", version.trim());
+        return Ok(());
+    }
+    println!("[setup] cargo-deb: missing, installing (takes a few minutes)");
+    run_command(Command::new("cargo").args(["install", "cargo-deb", "--locked"]))
 }
 
 #[cfg(test)]

@@ -6,8 +6,11 @@
 //! 4. `cargo test` for the workspace: unit, deterministic, namespace, end-to-end
 //!    (`gateway/tests/e2e.rs`: the real gateway and origin binaries, nginx and
 //!    Chromium in the testbed's namespaces) and eBPF load tests (needs root);
-//! 5. the kernel-SCTP tests in a VM;
-//! 6. a short fuzz run of every fuzz target (the SCTP ones with inputs up to
+//! 5. the Debian packages: built, installed with dpkg, both `doctor`s run from
+//!    the installed paths, removed and purged, nothing left (`cargo xtask deb
+//!    --check` alone);
+//! 6. the kernel-SCTP tests in a VM;
+//! 7. a short fuzz run of every fuzz target (the SCTP ones with inputs up to
 //!    a full UDP datagram, and full-size seeds written first: fuzz_seeds.rs).
 
 use std::path::Path;
@@ -17,7 +20,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::cmd::{run_command, workspace_root};
-use crate::{ebpf, fuzz_seeds, setup, vm};
+use crate::{deb, ebpf, fuzz_seeds, setup, vm};
 
 /// Options for `cargo xtask test`.
 #[derive(Debug, clap::Args)]
@@ -25,6 +28,9 @@ pub(crate) struct TestOptions {
     /// Skip the kernel-SCTP VM tests (about a minute under software emulation).
     #[arg(long)]
     pub skip_vm: bool,
+    /// Skip the Debian packages' build, install and purge.
+    #[arg(long)]
+    pub skip_deb: bool,
     /// Skip the fuzz run.
     #[arg(long)]
     pub skip_fuzz: bool,
@@ -125,6 +131,13 @@ pub(crate) fn run(options: &TestOptions) -> Result<()> {
         "eBPF load tests (XDP on a veth in a namespace; SCTP and TCP programs on crafted packets and real traffic)",
     );
     ebpf::run_load_test(&object)?;
+
+    if options.skip_deb {
+        println!("xtask: Debian packages SKIPPED (--skip-deb)");
+    } else {
+        step("Debian packages: build, dpkg -i, doctor, remove, purge, nothing left");
+        deb::check(&deb::build()?)?;
+    }
 
     if options.skip_vm {
         println!("xtask: kernel-SCTP VM tests SKIPPED (--skip-vm)");
