@@ -111,6 +111,11 @@ impl Capabilities {
     /// and a gateway sends MAX_PUSHES and PUSH_BUDGET only to an origin that
     /// did.
     pub const PUSH: Capabilities = Capabilities(1 << 4);
+    /// FEEDBACK entries carry the bytes that arrived on each stream
+    /// ([`StreamBacklog::arrived`]): a gateway sends them only to an origin
+    /// that announced this bit, and such an origin counts every byte it sent
+    /// beyond them as still on its way to the backlog.
+    pub const FEEDBACK_ARRIVED: Capabilities = Capabilities(1 << 5);
 
     /// True if every bit of `other` is set.
     pub fn contains(self, other: Capabilities) -> bool {
@@ -133,6 +138,23 @@ pub struct StreamBacklog {
     pub stream: u16,
     /// Backlog in bytes, saturated at `u32::MAX`.
     pub bytes: u32,
+    /// Bytes of every message that arrived on the stream since HELLO, when
+    /// `bytes` was measured, modulo 2^32 ([`Capabilities::FEEDBACK_ARRIVED`]):
+    /// the origin's bytes sent beyond this are in flight toward the gateway,
+    /// which `bytes` cannot include. `None`: the 6-byte entry without it.
+    /// Within one FEEDBACK every entry has it or none has.
+    pub arrived: Option<u32>,
+}
+
+impl StreamBacklog {
+    /// Bytes of one entry on the wire: 10 with `arrived`, 6 without.
+    fn wire_len(entries: &[StreamBacklog]) -> usize {
+        if entries.first().is_some_and(|e| e.arrived.is_some()) {
+            10
+        } else {
+            6
+        }
+    }
 }
 
 /// GOAWAY: the sender will accept no new requests; requests with an id above
@@ -377,7 +399,7 @@ impl Message {
         HEADER_LEN
             + match self {
                 Message::Hello(_) => 12,
-                Message::Feedback(entries) => 2 + 6 * entries.len(),
+                Message::Feedback(entries) => 2 + StreamBacklog::wire_len(entries) * entries.len(),
                 Message::Cancel { .. } => 0,
                 Message::GoAway(g) => 6 + g.reason.len(),
                 Message::Ping { .. } => 8,
@@ -435,9 +457,13 @@ impl Message {
             }
             Message::Feedback(entries) => {
                 out.put_u16(entries.len() as u16);
+                let wide = StreamBacklog::wire_len(entries) == 10;
                 for e in entries {
                     out.put_u16(e.stream);
                     out.put_u32(e.bytes);
+                    if wide {
+                        out.put_u32(e.arrived.unwrap_or(0));
+                    }
                 }
             }
             Message::Cancel { .. } => {}
@@ -520,6 +546,12 @@ impl Message {
         match self {
             Message::Feedback(e) if e.len() > MAX_FEEDBACK_ENTRIES => {
                 Err("too many FEEDBACK entries")
+            }
+            Message::Feedback(e)
+                if e.iter()
+                    .any(|x| x.arrived.is_some() != e[0].arrived.is_some()) =>
+            {
+                Err("FEEDBACK entries with and without the arrived bytes")
             }
             Message::GoAway(GoAway { reason, .. }) | Message::Reset { reason, .. }
                 if reason.len() > MAX_REASON =>
@@ -661,11 +693,17 @@ impl Header {
                 if count > MAX_FEEDBACK_ENTRIES {
                     return Err(bad("more entries than MAX_FEEDBACK_ENTRIES"));
                 }
-                self.exact(&buf, count * 6)?;
+                // 6-byte entries, or 10 with the arrived bytes: the length
+                // tells them apart (count is the same for both).
+                let wide = count > 0 && buf.len() == count * 10;
+                if !wide {
+                    self.exact(&buf, count * 6)?;
+                }
                 let entries = (0..count)
                     .map(|_| StreamBacklog {
                         stream: buf.get_u16(),
                         bytes: buf.get_u32(),
+                        arrived: wide.then(|| buf.get_u32()),
                     })
                     .collect();
                 Message::Feedback(entries)

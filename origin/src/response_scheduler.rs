@@ -19,8 +19,18 @@
 //! - **WFQ**: weighted fair queueing between classes by bytes sent, FCFS inside a
 //!   class.
 //! - **Queue-aware**: another policy's order, skipping streams whose backlog at the
-//!   gateway (FEEDBACK, plus the bytes sent since it) is above a window or whose
-//!   bytes in the transport are above a per-stream target.
+//!   gateway (FEEDBACK, plus the bytes sent that it cannot include) is above a
+//!   window or whose bytes in the transport are above a per-stream target.
+//!
+//! The gateway backlog a queue-aware decision uses is the last report plus
+//! what the origin sent that the report cannot include. With the arrived
+//! bytes in the report ([`ResponseScheduler::handle_gateway_backlog_arrived`]), that
+//! is exact: every byte written on the stream beyond those the gateway had
+//! received when it measured (on the WAN, in either transport's buffers, or
+//! sent after the report left). Without them
+//! ([`ResponseScheduler::handle_gateway_backlog`]), only the bytes sent since the
+//! report arrived count, and the bytes in flight when it was measured (about
+//! one round trip of the stream's rate) are forgotten at every report.
 //!
 //! A job's class and urgency may change while it runs
 //! ([`ResponseScheduler::handle_reprioritize`], the gateway's PRIORITY): a prefetch the
@@ -109,6 +119,18 @@ pub struct ResponseSchedulerTally {
     pub held_for_transport: u64,
 }
 
+/// The gateway's last FEEDBACK for one stream, and what it cannot include.
+#[derive(Debug, Clone, Copy, Default)]
+struct GatewayReport {
+    /// The reported backlog (0 before any report).
+    backlog: u64,
+    /// The bytes that had arrived on the stream when it was measured, modulo
+    /// 2^32, if the report said.
+    arrived: Option<u32>,
+    /// Without `arrived`: bytes sent on the stream since the report came.
+    sent_since: u64,
+}
+
 /// Why the queue-aware policy passes a stream over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Hold {
@@ -136,8 +158,11 @@ pub struct ResponseScheduler {
     /// WFQ: bytes sent per class divided by the class weight (virtual time), kept
     /// exact by scaling with the product of both weights.
     class_virtual: [u128; 2],
-    /// Queue-aware inputs.
-    gateway_backlog: HashMap<u16, u64>,
+    /// Queue-aware inputs: the last report per stream.
+    gateway_backlog: HashMap<u16, GatewayReport>,
+    /// Bytes of every message written on each stream, in total
+    /// ([`handle_written`](Self::handle_written)).
+    written: HashMap<u16, u64>,
     /// The gateway announced FEEDBACK: sent bytes count toward the backlog.
     gateway_reports: bool,
     /// Bytes in the transport per stream where known, sorted by stream: looked up for every job on every decision, so a binary
@@ -166,6 +191,7 @@ impl ResponseScheduler {
             last_stream: None,
             class_virtual: [0; 2],
             gateway_backlog: HashMap::new(),
+            written: HashMap::new(),
             gateway_reports: false,
             stream_in_transport: Vec::new(),
             transport_queued: 0,
@@ -306,8 +332,8 @@ impl ResponseScheduler {
             // will include; until then they count here, so a stream never gets
             // more than its window beyond what the gateway last reported.
             if self.gateway_reports {
-                let backlog = self.gateway_backlog.entry(job.spec.stream).or_insert(0);
-                *backlog = backlog.saturating_add(bytes);
+                let report = self.gateway_backlog.entry(job.spec.stream).or_default();
+                report.sent_since = report.sent_since.saturating_add(bytes);
             }
         }
     }
@@ -328,8 +354,68 @@ impl ResponseScheduler {
     /// (on a fast path a whole report interval's worth of the association's
     /// rate could otherwise pour into a slow browser's stream). Such a gateway
     /// reports every stream that received bytes since its previous report.
+    ///
+    /// A report without the arrived bytes forgets what was in flight toward
+    /// the gateway when it was measured: prefer
+    /// [`handle_gateway_backlog_arrived`](Self::handle_gateway_backlog_arrived).
     pub fn handle_gateway_backlog(&mut self, stream: u16, bytes: u64) {
-        self.gateway_backlog.insert(stream, bytes);
+        self.gateway_backlog.insert(
+            stream,
+            GatewayReport {
+                backlog: bytes,
+                arrived: None,
+                sent_since: 0,
+            },
+        );
+    }
+
+    /// FEEDBACK with the arrived bytes ([`Capabilities::FEEDBACK_ARRIVED`]):
+    /// `bytes` not yet delivered to browsers when the gateway had received
+    /// `arrived` bytes (modulo 2^32) of the messages written on `stream`. The
+    /// stream's backlog is then `bytes` plus every byte written on it beyond
+    /// `arrived` ([`handle_written`](Self::handle_written)): those sent after
+    /// the report left and those still on their way when it was measured.
+    /// An `arrived` beyond what was written (which a correct gateway never
+    /// reports) counts as nothing in flight.
+    ///
+    /// [`Capabilities::FEEDBACK_ARRIVED`]: gateway_protocol::Capabilities::FEEDBACK_ARRIVED
+    pub fn handle_gateway_backlog_arrived(&mut self, stream: u16, bytes: u64, arrived: u32) {
+        self.gateway_backlog.insert(
+            stream,
+            GatewayReport {
+                backlog: bytes,
+                arrived: Some(arrived),
+                sent_since: 0,
+            },
+        );
+    }
+
+    /// `bytes` of one message (any type, header included) were handed to the
+    /// transport on `stream`: what the gateway counts as arrived there.
+    pub fn handle_written(&mut self, stream: u16, bytes: u64) {
+        let written = self.written.entry(stream).or_insert(0);
+        *written = written.wrapping_add(bytes);
+    }
+
+    /// The backlog at the gateway the queue-aware policy holds `stream` to:
+    /// the last report plus what it cannot include; `None` before any report
+    /// from a gateway that did not announce FEEDBACK.
+    pub fn gateway_backlog(&self, stream: u16) -> Option<u64> {
+        let report = self.gateway_backlog.get(&stream)?;
+        let unseen = match report.arrived {
+            Some(arrived) => {
+                let written = self.written.get(&stream).copied().unwrap_or(0);
+                // Modulo 2^32, as on the wire: the truncation is the point.
+                let in_flight = (written as u32).wrapping_sub(arrived);
+                if in_flight > u32::MAX / 2 {
+                    0
+                } else {
+                    u64::from(in_flight)
+                }
+            }
+            None => report.sent_since,
+        };
+        Some(report.backlog.saturating_add(unseen))
     }
 
     /// The gateway announced FEEDBACK: from now on the bytes sent on every
@@ -403,11 +489,7 @@ impl ResponseScheduler {
         let mut held = HashMap::new();
         for job in self.jobs.values().filter(|j| j.ready) {
             let stream = job.spec.stream;
-            let hold = if self
-                .gateway_backlog
-                .get(&stream)
-                .is_some_and(|b| *b > window)
-            {
+            let hold = if self.gateway_backlog(stream).is_some_and(|b| b > window) {
                 Hold::Backlog
             } else if self.in_transport(stream).is_some_and(|t| t >= target) {
                 Hold::StreamTransport

@@ -295,6 +295,7 @@ pub async fn drive_counted<H: Handler>(
             data_streams,
             max_chunk: gateway_protocol::MAX_CHUNK as u32,
             capabilities: Capabilities::FEEDBACK
+                | Capabilities::FEEDBACK_ARRIVED
                 | Capabilities::PREFETCH_CLASS
                 | Capabilities::PRIORITY
                 | tunnel_capability(&config),
@@ -695,8 +696,13 @@ impl<H: Handler> Driver<H> {
             Message::Ping { ack: true, .. } | Message::GoAway(_) => {}
             Message::Feedback(entries) => {
                 for e in entries {
-                    self.scheduler
-                        .handle_gateway_backlog(e.stream, u64::from(e.bytes));
+                    let bytes = u64::from(e.bytes);
+                    match e.arrived {
+                        Some(arrived) => self
+                            .scheduler
+                            .handle_gateway_backlog_arrived(e.stream, bytes, arrived),
+                        None => self.scheduler.handle_gateway_backlog(e.stream, bytes),
+                    }
                 }
             }
             Message::Cancel { id } => self.cancel(id, true).await?,
@@ -980,6 +986,7 @@ impl<H: Handler> Driver<H> {
     /// with kernel SCTP and `tc_sctp`, they wait in the send queue until the
     /// egress counters see them leave.
     fn note_written(&mut self, stream: u16, len: usize) {
+        self.scheduler.handle_written(stream, len as u64);
         if let Some(egress) = &mut self.egress {
             egress.handle_written(stream, len);
         }

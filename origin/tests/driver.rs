@@ -224,9 +224,11 @@ async fn queue_aware_follows_feedback(kind: BackendKind) -> Result<()> {
         let entries = entries
             .iter()
             .map(|&(stream, bytes)| {
+                // The 6-byte entries of a gateway without FEEDBACK_ARRIVED.
                 Ok(StreamBacklog {
                     stream,
                     bytes: u32::try_from(bytes)?,
+                    arrived: None,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -46,7 +46,7 @@ enum Command {
     Run(run::RunOptions),
     /// Run a benchmark and write its report to bench/results/ (after
     /// installing the Debian packages the benchmarks use, if missing).
-    Bench(bench::BenchOptions),
+    Bench(Box<bench::BenchOptions>),
     /// Write the full-size SCTP fuzz seeds under fuzz/target/seeds/ (`test`
     /// does it before its fuzz run) and print how to fuzz with them by hand.
     FuzzSeeds,

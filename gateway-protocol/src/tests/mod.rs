@@ -43,10 +43,24 @@ fn every_kind() -> Vec<Message> {
             StreamBacklog {
                 stream: 1,
                 bytes: 0,
+                arrived: None,
             },
             StreamBacklog {
                 stream: 65535,
                 bytes: u32::MAX,
+                arrived: None,
+            },
+        ]),
+        Message::Feedback(vec![
+            StreamBacklog {
+                stream: 2,
+                bytes: 7,
+                arrived: Some(0),
+            },
+            StreamBacklog {
+                stream: 3,
+                bytes: 0,
+                arrived: Some(u32::MAX),
             },
         ]),
         Message::Cancel { id: 7 },
@@ -365,6 +379,30 @@ fn header_and_payload_layout_is_exact() {
         &bytes[..],
         &[0x22, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 1, 2]
     );
+}
+
+#[test]
+fn feedback_entries_with_the_arrived_bytes_are_ten_bytes_and_never_mixed() {
+    let entry = |stream, bytes, arrived| StreamBacklog {
+        stream,
+        bytes,
+        arrived,
+    };
+    let wide = Message::Feedback(vec![entry(0x0102, 0x0304_0506, Some(0x0708_090a))]);
+    assert_eq!(
+        &wide.to_bytes()[..],
+        &[2, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    );
+    let narrow = Message::Feedback(vec![entry(0x0102, 0x0304_0506, None)]);
+    assert_eq!(
+        &narrow.to_bytes()[..],
+        &[2, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4, 5, 6]
+    );
+    let mixed = Message::Feedback(vec![entry(1, 0, Some(0)), entry(2, 0, None)]);
+    assert!(mixed.check_limits().is_err());
+    // Neither 6 nor 10 bytes per entry: refused like any layout mismatch.
+    let odd = Bytes::from_static(&[2, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8]);
+    assert!(Message::decode(&odd).is_err());
 }
 
 #[test]

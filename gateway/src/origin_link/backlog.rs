@@ -37,6 +37,20 @@
 //! Nothing is sent while every stream is at the value last reported, so an
 //! idle association carries no FEEDBACK; [`Backlog::poll_timeout`] says when
 //! the driver must look again (`None`: idle, wait for bytes).
+//!
+//! **Arrived bytes.** To an origin that announced `FEEDBACK_ARRIVED`, each
+//! entry also carries the bytes of every message that had arrived on the
+//! stream when the backlog was measured ([`Backlog::handle_arrived`], counted
+//! before the message is even parsed, so that nothing the origin wrote is
+//! missed: heads, ends, resets, bytes of requests that have ended). The origin
+//! counts everything it wrote beyond them as on its way to the backlog, which
+//! the figure cannot include: the bytes on the WAN and in both transports'
+//! buffers when it was measured. Without them, each report replaced the
+//! origin's count with a figure that missed about one round trip of the
+//! stream's rate, and a slow browser's stream could hold its window plus that
+//! (docs/gateway-origin-link.md). A stream whose arrived bytes changed since
+//! its last report is not settled: the origin hears about a response's last
+//! message too.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -71,6 +85,8 @@ pub struct StreamFigures {
     pub peak: u64,
     /// What the origin heard last (`None`: never reported).
     pub reported: Option<u32>,
+    /// Bytes of every message that arrived on the stream, in total.
+    pub arrived: u64,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -84,6 +100,10 @@ struct StreamState {
     reported: Option<u32>,
     /// Bytes received since the last report.
     unreported: u64,
+    /// Bytes of every message that arrived on the stream.
+    arrived: u64,
+    /// `arrived` at the last report.
+    arrived_reported: u64,
 }
 
 impl StreamState {
@@ -100,8 +120,10 @@ impl StreamState {
         self.peak = self.peak.max(self.backlog());
     }
 
-    fn is_settled(&self) -> bool {
-        self.unreported == 0 && self.reported.unwrap_or(0) == self.wire_value()
+    fn is_settled(&self, with_arrived: bool) -> bool {
+        self.unreported == 0
+            && self.reported.unwrap_or(0) == self.wire_value()
+            && (!with_arrived || self.arrived == self.arrived_reported)
     }
 
     /// Grown so much since the last report that it cannot wait for the tick.
@@ -127,6 +149,8 @@ pub struct Backlog {
     next_allowed: Option<Instant>,
     /// FEEDBACK messages handed out.
     sent: u64,
+    /// Entries carry the arrived bytes (the origin announced `FEEDBACK_ARRIVED`).
+    with_arrived: bool,
 }
 
 impl Backlog {
@@ -138,7 +162,20 @@ impl Backlog {
             requests: HashMap::new(),
             next_allowed: None,
             sent: 0,
+            with_arrived: false,
         }
+    }
+
+    /// Entries carry the arrived bytes from now on (see the module docs).
+    pub fn report_arrived(&mut self) {
+        self.with_arrived = true;
+    }
+
+    /// One message of `bytes` (header included, any type, for any request or
+    /// none) arrived on data stream `stream`.
+    pub fn handle_arrived(&mut self, stream: u16, bytes: u64) {
+        let state = self.streams.entry(stream).or_default();
+        state.arrived = state.arrived.wrapping_add(bytes);
     }
 
     /// A request was sent on `stream`; its response bytes will count there.
@@ -210,16 +247,23 @@ impl Backlog {
         if !self.is_due(now) {
             return None;
         }
+        let with_arrived = self.with_arrived;
         let entries: Vec<StreamBacklog> = self
             .streams
             .iter_mut()
-            .filter(|(_, s)| !s.is_settled())
+            .filter(|(_, s)| !s.is_settled(with_arrived))
             .take(MAX_FEEDBACK_ENTRIES)
             .map(|(&stream, s)| {
                 let bytes = s.wire_value();
                 s.reported = Some(bytes);
                 s.unreported = 0;
-                StreamBacklog { stream, bytes }
+                s.arrived_reported = s.arrived;
+                StreamBacklog {
+                    stream,
+                    bytes,
+                    // Modulo 2^32 on the wire: the truncation is the point.
+                    arrived: with_arrived.then_some(s.arrived as u32),
+                }
             })
             .collect();
         if entries.is_empty() {
@@ -251,7 +295,7 @@ impl Backlog {
         let busy = self
             .streams
             .values()
-            .any(|s| s.backlog() > 0 || !s.is_settled());
+            .any(|s| s.backlog() > 0 || !s.is_settled(self.with_arrived));
         busy.then(|| self.next_allowed.unwrap_or(now).max(now))
     }
 
@@ -270,6 +314,7 @@ impl Backlog {
                 backlog: s.backlog(),
                 peak: s.peak,
                 reported: s.reported,
+                arrived: s.arrived,
             })
             .collect()
     }
@@ -287,7 +332,11 @@ mod tests {
     const TICK: Duration = Duration::from_millis(20);
 
     fn entry(stream: u16, bytes: u32) -> StreamBacklog {
-        StreamBacklog { stream, bytes }
+        StreamBacklog {
+            stream,
+            bytes,
+            arrived: None,
+        }
     }
 
     fn figures(b: &Backlog, stream: u16) -> StreamFigures {
@@ -566,6 +615,38 @@ mod tests {
         b.handle_received(1, 5);
         assert_eq!(b.poll_feedback(t0 + TICK), Some(vec![entry(1, u32::MAX)]));
         assert_eq!(b.poll_feedback(t0 + 2 * TICK), None);
+    }
+
+    #[test]
+    fn entries_carry_the_arrived_bytes_and_a_last_message_is_reported() {
+        let t0 = Instant::now();
+        let mut b = Backlog::new(TICK);
+        b.handle_request_opened(1, 3);
+        b.handle_arrived(3, 100);
+        b.handle_received(1, 88);
+        // Without the capability: the 6-byte entries, as before.
+        assert_eq!(b.poll_feedback(t0), Some(vec![entry(3, 88)]));
+        b.report_arrived();
+        b.handle_arrived(3, 50);
+        b.handle_received(1, 38);
+        let wide = |bytes, arrived| StreamBacklog {
+            stream: 3,
+            bytes,
+            arrived: Some(arrived),
+        };
+        assert_eq!(b.poll_feedback(t0 + TICK), Some(vec![wide(126, 150)]));
+        // The response's end carries no body, and the request is over: the
+        // backlog figure is unchanged, but the origin counted those bytes
+        // as on their way and must hear they arrived.
+        b.handle_arrived(3, 16);
+        b.handle_request_ended(1);
+        assert_eq!(b.poll_feedback(t0 + 2 * TICK), Some(vec![wide(0, 166)]));
+        assert_eq!(b.poll_timeout(t0 + 3 * TICK), None, "settled");
+        // Bytes for a request that has ended still count as arrived.
+        b.handle_arrived(3, 1000);
+        b.handle_received(1, 988);
+        assert_eq!(b.poll_feedback(t0 + 3 * TICK), Some(vec![wide(0, 1166)]));
+        assert_eq!(figures(&b, 3).arrived, 1166);
     }
 
     #[test]

@@ -163,6 +163,13 @@ impl Conn {
     ) -> Self {
         let data_streams = session.data_streams().max(1);
         let max_chunk = (session.peer_max_chunk() as usize).max(1);
+        let mut backlog = Backlog::new(feedback_interval);
+        if session
+            .peer_capabilities()
+            .contains(Capabilities::FEEDBACK_ARRIVED)
+        {
+            backlog.report_arrived();
+        }
         Self {
             name,
             assoc,
@@ -179,7 +186,7 @@ impl Conn {
             }),
             status: watch::Sender::new(ConnStatus::Accepting),
             idle: Notify::new(),
-            backlog: Mutex::new(Backlog::new(feedback_interval)),
+            backlog: Mutex::new(backlog),
             activity: Notify::new(),
         }
     }
@@ -598,6 +605,12 @@ impl Conn {
     }
 
     fn handle_received(&self, stream: u16, bytes: &Bytes) -> Step {
+        if stream != CONTROL_STREAM {
+            // Every message, before the session judges it: the origin counts
+            // all it wrote on the stream (FEEDBACK's arrived bytes).
+            lock(&self.backlog).handle_arrived(stream, bytes.len() as u64);
+            self.activity.notify_one();
+        }
         let mut state = lock(&self.state);
         let message = match state.session.handle_message(stream, bytes) {
             Ok(message) => message,

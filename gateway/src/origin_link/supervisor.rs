@@ -156,7 +156,10 @@ async fn establish(shared: &Shared) -> Result<Conn, String> {
         .await
         .map_err(|e| describe(&e))?;
     let capabilities = if shared.feedback.enabled {
-        Capabilities::FEEDBACK | Capabilities::PREFETCH_CLASS | Capabilities::PRIORITY
+        Capabilities::FEEDBACK
+            | Capabilities::FEEDBACK_ARRIVED
+            | Capabilities::PREFETCH_CLASS
+            | Capabilities::PRIORITY
     } else {
         Capabilities::PREFETCH_CLASS | Capabilities::PRIORITY
     };

@@ -117,9 +117,7 @@ impl ResponsePolicy for QueueAware {
         let window = s.config.backlog_window;
         let target = s.config.stream_transport_target;
         let shallow = |j: &&Job| {
-            s.gateway_backlog
-                .get(&j.spec.stream)
-                .is_none_or(|b| *b <= window)
+            s.gateway_backlog(j.spec.stream).is_none_or(|b| b <= window)
                 && s.in_transport(j.spec.stream).is_none_or(|t| t < target)
         };
         s.sendable_jobs()

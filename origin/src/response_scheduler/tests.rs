@@ -552,3 +552,144 @@ fn other_policies_count_no_queue_aware_holds() {
         }
     );
 }
+
+#[test]
+fn a_report_with_the_arrived_bytes_counts_what_is_still_on_its_way() {
+    let config = ResponseSchedulerConfig {
+        policy: ResponsePolicyKind::QueueAware,
+        backlog_window: 1000,
+        ..ResponseSchedulerConfig::default()
+    };
+    let mut s = ResponseScheduler::new(config);
+    s.handle_gateway_reports();
+    s.handle_arrival(demand_job(1, Some(100_000)));
+    s.handle_ready(1, true);
+    for _ in 0..3 {
+        s.handle_sent(1, 400);
+        s.handle_written(1, 400);
+    }
+    assert_eq!(s.poll_next(), None, "1200 sent, no report yet");
+    // Measured when none of it had arrived: a report without the arrived
+    // bytes forgets all 1200 of them; one with them keeps counting them.
+    s.handle_gateway_backlog(1, 0);
+    assert_eq!(s.gateway_backlog(1), Some(0));
+    s.handle_gateway_backlog_arrived(1, 0, 0);
+    assert_eq!(s.gateway_backlog(1), Some(1200));
+    assert_eq!(s.poll_next(), None);
+    // 800 arrived and 300 of them are still unread: 300 + 400 on the way.
+    s.handle_gateway_backlog_arrived(1, 300, 800);
+    assert_eq!(s.gateway_backlog(1), Some(700));
+    assert_eq!(s.poll_next(), Some(1));
+    // The count is modulo 2^32, as on the wire.
+    s.handle_written(1, u64::from(u32::MAX));
+    s.handle_gateway_backlog_arrived(1, 0, 1200u32.wrapping_add(u32::MAX) - 100);
+    assert_eq!(s.gateway_backlog(1), Some(100));
+    // A gateway claiming more than was written: nothing in flight, no
+    // endless hold.
+    s.handle_gateway_backlog_arrived(1, 10, 1200u32.wrapping_add(u32::MAX) + 5);
+    assert_eq!(s.gateway_backlog(1), Some(10));
+}
+
+/// The slow-consumer benchmark's loop, simulated in 1 ms steps: a browser
+/// reading 125 bytes per ms (1 Mbit/s) on stream 1 beside a fast one on
+/// stream 2, one 20 Mbit/s link with 40 ms each way, the gateway reporting
+/// every 20 ms. Returns stream 1's largest backlog at the gateway.
+fn slow_stream_peak_backlog(arrived_in_reports: bool) -> u64 {
+    use std::collections::VecDeque;
+    const WINDOW: u64 = 1 << 20;
+    const CHUNK: u64 = 16 * 1024;
+    const LINK_PER_MS: u64 = 2500;
+    const ONE_WAY_MS: u64 = 40;
+    const REPORT_EVERY_MS: u64 = 20;
+    const SLOW_PER_MS: u64 = 125;
+    let header = gateway_protocol::HEADER_LEN as u64;
+    let mut s = ResponseScheduler::new(ResponseSchedulerConfig {
+        policy: ResponsePolicyKind::QueueAware,
+        backlog_window: WINDOW,
+        ..ResponseSchedulerConfig::default()
+    });
+    s.handle_gateway_reports();
+    // SCF prefers the slow browser's response whenever it may send.
+    for (id, size) in [(1, 1 << 30), (2, 1 << 31)] {
+        s.handle_arrival(demand_job(id, Some(size)));
+        s.handle_ready(id, true);
+    }
+    // The origin's send queue (bytes not yet on the link), then the link.
+    let mut send_queue: VecDeque<(u16, u64)> = VecDeque::new();
+    let mut on_link: VecDeque<(u64, u16, u64)> = VecDeque::new();
+    let mut reports: VecDeque<(u64, u64, u64)> = VecDeque::new();
+    let (mut backlog, mut arrived, mut peak) = (0u64, [0u64; 3], 0u64);
+    for now in 0..10_000u64 {
+        // The origin: fill its transport up to the target, chunk by chunk.
+        while let Some((at, bytes, seen)) = reports.front().copied() {
+            if at > now {
+                break;
+            }
+            reports.pop_front();
+            if arrived_in_reports {
+                s.handle_gateway_backlog_arrived(1, bytes, seen as u32);
+            } else {
+                s.handle_gateway_backlog(1, bytes);
+            }
+        }
+        loop {
+            let queued: u64 = send_queue.iter().map(|q| q.1).sum();
+            s.handle_transport_queued(queued, &[]);
+            let Some(id) = s.poll_next() else { break };
+            let stream = id as u16;
+            s.handle_sent(id, CHUNK);
+            s.handle_written(stream, CHUNK + header);
+            send_queue.push_back((stream, CHUNK + header));
+        }
+        // The link: its rate per ms, arriving one way later.
+        let mut budget = LINK_PER_MS;
+        while budget > 0 {
+            let Some(front) = send_queue.front_mut() else {
+                break;
+            };
+            let bytes = front.1.min(budget);
+            front.1 -= bytes;
+            budget -= bytes;
+            on_link.push_back((now + ONE_WAY_MS, front.0, bytes));
+            if front.1 == 0 {
+                send_queue.pop_front();
+            }
+        }
+        // The gateway: bytes arrive, the slow browser reads its pace.
+        while let Some(&(at, stream, bytes)) = on_link.front() {
+            if at > now {
+                break;
+            }
+            on_link.pop_front();
+            arrived[usize::from(stream)] += bytes;
+            if stream == 1 {
+                backlog += bytes;
+            }
+        }
+        backlog = backlog.saturating_sub(SLOW_PER_MS);
+        peak = peak.max(backlog);
+        if now % REPORT_EVERY_MS == 0 {
+            reports.push_back((now + ONE_WAY_MS, backlog, arrived[1]));
+        }
+    }
+    peak
+}
+
+#[test]
+fn the_slow_stream_holds_its_window_only_with_the_arrived_bytes() {
+    const WINDOW: u64 = 1 << 20;
+    // Without them, every report forgets what was in flight when it was
+    // measured, and the slow stream is sent a round trip of the link beyond
+    // its window (the benchmark's 1,345 KiB against 1,024).
+    let forgetful = slow_stream_peak_backlog(false);
+    assert!(
+        forgetful > WINDOW + 128 * 1024,
+        "expected the overshoot without the arrived bytes: {forgetful}"
+    );
+    // With them, the origin stops at the window: at most one chunk beyond.
+    let exact = slow_stream_peak_backlog(true);
+    assert!(
+        exact <= WINDOW + 16 * 1024 + 64,
+        "the window plus one chunk: {exact}"
+    );
+}

@@ -72,6 +72,12 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
     if !matches!(options.which, Which::Pages | Which::Coexist) && !options.rtt.is_empty() {
         bail!("--rtt is for the pages and coexist benchmarks (prefetch: --rtt-ms)");
     }
+    if !matches!(options.which, Which::Pages | Which::SlowConsumer) && !options.rate.is_empty() {
+        bail!("--rate is for the pages and slow-consumer benchmarks");
+    }
+    if !matches!(options.which, Which::SlowConsumer) && options.rounds.is_some() {
+        bail!("--rounds is for the slow-consumer benchmark");
+    }
     if !matches!(options.which, Which::Coexist) && !options.buffers.is_empty() {
         bail!("--buffers is for the coexist benchmark");
     }
@@ -97,7 +103,11 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
                 options.rtt.clone()
             },
             losses: options.loss.clone(),
-            rates_mbit: options.rate.clone(),
+            rates_mbit: if options.rate.is_empty() {
+                pages::DEFAULT_RATES_MBIT.to_vec()
+            } else {
+                options.rate.clone()
+            },
             alternatives: options.alternatives.clone(),
             pages: options.pages.clone(),
             name: options.name.clone(),
@@ -117,6 +127,15 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
         }),
         Which::SlowConsumer => slow_consumer::run(slow_consumer::SlowConsumerBench {
             cell: options.wan.unwrap_or(slow_consumer::DEFAULT_CELL),
+            rates: match (&options.rate[..], options.wan) {
+                ([], Some(cell)) => vec![cell.rate_mbit],
+                ([], None) => slow_consumer::DEFAULT_RATES.to_vec(),
+                (rates, _) => rates.to_vec(),
+            },
+            rounds: options
+                .rounds
+                .unwrap_or(slow_consumer::DEFAULT_ROUNDS)
+                .max(1),
             seconds: options.seconds.unwrap_or(20.0),
         }),
     }

@@ -74,9 +74,13 @@ pub(crate) struct BenchOptions {
     /// Random loss per direction of the links, in percent (pages).
     #[arg(long, value_delimiter = ',', default_values_t = [0.0, 1.0, 3.0])]
     pub loss: Vec<f64>,
-    /// Bottleneck rates of the links, in Mbit/s (pages).
-    #[arg(long, value_delimiter = ',', default_values_t = [10, 100])]
+    /// Bottleneck rates of the links, in Mbit/s (pages: 10,100 unless given;
+    /// slow-consumer: one demo each, 20,100 unless given or --wan names one).
+    #[arg(long, value_delimiter = ',')]
     pub rate: Vec<u64>,
+    /// Rounds per link rate (slow-consumer: 5).
+    #[arg(long)]
+    pub rounds: Option<usize>,
     /// Which alternatives, by the letters a-g (pages).
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = super::pages::Alternative::ALL)]
     pub alternatives: Vec<super::pages::Alternative>,
@@ -147,7 +151,8 @@ pub(crate) enum Which {
     Coexist,
     /// One browser reading at 1 Mbit/s beside three fast downloads through
     /// the gateway and one association over the WAN emulator (--wan, default
-    /// 80,0,20; --seconds per phase, default 20), FEEDBACK off against on.
+    /// 80,0,20; --rate, default 20,100; --rounds, default 5; --seconds per
+    /// phase, default 20), FEEDBACK off, on, and on with the eBPF programs.
     SlowConsumer,
     /// One origin holding --associations (10,000) associations on loopback
     /// while 100 load pages: RSS and CPU per idle association, the loaders'

@@ -1,6 +1,7 @@
 //! `cargo xtask bench slow-consumer`: one browser that reads at 1 Mbit/s
 //! beside three fast downloads, all through the gateway and one association
-//! over the WAN emulator, with the gateway's FEEDBACK off and on (issue 17).
+//! over the WAN emulator, with the gateway's FEEDBACK off, on, and on with
+//! the gateway's eBPF programs attached (issues 17 and 32).
 //!
 //! ```text
 //!  client ns: curl ×3 (fast) + curl --limit-rate 125K (slow)
@@ -8,15 +9,19 @@
 //!  gateway ns: gateway (cache and prefetch off) ── wanem (--wan) ── origin (queue-aware)
 //! ```
 //!
-//! Each round restarts the gateway with `feedback.enabled` for the cell, then
-//! runs two phases on the same association: the fast downloads alone, then
-//! the slow browser first and the fast downloads [`FAST_DELAY`] later. The
-//! figure is the fast downloads' aggregate rate with the slow browser against
-//! without it (the issue's target: at least 0.90 with feedback on). Every
-//! [`SAMPLE`] the gateway's `/metrics` gives the largest per-stream backlog,
-//! which with feedback on should stay under the origin's `backlog_window`.
-//! The cells alternate (off, on, on, off) so that drift on a shared machine
-//! hits both.
+//! Each cell restarts the gateway with `feedback.enabled` (and the eBPF
+//! object, for that setup) for the cell, then runs two phases on the same
+//! association: the fast downloads alone, then the slow browser first and the
+//! fast downloads [`FAST_DELAY`] later. The figure is the fast downloads'
+//! aggregate rate with the slow browser against without it (the issue's
+//! target: at least 0.90 with feedback on, in every round). Every [`SAMPLE`]
+//! the gateway's `/metrics` gives the largest per-stream backlog, which with
+//! feedback on should stay within the origin's `backlog_window` plus one round
+//! trip at the link's rate. Each link rate (`--rate`, 20 and 100 Mbit/s unless
+//! given) runs `--rounds` rounds (5); the setups' order rotates from round to
+//! round so that drift on a shared machine hits all of them. The report gives
+//! every cell, then per rate and setup the spread of the ratio over the
+//! rounds; bench/results/slow-consumer/cells.csv has the cells.
 
 use std::fmt::Write as _;
 use std::io::Read as _;
@@ -55,10 +60,13 @@ const ADMIN: &str = "http://127.0.0.1:3130/metrics";
 const NOTES: &str = "How to read it:
 - **ratio**: the fast downloads' aggregate rate beside the slow browser over their rate alone. With FEEDBACK off the origin keeps sending the slow browser's stream; its bytes fill the gateway's queue for it, the gateway stops taking that stream from the association, and the association's receive window, which every stream shares, fills with them: the other streams stall too (head-of-line blocking one level up). The gateway cancels a response whose reader stalls for 5 s.
 - **each**: the origin's queue-aware policy is shortest-remaining-first among the streams it may send on, so of three equal, endless downloads it serves the ones ahead and starves the last (0.0): that is SCF's rule, not a fault of the feedback; the aggregate is what the table compares.
-- **largest backlog** above the window: FEEDBACK misses the bytes in flight on the WAN when the gateway measures (docs/protocol.md, \"FEEDBACK: per-stream backlog\"), so a stream can exceed its window by about one round trip at the link's rate (80 ms at 20 Mbit/s: 200 KB), plus what the origin keeps in the transport per stream (64 KiB) and one chunk (16 KiB).";
+- **largest backlog**: with FEEDBACK on, each report carries the bytes that had arrived on the stream when the gateway measured it, and the origin counts everything it wrote beyond them as on its way (docs/gateway-origin-link.md, \"What the origin counts\"), so a slow browser's stream stops at its window plus one chunk; the bound checked is the issue's, the window plus one round trip at the link's rate. The sample is the gateway's, every 500 ms, so a short peak between samples is missed.
+- **on, eBPF**: the same FEEDBACK, with the gateway's programs attached (xdp_sctp counting DATA per stream on the WAN side, tc_tcp_egress and tc_tcp_ingress counting bytes in flight per browser flow on the LAN side); FEEDBACK's figures still come from userspace (docs/ebpf.md), so this row shows what the programs cost the loop, not a different figure.";
 
-/// Rounds; each runs feedback off and on, in alternating order.
-const ROUNDS: usize = 2;
+/// Rounds per link rate when `--rounds` is not given.
+pub(crate) const DEFAULT_ROUNDS: usize = 5;
+/// Link rates when neither `--rate` nor `--wan` is given, Mbit/s.
+pub(crate) const DEFAULT_RATES: [u64; 2] = [20, 100];
 /// The link when `--wan` is not given: the scheduler benchmark's round trip
 /// and rate, no loss.
 pub(crate) const DEFAULT_CELL: WanCell = WanCell {
@@ -68,18 +76,53 @@ pub(crate) const DEFAULT_CELL: WanCell = WanCell {
 };
 
 /// Options for `cargo xtask bench slow-consumer`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct SlowConsumerBench {
-    /// The link between the gateway and the origin.
+    /// The link between the gateway and the origin (its rate is replaced by
+    /// each of `rates`).
     pub cell: WanCell,
+    /// Link rates, Mbit/s, one demo each.
+    pub rates: Vec<u64>,
+    /// Rounds per rate.
+    pub rounds: usize,
     /// Seconds the fast downloads run in each phase.
     pub seconds: f64,
 }
 
-/// One round's figures for one feedback setting.
+/// How the gateway runs in a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    /// FEEDBACK off.
+    Off,
+    /// FEEDBACK on, no eBPF object.
+    On,
+    /// FEEDBACK on, with `xdp_sctp` on the WAN interface and the TC TCP
+    /// programs on the LAN one.
+    OnEbpf,
+}
+
+impl Setup {
+    const ALL: [Setup; 3] = [Setup::Off, Setup::On, Setup::OnEbpf];
+
+    fn name(self) -> &'static str {
+        match self {
+            Setup::Off => "off",
+            Setup::On => "on",
+            Setup::OnEbpf => "on, eBPF",
+        }
+    }
+
+    fn feedback(self) -> bool {
+        self != Setup::Off
+    }
+}
+
+/// One round's figures for one setup.
 #[derive(Debug, Clone)]
 struct Cell {
-    feedback: bool,
+    rate_mbit: u64,
+    round: usize,
+    setup: Setup,
     /// Fast downloads' aggregate bytes per second, alone.
     alone: f64,
     /// The same beside the slow browser.
@@ -107,50 +150,67 @@ pub(crate) fn run(options: SlowConsumerBench) -> Result<()> {
         gateway: built[0].clone(),
         origin: built[1].clone(),
     };
+    let object = crate::ebpf::build(&crate::ebpf::BuildOptions::default())
+        .context("building the gateway's eBPF programs for the eBPF row")?;
     let dir = testbed::target_dir().join("bench-slow-consumer");
     let _ = std::fs::remove_dir_all(&dir);
     testbed::cleanup_stale(PREFIX)?;
-    let site = write_site(&dir.join("site"), file_bytes(options))?;
-    let mut demo_options = DemoOptions::new(PREFIX, &workspace_root(), &dir);
-    demo_options.origin_root = Some(site);
-    demo_options.origin_config = Some(queue_aware_origin_config(&dir)?);
-    demo_options.gateway = overrides(false);
-    demo_options.wan = Some(DemoWan {
-        wanem: built[2].clone(),
-        params: options.cell.params(),
-    });
-    println!("==> starting the demo over {}", options.cell);
-    let mut demo = Demo::start(binaries, demo_options)?;
+    let load_before = super::common::load_average();
     let mut cells = Vec::new();
-    for round in 0..ROUNDS {
-        let order = if round % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
+    for &rate_mbit in &options.rates {
+        let cell = WanCell {
+            rate_mbit,
+            ..options.cell
         };
-        for feedback in order {
-            demo.restart_gateway(overrides(feedback))?;
-            let cell = run_cell(&demo, feedback, options.seconds)?;
-            println!(
-                "    round {}/{ROUNDS}, feedback {}: fast {:.1} Mbit/s alone, {:.1} beside the slow browser ({:.2}); slow {:.2} Mbit/s{}; largest backlog {} KiB",
-                round + 1,
-                if feedback { "on " } else { "off" },
-                mbit(cell.alone),
-                mbit(cell.beside_slow),
-                cell.beside_slow / cell.alone,
-                mbit(cell.slow),
-                cell.slow_cut_at
-                    .map(|at| format!(", cut by the gateway after {at:.1} s"))
-                    .unwrap_or_default(),
-                cell.peak_backlog / 1024,
-            );
-            cells.push(cell);
+        let site = write_site(&dir.join("site"), file_bytes(cell, options.seconds))?;
+        let mut demo_options = DemoOptions::new(PREFIX, &workspace_root(), &dir);
+        demo_options.origin_root = Some(site);
+        demo_options.origin_config = Some(queue_aware_origin_config(&dir)?);
+        demo_options.gateway = overrides(Setup::Off, &object);
+        demo_options.wan = Some(DemoWan {
+            wanem: built[2].clone(),
+            params: cell.params(),
+        });
+        println!("==> starting the demo over {cell}");
+        let mut demo = Demo::start(binaries.clone(), demo_options)?;
+        let rounds = options.rounds;
+        for round in 0..rounds {
+            for i in 0..Setup::ALL.len() {
+                let setup = Setup::ALL[(i + round) % Setup::ALL.len()];
+                demo.restart_gateway(overrides(setup, &object))?;
+                let cell = run_cell(&demo, rate_mbit, round, setup, options.seconds)?;
+                println!(
+                    "    {rate_mbit} Mbit/s, round {}/{rounds}, feedback {}: fast {:.1} Mbit/s alone, {:.1} beside the slow browser ({:.2}); slow {:.2} Mbit/s{}; largest backlog {} KiB",
+                    round + 1,
+                    setup.name(),
+                    mbit(cell.alone),
+                    mbit(cell.beside_slow),
+                    cell.ratio(),
+                    mbit(cell.slow),
+                    cell.slow_cut_at
+                        .map(|at| format!(", cut by the gateway after {at:.1} s"))
+                        .unwrap_or_default(),
+                    cell.peak_backlog / 1024,
+                );
+                cells.push(cell);
+            }
         }
+        if let Some(gateway) = demo.gateway.as_mut() {
+            let _ = gateway.stop(Duration::from_secs(10));
+        }
+        drop(demo);
     }
-    if let Some(gateway) = demo.gateway.as_mut() {
-        let _ = gateway.stop(Duration::from_secs(10));
+    let load = format!(
+        "{load_before} before, {} after",
+        super::common::load_average()
+    );
+    write_report(&cells, &options, &load)
+}
+
+impl Cell {
+    fn ratio(&self) -> f64 {
+        self.beside_slow / self.alone
     }
-    write_report(&cells, options)
 }
 
 fn mbit(bytes_per_second: f64) -> f64 {
@@ -164,21 +224,25 @@ fn each(rates: &[f64]) -> String {
 }
 
 /// The gateway's configuration for a cell: no cache and no prefetch, so that
-/// every byte crosses the association, and FEEDBACK as given.
-fn overrides(feedback: bool) -> GatewayConfigOverrides {
+/// every byte crosses the association, FEEDBACK as the setup says, and the
+/// eBPF `object` on the WAN interface (and so the LAN ones) for `OnEbpf`.
+fn overrides(setup: Setup, object: &Path) -> GatewayConfigOverrides {
+    let ebpf = setup == Setup::OnEbpf;
     GatewayConfigOverrides {
         cache_enabled: Some(false),
         prefetch_enabled: Some(false),
-        feedback_enabled: Some(feedback),
+        feedback_enabled: Some(setup.feedback()),
+        ebpf_object: ebpf.then(|| object.to_owned()),
+        ebpf_interface: ebpf.then(|| testbed::topology::WAN_IF.to_owned()),
         ..GatewayConfigOverrides::default()
     }
 }
 
 /// Large enough that no fast download ends within a phase: the link's whole
 /// rate for the phase, at least 64 MiB.
-fn file_bytes(options: SlowConsumerBench) -> u64 {
-    let phase = options.seconds + FAST_DELAY.as_secs_f64() + 5.0;
-    ((options.cell.rate_mbit as f64 * 1e6 / 8.0 * phase) as u64).max(64 << 20)
+fn file_bytes(cell: WanCell, seconds: f64) -> u64 {
+    let phase = seconds + FAST_DELAY.as_secs_f64() + 5.0;
+    ((cell.rate_mbit as f64 * 1e6 / 8.0 * phase) as u64).max(64 << 20)
 }
 
 /// The site: an index and `large.bin` of `bytes` (sparse: zeros on disk
@@ -216,11 +280,21 @@ fn queue_aware_origin_config(dir: &Path) -> Result<PathBuf> {
 }
 
 /// Both phases of one cell on the running gateway.
-fn run_cell(demo: &Demo, feedback: bool, seconds: f64) -> Result<Cell> {
+fn run_cell(demo: &Demo, rate_mbit: u64, round: usize, setup: Setup, seconds: f64) -> Result<Cell> {
     let client = demo.topology.client.name();
     let gateway = demo.topology.gateway.name();
     let phase = Duration::from_secs_f64(seconds);
     wait_origin_up(gateway)?;
+    let attached = admin_metrics(gateway)?
+        .lines()
+        .any(|l| l == "gateway_stream_accounting_ebpf 1");
+    if attached != (setup == Setup::OnEbpf) {
+        bail!(
+            "the gateway's eBPF programs are {} in the \"{}\" setup (gateway_stream_accounting_ebpf)",
+            if attached { "attached" } else { "not attached" },
+            setup.name()
+        );
+    }
     let alone = finish_all(start_fast(client, phase)?)?;
     let sampler = BacklogSampler::start(gateway);
     let started = Instant::now();
@@ -235,7 +309,9 @@ fn run_cell(demo: &Demo, feedback: bool, seconds: f64) -> Result<Cell> {
     let alone_flows: Vec<f64> = rates(&alone);
     let beside_flows: Vec<f64> = rates(&beside);
     Ok(Cell {
-        feedback,
+        rate_mbit,
+        round,
+        setup,
         alone: alone_flows.iter().sum(),
         beside_slow: beside_flows.iter().sum(),
         alone_flows,
@@ -447,50 +523,118 @@ fn largest_backlog(ns: &str) -> Result<u64> {
         .fold(0.0f64, f64::max) as u64)
 }
 
-fn write_report(cells: &[Cell], options: SlowConsumerBench) -> Result<()> {
+/// Bytes a slow stream's backlog may reach with FEEDBACK on: the window plus
+/// one round trip at the link's rate (the issue's bound).
+fn backlog_bound(rate_mbit: u64, rtt_ms: u64) -> u64 {
+    BACKLOG_WINDOW + rate_mbit * 1_000_000 / 8 * rtt_ms / 1000
+}
+
+fn write_report(cells: &[Cell], options: &SlowConsumerBench, load: &str) -> Result<()> {
     let results = workspace_root().join("bench/results");
     let charts = results.join("slow-consumer");
     std::fs::create_dir_all(&charts)?;
+    let rates: Vec<String> = options.rates.iter().map(u64::to_string).collect();
     let mut r = super::common::report_header(
         "Slow-consumer benchmark: one browser at 1 Mbit/s beside three fast downloads",
-        &format!("slow-consumer --wan {}", options.cell.arg()),
+        &format!(
+            "slow-consumer --wan {} --rate {} --rounds {} --seconds {}",
+            options.cell.arg(),
+            rates.join(","),
+            options.rounds,
+            options.seconds
+        ),
     )?;
+    writeln!(r, "- commit: {}", super::common::commit())?;
+    writeln!(r, "- load average (1, 5, 15 min): {load}")?;
     writeln!(
         r,
-        "- path: curl in the client namespace → gateway (cache and prefetch off) → wanem ({}) → origin (queue-aware scheduler, backlog_window {} KiB), userspace SCTP, one association",
-        options.cell,
+        "- path: curl in the client namespace → gateway (cache and prefetch off) → wanem ({} ms RTT, {} % random loss each way, at {} Mbit/s) → origin (queue-aware scheduler, backlog_window {} KiB), userspace SCTP, one association",
+        options.cell.rtt_ms,
+        options.cell.loss_percent,
+        rates.join(" and "),
         BACKLOG_WINDOW / 1024
     )?;
     writeln!(
         r,
-        "- each cell: the gateway restarted with FEEDBACK off or on; {FAST_FLOWS} fast downloads for {:.0} s alone, then a browser reading at {} Mbit/s (curl --limit-rate) and {} s later the same fast downloads for {:.0} s; {ROUNDS} rounds, cells alternating",
+        "- each cell: the gateway restarted with FEEDBACK off, on, or on with its eBPF programs attached (xdp_sctp on the WAN interface, tc_tcp_egress and tc_tcp_ingress on the LAN one: `gateway_stream_accounting_ebpf 1` checked); {FAST_FLOWS} fast downloads for {:.0} s alone, then a browser reading at {} Mbit/s (curl --limit-rate) and {} s later the same fast downloads for {:.0} s; {} rounds per rate, the setups' order rotating",
         options.seconds,
         SLOW_RATE * 8 / 1_000_000,
         FAST_DELAY.as_secs(),
-        options.seconds
+        options.seconds,
+        options.rounds
     )?;
     writeln!(
         r,
-        "- largest backlog: the largest `gateway_stream_backlog_bytes` of any stream, read every {} ms during the second phase\n",
+        "- largest backlog: the largest `gateway_stream_backlog_bytes` of any stream, read every {} ms during the second phase; bound: the window plus one round trip at the link's rate\n",
         SAMPLE.as_millis()
     )?;
+    writeln!(r, "## Spread over the rounds\n")?;
     writeln!(
         r,
-        "| cell | feedback | fast alone, Mbit/s (each) | fast beside slow, Mbit/s (each) | ratio | target | slow, Mbit/s | slow cut by the gateway | fast cut | largest backlog, KiB |"
+        "| rate, Mbit/s | feedback | rounds | ratio min | median | max | rounds ≥ 0.90 | largest backlog, KiB (max over rounds) | bound, KiB | within it |"
     )?;
     writeln!(r, "|---|---|---|---|---|---|---|---|---|---|")?;
-    for (i, c) in cells.iter().enumerate() {
+    for &rate in &options.rates {
+        for setup in Setup::ALL {
+            let of: Vec<&Cell> = cells
+                .iter()
+                .filter(|c| c.rate_mbit == rate && c.setup == setup)
+                .collect();
+            if of.is_empty() {
+                continue;
+            }
+            let mut ratios: Vec<f64> = of.iter().map(|c| c.ratio()).collect();
+            ratios.sort_by(f64::total_cmp);
+            let median = ratios[ratios.len() / 2];
+            let peak = of.iter().map(|c| c.peak_backlog).max().unwrap_or(0);
+            let bound = backlog_bound(rate, options.cell.rtt_ms);
+            let feedback = setup.feedback();
+            writeln!(
+                r,
+                "| {rate} | {} | {} | {:.2} | {median:.2} | {:.2} | {} | {} | {} | {} |",
+                setup.name(),
+                ratios.len(),
+                ratios[0],
+                ratios[ratios.len() - 1],
+                if feedback {
+                    format!(
+                        "{} of {}",
+                        ratios.iter().filter(|x| **x >= 0.90).count(),
+                        ratios.len()
+                    )
+                } else {
+                    String::new()
+                },
+                peak / 1024,
+                bound / 1024,
+                if !feedback {
+                    ""
+                } else if peak <= bound {
+                    "yes"
+                } else {
+                    "no"
+                }
+            )?;
+        }
+    }
+    writeln!(r, "\n## Every cell\n")?;
+    writeln!(
+        r,
+        "| rate, Mbit/s | round | feedback | fast alone, Mbit/s (each) | fast beside slow, Mbit/s (each) | ratio | slow, Mbit/s | slow cut by the gateway | fast cut | largest backlog, KiB |"
+    )?;
+    writeln!(r, "|---|---|---|---|---|---|---|---|---|---|")?;
+    for c in cells {
         writeln!(
             r,
-            "| {} | {} | {:.1} ({}) | {:.1} ({}) | {:.2} | {} | {:.2} | {} | {} | {} |",
-            i + 1,
-            if c.feedback { "on" } else { "off" },
+            "| {} | {} | {} | {:.1} ({}) | {:.1} ({}) | {:.2} | {:.2} | {} | {} | {} |",
+            c.rate_mbit,
+            c.round + 1,
+            c.setup.name(),
             mbit(c.alone),
             each(&c.alone_flows),
             mbit(c.beside_slow),
             each(&c.beside_flows),
-            c.beside_slow / c.alone,
-            if c.feedback { "≥ 0.90" } else { "" },
+            c.ratio(),
             mbit(c.slow),
             c.slow_cut_at
                 .map_or_else(|| "no".to_owned(), |at| format!("after {at:.1} s")),
@@ -499,23 +643,60 @@ fn write_report(cells: &[Cell], options: SlowConsumerBench) -> Result<()> {
         )?;
     }
     writeln!(r, "\n{NOTES}")?;
-    for feedback in [false, true] {
-        let Some(cell) = cells.iter().find(|c| c.feedback == feedback) else {
-            continue;
-        };
-        let name = format!("feedback-{}.png", if feedback { "on" } else { "off" });
-        chart(&charts.join(&name), cell)?;
-        writeln!(
-            r,
-            "\n![per-flow throughput, feedback {}](slow-consumer/{name})",
-            if feedback { "on" } else { "off" }
-        )?;
+    for &rate in &options.rates {
+        for setup in [Setup::Off, Setup::On] {
+            let Some(cell) = cells
+                .iter()
+                .find(|c| c.rate_mbit == rate && c.setup == setup)
+            else {
+                continue;
+            };
+            let name = format!("feedback-{}-{rate}.png", setup.name());
+            chart(&charts.join(&name), cell)?;
+            writeln!(
+                r,
+                "\n![per-flow throughput at {rate} Mbit/s, feedback {}, round 1](slow-consumer/{name})",
+                setup.name()
+            )?;
+        }
     }
+    std::fs::write(charts.join("cells.csv"), csv(cells)?)?;
     let path = results.join("slow-consumer.md");
     std::fs::write(&path, &r).with_context(|| format!("writing {}", path.display()))?;
     println!("{r}");
-    println!("==> report written to bench/results/slow-consumer.md");
+    println!(
+        "==> report written to bench/results/slow-consumer.md, cells to bench/results/slow-consumer/cells.csv"
+    );
     Ok(())
+}
+
+/// One line per cell, rates in bytes per second.
+fn csv(cells: &[Cell]) -> Result<String> {
+    let mut out = String::from(
+        "rate_mbit,round,setup,alone_bps,beside_slow_bps,ratio,slow_bps,slow_cut_at_s,fast_cut,peak_backlog_bytes\n",
+    );
+    for c in cells {
+        writeln!(
+            out,
+            "{},{},{},{:.0},{:.0},{:.4},{:.0},{},{},{}",
+            c.rate_mbit,
+            c.round + 1,
+            match c.setup {
+                Setup::Off => "off",
+                Setup::On => "on",
+                Setup::OnEbpf => "on-ebpf",
+            },
+            c.alone,
+            c.beside_slow,
+            c.ratio(),
+            c.slow,
+            c.slow_cut_at
+                .map_or_else(String::new, |at| format!("{at:.1}")),
+            c.fast_cut,
+            c.peak_backlog
+        )?;
+    }
+    Ok(out)
 }
 
 /// Per-flow throughput over the second phase of `cell`.
@@ -536,8 +717,9 @@ fn chart(path: &Path, cell: &Cell) -> Result<()> {
     plot::lines(
         path,
         &format!(
-            "Per-flow throughput, feedback {}",
-            if cell.feedback { "on" } else { "off" }
+            "Per-flow throughput at {} Mbit/s, feedback {}",
+            cell.rate_mbit,
+            cell.setup.name()
         ),
         "seconds since the slow browser started",
         &format!("Mbit/s per {} ms", SAMPLE.as_millis()),

@@ -220,6 +220,8 @@ impl Alternative {
 
 /// The links' round-trip times when `--rtt` is not given, ms.
 pub(crate) const DEFAULT_RTTS_MS: [u64; 3] = [20, 80, 200];
+/// Bottleneck rates when `--rate` is not given, Mbit/s.
+pub(crate) const DEFAULT_RATES_MBIT: [u64; 2] = [10, 100];
 
 /// Options for `cargo xtask bench pages`.
 #[derive(Debug, Clone)]
