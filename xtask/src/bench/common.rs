@@ -36,7 +36,7 @@ pub(super) fn build_example_with(
 }
 
 /// A report's title and the lines every report starts with: how to reproduce it,
-/// when, on what, and from which commit.
+/// when, on what, from which commit, and how busy the machine was.
 pub(super) fn report_header(title: &str, subcommand: &str) -> Result<String> {
     let mut report = String::new();
     writeln!(report, "# {title}\n")?;
@@ -48,6 +48,11 @@ pub(super) fn report_header(title: &str, subcommand: &str) -> Result<String> {
     )?;
     writeln!(report, "- machine: {}", machine_description())?;
     writeln!(report, "- commit: {}", commit())?;
+    writeln!(
+        report,
+        "- load average (1, 5, 15 min) as the report was written: {}",
+        load_average()
+    )?;
     Ok(report)
 }
 
