@@ -4,9 +4,11 @@
 //! With prefix `/` (the default) both go through the Debian packages:
 //! `install` builds `sctp-gateway` and `sctp-origin` with `cargo xtask deb`
 //! and installs them with `dpkg -i` (existing configuration kept), `uninstall`
-//! removes or purges them ([`crate::deb`]). Only under another `--prefix`
-//! (a scratch tree for a look or a test, a host without dpkg) does `install`
-//! copy the files itself:
+//! removes or purges them ([`crate::deb`]; main.rs picks which by the
+//! prefix, so that this module, whose layout and units the packages use,
+//! never calls back into them). Only under another `--prefix` (a scratch
+//! tree for a look or a test, a host without dpkg) are the files copied, by
+//! this module:
 //!
 //! ```text
 //! <prefix>/usr/local/bin/gateway, origin          release binaries
@@ -38,7 +40,6 @@ use std::process::Command;
 use anyhow::{Context as _, Result, bail};
 
 use crate::cmd::{run_command, which, workspace_root};
-use crate::deb;
 
 /// The units, by file name, and their templates under `dist/systemd/`.
 pub(crate) const UNITS: [&str; 2] = ["sctp-gateway.service", "sctp-origin.service"];
@@ -377,16 +378,6 @@ fn plan(layout: &Layout, binaries: &Path) -> Result<Vec<Step>> {
 /// `cargo xtask install`.
 pub(crate) fn install(options: &InstallOptions) -> Result<()> {
     let layout = Layout::new(&options.prefix);
-    if layout.is_root() {
-        if options.binaries.is_some() {
-            bail!(
-                "--binaries is for --prefix installs; at / the packages are built \
-                 (`cargo xtask deb`) and installed with dpkg. On a build host: \
-                 `cargo xtask deb`, then `dpkg -i` the two .debs on the target"
-            );
-        }
-        return deb::install(options.dry_run);
-    }
     let binaries = match &options.binaries {
         Some(dir) => dir.clone(),
         None if options.dry_run => release_dir(),
@@ -450,9 +441,6 @@ pub(crate) fn next_steps(layout: &Layout) -> String {
 /// `cargo xtask uninstall`.
 pub(crate) fn uninstall(options: &UninstallOptions) -> Result<()> {
     let layout = Layout::new(&options.prefix);
-    if layout.is_root() {
-        return deb::uninstall(options.dry_run, options.keep_data);
-    }
     let mut files: Vec<PathBuf> = UNITS.iter().map(|u| layout.units.join(u)).collect();
     files.extend(BINARIES.iter().map(|b| layout.bin.join(b)));
     let mut trees = Vec::new();

@@ -87,7 +87,32 @@ fn main() -> Result<()> {
         Command::Corpus(options) => corpus::run(&options),
         Command::FuzzSeeds => fuzz_seeds::run(),
         Command::Deb(options) => deb::run(&options),
-        Command::Install(options) => install::install(&options),
-        Command::Uninstall(options) => install::uninstall(&options),
+        Command::Install(options) => install_at(&options),
+        Command::Uninstall(options) => uninstall_at(&options),
+    }
+}
+
+/// `cargo xtask install`: at `/` the Debian packages (built and installed
+/// with dpkg), under any other prefix a copy ([`install::install`]).
+fn install_at(options: &install::InstallOptions) -> Result<()> {
+    if !install::Layout::new(&options.prefix).is_root() {
+        return install::install(options);
+    }
+    if options.binaries.is_some() {
+        anyhow::bail!(
+            "--binaries is for --prefix installs; at / the packages are built \
+             (`cargo xtask deb`) and installed with dpkg. On a build host: \
+             `cargo xtask deb`, then `dpkg -i` the two .debs on the target"
+        );
+    }
+    deb::install(options.dry_run)
+}
+
+/// `cargo xtask uninstall`: what [`install_at`] put in place.
+fn uninstall_at(options: &install::UninstallOptions) -> Result<()> {
+    if install::Layout::new(&options.prefix).is_root() {
+        deb::uninstall(options.dry_run, options.keep_data)
+    } else {
+        install::uninstall(options)
     }
 }
