@@ -100,20 +100,11 @@ pub(crate) fn run(callgrind: bool, flamegraph: bool) -> Result<()> {
     }
     let hits_before = stats(&demo)?["hits"].as_u64().unwrap_or(0);
 
-    let mut cells: Vec<(&str, Load)> = Vec::new();
-    for round in 1..=ROUNDS {
-        for (name, url) in [("gateway", &gateway_url), ("nginx", &nginx_url)] {
-            println!(
-                "==> round {round}/{ROUNDS}: {name}, wrk 2 threads, 100 connections, {CELL_SECONDS} s"
-            );
-            let load = wrk(&client_ns, url, 100, CELL_SECONDS)?;
-            println!(
-                "    {:.0} requests/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
-                load.rps, load.p50_ms, load.p99_ms, load.errors
-            );
-            cells.push((name, load));
-        }
-    }
+    let cells = alternate(
+        "cache hits",
+        &client_ns,
+        [("gateway", &gateway_url), ("nginx", &nginx_url)],
+    )?;
     let hits = stats(&demo)?["hits"].as_u64().unwrap_or(0) - hits_before;
     let gateway_requests: u64 = cells
         .iter()
@@ -156,6 +147,31 @@ pub(crate) fn run(callgrind: bool, flamegraph: bool) -> Result<()> {
     Ok(())
 }
 
+/// wrk (2 threads, 100 connections, [`CELL_SECONDS`]) against each of
+/// `servers` in turn, [`ROUNDS`] times, so that drift on a noisy machine
+/// hits both: the cells in the order they ran, each named by its server.
+fn alternate(
+    part: &str,
+    client_ns: &str,
+    servers: [(&'static str, &String); 2],
+) -> Result<Vec<(&'static str, Load)>> {
+    let mut cells = Vec::new();
+    for round in 1..=ROUNDS {
+        for (name, url) in servers {
+            println!(
+                "==> {part}, round {round}/{ROUNDS}: {name}, wrk 2 threads, 100 connections, {CELL_SECONDS} s"
+            );
+            let load = wrk(client_ns, url, 100, CELL_SECONDS)?;
+            println!(
+                "    {:.0} requests/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
+                load.rps, load.p50_ms, load.p99_ms, load.errors
+            );
+            cells.push((name, load));
+        }
+    }
+    Ok(cells)
+}
+
 /// The whole path a browser's request takes when the cache does not answer:
 /// wrk → the gateway (TPROXY, `cache.enabled = false`) → the origin over
 /// userspace SCTP, against the same wrk → nginx on the origin host over TCP,
@@ -177,20 +193,11 @@ fn whole_path(binaries: &Binaries, dir: &Path) -> Result<Vec<(&'static str, Load
     let nginx_url = format!("http://{SITE_V4}:{NGINX_PORT}{FILE}");
     curl(&client_ns, &gateway_url)?;
     curl(&client_ns, &nginx_url)?;
-    let mut cells = Vec::new();
-    for round in 1..=ROUNDS {
-        for (name, url) in [("gateway → origin", &gateway_url), ("nginx", &nginx_url)] {
-            println!(
-                "==> whole path, round {round}/{ROUNDS}: {name}, wrk 2 threads, 100 connections, {CELL_SECONDS} s"
-            );
-            let load = wrk(&client_ns, url, 100, CELL_SECONDS)?;
-            println!(
-                "    {:.0} requests/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
-                load.rps, load.p50_ms, load.p99_ms, load.errors
-            );
-            cells.push((name, load));
-        }
-    }
+    let cells = alternate(
+        "whole path",
+        &client_ns,
+        [("gateway → origin", &gateway_url), ("nginx", &nginx_url)],
+    )?;
     // With the cache off nothing may have been answered from it.
     match cache_stats(&binaries.gateway, &demo) {
         Ok(stats) => {
@@ -222,28 +229,8 @@ fn whole_path_report(r: &mut String, cells: &[(&str, Load)]) -> Result<()> {
          router only forwarding. No WAN emulator: the link is a veth, so this is the cost of the path's \
          processing, not of a round trip. Gateway, origin, nginx and wrk share the machine's cores.\n"
     )?;
-    writeln!(r, "| cell | path | requests/s | p50 ms | p99 ms | errors |")?;
-    writeln!(r, "|---|---|---|---|---|---|")?;
-    for (i, (name, load)) in cells.iter().enumerate() {
-        writeln!(
-            r,
-            "| {} | {name} | {:.0} | {:.2} | {:.2} | {} |",
-            i + 1,
-            load.rps,
-            load.p50_ms,
-            load.p99_ms,
-            load.errors
-        )?;
-    }
-    let pick = |path: &str, f: fn(&Load) -> f64| {
-        median(
-            cells
-                .iter()
-                .filter(|(n, _)| *n == path)
-                .map(|(_, l)| f(l))
-                .collect(),
-        )
-    };
+    cell_table(r, "path", cells)?;
+    let pick = |path: &str, f: fn(&Load) -> f64| median_of(cells, path, f);
     let (g, n) = ("gateway → origin", "nginx");
     let (g_rps, n_rps) = (pick(g, |l| l.rps), pick(n, |l| l.rps));
     let (g_p99, n_p99) = (pick(g, |l| l.p99_ms), pick(n, |l| l.p99_ms));
@@ -598,6 +585,39 @@ fn peak_rss_under_load(
     Ok((peak, load?))
 }
 
+/// One row per wrk cell, in the order they ran; `what` heads the column
+/// that names each cell's server.
+fn cell_table(r: &mut String, what: &str, cells: &[(&str, Load)]) -> Result<()> {
+    writeln!(
+        r,
+        "| cell | {what} | requests/s | p50 ms | p99 ms | errors |"
+    )?;
+    writeln!(r, "|---|---|---|---|---|---|")?;
+    for (i, (name, load)) in cells.iter().enumerate() {
+        writeln!(
+            r,
+            "| {} | {name} | {:.0} | {:.2} | {:.2} | {} |",
+            i + 1,
+            load.rps,
+            load.p50_ms,
+            load.p99_ms,
+            load.errors
+        )?;
+    }
+    Ok(())
+}
+
+/// The median over `name`'s cells of one figure `f` of each.
+fn median_of(cells: &[(&str, Load)], name: &str, f: fn(&Load) -> f64) -> f64 {
+    median(
+        cells
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, l)| f(l))
+            .collect(),
+    )
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     match values.len() {
@@ -630,31 +650,8 @@ fn report(
         r,
         "- the gateway's cache counted {hits} hits for the {gateway_requests} requests wrk completed against it\n"
     )?;
-    writeln!(
-        r,
-        "| cell | server | requests/s | p50 ms | p99 ms | errors |"
-    )?;
-    writeln!(r, "|---|---|---|---|---|---|")?;
-    for (i, (name, load)) in cells.iter().enumerate() {
-        writeln!(
-            r,
-            "| {} | {name} | {:.0} | {:.2} | {:.2} | {} |",
-            i + 1,
-            load.rps,
-            load.p50_ms,
-            load.p99_ms,
-            load.errors
-        )?;
-    }
-    let pick = |server: &str, f: fn(&Load) -> f64| {
-        median(
-            cells
-                .iter()
-                .filter(|(n, _)| *n == server)
-                .map(|(_, l)| f(l))
-                .collect(),
-        )
-    };
+    cell_table(&mut r, "server", cells)?;
+    let pick = |server: &str, f: fn(&Load) -> f64| median_of(cells, server, f);
     let (g_rps, n_rps) = (pick("gateway", |l| l.rps), pick("nginx", |l| l.rps));
     let (g_p99, n_p99) = (pick("gateway", |l| l.p99_ms), pick("nginx", |l| l.p99_ms));
     writeln!(
