@@ -57,9 +57,9 @@ pub struct Resource {
     pub render_blocking: bool,
 }
 
-/// What a page uses a subresource as. It decides the `Accept` a prefetch
-/// sends ([`prefetch_request_headers`]) and what is scanned further
-/// (stylesheets for `url()`, frames as documents).
+/// What a page uses a subresource as. It decides the `Accept` a prefetch or
+/// a push is requested with (the gateway's `prefetch_request_headers`) and
+/// what is scanned further (stylesheets for `url()`, frames as documents).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     /// `<img>`, `<picture>`, poster, CSS images, `preload as=image`.
