@@ -895,7 +895,7 @@ impl<H: Handler> Driver<H> {
 
     /// Requests and tunnels open (pushes are bounded apart).
     fn open_requests(&self) -> usize {
-        self.jobs.len() + self.pending_bodies.len() - self.pushes.running()
+        (self.jobs.len() + self.pending_bodies.len()).saturating_sub(self.pushes.running())
     }
 
     fn insert_job(&mut self, id: RequestId, job: Job) {

@@ -423,11 +423,11 @@ async fn max_pushes_and_max_bytes_are_respected() -> Result<()> {
 /// demand request arrives, which says nothing about the order the driver
 /// chose.
 async fn demand_goes_before_pushes(kind: BackendKind) -> Result<()> {
-    let handler = PushingHandler::pushing(&[
-        ("/bytes/4000000", true),
-        ("/bytes/4000001", true),
-        ("/bytes/4000002", true),
-    ]);
+    // Pushes smaller than the demand response: SCF alone would send them
+    // first; the tiers put the demand ahead.
+    let targets: Vec<String> = (0..6).map(|i| format!("/bytes/{}", 300_000 + i)).collect();
+    let targets: Vec<(&str, bool)> = targets.iter().map(|t| (t.as_str(), true)).collect();
+    let handler = PushingHandler::pushing(&targets);
     let mut gw = start_on(kind, handler, push_on(), gateway_capabilities()).await?;
     gw.max_pushes(10).await?;
     let id = page(&mut gw, 1, "").await?;
@@ -448,14 +448,17 @@ async fn demand_goes_before_pushes(kind: BackendKind) -> Result<()> {
     })
     .await?;
     let ends_before = gw.finished.len();
-    let demand = gw.request(2, "/bytes/100000", RequestClass::Demand).await?;
-    finished(&mut gw, 5).await?;
+    let demand = gw
+        .request(2, "/bytes/1000000", RequestClass::Demand)
+        .await?;
+    finished(&mut gw, 8).await?;
     let after: Vec<RequestId> = gw.finished[ends_before..].to_vec();
     ensure!(
         after.first() == Some(&demand),
         "the demand request ended after a push: {after:x?}"
     );
-    ensure!(gw.seen[&demand].end == Some(100_000));
+    ensure!(gw.seen[&demand].end == Some(1_000_000));
+    ensure!(gw.promises.len() == 6, "{:?}", promised_targets(&gw));
     for p in &gw.promises {
         let seen = &gw.seen[&p.id];
         ensure!(seen.end == Some(seen.body.len() as u64), "{seen:?}");
