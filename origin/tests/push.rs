@@ -13,8 +13,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
 use gateway_protocol::{
-    Capabilities, ErrorCode, HeldEntry, Message, PushBudget, RequestClass, RequestId,
-    SessionConfig, is_push_id,
+    Capabilities, ErrorCode, GoAway, HeldEntry, Message, PushBudget, RequestClass, RequestId,
+    SessionConfig, Urgency, is_push_id,
 };
 use gateway_transport::{AssociationConfig, BackendKind, Listener, QuicConfig, connect};
 use origin::response_scheduler::{ResponsePolicyKind, ResponseSchedulerConfig};
@@ -35,6 +35,8 @@ struct PushingHandler {
     targets: Vec<PushTarget>,
     heads: Mutex<Vec<String>>,
     asked: AtomicU64,
+    /// When set, `pushes` answers only once the test adds a permit.
+    gate: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl PushingHandler {
@@ -75,6 +77,9 @@ impl Handler for PushingHandler {
 
     async fn pushes(&self, _page: &IncomingRequest) -> Vec<PushTarget> {
         self.asked.fetch_add(1, Ordering::Relaxed);
+        if let Some(gate) = &self.gate {
+            let _ = gate.acquire().await;
+        }
         self.targets.clone()
     }
 }
@@ -169,6 +174,13 @@ fn promised_targets(gw: &TestGateway) -> Vec<String> {
     (0..gw.promises.len())
         .map(|i| promised_target(gw, i))
         .collect()
+}
+
+/// Body bytes of the first push have arrived.
+fn first_push_flows(gw: &TestGateway) -> bool {
+    gw.promises
+        .first()
+        .is_some_and(|p| gw.seen.get(&p.id).is_some_and(|s| !s.body.is_empty()))
 }
 
 /// Receives until `count` responses and pushes have finished.
@@ -436,11 +448,7 @@ async fn demand_goes_before_pushes(kind: BackendKind) -> Result<()> {
     // Until push bytes flow.
     bounded(async {
         loop {
-            let flowing = gw
-                .promises
-                .first()
-                .is_some_and(|p| gw.seen.get(&p.id).is_some_and(|s| !s.body.is_empty()));
-            if flowing {
+            if first_push_flows(&gw) {
                 return Ok(());
             }
             gw.receive_one().await?;
@@ -585,5 +593,109 @@ async fn a_page_with_a_cookie_gets_only_public_pushes() -> Result<()> {
         "{:?}",
         promised_targets(&gw)
     );
+    Ok(())
+}
+
+/// A push the gateway promotes with PRIORITY under its push id is served as
+/// demand from then on: it overtakes a larger demand response that, unpromoted,
+/// would finish first.
+#[tokio::test]
+async fn priority_promotes_a_push_to_demand() -> Result<()> {
+    let handler = PushingHandler::pushing(&[("/bytes/1000000", true)]);
+    let mut gw = start_on(
+        BackendKind::Userspace,
+        handler,
+        push_on(),
+        gateway_capabilities(),
+    )
+    .await?;
+    gw.max_pushes(10).await?;
+    let id = page(&mut gw, 1, "").await?;
+    gw.push_budget(1, HOST, budget(id, 10, u32::MAX, Vec::new()))
+        .await?;
+    bounded(async {
+        while !first_push_flows(&gw) {
+            gw.receive_one().await?;
+        }
+        Ok(())
+    })
+    .await?;
+    let push = gw.promises[0].id;
+    let demand = gw
+        .request(2, "/bytes/3000000", RequestClass::Demand)
+        .await?;
+    // Until the demand response flows (the push waits below it), then promote.
+    bounded(async {
+        while gw.seen[&demand].body.len() < 100_000 {
+            gw.receive_one().await?;
+        }
+        Ok(())
+    })
+    .await?;
+    ensure!(
+        gw.session.may_send_priority(push),
+        "the gateway may not promote the push"
+    );
+    let stream = push_stream(&gw, push).context("the push's stream")?;
+    let priority = Message::Priority {
+        id: push,
+        urgency: Urgency::DEFAULT,
+        class: RequestClass::Demand,
+    };
+    gw.assoc.send(stream, priority.to_bytes()).await?;
+    let before = gw.finished.len();
+    finished(&mut gw, 3).await?;
+    ensure!(
+        gw.finished[before..] == [push, demand],
+        "promoted push did not overtake: {:x?}",
+        &gw.finished[before..]
+    );
+    Ok(())
+}
+
+/// The stream a push's messages came on, as the test gateway saw it: the
+/// origin's choice, kept in the promise order per stream.
+fn push_stream(gw: &TestGateway, push: RequestId) -> Option<u16> {
+    gw.streams.get(&push).copied()
+}
+
+/// After the gateway's GOAWAY the origin promises nothing more, even for a
+/// page whose budget came before it.
+#[tokio::test]
+async fn no_promise_after_the_gateways_goaway() -> Result<()> {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let handler = Arc::new(PushingHandler {
+        targets: vec![PushTarget {
+            target: "/bytes/10".to_owned(),
+            render_blocking: true,
+            public: true,
+        }],
+        gate: Some(Arc::clone(&gate)),
+        ..PushingHandler::default()
+    });
+    let mut gw = start(Arc::clone(&handler), push_on(), gateway_capabilities()).await?;
+    gw.max_pushes(10).await?;
+    let id = page(&mut gw, 1, "").await?;
+    gw.push_budget(1, HOST, budget(id, 10, 1 << 20, Vec::new()))
+        .await?;
+    finished(&mut gw, 1).await?;
+    // The handler is being asked; the GOAWAY comes before its answer.
+    bounded(async {
+        while handler.asked.load(Ordering::Relaxed) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    })
+    .await?;
+    let goaway = Message::GoAway(GoAway {
+        last_request: id,
+        code: ErrorCode::NoError,
+        reason: "test".into(),
+    });
+    gw.assoc.send(0, goaway.to_bytes()).await?;
+    gw.ping(1).await?;
+    gate.add_permits(1);
+    nothing_more(&mut gw).await?;
+    ensure!(gw.promises.is_empty(), "promised after GOAWAY");
     Ok(())
 }

@@ -36,6 +36,8 @@ pub(crate) struct TestGateway {
     pub(crate) finished: Vec<RequestId>,
     /// PUSH_PROMISEs in the order they arrived.
     pub(crate) promises: Vec<PushPromise>,
+    /// The stream each push's promise came on.
+    pub(crate) streams: HashMap<RequestId, u16>,
 }
 
 impl TestGateway {
@@ -53,6 +55,7 @@ impl TestGateway {
             seen: HashMap::new(),
             finished: Vec::new(),
             promises: Vec::new(),
+            streams: HashMap::new(),
         })
     }
 
@@ -152,7 +155,10 @@ impl TestGateway {
         let id = message.request_id();
         let seen = self.seen.entry(id).or_default();
         match message {
-            Message::PushPromise(promise) => self.promises.push(promise),
+            Message::PushPromise(promise) => {
+                self.streams.insert(promise.id, m.stream);
+                self.promises.push(promise);
+            }
             Message::ResponseHead { head, .. } => seen.head = Some(head),
             Message::ResponseBody { data, .. } => seen.body.extend_from_slice(&data),
             Message::ResponseEnd { body_len, .. } => {
