@@ -368,23 +368,28 @@ async fn ask<H: Handler>(
 impl<H: Handler> Driver<H> {
     /// A request started: with pushes negotiated, note it as a page that a
     /// PUSH_BUDGET may follow. At most [`MAX_PUSH_PAGES`] are kept (as the
-    /// session keeps allowances); the oldest not being asked makes room, and
-    /// when every one is, the new page gets no pushes.
+    /// session keeps allowances); to make room goes the oldest without a
+    /// budget (most requests are not pages), else the oldest not being
+    /// asked; when every one is being asked, the new page gets no pushes.
     pub(super) fn note_page(&mut self, stream: u16, request: &Request) {
         if !self.session.pushes_negotiated() {
             return;
         }
         let pushes = &mut self.pushes;
         if pushes.pages.len() >= MAX_PUSH_PAGES {
-            let oldest = pushes
-                .page_order
-                .iter()
-                .copied()
-                .find(|p| pushes.pages.get(p).is_none_or(|page| page.asked.is_none()));
-            let Some(oldest) = oldest else {
+            let oldest = |evictable: &dyn Fn(&Page) -> bool| {
+                pushes
+                    .page_order
+                    .iter()
+                    .copied()
+                    .find(|p| pushes.pages.get(p).is_none_or(evictable))
+            };
+            let victim = oldest(&|page| page.held.is_none())
+                .or_else(|| oldest(&|page| page.asked.is_none()));
+            let Some(victim) = victim else {
                 return;
             };
-            pushes.forget_page(oldest);
+            pushes.forget_page(victim);
         }
         pushes.pages.insert(
             request.id,
