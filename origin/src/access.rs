@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::server::{BodySource, Handler, IncomingRequest, Reply};
+use crate::server::{BodySource, Handler, IncomingRequest, PushTarget, Reply};
 use crate::service::{Service, ServiceBody};
 
 /// The `tracing` target of access-log lines.
@@ -51,6 +51,13 @@ impl AccessLog {
 impl Handler for AccessLog {
     type Body = LoggedBody;
 
+    fn pushes(
+        &self,
+        page: &IncomingRequest,
+    ) -> impl std::future::Future<Output = Vec<PushTarget>> + Send {
+        self.service.pushes(page)
+    }
+
     async fn handle(&self, request: IncomingRequest) -> Reply<LoggedBody> {
         let (method, target) = request_line(&request.request.head);
         // Created before the answer: if the request is cancelled while the
@@ -64,7 +71,13 @@ impl Handler for AccessLog {
             status: None,
             reason: None,
             bytes: 0,
-            via: if request.tunnelled { "tls" } else { "request" },
+            via: if request.tunnelled {
+                "tls"
+            } else if gateway_protocol::is_push_id(request.id) {
+                "push"
+            } else {
+                "request"
+            },
             started: Instant::now(),
             written: false,
         };

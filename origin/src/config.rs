@@ -14,6 +14,7 @@ use crate::files::FilesConfig;
 use crate::metrics::MetricsConfig;
 use crate::proxy::{ProxyConfig, ProxyConfigError};
 use crate::response_scheduler::ResponseSchedulerConfig;
+use crate::server::PushConfig;
 
 /// Why the configuration cannot be used (shared with the other daemon).
 pub use daemon_config::ConfigError;
@@ -41,6 +42,8 @@ pub struct OriginConfig {
     deprecated: Vec<(&'static str, &'static str)>,
     /// Request limits.
     pub limits: LimitsConfig,
+    /// Pushes (`[push]`; docs/protocol.md, "PUSH"): off by default.
+    pub push: PushConfig,
     /// The document root; `root` relative to the config file's directory.
     pub files: Option<FilesConfig>,
     /// Reverse-proxy mode: the upstream to forward to (instead of `[files]`).
@@ -238,6 +241,12 @@ impl OriginConfig {
         if l.response_timeout.is_zero() {
             return invalid("limits.response_timeout", "must be above zero");
         }
+        if self.push.enabled && self.push.max_per_page == 0 {
+            return invalid(
+                "push.max_per_page",
+                "must be at least 1 (or push.enabled = false)",
+            );
+        }
         if let Some(metrics) = &self.metrics
             && metrics.listen.port() == 0
         {
@@ -297,6 +306,11 @@ mod tests {
             ("[metrics]\nlisten = \"127.0.0.1:0\"\n", "metrics.listen"),
             ("[metrics]\nlisten = \"localhost\"\n", "listen"),
             ("[metrics]\n", "listen"),
+            (
+                "[push]\nenabled = true\nmax_per_page = 0\n",
+                "push.max_per_page",
+            ),
+            ("[push]\nenabeld = true\n", "enabeld"),
         ];
         for (text, key) in cases {
             let text = format!("{text}[files]\nroot = \"/srv/www\"\n");

@@ -22,6 +22,11 @@
 //!    queue-aware, each a `ResponsePolicy` in `response_scheduler/policy.rs`), and the driver
 //!    sends it on the request's stream.
 //!
+//! With `[push] enabled`, the driver also pushes what the handler names for a
+//! page whose gateway invited pushes (`server/push.rs`, docs/protocol.md
+//! "PUSH"): each push is answered by the same handler and scheduled below
+//! every request.
+//!
 //! A TLS tunnel (TUNNEL_OPEN) takes the same path once decrypted: [`tls`]
 //! decides by server name whether it is terminated here or relayed to an
 //! upstream; the driver's tunnel task (`server/tunnel.rs`) runs rustls and

@@ -21,7 +21,7 @@ use origin::files::{FilesConfig, StaticFiles};
 use origin::metrics::OriginMetrics;
 use origin::proxy::Proxy;
 use origin::response_scheduler::ResponsePolicyKind;
-use origin::server::{DriverConfig, drive_counted};
+use origin::server::{DriverConfig, PushConfig, drive_counted};
 use origin::service::Service;
 use origin::sync::lock;
 use tokio::sync::{Semaphore, watch};
@@ -299,6 +299,7 @@ async fn main() -> Result<()> {
             listener,
             Arc::clone(&service),
             driver_config.clone(),
+            config.push.clone(),
             metrics.clone(),
             Arc::clone(&slots),
             stop_rx.clone(),
@@ -361,6 +362,7 @@ async fn accept_loop(
     listener: Listener,
     service: Arc<Service>,
     config: DriverConfig,
+    push: PushConfig,
     metrics: Option<OriginMetrics>,
     slots: Arc<Semaphore>,
     mut stop: watch::Receiver<bool>,
@@ -400,10 +402,15 @@ async fn accept_loop(
         next_key += 1;
         lock(&live).insert(key, assoc.clone());
         let handler = Arc::new(AccessLog::new(Arc::clone(&service), peer));
-        let (config, live, metrics) = (config.clone(), Arc::clone(&live), metrics.clone());
+        let (config, push, live, metrics) = (
+            config.clone(),
+            push.clone(),
+            Arc::clone(&live),
+            metrics.clone(),
+        );
         let transport = assoc.clone();
         associations.spawn(async move {
-            match drive_counted(assoc, handler, config, metrics).await {
+            match drive_counted(assoc, handler, config, push, metrics).await {
                 Ok(stats) => tracing::info!(%peer, ?stats, "association closed"),
                 Err(e) => tracing::warn!(%peer, "association ended: {e}"),
             }

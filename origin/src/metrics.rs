@@ -15,7 +15,12 @@
 //! | `origin_responses_completed_total` | counter | responses ended with RESPONSE_END |
 //! | `origin_responses_cancelled_total` | counter | responses stopped by the gateway's CANCEL |
 //! | `origin_responses_reset_total` | counter | requests answered with RESET (refused, malformed, failed) |
-//! | `origin_body_bytes_total` | counter | response body bytes handed to the transport |
+//! | `origin_body_bytes_total` | counter | response body bytes handed to the transport (pushes' included) |
+//! | `origin_pushes_promised_total` | counter | PUSH_PROMISEs sent (docs/protocol.md, "PUSH") |
+//! | `origin_pushes_revalidations_total` | counter | of those, conditional GETs revalidating a stale copy the gateway holds |
+//! | `origin_pushes_skipped_held_fresh_total` | counter | pushes not made because the gateway holds a fresh copy (PUSH_BUDGET) |
+//! | `origin_push_body_bytes_total` | counter | RESPONSE_BODY bytes of pushes handed to the transport |
+//! | `origin_pushes_cancelled_total` | counter | pushes stopped by the gateway: CANCEL or RESET of the push, or of its page |
 //! | `origin_scheduler_chunks_total{policy}` | counter | messages the stream scheduler handed to the transport |
 //! | `origin_scheduler_holds_total{policy,reason}` | counter | times the scheduler began holding ready work back: `backlog`, `stream_transport` (queue-aware), `transport` (every policy) |
 //! | `origin_transport_driver_panics_total` | counter | times a userspace SCTP driver task panicked (a bug; its associations ended, the listener started again) |
@@ -81,6 +86,11 @@ pub struct OriginMetrics {
     cancelled: Counter,
     reset: Counter,
     body_bytes: Counter,
+    pushes_promised: Counter,
+    push_revalidations: Counter,
+    pushes_skipped_fresh: Counter,
+    push_body_bytes: Counter,
+    pushes_cancelled: Counter,
     scheduler_chunks: Family<PolicyLabel, Counter>,
     scheduler_holds: Family<HoldLabels, Counter>,
 }
@@ -158,6 +168,17 @@ pub(crate) enum Tally {
     Reset,
     /// This many body bytes were sent.
     BodyBytes(u64),
+    /// A PUSH_PROMISE was sent; `conditional` for a revalidation.
+    PushPromised {
+        /// The push is a conditional GET for a stale copy the gateway holds.
+        conditional: bool,
+    },
+    /// This many pushes were not made: the gateway holds them fresh.
+    PushesSkippedFresh(u64),
+    /// This many body bytes of a push were sent (also counted as `BodyBytes`).
+    PushBodyBytes(u64),
+    /// The gateway stopped a promised push.
+    PushCancelled,
 }
 
 impl OriginMetrics {
@@ -199,6 +220,15 @@ impl OriginMetrics {
             Tally::Cancelled => self.cancelled.inc(),
             Tally::Reset => self.reset.inc(),
             Tally::BodyBytes(n) => self.body_bytes.inc_by(n),
+            Tally::PushPromised { conditional } => {
+                if conditional {
+                    self.push_revalidations.inc();
+                }
+                self.pushes_promised.inc()
+            }
+            Tally::PushesSkippedFresh(n) => self.pushes_skipped_fresh.inc_by(n),
+            Tally::PushBodyBytes(n) => self.push_body_bytes.inc_by(n),
+            Tally::PushCancelled => self.pushes_cancelled.inc(),
         };
     }
 
@@ -240,6 +270,32 @@ impl OriginMetrics {
             "Response body bytes handed to the transport",
             Unit::Bytes,
             self.body_bytes.clone(),
+        );
+        r.register(
+            "origin_pushes_promised",
+            "PUSH_PROMISEs sent",
+            self.pushes_promised.clone(),
+        );
+        r.register(
+            "origin_pushes_revalidations",
+            "PUSH_PROMISEs of conditional GETs revalidating a stale copy the gateway holds",
+            self.push_revalidations.clone(),
+        );
+        r.register(
+            "origin_pushes_skipped_held_fresh",
+            "Pushes not made because the gateway holds a fresh copy",
+            self.pushes_skipped_fresh.clone(),
+        );
+        r.register_with_unit(
+            "origin_push_body",
+            "Response body bytes of pushes handed to the transport",
+            Unit::Bytes,
+            self.push_body_bytes.clone(),
+        );
+        r.register(
+            "origin_pushes_cancelled",
+            "Pushes stopped by the gateway (CANCEL or RESET of the push or of its page)",
+            self.pushes_cancelled.clone(),
         );
         r.register_collector(Box::new(DriverPanics));
         r.register_collector(Box::new(EndpointEvents));
@@ -370,6 +426,11 @@ mod tests {
             Tally::Reset,
             Tally::BodyBytes(100),
             Tally::BodyBytes(23),
+            Tally::PushPromised { conditional: false },
+            Tally::PushPromised { conditional: true },
+            Tally::PushesSkippedFresh(3),
+            Tally::PushBodyBytes(40),
+            Tally::PushCancelled,
         ] {
             metrics.count(tally);
         }
@@ -386,6 +447,12 @@ mod tests {
             "origin_responses_reset_total 1\n",
             "# UNIT origin_body_bytes bytes",
             "origin_body_bytes_total 123\n",
+            "origin_pushes_promised_total 2\n",
+            "origin_pushes_revalidations_total 1\n",
+            "origin_pushes_skipped_held_fresh_total 3\n",
+            "# UNIT origin_push_body_bytes bytes",
+            "origin_push_body_bytes_total 40\n",
+            "origin_pushes_cancelled_total 1\n",
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");
         }

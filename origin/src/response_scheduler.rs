@@ -36,6 +36,15 @@
 //! ([`ResponseScheduler::handle_reprioritize`], the gateway's PRIORITY): a prefetch the
 //! browser now waits for is promoted to demand.
 //!
+//! **Pushes** (docs/protocol.md, "PUSH") come in below every request
+//! ([`ResponseScheduler::handle_push_arrival`]): the policy first chooses
+//! among the requests (demand and prefetch alike) and only when it picks none
+//! among the render-blocking pushes, then among the other pushes. A push thus
+//! never takes a chunk a request could have had, whatever the policy; pushes
+//! fill what requests leave, ordered among themselves by the same policy. A
+//! push the gateway reprioritises (PRIORITY under its push id: a browser now
+//! waits for it) becomes a request of the class and urgency given.
+//!
 //! Independently of the policy, nothing is handed out while the bytes waiting in
 //! the transport are at or above [`ResponseSchedulerConfig::transport_target`]: a deep
 //! transport queue would send in its own FIFO order, not the scheduler's.
@@ -138,9 +147,27 @@ enum Hold {
     StreamTransport,
 }
 
+/// Which jobs a policy chooses among, in the order the scheduler offers them:
+/// a policy sees a later tier only when it picks nothing in the earlier ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Tier {
+    /// Requests of the gateway, demand and prefetch (and promoted pushes).
+    Request,
+    /// Pushes of what a page needs before it can render.
+    RenderBlockingPush,
+    /// The other pushes.
+    Push,
+}
+
+impl Tier {
+    const ALL: [Tier; 3] = [Tier::Request, Tier::RenderBlockingPush, Tier::Push];
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Job {
     spec: JobSpec,
+    /// Requests before pushes (see the module docs).
+    tier: Tier,
     /// Arrival order, the tie-breaker of every policy.
     seq: u64,
     /// False while the job has no chunk to send (file read or upstream pending).
@@ -179,6 +206,8 @@ pub struct ResponseScheduler {
     held: HashMap<u16, Hold>,
     /// The transport was at its target at the last decision.
     transport_full: bool,
+    /// The tier the policy is choosing in now ([`Self::poll_next`]).
+    serving: Tier,
 }
 
 impl ResponseScheduler {
@@ -199,6 +228,7 @@ impl ResponseScheduler {
             tally: ResponseSchedulerTally::default(),
             held: HashMap::new(),
             transport_full: false,
+            serving: Tier::Request,
         }
     }
 
@@ -236,11 +266,28 @@ impl ResponseScheduler {
 
     /// A request arrived; its job starts not ready (no chunk yet).
     pub fn handle_arrival(&mut self, spec: JobSpec) {
+        self.arrive(spec, Tier::Request);
+    }
+
+    /// A push was promised: its job comes below every request, the
+    /// render-blocking ones above the others (see the module docs), and
+    /// starts not ready.
+    pub fn handle_push_arrival(&mut self, spec: JobSpec, render_blocking: bool) {
+        let tier = if render_blocking {
+            Tier::RenderBlockingPush
+        } else {
+            Tier::Push
+        };
+        self.arrive(spec, tier);
+    }
+
+    fn arrive(&mut self, spec: JobSpec, tier: Tier) {
         self.activate_class(spec.class);
         self.jobs.insert(
             spec.id,
             Job {
                 spec,
+                tier,
                 seq: self.next_seq,
                 ready: false,
             },
@@ -260,6 +307,9 @@ impl ResponseScheduler {
     /// virtual time of the active classes, exactly as for an arrival, so a
     /// promotion earns no burst from the class's idle time.
     ///
+    /// A push reprioritised becomes a request (the gateway says a browser
+    /// waits for it), keeping its arrival order.
+    ///
     /// An unknown id (the job has ended) is ignored: PRIORITY may cross a
     /// response's end.
     pub fn handle_reprioritize(&mut self, id: RequestId, class: RequestClass, urgency: Urgency) {
@@ -274,6 +324,7 @@ impl ResponseScheduler {
         if let Some(job) = self.jobs.get_mut(&id) {
             job.spec.class = class;
             job.spec.urgency = urgency;
+            job.tier = Tier::Request;
         }
     }
 
@@ -450,7 +501,13 @@ impl ResponseScheduler {
         if policy.counts_holds() {
             self.note_holds();
         }
-        policy.choose(self)
+        for tier in Tier::ALL {
+            self.serving = tier;
+            if let Some(id) = policy.choose(self) {
+                return Some(id);
+            }
+        }
+        None
     }
 }
 
@@ -459,10 +516,16 @@ impl ResponseScheduler {
     /// has a chunk ready and its stream is below the transport's own
     /// per-stream limit. Every policy chooses among these.
     fn sendable(&self, job: &Job) -> bool {
-        job.ready
+        job.tier == self.serving
+            && job.ready
             && self
                 .in_transport(job.spec.stream)
                 .is_none_or(|t| t < self.stream_limit)
+    }
+
+    /// The jobs of the tier being chosen in, by request id.
+    fn tier_jobs(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.values().filter(|j| j.tier == self.serving)
     }
 
     /// The jobs that may send now (see [`Self::sendable`]), by request id.

@@ -18,6 +18,10 @@
 //!
 //! What produces a response is a [`Handler`]; the origin binary's handler serves
 //! files or proxies, tests use their own.
+//!
+//! With `[push] enabled` the origin announces PUSH and, for a page whose
+//! gateway sent a PUSH_BUDGET, pushes what [`Handler::pushes`] names, below
+//! every request in the scheduler (`server/push.rs`, docs/protocol.md "PUSH").
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
@@ -27,7 +31,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use gateway_protocol::{
     Capabilities, ErrorCode, GoAway, Message, Reaction, Request, RequestClass, RequestId, Role,
-    Session, SessionConfig, TunnelOpen, Urgency,
+    Session, SessionConfig, TunnelOpen, Urgency, is_push_id,
 };
 use gateway_transport::{Association, TransportError};
 use tokio::sync::{Semaphore, mpsc};
@@ -39,7 +43,10 @@ use crate::metrics::{OriginMetrics, SchedulerCounters, Tally};
 use crate::response_scheduler::{JobSpec, ResponseScheduler, ResponseSchedulerConfig};
 use crate::tls::Tunnels;
 
+mod push;
 mod tunnel;
+pub use push::{PUSHES_AT_ONCE, PushConfig, PushTarget};
+use push::{PushJob, Pushes};
 use tunnel::{Inbound, TunnelSink, TunnelTask};
 
 /// Chunks a producer may have queued ahead of the sender, per request.
@@ -117,6 +124,16 @@ pub trait Handler: Send + Sync + 'static {
     /// Answers one request. Failures are replies too (a 4xx or 5xx head); an
     /// error of the body source later becomes a RESET.
     fn handle(&self, request: IncomingRequest) -> impl Future<Output = Reply<Self::Body>> + Send;
+
+    /// What `page` will need, to push to the gateway (docs/protocol.md,
+    /// "PUSH"), render-blocking targets first, then in document order. Asked
+    /// once per page whose gateway invited pushes (PUSH_BUDGET), after the
+    /// page's head has been produced; each target is then answered by
+    /// [`Handler::handle`] as a GET without credentials. By default nothing.
+    fn pushes(&self, page: &IncomingRequest) -> impl Future<Output = Vec<PushTarget>> + Send {
+        let _ = page;
+        push::no_pushes()
+    }
 }
 
 /// Per-association settings, from the origin's config.
@@ -153,8 +170,19 @@ pub struct AssociationStats {
     pub cancelled: u64,
     /// Requests answered with RESET (refused, malformed, failed).
     pub reset: u64,
-    /// Body bytes sent.
+    /// Body bytes sent (pushes' included).
     pub body_bytes: u64,
+    /// PUSH_PROMISEs sent.
+    pub pushes_promised: u64,
+    /// Of those, conditional GETs revalidating a copy the gateway holds stale.
+    pub push_revalidations: u64,
+    /// Pushes not made: the gateway holds them fresh.
+    pub pushes_skipped_fresh: u64,
+    /// Body bytes of pushes sent.
+    pub push_body_bytes: u64,
+    /// Promised pushes the gateway stopped (CANCEL or RESET of the push or
+    /// of its page).
+    pub pushes_cancelled: u64,
 }
 
 /// One association's counters, and the origin's when it keeps figures.
@@ -174,6 +202,13 @@ impl Counts {
             Tally::Cancelled => s.cancelled += 1,
             Tally::Reset => s.reset += 1,
             Tally::BodyBytes(n) => s.body_bytes += n,
+            Tally::PushPromised { conditional } => {
+                s.pushes_promised += 1;
+                s.push_revalidations += u64::from(conditional);
+            }
+            Tally::PushesSkippedFresh(n) => s.pushes_skipped_fresh += n,
+            Tally::PushBodyBytes(n) => s.push_body_bytes += n,
+            Tally::PushCancelled => s.pushes_cancelled += 1,
         }
         if let Some(origin) = &self.origin {
             origin.count(tally);
@@ -205,6 +240,8 @@ enum Event {
     Produced(RequestId, Produced),
     /// A tunnel wrote this many of the gateway's bytes: grant them again.
     Credit(RequestId, u32),
+    /// `Handler::pushes` answered for this page.
+    PushTargets(RequestId, Vec<PushTarget>),
 }
 
 enum Produced {
@@ -234,6 +271,8 @@ struct Job {
     /// Tunnel: END sent / received.
     sent_end: bool,
     received_end: bool,
+    /// Set for a push.
+    push: Option<PushJob>,
 }
 
 impl Job {
@@ -255,6 +294,7 @@ impl Job {
             tunnel_in,
             sent_end: false,
             received_end: false,
+            push: None,
         }
     }
 }
@@ -265,21 +305,27 @@ struct PendingBody {
     body: BytesMut,
 }
 
-/// Serves one association until it ends. Returns its counters on a clean close.
+/// Serves one association until it ends, without pushes. Returns its
+/// counters on a clean close.
 pub async fn drive<H: Handler>(
     assoc: Association,
     handler: Arc<H>,
     config: DriverConfig,
 ) -> Result<AssociationStats, DriverError> {
-    drive_counted(assoc, handler, config, None).await
+    drive_counted(assoc, handler, config, PushConfig::default(), None).await
 }
 
-/// [`drive`], also counting into the origin's figures (`[metrics]`) as
-/// things happen, so that an association ending in an error still counts.
+/// [`drive`] with `[push]`'s settings, also counting into the origin's
+/// figures (`[metrics]`) as things happen, so that an association ending in
+/// an error still counts.
+///
+/// (`push` is not a field of [`DriverConfig`] so that the struct literals
+/// other crates' tests write stay valid.)
 pub async fn drive_counted<H: Handler>(
     assoc: Association,
     handler: Arc<H>,
     config: DriverConfig,
+    push: PushConfig,
     metrics: Option<OriginMetrics>,
 ) -> Result<AssociationStats, DriverError> {
     let _open = metrics.as_ref().map(OriginMetrics::association_opened);
@@ -298,7 +344,8 @@ pub async fn drive_counted<H: Handler>(
                 | Capabilities::FEEDBACK_ARRIVED
                 | Capabilities::PREFETCH_CLASS
                 | Capabilities::PRIORITY
-                | tunnel_capability(&config),
+                | tunnel_capability(&config)
+                | push_capability(&push),
         },
     );
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
@@ -327,18 +374,28 @@ pub async fn drive_counted<H: Handler>(
         egress,
         depths: Vec::new(),
         job_streams: BTreeMap::new(),
+        pushes: Pushes::new(push),
     };
     let result = driver.run(events_rx).await;
     if let Some(egress) = &driver.egress {
         egress.counters.forget(driver.assoc.peer_addr());
     }
     reader.abort();
+    driver.pushes.abort_all();
     for job in driver.jobs.values() {
         if let Some(producer) = &job.producer {
             producer.abort();
         }
     }
     result.map(|()| driver.counts.association)
+}
+
+fn push_capability(push: &PushConfig) -> Capabilities {
+    if push.enabled {
+        Capabilities::PUSH
+    } else {
+        Capabilities::default()
+    }
 }
 
 fn tunnel_capability(config: &DriverConfig) -> Capabilities {
@@ -382,6 +439,8 @@ struct Driver<H: Handler> {
     /// How many of `jobs` each stream carries: the streams whose depth is
     /// read, in order and once each however many jobs share one.
     job_streams: BTreeMap<u16, usize>,
+    /// What is pushed, and waits to be (`server/push.rs`).
+    pushes: Pushes,
 }
 
 /// One association's use of `tc_sctp`'s counters: the depth core and when the
@@ -625,16 +684,36 @@ impl<H: Handler> Driver<H> {
             Event::ReceiveEnded(TransportError::Closed) => Ok(Some(Ok(()))),
             Event::ReceiveEnded(e) => Ok(Some(Err(DriverError::Transport(e)))),
             Event::Produced(id, produced) => {
-                if let Some(job) = self.jobs.get_mut(&id) {
-                    if let Produced::Head { head, body_len } = &produced {
-                        job.head_len = head.len() as u64;
-                        if let Some(len) = body_len {
-                            self.scheduler.handle_size(id, job.head_len + len);
-                        }
+                let Some(job) = self.jobs.get_mut(&id) else {
+                    return Ok(None);
+                };
+                let is_head = matches!(produced, Produced::Head { .. });
+                if let Produced::Head { head, body_len } = &produced {
+                    job.head_len = head.len() as u64;
+                    if let Some(push) = &mut job.push {
+                        push.body_len = *body_len;
                     }
-                    job.ready.push_back(produced);
+                    if let Some(len) = body_len {
+                        self.scheduler.handle_size(id, job.head_len + len);
+                    }
+                }
+                job.ready.push_back(produced);
+                // A push is the scheduler's only once promised, in id order.
+                let preparing = job.push.as_ref().is_some_and(|p| !p.promised);
+                let page = job.push.is_none();
+                if !preparing {
                     self.scheduler.handle_ready(id, true);
                 }
+                if is_head && preparing {
+                    self.promise_ready().await?;
+                } else if is_head && page {
+                    self.maybe_ask(id);
+                }
+                Ok(None)
+            }
+            Event::PushTargets(page, targets) => {
+                self.handle_push_targets(page, targets);
+                self.promise_ready().await?;
                 Ok(None)
             }
             Event::Credit(id, bytes) => {
@@ -721,10 +800,9 @@ impl<H: Handler> Driver<H> {
             | Message::PushPromise(_) => {
                 // The session refuses these at the origin; nothing reaches here.
             }
-            Message::MaxPushes { .. } | Message::PushBudget(_) => {
-                // This origin does not announce PUSH, so the session ignores
-                // both; nothing reaches here.
-            }
+            // The session passes these on only with pushes negotiated.
+            Message::MaxPushes { max } => self.handle_max_pushes(max),
+            Message::PushBudget(budget) => self.handle_push_budget(budget),
         }
         Ok(None)
     }
@@ -733,7 +811,7 @@ impl<H: Handler> Driver<H> {
     /// body, else held until its body is complete.
     async fn handle_request(&mut self, stream: u16, request: Request) -> Result<(), DriverError> {
         self.counts.add(Tally::Request);
-        if self.jobs.len() + self.pending_bodies.len() >= self.config.max_open_requests {
+        if self.open_requests() >= self.config.max_open_requests {
             self.session.handle_request_finished(request.id);
             self.counts.add(Tally::Reset);
             self.send_reset(
@@ -744,8 +822,10 @@ impl<H: Handler> Driver<H> {
             )
             .await?;
         } else if request.end {
+            self.note_page(stream, &request);
             self.start(stream, request, Bytes::new());
         } else {
+            self.note_page(stream, &request);
             self.pending_bodies.insert(
                 request.id,
                 PendingBody {
@@ -813,6 +893,11 @@ impl<H: Handler> Driver<H> {
         self.insert_job(id, Job::new(stream, producer.abort_handle(), permits, None));
     }
 
+    /// Requests and tunnels open (pushes are bounded apart).
+    fn open_requests(&self) -> usize {
+        (self.jobs.len() + self.pending_bodies.len()).saturating_sub(self.pushes.running())
+    }
+
     fn insert_job(&mut self, id: RequestId, job: Job) {
         *self.job_streams.entry(job.stream).or_default() += 1;
         if let Some(old) = self.jobs.insert(id, job) {
@@ -847,7 +932,7 @@ impl<H: Handler> Driver<H> {
             .tunnels
             .as_ref()
             .and_then(|t| t.route(&open.server_name).map(|route| (route, t.clone())));
-        let full = self.jobs.len() + self.pending_bodies.len() >= self.config.max_open_requests;
+        let full = self.open_requests() >= self.config.max_open_requests;
         let Some((route, tunnels)) = route.filter(|_| !full) else {
             tracing::debug!(id, stream, name = %open.server_name, full, "tunnel refused");
             self.session.handle_request_finished(id);
@@ -937,8 +1022,14 @@ impl<H: Handler> Driver<H> {
 
     /// Stops a response at the next chunk. `answer` sends RESET CANCELLED (for
     /// CANCEL); a RESET from the gateway needs no answer.
+    ///
+    /// A page's CANCEL or RESET also ends its pushes (docs/protocol.md,
+    /// "PUSH"), also when the page itself has ended.
     async fn cancel(&mut self, id: RequestId, answer: bool) -> Result<(), DriverError> {
         self.pending_bodies.remove(&id);
+        if !is_push_id(id) {
+            self.end_page_pushes(id);
+        }
         let Some(job) = self.remove_job(id) else {
             return Ok(());
         };
@@ -948,6 +1039,12 @@ impl<H: Handler> Driver<H> {
         self.scheduler.handle_done(id);
         self.session.handle_request_finished(id);
         self.counts.add(Tally::Cancelled);
+        if let Some(push) = &job.push {
+            if push.promised {
+                self.counts.add(Tally::PushCancelled);
+            }
+            self.push_ended();
+        }
         if answer {
             self.send_reset(job.stream, id, ErrorCode::Cancelled, "cancelled")
                 .await?;
@@ -1030,10 +1127,26 @@ impl<H: Handler> Driver<H> {
                 let len = head.len() as u64;
                 (Message::ResponseHead { id, head }, len, false)
             }
+            Produced::Body(data)
+                if job.push.is_some()
+                    && self.session.handle_push_body_sent(id, data.len()).is_err() =>
+            {
+                // A push of unknown length beyond its page's budget: end it
+                // rather than send bytes the gateway would refuse.
+                if let Some(producer) = job.producer.take() {
+                    producer.abort();
+                }
+                let (code, reason) = push::TOO_LARGE;
+                let reason = reason.to_owned();
+                (Message::Reset { id, code, reason }, 0, true)
+            }
             Produced::Body(data) => {
                 let len = data.len() as u64;
                 job.body_sent += len;
                 self.counts.add(Tally::BodyBytes(len));
+                if job.push.is_some() {
+                    self.counts.add(Tally::PushBodyBytes(len));
+                }
                 (Message::ResponseBody { id, data }, len, false)
             }
             Produced::End => (
@@ -1079,6 +1192,7 @@ impl<H: Handler> Driver<H> {
         }
         let is_reset = matches!(message, Message::Reset { .. });
         let job_body_sent = job.body_sent;
+        let is_push = job.push.is_some();
         let bytes = message.to_bytes();
         let len = bytes.len();
         self.send_watched(stream, bytes).await?;
@@ -1107,6 +1221,9 @@ impl<H: Handler> Driver<H> {
                 self.counts.add(Tally::Reset);
             } else {
                 self.counts.add(Tally::Completed);
+            }
+            if is_push {
+                self.push_ended();
             }
         }
         Ok(())

@@ -45,7 +45,9 @@ impl ResponsePolicy for Fcfs {
         // Strictly in order: while the oldest job has no chunk yet or its
         // stream is full, FCFS waits rather than let a later job pass (that is
         // what makes it the baseline a single transport FIFO would give).
-        let oldest = s.jobs.values().min_by_key(|j| j.seq)?;
+        // Within its tier: pushes wait for no request, and no request for
+        // them.
+        let oldest = s.tier_jobs().min_by_key(|j| j.seq)?;
         s.sendable(oldest).then_some(oldest.spec.id)
     }
 }

@@ -2,6 +2,7 @@
 //! link that carries one byte per tick with 10-byte chunks.
 
 use super::*;
+use gateway_protocol::PUSH_ID_BIT;
 
 const CHUNK: u64 = 10;
 
@@ -692,4 +693,81 @@ fn the_slow_stream_holds_its_window_only_with_the_arrived_bytes() {
         exact <= WINDOW + 16 * 1024 + 64,
         "the window plus one chunk: {exact}"
     );
+}
+
+fn push_job(id: RequestId, remaining: u64) -> JobSpec {
+    JobSpec {
+        id: PUSH_ID_BIT | id,
+        stream: 1,
+        class: RequestClass::Prefetch,
+        urgency: Urgency::LOWEST,
+        remaining: Some(remaining),
+    }
+}
+
+/// Pushes go below every request whatever the policy: small pushes that
+/// arrived first wait for a large prefetch and a large demand request (SCF
+/// and FCFS would otherwise send them first), and a render-blocking push
+/// goes before an earlier, smaller plain one.
+#[test]
+fn pushes_go_below_every_request_under_every_policy() {
+    for &kind in ResponsePolicyKind::ALL {
+        let mut s = ResponseScheduler::new(policy(kind));
+        s.handle_push_arrival(push_job(1, 10), false);
+        s.handle_push_arrival(push_job(2, 20), true);
+        s.handle_arrival(JobSpec {
+            class: RequestClass::Prefetch,
+            urgency: Urgency::LOWEST,
+            ..demand_job(3, Some(1000))
+        });
+        s.handle_arrival(demand_job(4, Some(500)));
+        for id in [PUSH_ID_BIT | 1, PUSH_ID_BIT | 2, 3, 4] {
+            s.handle_ready(id, true);
+        }
+        let mut order = Vec::new();
+        while let Some(id) = s.poll_next() {
+            order.push(id);
+            s.handle_done(id);
+        }
+        assert!(
+            order[..2].iter().all(|id| *id == 3 || *id == 4),
+            "{kind}: {order:?}"
+        );
+        assert_eq!(order[2..], [PUSH_ID_BIT | 2, PUSH_ID_BIT | 1], "{kind}");
+    }
+}
+
+/// A push the gateway promotes (PRIORITY under its push id) competes as a
+/// request from then on: before, a large prefetch goes first under every
+/// policy; after, the small promoted push does.
+#[test]
+fn a_promoted_push_competes_as_a_request() {
+    for &kind in ResponsePolicyKind::ALL {
+        let mut s = ResponseScheduler::new(policy(kind));
+        s.handle_push_arrival(push_job(1, 10), false);
+        s.handle_arrival(JobSpec {
+            class: RequestClass::Prefetch,
+            urgency: Urgency::LOWEST,
+            ..demand_job(3, Some(1000))
+        });
+        s.handle_ready(PUSH_ID_BIT | 1, true);
+        s.handle_ready(3, true);
+        assert_eq!(s.poll_next(), Some(3), "{kind}");
+        s.handle_reprioritize(PUSH_ID_BIT | 1, RequestClass::Demand, Urgency::DEFAULT);
+        assert_eq!(s.poll_next(), Some(PUSH_ID_BIT | 1), "{kind}");
+    }
+}
+
+#[test]
+fn a_render_blocking_push_goes_before_the_other_pushes() {
+    for &kind in ResponsePolicyKind::ALL {
+        let mut s = ResponseScheduler::new(policy(kind));
+        s.handle_push_arrival(push_job(1, 10), false);
+        s.handle_push_arrival(push_job(2, 1000), true);
+        s.handle_ready(PUSH_ID_BIT | 1, true);
+        s.handle_ready(PUSH_ID_BIT | 2, true);
+        assert_eq!(s.poll_next(), Some(PUSH_ID_BIT | 2), "{kind}");
+        s.handle_done(PUSH_ID_BIT | 2);
+        assert_eq!(s.poll_next(), Some(PUSH_ID_BIT | 1), "{kind}");
+    }
 }

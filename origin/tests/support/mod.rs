@@ -11,7 +11,8 @@ use std::collections::HashMap;
 use anyhow::{Result, bail};
 use bytes::Bytes;
 use gateway_protocol::{
-    ErrorCode, Message, Request, RequestClass, RequestId, Session, SessionConfig, Urgency,
+    Capabilities, ErrorCode, Message, PushBudget, PushPromise, Reaction, Request, RequestClass,
+    RequestId, Session, SessionConfig, Urgency,
 };
 use gateway_transport::Association;
 use gateway_transport::hello::open_gateway_session;
@@ -28,23 +29,59 @@ pub(crate) struct Seen {
 /// A minimal gateway: the real protocol session over a real association.
 pub(crate) struct TestGateway {
     pub(crate) assoc: Association,
-    session: Session,
+    pub(crate) session: Session,
     next_id: RequestId,
     pub(crate) seen: HashMap<RequestId, Seen>,
     /// Ids in the order their RESPONSE_END (or RESET) arrived.
     pub(crate) finished: Vec<RequestId>,
+    /// PUSH_PROMISEs in the order they arrived.
+    pub(crate) promises: Vec<PushPromise>,
+    /// The stream each push's promise came on.
+    pub(crate) streams: HashMap<RequestId, u16>,
 }
 
 impl TestGateway {
     pub(crate) async fn open(assoc: Association) -> Result<Self> {
-        let session = open_gateway_session(&assoc, SessionConfig::default().capabilities).await?;
+        Self::open_with(assoc, SessionConfig::default().capabilities).await
+    }
+
+    /// A gateway announcing `capabilities`.
+    pub(crate) async fn open_with(assoc: Association, capabilities: Capabilities) -> Result<Self> {
+        let session = open_gateway_session(&assoc, capabilities).await?;
         Ok(Self {
             assoc,
             session,
             next_id: 1,
             seen: HashMap::new(),
             finished: Vec::new(),
+            promises: Vec::new(),
+            streams: HashMap::new(),
         })
+    }
+
+    /// Grants `max` pushes in all (MAX_PUSHES).
+    pub(crate) async fn max_pushes(&mut self, max: u32) -> Result<()> {
+        self.session.handle_max_pushes_sent(max);
+        self.assoc
+            .send(0, Message::MaxPushes { max }.to_bytes())
+            .await?;
+        Ok(())
+    }
+
+    /// Sends `budget` on `stream` for its page, whose Host is `host`.
+    pub(crate) async fn push_budget(
+        &mut self,
+        stream: u16,
+        host: &str,
+        budget: PushBudget,
+    ) -> Result<()> {
+        self.session
+            .handle_push_budget_sent(&budget, stream, host.as_bytes())
+            .map_err(|e| anyhow::anyhow!("budget refused: {e:?}"))?;
+        self.assoc
+            .send(stream, Message::PushBudget(budget).to_bytes())
+            .await?;
+        Ok(())
     }
 
     pub(crate) async fn request(
@@ -111,11 +148,17 @@ impl TestGateway {
         let m = self.assoc.recv().await?;
         let message = match self.session.handle_message(m.stream, &m.data) {
             Ok(message) => message,
+            // Late messages for what this side ended.
+            Err(Reaction::Ignore) => return Ok(None),
             Err(reaction) => bail!("gateway session refused a message: {reaction:?}"),
         };
         let id = message.request_id();
         let seen = self.seen.entry(id).or_default();
         match message {
+            Message::PushPromise(promise) => {
+                self.streams.insert(promise.id, m.stream);
+                self.promises.push(promise);
+            }
             Message::ResponseHead { head, .. } => seen.head = Some(head),
             Message::ResponseBody { data, .. } => seen.body.extend_from_slice(&data),
             Message::ResponseEnd { body_len, .. } => {
