@@ -15,6 +15,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use gateway_transport::{Association, BackendChoice, BackendKind, Listener, TransportError};
 use origin::access::AccessLog;
+use origin::closure::ClosureConfig;
 use origin::config::{LogFormat, OriginConfig};
 use origin::ebpf::{EbpfConfig, EgressCounters};
 use origin::files::{FilesConfig, StaticFiles};
@@ -215,9 +216,10 @@ async fn main() -> Result<()> {
     }
     let (service, source) = match (&config.files, &config.upstream) {
         (Some(files), _) => (
-            Service::Files(
+            Service::files(
                 StaticFiles::new(files)
                     .with_context(|| format!("opening document root {}", files.root.display()))?,
+                config.push.enabled.then(ClosureConfig::default),
             ),
             format!("root {}", files.root.display()),
         ),

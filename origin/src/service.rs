@@ -1,20 +1,29 @@
 //! The origin's request handler: answers from the document root, or forwards to
 //! a TCP HTTP/1.1 upstream (reverse-proxy mode); one of the two, per config.
+//! With `[push] enabled`, a page served from the root names its closure
+//! (`crate::closure`) as what to push; a proxied page names nothing yet.
 
 use std::time::SystemTime;
 
 use bytes::Bytes;
 
+use crate::closure::{ClosureConfig, Closures, PageScheme};
 use crate::files::{FileBody, Refusal, StaticFiles};
 use crate::proxy::{Proxy, ProxyBody};
-use crate::server::{BodySource, Handler, IncomingRequest, Reply};
+use crate::server::{BodySource, Handler, IncomingRequest, PushTarget, Reply};
 use http_semantics::{RequestHead, ResponseHead};
 
 /// Answers requests from a document root or an upstream.
 #[derive(Debug)]
 pub enum Service {
-    /// Static files.
-    Files(StaticFiles),
+    /// Static files, and the closures of their pages when pushes are on.
+    Files {
+        /// The document root.
+        files: StaticFiles,
+        /// `[push] enabled`: each page's closure, worked out once per
+        /// version; `None`: nothing is pushed.
+        closures: Option<Closures>,
+    },
     /// Reverse proxy; one pool of upstream connections for all associations.
     Proxy(Box<Proxy>),
 }
@@ -52,9 +61,49 @@ impl Handler for Service {
     async fn handle(&self, request: IncomingRequest) -> Reply<ServiceBody> {
         self.answer(request).await.0
     }
+
+    /// A page's closure from its files, in push order. Static files are the
+    /// same for everyone, so each target is public.
+    async fn pushes(&self, page: &IncomingRequest) -> Vec<PushTarget> {
+        let Service::Files {
+            closures: Some(closures),
+            ..
+        } = self
+        else {
+            return Vec::new();
+        };
+        let Ok(head) = RequestHead::parse(&page.request.head) else {
+            return Vec::new();
+        };
+        let Some(host) = head.header_str("host") else {
+            return Vec::new();
+        };
+        let scheme = if page.tunnelled {
+            PageScheme::Https
+        } else {
+            PageScheme::Http
+        };
+        closures
+            .closure_for(scheme, &head.target, host)
+            .await
+            .iter()
+            .map(|entry| PushTarget {
+                target: entry.target.clone(),
+                render_blocking: entry.render_blocking,
+                public: true,
+            })
+            .collect()
+    }
 }
 
 impl Service {
+    /// Serves `files`; with `closures`, also names each page's closure as
+    /// its pushes.
+    pub fn files(files: StaticFiles, closures: Option<ClosureConfig>) -> Service {
+        let closures = closures.map(|config| Closures::new(files.clone(), config));
+        Service::Files { files, closures }
+    }
+
     /// Answers one request, and says why (a one-token code, as
     /// [`crate::files::Refusal::code`]) when it was refused. A proxied
     /// response has no reason: the upstream's status is passed on.
@@ -63,7 +112,7 @@ impl Service {
         request: IncomingRequest,
     ) -> (Reply<ServiceBody>, Option<&'static str>) {
         let files = match self {
-            Service::Files(files) => files,
+            Service::Files { files, .. } => files,
             Service::Proxy(proxy) => {
                 let reply = proxy.handle(request).await;
                 let reply = Reply {

@@ -17,10 +17,14 @@ use gateway_protocol::{
     SessionConfig, Urgency, is_push_id,
 };
 use gateway_transport::{AssociationConfig, BackendKind, Listener, QuicConfig, connect};
+use origin::closure::ClosureConfig;
+use origin::files::{FilesConfig, StaticFiles};
 use origin::response_scheduler::{ResponsePolicyKind, ResponseSchedulerConfig};
 use origin::server::{
     DriverConfig, Handler, IncomingRequest, PushConfig, PushTarget, Reply, drive_counted,
 };
+
+use origin::service::Service;
 use origin::synthetic::{Pattern, SyntheticHandler};
 use support::TestGateway;
 
@@ -113,9 +117,9 @@ fn gateway_capabilities() -> Capabilities {
 
 /// A driver with `push` over `kind`, and the gateway side announcing
 /// `capabilities`.
-async fn start_on(
+async fn start_on<H: Handler>(
     kind: BackendKind,
-    handler: Arc<PushingHandler>,
+    handler: Arc<H>,
     push: PushConfig,
     capabilities: Capabilities,
 ) -> Result<TestGateway> {
@@ -697,5 +701,65 @@ async fn no_promise_after_the_gateways_goaway() -> Result<()> {
     gate.add_permits(1);
     nothing_more(&mut gw).await?;
     ensure!(gw.promises.is_empty(), "promised after GOAWAY");
+    Ok(())
+}
+
+/// The origin binary's own handler: a page served from the document root is
+/// followed by its closure, render-blocking first, each push carrying the
+/// file's bytes; another host's image and the page itself are not pushed.
+#[tokio::test]
+async fn the_files_service_pushes_a_pages_closure_from_the_root() -> Result<()> {
+    let root = tempfile::tempdir()?;
+    let write = |name: &str, body: &[u8]| std::fs::write(root.path().join(name), body);
+    write(
+        "index.html",
+        b"<!doctype html><html><head><link rel=stylesheet href=/style.css>\
+          <script src=/app.js></script></head><body><img src=/photo.png>\
+          <img src=http://elsewhere.example/x.png></body></html>",
+    )?;
+    write(
+        "style.css",
+        b"@font-face { font-family: f; src: url(/font.woff2) }",
+    )?;
+    write("app.js", b"console.log(1)")?;
+    write("photo.png", b"\x89PNG not really")?;
+    write("font.woff2", b"wOF2 not really")?;
+    let files = StaticFiles::new(&FilesConfig::new(root.path()))?;
+    let service = Arc::new(Service::files(files, Some(ClosureConfig::default())));
+    let mut gw = start_on(
+        BackendKind::FramedTcp,
+        service,
+        push_on(),
+        gateway_capabilities(),
+    )
+    .await?;
+    gw.max_pushes(16).await?;
+    let head = format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nAccept: text/html\r\n\r\n");
+    let id = gw.request_head(1, head, RequestClass::Demand).await?;
+    gw.push_budget(1, HOST, budget(id, 16, 1 << 20, Vec::new()))
+        .await?;
+    finished(&mut gw, 5).await?;
+    nothing_more(&mut gw).await?;
+    let targets = promised_targets(&gw);
+    ensure!(
+        targets.len() == 4
+            && targets[..3]
+                .iter()
+                .all(|t| ["/style.css", "/app.js", "/font.woff2"].contains(&t.as_str()))
+            && targets[3] == "/photo.png",
+        "render-blocking first, then the image, nothing else: {targets:?}"
+    );
+    for promise in &gw.promises {
+        let target = String::from_utf8_lossy(&promise.head)
+            .split(' ')
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        let on_disk = std::fs::read(root.path().join(target.trim_start_matches('/')))?;
+        ensure!(
+            gw.seen[&promise.id].body == on_disk,
+            "the push of {target} carries the file"
+        );
+    }
     Ok(())
 }
