@@ -75,6 +75,8 @@ pub struct GatewayConfigOverrides {
     pub header_timeout_ms: Option<u64>,
     /// `prefetch.enabled_for_origins`.
     pub prefetch_enabled: Option<bool>,
+    /// `push.enabled`: take the origins' pushes into the cache.
+    pub push_enabled: Option<bool>,
     /// The first `[[origin]]`'s `feedback.enabled`.
     pub feedback_enabled: Option<bool>,
     /// The first `[[origin]]`'s `backend` (auto, kernel, userspace, framed-tcp, quic).
@@ -121,6 +123,7 @@ impl GatewayConfig {
         let mut table: toml::Table = text.parse().map_err(|e| bad(format!("{e}")))?;
         override_intercept(&mut table, overrides);
         override_prefetch(&mut table, overrides).map_err(bad)?;
+        override_push(&mut table, overrides).map_err(bad)?;
         override_cache(&mut table, overrides).map_err(bad)?;
         override_http(&mut table, overrides).map_err(bad)?;
         override_origin(&mut table, overrides).map_err(bad)?;
@@ -272,6 +275,18 @@ fn override_prefetch(
     Ok(())
 }
 
+/// `push.enabled`.
+fn override_push(
+    table: &mut toml::Table,
+    overrides: &GatewayConfigOverrides,
+) -> Result<(), String> {
+    if let Some(enabled) = overrides.push_enabled {
+        let push = section(table, "push").ok_or_else(|| "push is not a table".to_owned())?;
+        push.insert("enabled".into(), enabled.into());
+    }
+    Ok(())
+}
+
 /// `http.max_connections` and `http.header_timeout`.
 fn override_http(
     table: &mut toml::Table,
@@ -414,6 +429,9 @@ pub struct DemoOptions {
     pub origin_transport: Option<String>,
     /// The origin's configuration file; `config/origin.toml` if `None`.
     pub origin_config: Option<PathBuf>,
+    /// The origin's `push.enabled` (the file is then rewritten into `dir`
+    /// with it); the file's own setting if `None`.
+    pub origin_push: Option<bool>,
     /// Changes to the shipped gateway config (the origin address and LAN
     /// interface are set to the topology's unless given here).
     pub gateway: GatewayConfigOverrides,
@@ -459,6 +477,7 @@ impl DemoOptions {
             origin_root: None,
             origin_transport: None,
             origin_config: None,
+            origin_push: None,
             gateway: GatewayConfigOverrides::default(),
             start_origin: true,
             start_gateway: true,
@@ -588,8 +607,11 @@ impl Demo {
             old.kill()?;
         }
         self.origin_starts += 1;
-        let config = (self.options.origin_config.clone())
+        let mut config = (self.options.origin_config.clone())
             .unwrap_or_else(|| self.options.workspace.join("config/origin.toml"));
+        if let Some(push) = self.options.origin_push {
+            config = origin_config_with_push(&config, push, &self.options.dir)?;
+        }
         let mut command = Command::new(&self.binaries.origin);
         command
             .arg("--config")
@@ -687,6 +709,30 @@ impl Demo {
     pub fn dir(&self) -> &Path {
         &self.options.dir
     }
+}
+
+/// `base` with `push.enabled = push`, written as `origin-push.toml` in `dir`;
+/// a relative `files.root` is made absolute, as it was relative to `base`.
+fn origin_config_with_push(base: &Path, push: bool, dir: &Path) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(base).map_err(io(format!("reading {}", base.display())))?;
+    let bad = |what: String| TestbedError::Config {
+        path: base.to_owned(),
+        what,
+    };
+    let mut table: toml::Table = text.parse().map_err(|e| bad(format!("{e}")))?;
+    section(&mut table, "push")
+        .ok_or_else(|| bad("push is not a table".to_owned()))?
+        .insert("enabled".into(), push.into());
+    if let Some(files) = table.get_mut("files").and_then(toml::Value::as_table_mut)
+        && let Some(root) = files.get("root").and_then(toml::Value::as_str)
+        && Path::new(root).is_relative()
+    {
+        let absolute = base.parent().unwrap_or(Path::new(".")).join(root);
+        files.insert("root".into(), absolute.display().to_string().into());
+    }
+    let path = dir.join("origin-push.toml");
+    std::fs::write(&path, table.to_string()).map_err(io(format!("writing {}", path.display())))?;
+    Ok(path)
 }
 
 /// The demo's HTTPS ([`DemoOptions::https`]): the certificate and origin
