@@ -1,14 +1,13 @@
-//! Any bytes as an HTML page and as a stylesheet: the prefetch extractors
-//! never panic, and every URL they yield is absolute, has no fragment and
-//! keeps the document's scheme (what the prefetch queue relies on).
+//! Any bytes as an HTML page and as a stylesheet: the extraction both
+//! daemons use (`page-resources`) never panics, and every URL it yields is
+//! absolute, has no fragment and keeps the document's scheme (what the
+//! prefetch queue and the origin's closure rely on).
 //!
 //! The first byte splits the input: HTML before the split point, CSS after.
 #![no_main]
 
-use gateway::prefetch::config::PrefetchConfig;
-use gateway::prefetch::css::extract_css;
-use gateway::prefetch::extract::extract_html;
 use libfuzzer_sys::fuzz_target;
+use page_resources::{ExtractConfig, extract_css, extract_html};
 use url::Url;
 
 fuzz_target!(|data: &[u8]| {
@@ -17,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let split = (usize::from(first) * rest.len()) / 255;
     let (html, css) = rest.split_at(split.min(rest.len()));
-    let config = PrefetchConfig::default();
+    let config = ExtractConfig::default();
     let page = Url::parse("http://demo.example/dir/page.html").expect("valid URL");
     let sheet = Url::parse("http://demo.example/css/site.css").expect("valid URL");
     let content_type = if first & 1 == 0 {

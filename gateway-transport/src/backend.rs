@@ -25,8 +25,10 @@ use std::str::FromStr;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::config::AssociationConfig;
 use crate::contract::{Backend, BackendAssociation, BackendListener};
-use crate::{AssociationConfig, Message, StreamCounts, TransportError};
+use crate::error::TransportError;
+use crate::message::{Message, StreamCounts};
 
 /// Registers the backends: for each, its [`BackendKind`] variant, its name in
 /// the configuration, the words the logs use for it, and its [`Backend`]

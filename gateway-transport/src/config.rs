@@ -8,7 +8,7 @@ use std::time::Duration;
 use sctp::stream_scheduler::StreamSchedulerKind;
 use serde::{Deserialize, Serialize};
 
-use crate::TransportError;
+use crate::error::TransportError;
 
 /// Whether the userspace backend batches UDP datagrams (GSO on send, GRO on
 /// receive). In the configuration (`[transport.userspace] udp_offload`):

@@ -11,7 +11,9 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 
-use crate::{AssociationConfig, Message, StreamCounts, TransportError};
+use crate::config::AssociationConfig;
+use crate::error::TransportError;
+use crate::message::{Message, StreamCounts};
 
 /// What a backend is: how it opens associations and how it checks its
 /// settings. Implemented on a unit type of the backend's module.

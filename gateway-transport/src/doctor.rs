@@ -7,7 +7,8 @@
 
 use daemon_config::doctor::Check;
 
-use crate::{AssociationConfig, BackendChoice, BackendKind};
+use crate::backend::{BackendChoice, BackendKind};
+use crate::config::AssociationConfig;
 
 pub use crate::host::kernel_sctp_udp_port;
 

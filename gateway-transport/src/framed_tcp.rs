@@ -26,7 +26,9 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::{AssociationConfig, Message, StreamCounts, TransportError};
+use crate::config::AssociationConfig;
+use crate::error::TransportError;
+use crate::message::{Message, StreamCounts};
 
 /// First bytes of the preamble.
 const MAGIC: &[u8; 4] = b"GWFT";
@@ -636,7 +638,7 @@ impl Listener {
         socket.set_nonblocking(true)?;
         // As `TcpListener::bind` does: a restarted origin rebinds at once.
         socket.set_reuse_address(true)?;
-        crate::ipv6_only(&socket, addr)?;
+        crate::host::ipv6_only(&socket, addr)?;
         socket.bind(&addr.into())?;
         socket.listen(LISTEN_BACKLOG)?;
         Ok(Self {

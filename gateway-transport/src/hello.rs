@@ -15,7 +15,8 @@
 
 use gateway_protocol::{CONTROL_STREAM, Capabilities, Reaction, Role, Session, SessionConfig};
 
-use crate::{Association, TransportError};
+use crate::association::Association;
+use crate::error::TransportError;
 
 /// Why the HELLO exchange did not open a session.
 #[derive(Debug, thiserror::Error)]

@@ -26,19 +26,18 @@
 //! the origin's tools share it.
 //! Start reading at [`connect`], [`Listener`] and [`Association`].
 //!
-//! Module map (`A > B`: A may import B): `hello`, `doctor` > `lib` >
-//! `backend` (the [`BackendKind`] list; the only place that names every
-//! backend) > one module per backend (`kernel`, `userspace`, `framed_tcp`,
-//! `quic`, none importing another) > `contract` (the traits each backend
-//! implements) > `config` > {`error`, `host`, `sync` (the workspace's one
-//! lock helper, which the daemons re-export), `log_limit`}. Adding a backend
+//! Module map (`A > B`: A may import B): `lib` (declarations and re-exports
+//! only) > `hello`, `doctor` > `association` (the facade: [`Association`],
+//! [`Listener`], [`connect`]) > `backend` (the [`BackendKind`] list; the only
+//! place that names every backend) > one module per backend (`kernel`,
+//! `userspace`, `framed_tcp`, `quic`, none importing another) > `contract`
+//! (the traits each backend implements) > `config` > {`error`, `host`,
+//! `message`, `sync` (the workspace's one lock helper, which the daemons
+//! re-export), `log_limit`}. Inside the crate a module imports what it uses
+//! from the module that defines it, never through `lib`. Adding a backend
 //! is one module and one line in `backend`'s `backends!` list.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-
-use bytes::Bytes;
-
+mod association;
 mod backend;
 mod config;
 mod contract;
@@ -56,7 +55,7 @@ pub mod quic;
 pub mod sync;
 pub mod userspace;
 
-use backend::{AnyAssociation, AnyListener};
+pub use association::{Association, Listener, connect};
 pub use backend::{BackendChoice, BackendKind, Wire};
 pub use config::{
     AssociationConfig, Congestion, DeprecatedKeys, FLAT_KEYS, KernelConfig, QuicConfig,
@@ -70,201 +69,3 @@ pub use sctp::{
     Counters as SctpCounters, DEFAULT_INIT_ACKS_PER_SECOND, Limits as SctpLimits,
     Stats as SctpStats, stream_scheduler::StreamSchedulerKind,
 };
-
-/// An established association. Cheap to clone; all clones share it.
-///
-/// Any number of tasks may [`send`](Self::send) at once; messages on one stream
-/// keep the order in which their `send` calls completed. [`recv`](Self::recv) is
-/// meant for one task (the driver); concurrent callers each get distinct messages.
-#[derive(Debug, Clone)]
-pub struct Association {
-    inner: Arc<AnyAssociation>,
-}
-
-impl Association {
-    /// Which backend carries it.
-    pub fn kind(&self) -> BackendKind {
-        self.inner.kind()
-    }
-
-    /// The kernel backend's association, for what only kernel SCTP offers (its
-    /// stream schedulers); `None` for the other backends.
-    pub fn kernel(&self) -> Option<&kernel::Association> {
-        match &*self.inner {
-            AnyAssociation::Kernel(a) => Some(a),
-            _ => None,
-        }
-    }
-
-    /// The userspace backend's association, for its batched I/O counters
-    /// (tests and benchmarks); `None` for the other backends.
-    #[doc(hidden)]
-    pub fn userspace(&self) -> Option<&userspace::Association> {
-        match &*self.inner {
-            AnyAssociation::Userspace(a) => Some(a),
-            _ => None,
-        }
-    }
-
-    /// Negotiated stream counts.
-    pub fn streams(&self) -> StreamCounts {
-        self.inner.streams()
-    }
-
-    /// The peer's address (for the userspace backend, its UDP address).
-    pub fn peer_addr(&self) -> SocketAddr {
-        self.inner.peer_addr()
-    }
-
-    /// Whether the association carries user data in I-DATA chunks (RFC 8260),
-    /// so that a large message on one stream does not hold back the others'
-    /// (see [`UserspaceConfig::idata`]). Kernel: the kernel's
-    /// `SCTP_INTERLEAVING_SUPPORTED` for the association (false if it cannot
-    /// say); userspace: what the handshake negotiated; framed TCP and QUIC:
-    /// false.
-    pub fn idata(&self) -> bool {
-        self.inner.idata()
-    }
-
-    /// Our userspace stack's transmission state and loss-recovery counts
-    /// (retransmissions, tail-loss probes, RTOs): what a slow transfer was
-    /// made of. `None` for the other backends, whose stacks do not say.
-    pub fn sctp_stats(&self) -> Option<sctp::Stats> {
-        self.inner.sctp_stats()
-    }
-
-    /// Queues `data` as one message on `stream`. Waits while the stream's send
-    /// queue holds more than [`AssociationConfig::max_buffered_per_stream`] bytes.
-    pub async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
-        self.inner.send(stream, data).await
-    }
-
-    /// The next message from any stream. Cancel-safe: a message is never lost
-    /// because the future was dropped. `Err(Closed)` after a graceful close by
-    /// either side, `Err(Aborted)` if the peer aborted.
-    pub async fn recv(&self) -> Result<Message, TransportError> {
-        self.inner.recv().await
-    }
-
-    /// Bytes accepted by [`send`](Self::send) on `stream` and still waiting in the
-    /// transport's queue: userspace, not yet sent once (data in flight no longer
-    /// counts); framed TCP, not yet written to the socket; QUIC, not yet accepted
-    /// by quinn's send stream. `None` where the backend cannot tell per stream
-    /// (kernel).
-    pub fn buffered(&self, stream: u16) -> Option<usize> {
-        self.inner.buffered(stream)
-    }
-
-    /// [`buffered`](Self::buffered) of each of `streams`, appended to `out` as
-    /// `(stream, bytes)`; a stream the backend cannot tell is left out. One
-    /// lock for all of them where the backend has one (a scheduler reads every
-    /// busy stream before each decision).
-    pub fn buffered_each(&self, streams: impl IntoIterator<Item = u16>, out: &mut Vec<(u16, u64)>) {
-        self.inner.buffered_each(streams, out)
-    }
-
-    /// Graceful close: what was sent is delivered, then the association ends. The
-    /// peer's `recv` returns `Err(Closed)` after its last message.
-    pub async fn close(&self) -> Result<(), TransportError> {
-        self.inner.close().await
-    }
-
-    /// Ends the association at once; queued data is dropped and the peer's `recv`
-    /// returns `Err(Aborted)`.
-    pub fn abort(&self) {
-        self.inner.abort()
-    }
-}
-
-/// Accepts associations on one local address.
-#[derive(Debug)]
-pub struct Listener {
-    inner: AnyListener,
-}
-
-impl Listener {
-    /// Binds `addr` with the given backend (resolve [`BackendChoice`] first).
-    pub async fn bind(
-        kind: BackendKind,
-        addr: SocketAddr,
-        config: &AssociationConfig,
-    ) -> Result<Self, TransportError> {
-        config.validate()?;
-        Ok(Listener {
-            inner: AnyListener::bind(kind, addr, config).await?,
-        })
-    }
-
-    /// The bound address (useful after binding port 0).
-    pub fn local_addr(&self) -> Result<SocketAddr, TransportError> {
-        self.inner.local_addr()
-    }
-
-    /// QUIC only: the SHA-256 of the listener's certificate (lowercase hex), the
-    /// value the connecting side needs as `[transport.quic] server_cert_sha256`. `None` for
-    /// the other backends.
-    pub fn quic_cert_sha256(&self) -> Option<&str> {
-        self.inner.cert_sha256()
-    }
-
-    /// The next established association.
-    pub async fn accept(&self) -> Result<Association, TransportError> {
-        Ok(Association {
-            inner: Arc::new(self.inner.accept().await?),
-        })
-    }
-}
-
-/// Opens an association to `addr`, giving up after
-/// [`AssociationConfig::connect_timeout`].
-pub async fn connect(
-    kind: BackendKind,
-    addr: SocketAddr,
-    config: &AssociationConfig,
-) -> Result<Association, TransportError> {
-    config.validate()?;
-    let inner = tokio::time::timeout(
-        config.connect_timeout,
-        AnyAssociation::connect(kind, addr, config),
-    )
-    .await
-    .map_err(|_| TransportError::ConnectTimeout(config.connect_timeout))??;
-    Ok(Association {
-        inner: Arc::new(inner),
-    })
-}
-
-impl AssociationConfig {
-    /// Rejects values no backend can honour, naming the setting: the settings
-    /// every backend shares, then each backend's own (all of them, whichever
-    /// is chosen, so that a bad file is refused at start).
-    pub fn validate(&self) -> Result<(), TransportError> {
-        self.validate_common()?;
-        backend::validate_each(self)
-    }
-
-    /// What the connecting side of `kind` needs beyond [`validate`](Self::validate)
-    /// (QUIC: the listener's certificate pin), for a daemon to refuse at start
-    /// what `connect` would refuse on every attempt.
-    pub fn validate_connecting(&self, kind: BackendKind) -> Result<(), TransportError> {
-        backend::validate_connecting(kind, self)
-    }
-}
-
-/// Makes an IPv6 socket IPv6-only (`IPV6_V6ONLY`) before it is bound; an IPv4
-/// one is left alone.
-///
-/// Every backend's IPv6 sockets are, whatever the host's
-/// `net.ipv6.bindv6only`: a listener on `[::]:P` then takes IPv6 only, and
-/// one on `0.0.0.0:P` beside it takes IPv4, as the shipped origin.toml asks.
-/// A dual-stack `[::]:P` would hold the IPv4 port too, so the second bind
-/// would fail with "Address already in use" and whichever came second would
-/// be missing. A single `[::]:P` that should take IPv4 as well is written as
-/// two addresses (docs/transport.md, "Listen addresses"); this is what nginx
-/// does with `listen [::]:80`.
-pub(crate) fn ipv6_only(socket: &socket2::Socket, addr: SocketAddr) -> std::io::Result<()> {
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    Ok(())
-}

@@ -60,7 +60,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::{AssociationConfig, Congestion, Message, StreamCounts, TransportError};
+use crate::config::{AssociationConfig, Congestion};
+use crate::error::TransportError;
+use crate::message::{Message, StreamCounts};
 
 /// ALPN of this framing: a peer that speaks anything else fails the handshake.
 const ALPN: &[u8] = b"gw-transport-quic/1";
@@ -891,7 +893,7 @@ fn udp_socket(
         socket.set_recv_buffer_size(size)?;
     }
     socket.set_nonblocking(true)?;
-    crate::ipv6_only(&socket, addr)?;
+    crate::host::ipv6_only(&socket, addr)?;
     socket.bind(&addr.into())?;
     Ok(socket.into())
 }

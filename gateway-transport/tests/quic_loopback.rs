@@ -7,9 +7,8 @@
 //! `throughput_probe` (ignored) prints bulk Mbit/s; run it with
 //! `cargo test --release -p gateway-transport --test quic_loopback -- --ignored --nocapture`.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -17,43 +16,13 @@ use bytes::Bytes;
 use gateway_transport::{
     AssociationConfig, BackendKind, Congestion, Listener, QuicConfig, TransportError, connect,
 };
-use tokio::net::UdpSocket;
 use tokio::time::timeout;
 
 mod support;
 
-use support::loopback::{TEST_LIMIT, V4, config, numbered, pair, payload, pinned};
-
-/// A UDP relay between a client and a listener that can be told to go silent.
-async fn relay(upstream: SocketAddr, silent: Arc<AtomicBool>) -> Result<SocketAddr> {
-    let front = UdpSocket::bind("127.0.0.1:0").await?;
-    let back = UdpSocket::bind("127.0.0.1:0").await?;
-    back.connect(upstream).await?;
-    let addr = front.local_addr()?;
-    tokio::spawn(async move {
-        let mut client = None;
-        let mut a = vec![0u8; 65536];
-        let mut b = vec![0u8; 65536];
-        loop {
-            tokio::select! {
-                r = front.recv_from(&mut a) => {
-                    let Ok((n, from)) = r else { return };
-                    client = Some(from);
-                    if !silent.load(Ordering::Relaxed) {
-                        let _ = back.send(&a[..n]).await;
-                    }
-                }
-                r = back.recv(&mut b) => {
-                    let Ok(n) = r else { return };
-                    if let (Some(to), false) = (client, silent.load(Ordering::Relaxed)) {
-                        let _ = front.send_to(&b[..n], to).await;
-                    }
-                }
-            }
-        }
-    });
-    Ok(addr)
-}
+use support::loopback::{
+    RelayControl, TEST_LIMIT, V4, config, numbered, pair, payload, pinned, relay,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_peer_is_reported_unreachable() -> Result<()> {
@@ -64,8 +33,8 @@ async fn silent_peer_is_reported_unreachable() -> Result<()> {
             ..config()
         };
         let listener = Listener::bind(BackendKind::Quic, V4.parse()?, &cfg).await?;
-        let silent = Arc::new(AtomicBool::new(false));
-        let via = relay(listener.local_addr()?, Arc::clone(&silent)).await?;
+        let control = Arc::new(RelayControl::default());
+        let via = relay(listener.local_addr()?, Arc::clone(&control)).await?;
         let client_cfg = pinned(&listener, &cfg);
         let (client, server) = tokio::join!(
             connect(BackendKind::Quic, via, &client_cfg),
@@ -74,7 +43,7 @@ async fn silent_peer_is_reported_unreachable() -> Result<()> {
         let (client, server) = (client?, server?);
         client.send(0, Bytes::from_static(b"hello")).await?;
         ensure!(server.recv().await?.data == "hello");
-        silent.store(true, Ordering::Relaxed);
+        control.silent.store(true, Ordering::Relaxed);
         let started = Instant::now();
         for side in [&client, &server] {
             match side.recv().await {
@@ -118,102 +87,12 @@ async fn connect_to_a_silent_port_fails_in_time() -> Result<()> {
     .await?
 }
 
-/// User plus system CPU time of this process, from `/proc/self/stat` (in clock
-/// ticks of 10 ms).
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are 14 and 15.
-    let rest = stat.rsplit(')').next().unwrap_or_default();
-    let ticks: f64 = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|f| f.parse::<f64>().ok())
-        .sum();
-    ticks / 100.0
-}
-
 /// Bulk transfer over loopback: prints Mbit/s per message size, and Mbit per
 /// CPU second, which shared machines disturb less.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a check; run with --release --ignored --nocapture"]
 async fn throughput_probe() -> Result<()> {
-    let streams: u16 = std::env::var("PROBE_STREAMS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(16);
-    let secs: u64 = std::env::var("PROBE_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
-    let buffered: usize = std::env::var("PROBE_BUFFERED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(64 * 1024);
-    for size in [16 * 1024, 64 * 1024] {
-        let max_message: usize = std::env::var("PROBE_MAX_MESSAGE")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(AssociationConfig::default().max_message);
-        let cfg = AssociationConfig {
-            max_buffered_per_stream: buffered,
-            max_message,
-            ..config()
-        };
-        let (_listener, server, client) = pair(BackendKind::Quic, V4, &cfg, &cfg).await?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let received = Arc::new(AtomicU64::new(0));
-        let reader = {
-            let received = Arc::clone(&received);
-            tokio::spawn(async move {
-                while let Ok(m) = server.recv().await {
-                    received.fetch_add(m.data.len() as u64, Ordering::Relaxed);
-                }
-            })
-        };
-        let msg = payload(0, 0, size);
-        let mut writers = Vec::new();
-        for stream in 0..streams {
-            let (client, msg, stop) = (client.clone(), msg.clone(), Arc::clone(&stop));
-            writers.push(tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    if client.send(stream, msg.clone()).await.is_err() {
-                        break;
-                    }
-                }
-            }));
-        }
-        // Skip slow start, then measure.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let (t0, c0, b0) = (
-            Instant::now(),
-            cpu_seconds(),
-            received.load(Ordering::Relaxed),
-        );
-        tokio::time::sleep(Duration::from_secs(secs)).await;
-        let (t1, c1, b1) = (
-            Instant::now(),
-            cpu_seconds(),
-            received.load(Ordering::Relaxed),
-        );
-        stop.store(true, Ordering::Relaxed);
-        let mbits = (b1 - b0) as f64 * 8.0 / 1e6;
-        println!(
-            "quic loopback: {streams} streams x {} KiB messages, {} KiB queue per stream: \
-             {:.0} Mbit/s, {:.0} Mbit per CPU second ({:.2} CPUs busy)",
-            size / 1024,
-            buffered / 1024,
-            mbits / (t1 - t0).as_secs_f64(),
-            mbits / (c1 - c0),
-            (c1 - c0) / (t1 - t0).as_secs_f64(),
-        );
-        for w in writers {
-            w.await?;
-        }
-        client.abort();
-        reader.await?;
-    }
-    Ok(())
+    support::loopback::throughput_probe(BackendKind::Quic).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@
 //! - `@document URL`: the page's (or stylesheet's) URL; default
 //!   `http://example.test/corpus/NAME.html` (`.css`).
 //! - `@content-type VALUE`: the response's `Content-Type`; default none.
-//! - `@viewport-width N`: [`PrefetchConfig::viewport_width`].
+//! - `@viewport-width N`: [`ExtractConfig::viewport_width`].
 //!
 //! HTML pages are also fed in small chunks, with the first parse as early as
 //! the scanner allows, and must give the same list as in one piece.
@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use gateway::prefetch::extract::PRESCAN_BYTES;
-use gateway::prefetch::{HtmlScanner, PrefetchConfig, extract_css};
+use gateway::prefetch::{ExtractConfig, HtmlScanner, extract_css};
 use testbed::corpus::{self, ObjectKind};
 use url::Url;
 
@@ -36,7 +36,7 @@ struct Case {
     body: Vec<u8>,
     document: Url,
     content_type: Option<String>,
-    config: PrefetchConfig,
+    config: ExtractConfig,
     expected: Vec<String>,
 }
 
@@ -71,7 +71,7 @@ fn load(path: &Path) -> Case {
     ))
     .expect("the default document URL");
     let mut content_type = None;
-    let mut config = PrefetchConfig::default();
+    let mut config = ExtractConfig::default();
     let mut expected = Vec::new();
     for line in listing.lines().map(str::trim_end) {
         if line.is_empty() || line.starts_with('#') {
@@ -256,7 +256,7 @@ fn the_generated_page_corpus_is_found_in_full() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let pages = corpus::generate(dir.path(), 11).expect("the corpus generates");
     let origin = Url::parse("http://corpus.test/").expect("the origin URL");
-    let config = PrefetchConfig::default();
+    let config = ExtractConfig::default();
     let listed = |objects: &mut dyn Iterator<Item = &corpus::ObjectSpec>| -> BTreeSet<String> {
         objects
             .map(|o| {

@@ -36,12 +36,18 @@
 //! [`access`] wraps the handler with the access log; [`doctor`] checks the
 //! host for what a configuration needs (`origin doctor`).
 //!
+//! [`closure`] works out what to push with a page the files serve: its
+//! same-host subresources, render-blocking first, once per file version,
+//! read through [`files`] with the `page-resources` extraction the gateway's
+//! prefetch uses too.
+//!
 //! Layering (docs/architecture.md): a module imports only modules to its right
-//! in `doctor` > `config` > `access` > `service` > {`proxy`, `synthetic`,
-//! `files`} > `server` > {`tls`, `metrics` > `response_scheduler`, `ebpf` >
+//! in `doctor` > `config` > `access` > `service` > `closure` > {`proxy`,
+//! `synthetic`, `files`} > `server` > {`tls`, `metrics` > `response_scheduler`, `ebpf` >
 //! `egress`}; [`sync`] (the lock helper) is a leaf under all.
 
 pub mod access;
+pub mod closure;
 pub mod config;
 pub mod doctor;
 pub mod ebpf;

@@ -28,8 +28,10 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::watch;
 
+use crate::config::AssociationConfig;
+use crate::error::TransportError;
+use crate::message::{Message, StreamCounts};
 use crate::sync::lock;
-use crate::{AssociationConfig, Message, StreamCounts, TransportError};
 
 mod sys;
 
@@ -687,7 +689,7 @@ fn new_socket(addr: SocketAddr, config: &AssociationConfig) -> Result<Socket, Tr
         _ => TransportError::Io(e),
     })?;
     socket.set_nonblocking(true)?;
-    crate::ipv6_only(&socket, addr)?;
+    crate::host::ipv6_only(&socket, addr)?;
     let fd = socket.as_fd();
     let initmsg = sys::SctpInitmsg {
         sinit_num_ostreams: config.streams,

@@ -815,7 +815,7 @@ impl Driver {
             Event::Connected => {
                 st.established = true;
                 if let Some((outbound, inbound)) = st.proto.streams() {
-                    st.counts = crate::StreamCounts { outbound, inbound };
+                    st.counts = crate::message::StreamCounts { outbound, inbound };
                 }
                 tracing::debug!(peer = %st.proto.remote(), counts = ?st.counts, "SCTP association up");
                 wake.changed = true;
@@ -1030,7 +1030,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    use crate::AssociationConfig;
+    use crate::config::AssociationConfig;
     use crate::userspace::{Listener, connect};
 
     /// The ports whose drivers panic at their next datagram. By port, so
@@ -1073,9 +1073,11 @@ mod tests {
     }
 
     /// `received` is the error an association ended by the injected panic gives.
-    fn ended_by_the_injected_panic(received: Result<crate::Message, crate::TransportError>) {
+    fn ended_by_the_injected_panic(
+        received: Result<crate::message::Message, crate::error::TransportError>,
+    ) {
         match received {
-            Err(crate::TransportError::Protocol(why)) => {
+            Err(crate::error::TransportError::Protocol(why)) => {
                 assert!(why.contains("panicked: injected by a test"), "{why}");
             }
             other => panic!("expected the association to fail, got {other:?}"),

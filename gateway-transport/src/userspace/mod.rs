@@ -55,10 +55,10 @@ use bytes::Bytes;
 use rand::Rng;
 use tokio::sync::Notify;
 
+use crate::config::{AssociationConfig, Congestion, UserspaceConfig};
+use crate::error::TransportError;
+use crate::message::{Message, StreamCounts};
 use crate::sync::lock;
-use crate::{
-    AssociationConfig, Congestion, Message, StreamCounts, TransportError, UserspaceConfig,
-};
 
 /// Receive window above the largest message, bytes. The window must hold one
 /// whole message (delivery is whole messages only) plus room for the data
@@ -224,7 +224,7 @@ fn bind_socket(
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     socket.set_nonblocking(true)?;
-    crate::ipv6_only(&socket, addr)?;
+    crate::host::ipv6_only(&socket, addr)?;
     // Best effort: a smaller buffer than asked for only costs throughput.
     let recv = config.recv_buffer.unwrap_or(DEFAULT_SOCKET_BUFFER);
     let send = config.send_buffer.unwrap_or(DEFAULT_SOCKET_BUFFER);
@@ -432,12 +432,12 @@ impl Drop for Association {
 }
 
 impl Association {
-    /// Negotiated stream counts (see [`crate::Association::streams`]).
+    /// Negotiated stream counts (see the facade's `Association::streams`).
     pub(crate) fn streams(&self) -> StreamCounts {
         lock(&self.shared.state).counts
     }
 
-    /// Whether the handshake negotiated I-DATA (see [`crate::Association::idata`]).
+    /// Whether the handshake negotiated I-DATA (see the facade's `Association::idata`).
     pub(crate) fn idata(&self) -> bool {
         lock(&self.shared.state).proto.idata()
     }
@@ -450,7 +450,7 @@ impl Association {
     }
 
     /// The protocol core's transmission state and counts (see
-    /// [`crate::Association::sctp_stats`]).
+    /// the facade's `Association::sctp_stats`).
     pub(crate) fn sctp_stats(&self) -> sctp::Stats {
         lock(&self.shared.state).proto.stats()
     }
@@ -463,7 +463,7 @@ impl Association {
     }
 
     /// Queues one message; waits while the stream's unsent bytes exceed
-    /// `max_buffered_per_stream` (see [`crate::Association::send`]). An empty
+    /// `max_buffered_per_stream` (see the facade's `Association::send`). An empty
     /// message travels as one byte marked by its payload protocol identifier.
     pub(crate) async fn send(&self, stream: u16, data: Bytes) -> Result<(), TransportError> {
         let settings = &self.shared.settings;
@@ -532,7 +532,7 @@ impl Association {
 
     /// The next message, in the order the core delivers them; cancel-safe,
     /// since a message leaves the core only inside one synchronous critical
-    /// section (see [`crate::Association::recv`]).
+    /// section (see the facade's `Association::recv`).
     pub(crate) async fn recv(&self) -> Result<Message, TransportError> {
         loop {
             let notified = self.shared.readable.notified();
@@ -602,7 +602,7 @@ impl Association {
     }
 
     /// Graceful close: waits until everything sent is acknowledged and the
-    /// SHUTDOWN exchange is complete (see [`crate::Association::close`]).
+    /// SHUTDOWN exchange is complete (see the facade's `Association::close`).
     pub(crate) async fn close(&self) -> Result<(), TransportError> {
         {
             let mut st = lock(&self.shared.state);

@@ -4,7 +4,12 @@
 //! The lead hooks this into `GatewayConfig` as `pub prefetch: PrefetchConfig`;
 //! until then it is usable on its own (tests, the I/O-free core).
 
+use page_resources::ExtractConfig;
 use serde::{Deserialize, Serialize};
+
+pub use page_resources::{
+    DEFAULT_CSS_IMPORT_DEPTH, DEFAULT_MAX_HTML_BYTES, DEFAULT_VIEWPORT_WIDTH,
+};
 
 /// Default most prefetches for one page (its HTML and its frames together).
 /// A median page asks for about 70 subresources.
@@ -17,12 +22,6 @@ pub const DEFAULT_MAX_BYTES_PER_PAGE: u64 = 8 << 20;
 /// page's prefetches should all be under way before its browser asks
 /// (the e2e test's page has 36 subresources).
 pub const DEFAULT_MAX_CONCURRENT_PER_ORIGIN: u32 = 32;
-/// Default most bytes of an HTML body scanned: 2 MiB.
-pub const DEFAULT_MAX_HTML_BYTES: u64 = 2 << 20;
-/// Default `@import` chain followed: a stylesheet's imports, and theirs.
-pub const DEFAULT_CSS_IMPORT_DEPTH: u32 = 2;
-/// Default window width, CSS pixels, for `srcset`, `sizes` and `media`.
-pub const DEFAULT_VIEWPORT_WIDTH: u32 = 1280;
 /// Default time a page stays tracked after its HTML started, seconds.
 pub const DEFAULT_PAGE_LIFETIME_SECS: u64 = 30;
 
@@ -87,7 +86,25 @@ pub struct PrefetchConfigError {
     pub reason: String,
 }
 
+impl From<&PrefetchConfig> for ExtractConfig {
+    /// The extraction's knobs from `[prefetch]`; a stylesheet's byte limit
+    /// has no key and stays the extraction's default.
+    fn from(config: &PrefetchConfig) -> Self {
+        ExtractConfig {
+            viewport_width: config.viewport_width,
+            max_html_bytes: config.max_html_bytes,
+            css_import_depth: config.css_import_depth,
+            ..ExtractConfig::default()
+        }
+    }
+}
+
 impl PrefetchConfig {
+    /// The extraction's knobs ([`ExtractConfig`]) from this section.
+    pub fn extract_config(&self) -> ExtractConfig {
+        ExtractConfig::from(self)
+    }
+
     /// Whether anything is prefetched at all.
     pub fn enabled(&self) -> bool {
         self.enabled_for_origins || self.enabled_for_direct
@@ -144,6 +161,29 @@ mod tests {
         assert!(parsed.enabled_for_direct);
         assert_eq!(parsed.viewport_width, DEFAULT_VIEWPORT_WIDTH);
         assert!(toml::from_str::<PrefetchConfig>("max_prefetches = 1\n").is_err());
+    }
+
+    #[test]
+    fn the_extraction_gets_the_sections_knobs() {
+        assert_eq!(
+            PrefetchConfig::default().extract_config(),
+            ExtractConfig::default()
+        );
+        let narrow = PrefetchConfig {
+            viewport_width: 400,
+            max_html_bytes: 64 << 10,
+            css_import_depth: 0,
+            ..PrefetchConfig::default()
+        };
+        let extract = narrow.extract_config();
+        assert_eq!(
+            (
+                extract.viewport_width,
+                extract.max_html_bytes,
+                extract.css_import_depth
+            ),
+            (400, 64 << 10, 0)
+        );
     }
 
     #[test]

@@ -141,6 +141,7 @@ mod tests {
         let image = Resource {
             url: Url::parse("http://example.test/a.png").expect("URL"),
             kind: Kind::Image,
+            render_blocking: false,
         };
         let sent = prefetch_request_headers(&browser, &document, &image);
         let mut names: Vec<&str> = sent.keys().map(|n| n.as_str()).collect();
@@ -162,6 +163,7 @@ mod tests {
         let other_origin = Resource {
             url: Url::parse("http://cdn.test/a.css").expect("URL"),
             kind: Kind::Style,
+            render_blocking: false,
         };
         let sent = prefetch_request_headers(&browser, &document, &other_origin);
         assert!(!sent.contains_key(header::REFERER));
@@ -170,6 +172,7 @@ mod tests {
         let frame = Resource {
             url: Url::parse("http://example.test/frame.html").expect("URL"),
             kind: Kind::Document,
+            render_blocking: false,
         };
         assert_eq!(
             prefetch_request_headers(&browser, &document, &frame)[header::ACCEPT],

@@ -36,8 +36,9 @@ use url::Url;
 
 use super::queue::{ConnectionId, Scan};
 use super::{
-    Action, Demand, FetchId, HtmlScanner, PageId, PrefetchConfig, PrefetchQueue, PrefetchStats,
-    RecentPage, Resource, extract_css, is_css, is_html, keep_prefetched, prefetch_request_headers,
+    Action, Demand, ExtractConfig, FetchId, HtmlScanner, PageId, PrefetchConfig, PrefetchQueue,
+    PrefetchStats, RecentPage, Resource, extract_css, is_css, is_html, keep_prefetched,
+    prefetch_request_headers,
 };
 use crate::body::{Body, BoxError};
 use crate::cache::{Asker, Cache, CacheRequest, Purge, ServeError};
@@ -96,6 +97,8 @@ struct State {
 #[derive(Debug)]
 pub struct Prefetcher {
     config: PrefetchConfig,
+    /// The extraction's part of `config`.
+    extract: ExtractConfig,
     cache: Cache,
     state: Mutex<State>,
     /// The driver waits on this for new actions.
@@ -108,6 +111,7 @@ impl Prefetcher {
     pub fn new(config: &PrefetchConfig, cache: Cache) -> Self {
         Self {
             config: config.clone(),
+            extract: config.extract_config(),
             cache,
             state: Mutex::new(State {
                 queue: PrefetchQueue::new(config),
@@ -245,7 +249,7 @@ impl Prefetcher {
             s.pages.insert(page, context);
             page
         });
-        let scanner = HtmlScanner::new(document, content_type.as_deref(), &self.config);
+        let scanner = HtmlScanner::new(document, content_type.as_deref(), &self.extract);
         let (tx, rx) = mpsc::channel(PAGE_CHUNKS);
         tokio::spawn(scan_page(Arc::clone(self), page, scanner, rx));
         tee(response, tx, Some((Arc::clone(self), page)))
@@ -401,7 +405,7 @@ impl Prefetcher {
         }
         if let Some(scan) = scan {
             let body: Vec<u8> = kept.concat();
-            let found = scan_body(scan, url, content_type.as_deref(), &body, &self.config);
+            let found = scan_body(scan, url, content_type.as_deref(), &body, &self.extract);
             report_discovered(self, fetch, url, found).await;
         }
         Outcome::Complete
@@ -458,7 +462,7 @@ fn scan_body(
     url: &Url,
     content_type: Option<&str>,
     body: &[u8],
-    config: &PrefetchConfig,
+    config: &ExtractConfig,
 ) -> Vec<Resource> {
     match scan {
         Scan::Css => extract_css(url, content_type, None, body, config).into_vec(),
@@ -627,13 +631,13 @@ async fn scan_fetch(
             content_type.as_deref(),
             None,
             &body,
-            &prefetcher.config,
+            &prefetcher.extract,
         )
         .into_vec(),
         Scan::Css => Vec::new(),
         Scan::Html => {
             let mut scanner =
-                HtmlScanner::new(url.clone(), content_type.as_deref(), &prefetcher.config);
+                HtmlScanner::new(url.clone(), content_type.as_deref(), &prefetcher.extract);
             scanner.handle_chunk(&body);
             scanner.handle_end();
             std::iter::from_fn(|| scanner.poll_resource()).collect()

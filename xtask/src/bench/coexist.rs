@@ -49,8 +49,9 @@ use testbed::probe::{RttReport, UdpEcho, measure_rtt};
 use testbed::topology::WAN;
 use testbed::{LinkParams, Loss, WanParams, WanStats};
 
+use super::common::field;
 use super::common::{build_example_with, load_average, report_header};
-use super::link::{Pair, Sides, WanCell, WanPath, field, jain_index, run_pairs_with, window_mbit};
+use super::link::{Pair, Sides, WanCell, WanPath, jain_index, run_pairs_with, window_mbit};
 use crate::cmd::{install_stop_handlers, stop_requested, workspace_root};
 
 /// Prefix of this benchmark's namespace names.

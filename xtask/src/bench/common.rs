@@ -296,3 +296,24 @@ pub(super) fn stdout_lines(child: &mut Child) -> Result<std::sync::mpsc::Receive
     });
     Ok(rx)
 }
+
+/// A number field of a measuring program's JSON line.
+pub(super) fn field(line: &str, name: &str) -> Option<f64> {
+    let start = line.find(&format!("\"{name}\":"))? + name.len() + 3;
+    let rest = &line[start..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    rest[..end].trim().parse().ok()
+}
+
+/// An array-of-numbers field of a measuring program's JSON line (`"bins":[1,2,3]`).
+pub(super) fn array_field(line: &str, name: &str) -> Option<Vec<f64>> {
+    let start = line.find(&format!("\"{name}\":["))? + name.len() + 4;
+    let rest = &line[start..];
+    let end = rest.find(']')?;
+    rest[..end]
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().ok())
+        .collect()
+}

@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use testbed::{VethPair, exec_in, ip, sysctl};
 
+use super::common::{array_field, field};
 use super::common::{build_example, cpu_seconds, load_average, report_header, stdout_lines};
-use super::link::{array_field, field};
 use crate::cmd::workspace_root;
 
 /// Namespace prefix of this benchmark.

@@ -30,7 +30,7 @@ use anyhow::{Context as _, Result, bail};
 use testbed::topology::{HOST_IF, WAN, WAN_IF};
 use testbed::{Topology, VethPair, WanEmulator, WanLink, WanParams};
 
-use super::common::build_wanem;
+use super::common::{array_field, build_wanem, field};
 use crate::cmd::workspace_root;
 
 /// Where a benchmark's two processes run.
@@ -253,27 +253,6 @@ pub(super) fn pin_neighbours(topology: &Topology) -> Result<()> {
         ])?;
     }
     Ok(())
-}
-
-/// A number field of a side's JSON line.
-pub(super) fn field(line: &str, name: &str) -> Option<f64> {
-    let start = line.find(&format!("\"{name}\":"))? + name.len() + 3;
-    let rest = &line[start..];
-    let end = rest.find([',', '}']).unwrap_or(rest.len());
-    rest[..end].trim().parse().ok()
-}
-
-/// An array-of-numbers field of a side's JSON line (`"bins":[1,2,3]`).
-pub(super) fn array_field(line: &str, name: &str) -> Option<Vec<f64>> {
-    let start = line.find(&format!("\"{name}\":["))? + name.len() + 4;
-    let rest = &line[start..];
-    let end = rest.find(']')?;
-    rest[..end]
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().ok())
-        .collect()
 }
 
 /// `client_args` plus the QUIC server's certificate pin, when its ready line

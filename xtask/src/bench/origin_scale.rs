@@ -37,10 +37,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use super::common::field;
 use super::common::{
     build_example, cpu_seconds, load_average, report_header, rss_kib, stdout_lines,
 };
-use super::link::field;
 use crate::cmd::workspace_root;
 
 /// `--associations` when not given (options.rs).

@@ -28,8 +28,9 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use testbed::WanStats;
 
+use super::common::field;
 use super::common::{build_example_with, load_average, report_header};
-use super::link::{Pair, Sides, WanCell, WanPath, field, jain_index, run_pairs, window_mbit};
+use super::link::{Pair, Sides, WanCell, WanPath, jain_index, run_pairs, window_mbit};
 use super::options::BenchOptions;
 use crate::cmd::{install_stop_handlers, stop_requested, workspace_root};
 

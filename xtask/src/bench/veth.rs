@@ -22,10 +22,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use testbed::{Nginx, VethPair};
 
+use super::common::field;
 use super::common::{
     build_example, build_example_with, callgrind_total, report_header, tempfile_dir,
 };
-use super::link::{Sides, WanPath, field, run_pair, with_pin};
+use super::link::{Sides, WanPath, run_pair, with_pin};
 use super::options::BenchOptions;
 use crate::cmd::workspace_root;
 

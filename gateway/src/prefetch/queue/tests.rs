@@ -33,6 +33,7 @@ fn res(path: &str, kind: Kind) -> Resource {
     Resource {
         url: url(path),
         kind,
+        render_blocking: false,
     }
 }
 

@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 
-use super::media::{Viewport, source_size};
+use crate::media::{Viewport, source_size};
 
 /// The URL (as written) a browser would fetch for an image with these
 /// attributes. `src` is the `<img src>` fallback; `<source>` has none.

@@ -1,6 +1,7 @@
 //! What a stylesheet makes a browser fetch: `@import`s (stylesheets, scanned
-//! in turn up to [`PrefetchConfig::css_import_depth`], which the queue
-//! enforces) and `url()`s (fonts in `@font-face`, images elsewhere).
+//! in turn up to [`ExtractConfig::css_import_depth`], which the caller
+//! enforces: it fetches them) and `url()`s (fonts in `@font-face`, images
+//! elsewhere).
 //!
 //! Tokens come from cssparser (Servo's CSS Syntax tokenizer: comments,
 //! escapes, quoted and unquoted `url()`, bad URLs). On top of it, the rules
@@ -22,7 +23,7 @@
 //! cannot know either; the per-page limits bound the cost, and the wasted
 //! bytes metric shows it.
 //!
-//! [`PrefetchConfig::css_import_depth`]: super::PrefetchConfig::css_import_depth
+//! [`ExtractConfig::css_import_depth`]: crate::ExtractConfig::css_import_depth
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -31,12 +32,8 @@ use cssparser::{Delimiter, ParseError, Parser, SourcePosition, Token};
 use encoding_rs::Encoding;
 use url::Url;
 
-use super::media::{Viewport, media_matches};
-use super::{Kind, PrefetchConfig, Resource, content_type_charset, resolve};
-
-/// Largest stylesheet scanned, in bytes; beyond it the rest is ignored.
-/// Real stylesheets are rarely above a few hundred KiB.
-pub const MAX_CSS_BYTES: usize = 2 << 20;
+use crate::media::{Viewport, media_matches};
+use crate::{ExtractConfig, Kind, Resource, content_type_charset, resolve};
 
 /// `@font-face` formats every current browser supports.
 const FONT_FORMATS: [&str; 6] = [
@@ -73,19 +70,22 @@ impl CssResources {
 /// `Content-Type` (for a charset); `referrer_encoding` is the encoding of
 /// the document that linked it, if known (CSS Syntax's environment
 /// encoding). URLs resolve against `stylesheet`; `@media` blocks count when
-/// they match [`PrefetchConfig::viewport_width`].
+/// they match [`ExtractConfig::viewport_width`]. At most
+/// [`ExtractConfig::max_css_bytes`] are read, a cut sheet up to its last
+/// complete rule.
 pub fn extract_css(
     stylesheet: &Url,
     content_type: Option<&str>,
     referrer_encoding: Option<&'static Encoding>,
     body: &[u8],
-    config: &PrefetchConfig,
+    config: &ExtractConfig,
 ) -> CssResources {
-    let body = &body[..body.len().min(MAX_CSS_BYTES)];
+    let cap = usize::try_from(config.max_css_bytes).unwrap_or(usize::MAX);
+    let body = &body[..body.len().min(cap)];
     let text = decode_css(body, content_type, referrer_encoding);
     // A cut sheet may end inside a token (`url(/img/he`): scan up to the
     // last complete rule only.
-    let text = if body.len() == MAX_CSS_BYTES {
+    let text = if body.len() == cap {
         text.rfind('}').map_or("", |end| &text[..=end])
     } else {
         &text
@@ -336,7 +336,13 @@ impl Walker<'_> {
         if !self.seen.insert(url.clone()) {
             return;
         }
-        let resource = Resource { url, kind };
+        // A sheet's imports and fonts hold the first rendering; its images
+        // do not.
+        let resource = Resource {
+            url,
+            kind,
+            render_blocking: matches!(kind, Kind::Style | Kind::Font),
+        };
         if kind == Kind::Style {
             self.out.imports.push(resource);
         } else {
@@ -397,7 +403,7 @@ mod tests {
             Some("text/css"),
             None,
             css.as_bytes(),
-            &PrefetchConfig::default(),
+            &ExtractConfig::default(),
         );
         let show = |v: Vec<Resource>| v.iter().map(ToString::to_string).collect();
         (show(found.imports), show(found.urls))
@@ -467,7 +473,7 @@ mod tests {
         let base = Url::parse("http://example.test/s.css").expect("URL");
         // windows-1252 by @charset: "é" is 0xE9, path percent-encoded as UTF-8.
         let body = b"@charset \"windows-1252\";\n.a { background: url(caf\xE9.png) }";
-        let found = extract_css(&base, None, None, body, &PrefetchConfig::default());
+        let found = extract_css(&base, None, None, body, &ExtractConfig::default());
         assert_eq!(
             found.urls[0].url.as_str(),
             "http://example.test/caf%C3%A9.png"
@@ -478,7 +484,7 @@ mod tests {
             Some("text/css; charset=utf-8"),
             None,
             body,
-            &PrefetchConfig::default(),
+            &ExtractConfig::default(),
         );
         assert_eq!(
             found.urls[0].url.as_str(),
@@ -491,7 +497,7 @@ mod tests {
             None,
             Some(encoding_rs::WINDOWS_1252),
             body,
-            &PrefetchConfig::default(),
+            &ExtractConfig::default(),
         );
         assert_eq!(
             found.urls[0].url.as_str(),
@@ -499,15 +505,10 @@ mod tests {
         );
         // Beyond the cap, only complete rules count.
         let mut big = ".a { background: url(first.png) }".to_owned();
-        big.push_str(&" ".repeat(MAX_CSS_BYTES - big.len() - 20));
+        let cap = usize::try_from(crate::DEFAULT_MAX_CSS_BYTES).expect("fits");
+        big.push_str(&" ".repeat(cap - big.len() - 20));
         big.push_str(".b { background: url(/img/cut-here-and-beyond.png) }");
-        let found = extract_css(
-            &base,
-            None,
-            None,
-            big.as_bytes(),
-            &PrefetchConfig::default(),
-        );
+        let found = extract_css(&base, None, None, big.as_bytes(), &ExtractConfig::default());
         assert_eq!(found.urls.len(), 1);
         assert_eq!(found.urls[0].url.as_str(), "http://example.test/first.png");
     }

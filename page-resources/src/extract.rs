@@ -42,9 +42,9 @@ use scraper::node::Element;
 use scraper::{Html, HtmlTreeSink, Node};
 use url::Url;
 
-use super::css::{self, CssResources};
-use super::media::{Viewport, media_matches};
-use super::{Kind, PrefetchConfig, Resource, content_type_charset, resolve, srcset};
+use crate::css::{self, CssResources};
+use crate::media::{Viewport, media_matches};
+use crate::{ExtractConfig, Kind, Resource, content_type_charset, resolve, srcset};
 
 /// The first parse happens when this many bytes have arrived (or at the end
 /// of a shorter body); later ones each time the received length doubles.
@@ -153,7 +153,7 @@ pub struct HtmlScanner {
 impl HtmlScanner {
     /// A scanner for the HTML document at `document`, whose response had
     /// this `Content-Type`.
-    pub fn new(document: Url, content_type: Option<&str>, config: &PrefetchConfig) -> Self {
+    pub fn new(document: Url, content_type: Option<&str>, config: &ExtractConfig) -> Self {
         Self {
             document,
             transport_encoding: content_type_charset(content_type),
@@ -272,7 +272,7 @@ pub fn extract_html(
     document: &Url,
     content_type: Option<&str>,
     body: &[u8],
-    config: &PrefetchConfig,
+    config: &ExtractConfig,
 ) -> Vec<Resource> {
     let mut scanner = HtmlScanner::new(document.clone(), content_type, config);
     scanner.handle_chunk(body);
@@ -534,7 +534,12 @@ impl Pass<'_> {
                     && element.attr("nomodule").is_none()
                     && is_script_type(element.attr("type"), element.attr("language"))
                 {
-                    self.push(src, Kind::Script);
+                    let blocking = blocks_rendering(element)
+                        || (is_classic_script(element)
+                            && element.attr("async").is_none()
+                            && element.attr("defer").is_none()
+                            && in_head(node));
+                    self.push_as(src, Kind::Script, blocking);
                 }
             }
             "video" | "audio" => {
@@ -582,7 +587,7 @@ impl Pass<'_> {
                 && is_css_type(element.attr("type"))
                 && media_matches(element.attr("media").unwrap_or_default(), self.viewport)
             {
-                self.push(href, Kind::Style);
+                self.push_as(href, Kind::Style, true);
             }
         } else if has("preload") {
             if !media_matches(element.attr("media").unwrap_or_default(), self.viewport) {
@@ -617,10 +622,13 @@ impl Pass<'_> {
                     self.push(&url, Kind::Image);
                 }
             } else {
-                self.push(href, kind);
+                // A font is preloaded for the first text painted; a style
+                // preload is the pattern that loads a sheet without
+                // blocking, a script preload waits for its script element.
+                self.push_as(href, kind, kind == Kind::Font);
             }
         } else if has("modulepreload") {
-            self.push(href, Kind::Script);
+            self.push_as(href, Kind::Script, true);
         } else if has("icon") {
             if !self.icon_seen && self.resolve(href).is_some() {
                 self.icon_seen = true;
@@ -705,13 +713,25 @@ impl Pass<'_> {
     }
 
     fn push(&mut self, reference: &str, kind: Kind) {
+        self.push_as(reference, kind, false);
+    }
+
+    fn push_as(&mut self, reference: &str, kind: Kind, render_blocking: bool) {
         if let Some(url) = self.resolve(reference) {
-            self.push_url(url, kind);
+            self.found.push(Resource {
+                url,
+                kind,
+                render_blocking,
+            });
         }
     }
 
     fn push_url(&mut self, url: Url, kind: Kind) {
-        self.found.push(Resource { url, kind });
+        self.found.push(Resource {
+            url,
+            kind,
+            render_blocking: false,
+        });
     }
 }
 
@@ -732,6 +752,28 @@ fn text_of(node: NodeRef<'_, Node>) -> String {
     node.children()
         .filter_map(|c| c.value().as_text().map(|t| t.to_string()))
         .collect()
+}
+
+/// Whether `node` is inside the document's `<head>`.
+fn in_head(node: NodeRef<'_, Node>) -> bool {
+    node.ancestors()
+        .any(|a| a.value().as_element().is_some_and(|e| e.name() == "head"))
+}
+
+/// HTML's `blocking` attribute: a `render` token makes a script or a
+/// stylesheet render-blocking whatever else it is.
+fn blocks_rendering(element: &Element) -> bool {
+    element.attr("blocking").is_some_and(|b| {
+        b.split_ascii_whitespace()
+            .any(|t| t.eq_ignore_ascii_case("render"))
+    })
+}
+
+/// A classic script, not a module (which is deferred unless `async`).
+fn is_classic_script(element: &Element) -> bool {
+    !element
+        .attr("type")
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("module"))
 }
 
 fn is_lazy(element: &Element) -> bool {
@@ -801,7 +843,7 @@ mod tests {
     }
 
     fn scan_all(body: &[u8], content_type: Option<&str>) -> Vec<String> {
-        extract_html(&document(), content_type, body, &PrefetchConfig::default())
+        extract_html(&document(), content_type, body, &ExtractConfig::default())
             .iter()
             .map(ToString::to_string)
             .collect()
@@ -879,7 +921,7 @@ mod tests {
     #[test]
     fn a_style_cut_at_the_end_of_a_prefix_waits_for_its_end() {
         let mut scanner =
-            HtmlScanner::new(document(), Some("text/html"), &PrefetchConfig::default());
+            HtmlScanner::new(document(), Some("text/html"), &ExtractConfig::default());
         let style = b"<style>.a{background:url(/one.png)} .b{background:url(/img/long-na";
         let mut first = b"<!--".to_vec();
         first.resize(FIRST_SCAN_BYTES - 3 - style.len(), b'-');
@@ -910,7 +952,7 @@ mod tests {
 
     #[test]
     fn hostile_input_neither_panics_nor_recurses_away() {
-        let config = PrefetchConfig::default();
+        let config = ExtractConfig::default();
         let doc = document();
         // Quadratic for the tree builder: the scan stops, after what the
         // shallower prefix gave.
@@ -993,9 +1035,9 @@ mod tests {
 
     #[test]
     fn the_cap_stops_copying_and_scans_what_it_has() {
-        let config = PrefetchConfig {
+        let config = ExtractConfig {
             max_html_bytes: 64 << 10,
-            ..PrefetchConfig::default()
+            ..ExtractConfig::default()
         };
         let mut scanner = HtmlScanner::new(document(), None, &config);
         let mut body = b"<img src=/first.png>".to_vec();
@@ -1012,8 +1054,57 @@ mod tests {
     }
 
     #[test]
+    fn render_blocking_is_what_holds_the_first_rendering() {
+        let page = br#"<!doctype html><html><head>
+            <link rel=stylesheet href=/site.css>
+            <script src=/sync.js></script>
+            <script src=/async.js async></script>
+            <script src=/defer.js defer></script>
+            <script type=module src=/module.js></script>
+            <link rel=modulepreload href=/dep.js>
+            <link rel=preload as=font href=/f.woff2 crossorigin>
+            <link rel=preload as=style href=/later.css>
+            <link rel=icon href=/favicon.ico>
+            <style>@import "/inline-import.css"; @font-face { src: url(/inline.woff2) } .a { background: url(/bg.png) }</style>
+            </head><body>
+            <img src=/hero.jpg>
+            <script src=/body.js></script>
+            <script src=/late.js blocking=render async></script>
+            <link rel=stylesheet href=/body.css>
+            </body></html>"#;
+        let found: Vec<(String, bool)> =
+            extract_html(&document(), None, page, &ExtractConfig::default())
+                .into_iter()
+                .map(|r| (r.url.path().to_owned(), r.render_blocking))
+                .collect();
+        let expected = [
+            ("/site.css", true),
+            ("/sync.js", true),
+            ("/async.js", false),
+            ("/defer.js", false),
+            ("/module.js", false),
+            ("/dep.js", true),
+            ("/f.woff2", true),
+            ("/later.css", false),
+            ("/favicon.ico", false),
+            ("/inline-import.css", true),
+            ("/inline.woff2", true),
+            ("/bg.png", false),
+            ("/hero.jpg", false),
+            ("/body.js", false),
+            ("/late.js", true),
+            ("/body.css", true),
+        ];
+        let expected: Vec<(String, bool)> = expected
+            .iter()
+            .map(|(p, b)| ((*p).to_owned(), *b))
+            .collect();
+        assert_eq!(found, expected);
+    }
+
+    #[test]
     fn parses_stay_logarithmic_in_the_body_length() {
-        let mut scanner = HtmlScanner::new(document(), None, &PrefetchConfig::default());
+        let mut scanner = HtmlScanner::new(document(), None, &ExtractConfig::default());
         let chunk = [b'x'; 1000];
         for _ in 0..1000 {
             scanner.handle_chunk(&chunk);
