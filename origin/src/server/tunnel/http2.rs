@@ -77,6 +77,10 @@ const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 /// for the next request.
 pub(super) const HINTS_WAIT: Duration = Duration::from_millis(10);
 
+/// Longest a handler's `pushes` is let run for a page's hints; its task
+/// (which outlives a page that did not wait for it) then ends.
+const PUSHES_LIMIT: Duration = Duration::from_secs(10);
+
 /// What every stream of one tunnel's connection shares.
 #[derive(Clone, Copy)]
 pub(super) struct StreamContext {
@@ -180,7 +184,7 @@ async fn serve_stream<H: Handler>(
 /// The handler's reply to a page, with a 103 sent first when its hints come
 /// in time. The hints are worked out beside the reply, in a task of their
 /// own so that one cut short by [`HINTS_WAIT`] still finishes (and its
-/// closure is kept for the next request).
+/// closure is kept for the next request), within [`PUSHES_LIMIT`].
 async fn answer_with_hints<H: Handler>(
     handler: &Arc<H>,
     incoming: IncomingRequest,
@@ -189,7 +193,11 @@ async fn answer_with_hints<H: Handler>(
 ) -> Reply<H::Body> {
     let page = incoming.clone();
     let asked = Arc::clone(handler);
-    let mut hints = tokio::spawn(async move { asked.pushes(&page).await });
+    let mut hints = tokio::spawn(async move {
+        tokio::time::timeout(PUSHES_LIMIT, asked.pushes(&page))
+            .await
+            .unwrap_or_default()
+    });
     let answer = handler.handle(incoming);
     tokio::pin!(answer);
     let (targets, reply) = tokio::select! {
