@@ -30,7 +30,9 @@
 //! A TLS tunnel (TUNNEL_OPEN) takes the same path once decrypted: [`tls`]
 //! decides by server name whether it is terminated here or relayed to an
 //! upstream; the driver's tunnel task (`server/tunnel.rs`) runs rustls and
-//! hyper's HTTP/1.1 server and hands each request to the same handler.
+//! hyper's HTTP/1.1 server, or the h2 crate's server for `h2`
+//! (`server/tunnel/http2.rs`, where a page may get a `103 Early Hints`),
+//! and hands each request to the same handler.
 //!
 //! Beside the path: [`config`] (the TOML file, overrides, one `validate()`);
 //! [`ebpf`] and [`egress`], the per-stream depth of kernel SCTP's send queue

@@ -34,6 +34,11 @@ pub struct TlsConfig {
     /// handshake per site, but the scheduler sees the whole page as one job
     /// and a lost packet stalls every request in it (docs/origin.md, "TLS").
     pub h2: bool,
+    /// With `h2`: answer a page (a GET for a document) over HTTP/2 with a
+    /// `103 Early Hints` response naming what [`crate::server::Handler::pushes`]
+    /// names for it as `Link: rel=preload`, before the final response
+    /// (RFC 8297; docs/origin.md, "Early Hints"). Default off until measured.
+    pub early_hints: bool,
 }
 
 /// `[[tls.certificates]]`.
@@ -72,6 +77,14 @@ impl TlsConfig {
 
     /// Rejects what cannot work, naming the key and the reason.
     pub fn validate(&self) -> Result<(), (String, String)> {
+        if self.early_hints && !self.h2 {
+            // Chromium acts on 103 over HTTP/2 only, and hyper's HTTP/1.1
+            // server cannot send one: without h2 the key would do nothing.
+            return Err((
+                "tls.early_hints".into(),
+                "needs tls.h2 = true (Early Hints are sent over HTTP/2 only)".into(),
+            ));
+        }
         let mut seen = std::collections::HashSet::new();
         let lists = self
             .certificates
@@ -135,6 +148,7 @@ pub struct Tunnels {
     acceptor: TlsAcceptor,
     terminated: Arc<[String]>,
     passthrough: Arc<HashMap<String, SocketAddr>>,
+    early_hints: bool,
 }
 
 impl std::fmt::Debug for Tunnels {
@@ -142,6 +156,7 @@ impl std::fmt::Debug for Tunnels {
         f.debug_struct("Tunnels")
             .field("terminated", &self.terminated)
             .field("passthrough", &self.passthrough)
+            .field("early_hints", &self.early_hints)
             .finish_non_exhaustive()
     }
 }
@@ -189,6 +204,7 @@ impl Tunnels {
             acceptor: TlsAcceptor::from(Arc::new(server)),
             terminated: terminated.into(),
             passthrough: Arc::new(passthrough),
+            early_hints: config.h2 && config.early_hints,
         })
     }
 
@@ -205,6 +221,12 @@ impl Tunnels {
     /// The acceptor for terminated names.
     pub fn acceptor(&self) -> &TlsAcceptor {
         &self.acceptor
+    }
+
+    /// `tls.early_hints` (with `tls.h2`): pages served over HTTP/2 get a
+    /// `103 Early Hints` first.
+    pub fn early_hints(&self) -> bool {
+        self.early_hints
     }
 }
 

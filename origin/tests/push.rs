@@ -51,6 +51,7 @@ impl PushingHandler {
                 target: (*target).to_owned(),
                 render_blocking: false,
                 public: *public,
+                kind: None,
             })
             .collect();
         Arc::new(Self {
@@ -673,6 +674,7 @@ async fn no_promise_after_the_gateways_goaway() -> Result<()> {
             target: "/bytes/10".to_owned(),
             render_blocking: true,
             public: true,
+            kind: None,
         }],
         gate: Some(Arc::clone(&gate)),
         ..PushingHandler::default()

@@ -99,6 +99,10 @@ pub struct PushTarget {
     /// file): only such targets are pushed for a page requested with Cookie
     /// or Authorization.
     pub public: bool,
+    /// What the page uses it as, if known (a closure entry's kind): an
+    /// Early Hint names only targets whose kind gives its `as`
+    /// (`server/tunnel/early_hints.rs`).
+    pub kind: Option<page_resources::Kind>,
 }
 
 /// What a page's request head says that its pushes' heads repeat.
@@ -760,6 +764,7 @@ mod tests {
             target: t.to_owned(),
             render_blocking,
             public,
+            kind: None,
         }
     }
 

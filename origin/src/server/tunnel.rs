@@ -2,10 +2,16 @@
 //! stands where a response's producer stands for a request.
 //!
 //! ```text
-//!  driver ──Inbound (TUNNEL_DATA)──► pump ──► TLS end (rustls) ──► hyper HTTP/1.1 or h2
-//!     ▲                               │        or upstream TCP        │
-//!     └──Produced::Tunnel*, Credit────┘                      Handler (files, proxy)
+//!  driver ──Inbound (TUNNEL_DATA)──► pump ──► TLS end (rustls) ──► hyper HTTP/1.1,
+//!     ▲                               │        or upstream TCP     or h2 (http2.rs)
+//!     └──Produced::Tunnel*, Credit────┘                                   │
+//!                                                          Handler (files, proxy)
 //! ```
+//!
+//! HTTP/2 (ALPN `h2`, offered with `tls.h2`) is served with the h2 crate
+//! (`tunnel/http2.rs`), not hyper, so that with `tls.early_hints` a page is
+//! preceded by a `103 Early Hints` naming what it will need
+//! (`tunnel/early_hints.rs`).
 //!
 //! The pump's output goes through the same permits and scheduler as response
 //! chunks, so a tunnel is scheduled as demand beside the plain responses; its
@@ -19,12 +25,15 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+mod early_hints;
+mod http2;
+
 use bytes::Bytes;
 use gateway_protocol::{Request, RequestClass, RequestId, Urgency};
 use http_body::Frame;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::sync::{Semaphore, mpsc};
 
@@ -39,6 +48,9 @@ const UPSTREAM_CONNECT_LIMIT: Duration = Duration::from_secs(5);
 const BODY_AHEAD: usize = 2;
 /// Fields parsed from a handler's response head (as the gateway's limit).
 const MAX_REPLY_FIELDS: usize = 128;
+/// Fields of a handler's head that describe its HTTP/1.1 connection, not
+/// the response: dropped, the server in front frames the response itself.
+const HOP_BY_HOP: [&str; 4] = ["connection", "keep-alive", "transfer-encoding", "upgrade"];
 
 /// What the driver forwards to a tunnel from the gateway.
 #[derive(Debug)]
@@ -98,13 +110,12 @@ pub(super) async fn run<H: Handler>(
         TunnelRoute::Terminate => {
             let (near, far) = tokio::io::duplex(PIPE_BYTES);
             let acceptor = task.tunnels.acceptor().clone();
-            let server = tokio::spawn(serve_tls(
-                acceptor,
-                far,
-                task.handler,
-                (id, task.stream),
-                task.max_request_body,
-            ));
+            let context = http2::StreamContext {
+                tunnel: (id, task.stream),
+                max_request_body: task.max_request_body,
+                early_hints: task.tunnels.early_hints(),
+            };
+            let server = tokio::spawn(serve_tls(acceptor, far, task.handler, context));
             pump(near, inbound, &sink, task.chunk_size).await;
             server.abort();
         }
@@ -176,17 +187,18 @@ async fn pump<S: AsyncRead + AsyncWrite>(
     tokio::join!(writes, reads);
 }
 
-/// The TLS end: rustls's handshake, then hyper's HTTP/1.1 server (HTTP/2
-/// when the browser chose `h2` by ALPN, which `tls.h2` offers) whose every
-/// request goes to `handler` as if it had come as a REQUEST on the tunnel's
-/// stream.
+/// The TLS end: rustls's handshake, then hyper's HTTP/1.1 server, or the
+/// h2 server of `http2.rs` when the browser chose `h2` by ALPN (which
+/// `tls.h2` offers), whose every request goes to `handler` as if it had come
+/// as a REQUEST on the tunnel's stream.
 async fn serve_tls<H: Handler>(
     acceptor: tokio_rustls::TlsAcceptor,
     io: DuplexStream,
     handler: Arc<H>,
-    (id, stream): (RequestId, u16),
-    max_request_body: u64,
+    context: http2::StreamContext,
 ) {
+    let (id, stream) = context.tunnel;
+    let max_request_body = context.max_request_body;
     let tls = match acceptor.accept(io).await {
         Ok(tls) => tls,
         Err(e) => {
@@ -194,7 +206,10 @@ async fn serve_tls<H: Handler>(
             return;
         }
     };
-    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+        http2::serve(tls, handler, context).await;
+        return;
+    }
     let service = hyper::service::service_fn(move |request| {
         let handler = Arc::clone(&handler);
         async move {
@@ -202,17 +217,10 @@ async fn serve_tls<H: Handler>(
             Ok::<_, Infallible>(response)
         }
     });
-    let served = if h2 {
-        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .serve_connection(TokioIo::new(tls), service)
-            .await
-    } else {
-        hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .serve_connection(TokioIo::new(tls), service)
-            .await
-    };
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .serve_connection(TokioIo::new(tls), service)
+        .await;
     if let Err(e) = served {
         tracing::debug!(id, stream, "tunnel HTTP connection ended: {e}");
     }
@@ -291,7 +299,7 @@ fn response_from<B: BodySource>(reply: Reply<B>) -> hyper::Response<ReplyBody> {
     };
     let mut builder = hyper::Response::builder().status(status);
     for field in parsed.headers.iter() {
-        let hop_by_hop = ["connection", "keep-alive", "transfer-encoding", "upgrade"]
+        let hop_by_hop = HOP_BY_HOP
             .iter()
             .any(|h| field.name.eq_ignore_ascii_case(h));
         if !hop_by_hop {

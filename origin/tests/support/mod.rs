@@ -17,6 +17,8 @@ use gateway_protocol::{
 use gateway_transport::Association;
 use gateway_transport::hello::open_gateway_session;
 
+pub(crate) mod tunnel;
+
 /// One response as the gateway saw it.
 #[derive(Debug, Default)]
 pub(crate) struct Seen {
