@@ -219,7 +219,8 @@ async fn main() -> Result<()> {
             Service::files(
                 StaticFiles::new(files)
                     .with_context(|| format!("opening document root {}", files.root.display()))?,
-                config.push.enabled.then(ClosureConfig::default),
+                (config.push.enabled || config.tls.as_ref().is_some_and(|tls| tls.early_hints))
+                    .then(ClosureConfig::default),
             ),
             format!("root {}", files.root.display()),
         ),

@@ -1,7 +1,8 @@
 //! The origin's request handler: answers from the document root, or forwards to
 //! a TCP HTTP/1.1 upstream (reverse-proxy mode); one of the two, per config.
-//! With `[push] enabled`, a page served from the root names its closure
-//! (`crate::closure`) as what to push; a proxied page names nothing yet.
+//! With `[push] enabled` or `[tls] early_hints`, a page served from the root
+//! names its closure (`crate::closure`) as what to push, or to hint in a 103
+//! inside a TLS tunnel; a proxied page names nothing yet.
 
 use std::time::SystemTime;
 
@@ -20,8 +21,8 @@ pub enum Service {
     Files {
         /// The document root.
         files: StaticFiles,
-        /// `[push] enabled`: each page's closure, worked out once per
-        /// version; `None`: nothing is pushed.
+        /// `[push] enabled` or `[tls] early_hints`: each page's closure,
+        /// worked out once per version; `None`: nothing is pushed or hinted.
         closures: Option<Closures>,
     },
     /// Reverse proxy; one pool of upstream connections for all associations.
@@ -91,6 +92,7 @@ impl Handler for Service {
                 target: entry.target.clone(),
                 render_blocking: entry.render_blocking,
                 public: true,
+                kind: Some(entry.kind),
             })
             .collect()
     }
