@@ -1564,6 +1564,7 @@ fn generated_configs_validate() {
         max_connections: Some(20_000),
         header_timeout_ms: Some(1500),
         prefetch_enabled: Some(false),
+        push_enabled: None,
         feedback_enabled: Some(false),
         backend: Some("quic".into()),
         quic_server_cert_sha256: Some("ab".repeat(32)),

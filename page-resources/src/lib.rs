@@ -97,7 +97,26 @@ impl Kind {
             Kind::Other => "other",
         }
     }
+
+    /// The `Accept` a browser sends when it fetches this kind, as Chromium
+    /// sends it, so that a response varying on `Accept` (image CDNs choosing
+    /// AVIF or WebP) matches the browser's own request; `None` for a
+    /// document, whose `Accept` is the page request's own. The gateway's
+    /// prefetches and the origin's pushes ask with it.
+    pub fn browser_accept(self) -> Option<&'static str> {
+        match self {
+            Kind::Image | Kind::Icon => Some(ACCEPT_IMAGE),
+            Kind::Style => Some(ACCEPT_STYLE),
+            Kind::Document => None,
+            Kind::Script | Kind::Font | Kind::Media | Kind::Manifest | Kind::Other => Some("*/*"),
+        }
+    }
 }
+
+/// `Accept` for images and icons, as Chromium sends it.
+const ACCEPT_IMAGE: &str = "image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8";
+/// `Accept` for stylesheets, as browsers send it.
+const ACCEPT_STYLE: &str = "text/css,*/*;q=0.1";
 
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

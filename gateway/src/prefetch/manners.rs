@@ -14,7 +14,7 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
 use url::Url;
 
-use super::{Kind, Resource};
+use super::Resource;
 use crate::cache::policy::{self, NotStorable};
 
 /// The fields copied from the browser's request for the page: the same for
@@ -25,12 +25,6 @@ const COPIED: [header::HeaderName; 3] = [
     header::ACCEPT_ENCODING,
 ];
 
-/// `Accept` for images and icons, as Chromium sends it. A response that
-/// varies on `Accept` (image CDNs choosing AVIF or WebP) then matches the
-/// browser's own request when the browser is Chromium-based.
-const ACCEPT_IMAGE: &str = "image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8";
-/// `Accept` for stylesheets, as browsers send it.
-const ACCEPT_STYLE: &str = "text/css,*/*;q=0.1";
 /// `Accept` for documents when the page's request had none.
 const ACCEPT_DOCUMENT: &str =
     "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8";
@@ -58,22 +52,14 @@ pub fn prefetch_request_headers(
             headers.append(name.clone(), value.clone());
         }
     }
-    let accept = match resource.kind {
-        Kind::Image | Kind::Icon => Some(HeaderValue::from_static(ACCEPT_IMAGE)),
-        Kind::Style => Some(HeaderValue::from_static(ACCEPT_STYLE)),
-        Kind::Document => Some(
-            browser
-                .get(header::ACCEPT)
-                .cloned()
-                .unwrap_or_else(|| HeaderValue::from_static(ACCEPT_DOCUMENT)),
-        ),
-        Kind::Script | Kind::Font | Kind::Media | Kind::Manifest | Kind::Other => {
-            Some(HeaderValue::from_static("*/*"))
-        }
+    let accept = match resource.kind.browser_accept() {
+        Some(accept) => HeaderValue::from_static(accept),
+        None => browser
+            .get(header::ACCEPT)
+            .cloned()
+            .unwrap_or_else(|| HeaderValue::from_static(ACCEPT_DOCUMENT)),
     };
-    if let Some(accept) = accept {
-        headers.insert(header::ACCEPT, accept);
-    }
+    headers.insert(header::ACCEPT, accept);
     if resource.url.origin() == document.origin() {
         let mut referrer = document.clone();
         referrer.set_fragment(None);
@@ -115,6 +101,7 @@ pub fn keep_prefetched(status: StatusCode, response: &HeaderMap) -> Result<(), N
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prefetch::Kind;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
@@ -156,7 +143,10 @@ mod tests {
                 "user-agent"
             ]
         );
-        assert_eq!(sent[header::ACCEPT], ACCEPT_IMAGE);
+        assert_eq!(
+            sent[header::ACCEPT],
+            Kind::Image.browser_accept().expect("an image has one")
+        );
         assert_eq!(sent[header::REFERER], "http://example.test/page.html");
         assert_eq!(sent[header::ACCEPT_LANGUAGE], "fr-CH, fr;q=0.9");
 
@@ -167,7 +157,10 @@ mod tests {
         };
         let sent = prefetch_request_headers(&browser, &document, &other_origin);
         assert!(!sent.contains_key(header::REFERER));
-        assert_eq!(sent[header::ACCEPT], ACCEPT_STYLE);
+        assert_eq!(
+            sent[header::ACCEPT],
+            Kind::Style.browser_accept().expect("a stylesheet has one")
+        );
 
         let frame = Resource {
             url: Url::parse("http://example.test/frame.html").expect("URL"),

@@ -169,10 +169,16 @@ fn valid_target(target: &str) -> bool {
 }
 
 /// The push's request head: GET `target` on the page's host, with the
+/// `Accept` a browser sends for its kind (`*/*` when unknown), the
 /// page's Accept-Encoding and Accept-Language, and the validators of a stale
 /// held copy; never credentials. `None` if it would break the protocol's
 /// rules for a push head (checked as the gateway will check it).
-fn push_head(page: &PageFields, target: &str, stale: Option<&HeldEntry>) -> Option<Bytes> {
+fn push_head(
+    page: &PageFields,
+    target: &str,
+    kind: Option<page_resources::Kind>,
+    stale: Option<&HeldEntry>,
+) -> Option<Bytes> {
     let mut head = BytesMut::with_capacity(256);
     let mut field = |name: &[u8], value: &[u8]| {
         head.put_slice(name);
@@ -186,7 +192,9 @@ fn push_head(page: &PageFields, target: &str, stale: Option<&HeldEntry>) -> Opti
     line.put_slice(target.as_bytes());
     line.put_slice(b" HTTP/1.1\r\n");
     field(b"Host", &page.host);
-    field(b"Accept", b"*/*");
+    // As the browser will ask for it, so that `Vary: Accept` matches.
+    let accept = kind.and_then(page_resources::Kind::browser_accept);
+    field(b"Accept", accept.unwrap_or("*/*").as_bytes());
     if let Some(value) = &page.accept_encoding {
         field(b"Accept-Encoding", value);
     }
@@ -247,7 +255,7 @@ fn plan(page: &PageFields, targets: Vec<PushTarget>, held: &[HeldEntry], max: us
             plan.skipped_fresh += 1;
             continue;
         }
-        if let Some(head) = push_head(page, &t.target, held) {
+        if let Some(head) = push_head(page, &t.target, t.kind, held) {
             plan.pushes.push(PlannedPush {
                 head,
                 render_blocking: t.render_blocking,
@@ -791,6 +799,34 @@ mod tests {
               Accept-Encoding: gzip, br\r\nAccept-Language: de\r\n\r\n"
         );
         assert!(plan.pushes[0].render_blocking && !plan.pushes[0].conditional);
+    }
+
+    #[test]
+    fn a_push_asks_with_the_accept_a_browser_sends_for_its_kind() {
+        let image = PushTarget {
+            kind: Some(page_resources::Kind::Image),
+            ..target("/a.png", false, true)
+        };
+        let style = PushTarget {
+            kind: Some(page_resources::Kind::Style),
+            ..target("/a.css", true, true)
+        };
+        let plan = plan(&page(PAGE), vec![image, style], &[], 64);
+        let heads: Vec<&str> = plan
+            .pushes
+            .iter()
+            .map(|p| std::str::from_utf8(&p.head).expect("ASCII"))
+            .collect();
+        assert!(
+            heads[0].contains("\r\nAccept: image/avif,image/webp,"),
+            "{}",
+            heads[0]
+        );
+        assert!(
+            heads[1].contains("\r\nAccept: text/css,*/*;q=0.1\r\n"),
+            "{}",
+            heads[1]
+        );
     }
 
     #[test]
