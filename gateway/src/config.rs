@@ -743,8 +743,8 @@ mod tests {
             ),
             (32, 128, 8 << 20)
         );
-        let c = GatewayConfig::from_toml("[push]\nenabled = true\nin_flight = 4\n")
-            .expect("parses");
+        let c =
+            GatewayConfig::from_toml("[push]\nenabled = true\nin_flight = 4\n").expect("parses");
         c.validate().expect("valid");
         assert_eq!((c.push.enabled, c.push.in_flight), (true, 4));
         let err = GatewayConfig::from_toml("[push]\nin_flite = 4\n").expect_err("unknown key");

@@ -57,6 +57,12 @@ pub enum Asker {
         /// A further condition for storing (and sharing) the response.
         keep: fn(StatusCode, &HeaderMap) -> bool,
     },
+    /// A response the origin pushed, with the request it answers (issue 31):
+    /// as a prefetch, it validates in the open and forwards nothing the
+    /// cache would pass; and it goes on only if [`Fill::judge_push`] accepts
+    /// its head (the cache would store it, or freshen the entry with it),
+    /// else it ends there ([`ServeError::Declined`] with the reason).
+    Push,
 }
 
 /// How [`Cache::serve`] answered.
@@ -80,9 +86,10 @@ pub enum ServeError {
     /// The upstream failed and nothing stored may stand in.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
-    /// [`Asker::Prefetch`] only: the cache would not store the answer, so
-    /// the request did not go (the word says why, for the log).
-    #[error("not prefetched: {0}")]
+    /// [`Asker::Prefetch`] and [`Asker::Push`] only: the cache would not
+    /// store the answer, so the request did not go, or the push is refused
+    /// (the word says why, for the log and the push metrics' `reason`).
+    #[error("not prefetched or pushed: {0}")]
     Declined(&'static str),
 }
 
@@ -140,13 +147,19 @@ impl Cache {
                     tokio::spawn(revalidate_in_background(background, prepared, *fill));
                     Ok(Served::hit(response, "stale-while-revalidate"))
                 }
-                // A prefetch is the background already: it validates in the
-                // open and takes what the validation gives.
-                Asker::Prefetch { .. } => fill_through(*fill, request, asker, upstream).await,
+                // A prefetch or a push is the background already: it
+                // validates in the open and takes what the validation gives.
+                Asker::Prefetch { .. } | Asker::Push => {
+                    fill_through(*fill, request, asker, upstream).await
+                }
             },
             Lookup::Pass => {
-                if let Asker::Prefetch { .. } = asker {
-                    return Err(ServeError::Declined("the cache passes it"));
+                match asker {
+                    Asker::Prefetch { .. } => {
+                        return Err(ServeError::Declined("the cache passes it"));
+                    }
+                    Asker::Push => return Err(ServeError::Declined("not_storable")),
+                    Asker::Browser => {}
                 }
                 let answered = upstream.send(request.clone()).await?;
                 let key = CacheRequest {
@@ -190,7 +203,7 @@ async fn fill_through(
             let stale = match asker {
                 Asker::Browser => fill.failed(error.status),
                 // Dropping the fill fails its followers: they fetch alone.
-                Asker::Prefetch { .. } => None,
+                Asker::Prefetch { .. } | Asker::Push => None,
             };
             return match stale {
                 Some(stale) => Ok(Served {
@@ -203,6 +216,13 @@ async fn fill_through(
             };
         }
     };
+    if let Asker::Push = asker {
+        let response = &answered.response;
+        // Refused before a byte of its body is read; dropping the fill
+        // sends its followers to fetch on their own.
+        fill.judge_push(response.status(), response.headers())
+            .map_err(ServeError::Declined)?;
+    }
     let route = answered.route;
     match fill.respond(answered.response).await {
         Filled::Answer(response) => Ok(Served {
@@ -217,6 +237,7 @@ async fn fill_through(
                 Ok(Served::upstream(answered, "pass"))
             }
             Asker::Prefetch { .. } => Err(ServeError::Declined("refetch")),
+            Asker::Push => Err(ServeError::Declined("unmatched_304")),
         },
     }
 }

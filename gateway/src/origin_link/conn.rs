@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_protocol::{
-    CONTROL_STREAM, Capabilities, ErrorCode, GoAway, MAX_HEAD, MAX_PUSH_PAGES, Message,
-    PushBudget, PushPromise, Reaction, Request, RequestClass, RequestId, Session, Urgency,
-    is_push_id, push_head_host,
+    CONTROL_STREAM, Capabilities, ErrorCode, GoAway, MAX_HEAD, MAX_PUSH_PAGES, Message, PushBudget,
+    PushPromise, Reaction, Request, RequestClass, RequestId, Session, Urgency, is_push_id,
+    push_head_host,
 };
 use gateway_transport::{Association, BackendKind, TransportError};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
