@@ -17,21 +17,21 @@
 //! forwards what the cache would not store (a pass, a refetch): it is the
 //! gateway's own guess, not a browser's request.
 //!
-//! # Where push plugs in (issue 31)
+//! # Pushes (issue 31)
 //!
 //! A response the origin pushes arrives with the request it answers. It
-//! enters here, through this same entry point, as a third asker: `serve` with
-//! that request (checked as the browser's would be: the same lookup, Vary,
-//! `Fill::respond`'s RFC 9111 storability, and a filter like
-//! [`Asker::Prefetch`]'s that refuses `Set-Cookie` and other hosts) and an
-//! [`Upstream`] whose `send` resolves to the pushed response once its head
-//! arrives. The lookup makes the push the flight's leader
-//! ([`coalesce`](super::coalesce)) *before* that head is there, so a browser
-//! request for the same URL that arrives while the push is on its way finds
-//! the flight and joins it as a follower (`Lookup` → `Join::Follower`), just
-//! as it joins a prefetch today; a push for something held fresh ends at the
-//! lookup (`Served::hit`), and one for something stale is a validation whose
-//! 304 freshens the entry.
+//! enters here as the third asker, [`Asker::Push`] (from `crate::push`):
+//! `serve` with that request, checked as the browser's would be (the same
+//! lookup, Vary judged against the push's fields) and an [`Upstream`] whose
+//! `send` resolves to the pushed response once its head arrives. The lookup
+//! makes the push the flight's leader ([`coalesce`](super::coalesce))
+//! *before* that head is there, so a browser request for the same URL that
+//! arrives while the push is on its way finds the flight and joins it as a
+//! follower, as it joins a prefetch; a push for something held fresh ends at
+//! the lookup (`Served::hit`), and one for something stale is a validation
+//! whose 304 freshens the entry. Its head is judged before its body is read
+//! ([`Fill::judge_push`]: RFC 9111 storability, a 200 or a matching 304);
+//! a refused push ends with [`ServeError::Declined`] and its reason.
 
 use std::sync::Arc;
 
