@@ -444,6 +444,52 @@ mod tests {
         text
     }
 
+    /// Every push series is there from the start, each refusal reason at 0,
+    /// under the names docs/operations.md gives.
+    #[tokio::test]
+    async fn push_series_are_named_as_documented() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let config = crate::config::CacheConfig {
+            path: dir.path().join("cache.redb"),
+            ..crate::config::CacheConfig::default()
+        };
+        let cache = crate::cache::Cache::open(&config).await.expect("a cache");
+        let push = crate::config::PushConfig {
+            enabled: true,
+            ..crate::config::PushConfig::default()
+        };
+        let pushes = Pushes::start(&push, &cache).expect("push on with the cache on");
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(PushCollector(pushes)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        for line in [
+            "gateway_push_offered_total 0",
+            "gateway_push_stored_total 0",
+            "gateway_push_stored_bytes_total 0",
+            "gateway_push_revalidated_total 0",
+            "gateway_push_used_total 0",
+            "gateway_push_used_bytes_total 0",
+            "gateway_push_unused_bytes 0",
+            "gateway_push_held_fresh_total 0",
+            "gateway_push_held_stale_total 0",
+            "gateway_push_budgets_total 0",
+            "gateway_push_refused_total{reason=\"set_cookie\"} 0",
+            "gateway_push_refused_total{reason=\"other_host\"} 0",
+            "gateway_push_cancelled_total{reason=\"fresh\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing in:\n{text}"
+            );
+        }
+        let refused = text
+            .lines()
+            .filter(|l| l.starts_with("gateway_push_refused_total{"))
+            .count();
+        assert_eq!(refused, crate::push::REFUSED_REASONS.len());
+    }
+
     #[test]
     fn durations_land_in_their_bucket_per_route_and_cache() {
         let metrics = Arc::new(RequestMetrics::default());

@@ -36,7 +36,7 @@ use gateway::cache::Cache;
 use gateway::config::{CacheConfig, GatewayConfig, PushConfig};
 use gateway::front::Front;
 use gateway::listener::Intercepted;
-use gateway::origin_link::OriginLink;
+use gateway::origin_link::{OriginLink, OriginRequest, PageBudget, PushPage};
 use gateway::push::Pushes;
 use gateway_protocol::{
     Capabilities, HeldEntry, Message, PUSH_ID_BIT, PushBudget, PushPromise, RequestClass,
@@ -732,5 +732,50 @@ async fn a_push_for_another_host_is_refused_and_counted() -> Result<()> {
             _ => None,
         })
         .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn abandoning_a_page_ends_its_pushes_at_once() -> Result<()> {
+    let mut rig = Rig::start(true, true).await?;
+    let host = rig.host();
+    let pin = rig.link.pin();
+    let request = OriginRequest {
+        head: Bytes::from(format!("GET /page.html HTTP/1.1\r\nhost: {host}\r\n\r\n")),
+        body: Bytes::new(),
+        urgency: 3,
+        class: RequestClass::Demand,
+        priority: None,
+    };
+    let budget = PageBudget {
+        page: PushPage {
+            host: "127.0.0.1".into(),
+            port: rig.dst.port(),
+            target: "/page.html".into(),
+            host_field: Bytes::from(host.clone()),
+        },
+        max_pushes: 8,
+        max_bytes: 1 << 20,
+        held: Vec::new(),
+    };
+    let link = rig.link.clone();
+    let page = tokio::spawn(async move { link.request_page(&pin, request, Some(budget)).await });
+    let (stream, id, _) = rig.origin.request().await?;
+    rig.origin
+        .until(|_, m| matches!(m, Message::PushBudget(b) if b.page == id).then_some(()))
+        .await?;
+    rig.origin.promise(stream, id, "/a.css", &host).await?;
+    wait_for("the push is on its way", || rig.pushes().on_way() == 1).await?;
+    // The page's reader goes away before its answer: RESET for the page...
+    page.abort();
+    rig.origin
+        .until(|_, m| matches!(m, Message::Reset { id: r, .. } if *r == id).then_some(()))
+        .await?;
+    // ... and the push ends with it, long before its head would time out.
+    wait_for("the push ended with its page", || {
+        rig.pushes().on_way() == 0 && rig.pushes().stats().refused("failed") == 1
+    })
+    .await?;
+    ensure!(rig.pushes().stats().stored == 0);
     Ok(())
 }

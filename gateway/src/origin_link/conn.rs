@@ -71,6 +71,8 @@ struct Slot {
     head_seen: bool,
     /// Tunnel: this side sent END (the slot goes when the origin's END comes).
     tunnel_sent_end: bool,
+    /// A push: its page's request id.
+    push_page: Option<RequestId>,
     /// Held while the request's PRIORITY watcher may send; dropped with the
     /// slot (whichever way the request ends), which stops the watcher.
     _priority_watch: Option<oneshot::Sender<()>>,
@@ -457,6 +459,7 @@ impl Conn {
                 outcome: Arc::clone(&outcome),
                 head_seen: false,
                 tunnel_sent_end: false,
+                push_page: None,
                 _priority_watch: watching,
             },
         );
@@ -564,6 +567,23 @@ impl Conn {
             return;
         };
         state.session.handle_request_finished(id);
+        // A page abandoned: the session has forgotten its pushes, and the
+        // origin stops them on this CANCEL or RESET (docs/protocol.md, "The
+        // page and its pushes"); their readers learn it now.
+        let orphans: Vec<RequestId> = state
+            .open
+            .iter()
+            .filter(|(_, s)| s.push_page == Some(id))
+            .map(|(push, _)| *push)
+            .collect();
+        for push in orphans {
+            if let Some(orphan) = state.open.remove(&push) {
+                lock(&self.backlog).handle_request_ended(push);
+                orphan.fail(LinkError::Unavailable(
+                    "the push's page was abandoned".into(),
+                ));
+            }
+        }
         let idle = !state.accepting && state.open.is_empty();
         drop(state);
         if slot.head_seen {
@@ -579,7 +599,7 @@ impl Conn {
         if idle {
             self.idle.notify_one();
         }
-        if is_push_id(id) {
+        if self.pushes.is_some() {
             self.top_up_pushes();
         }
     }
@@ -728,6 +748,7 @@ impl Conn {
         promise: PushPromise,
     ) -> Step {
         let PushPromise { id, page, head } = promise;
+        let page_id = page;
         let known = state
             .push_pages
             .iter()
@@ -758,6 +779,7 @@ impl Conn {
                 outcome: Arc::clone(&outcome),
                 head_seen: false,
                 tunnel_sent_end: false,
+                push_page: Some(page_id),
                 _priority_watch: watching,
             },
         );
