@@ -11,7 +11,9 @@
 //! `private` or `no-store` refused (CANCEL) and not stored; a browser request
 //! arriving while a push streams joins it and promotes it (PRIORITY), with no
 //! second request at the origin; a push for another host refused by the
-//! session (RESET) and counted.
+//! session (RESET) and counted; a 304 push freshening a held entry, and
+//! pushes refused or cancelled as needless (an unmatched 304, too large, a
+//! URL already being fetched); a page abandoned ending its pushes.
 
 #[path = "support/http.rs"]
 #[allow(
@@ -159,12 +161,25 @@ impl Origin {
         target: &str,
         host: &str,
     ) -> Result<RequestId> {
+        self.promise_with(stream, page, target, host, "").await
+    }
+
+    /// As [`promise`](Self::promise), with more request fields (CRLF-ended
+    /// lines).
+    async fn promise_with(
+        &mut self,
+        stream: u16,
+        page: RequestId,
+        target: &str,
+        host: &str,
+        fields: &str,
+    ) -> Result<RequestId> {
         self.next_push += 1;
         let id = PUSH_ID_BIT | self.next_push;
         self.session
             .handle_push_sent(id, page, stream)
             .map_err(|e| anyhow::anyhow!("the origin may not push: {e:?}"))?;
-        let head = format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nAccept: */*\r\n\r\n");
+        let head = format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nAccept: */*\r\n{fields}\r\n");
         self.send(
             stream,
             Message::PushPromise(PushPromise {
@@ -190,6 +205,18 @@ impl Origin {
         let id = self.promise(stream, page, target, host).await?;
         self.respond(stream, id, head, body).await?;
         Ok(id)
+    }
+
+    /// Waits for the gateway to end push `id` (CANCEL, or RESET before its
+    /// head).
+    async fn ended_by_gateway(&mut self, id: RequestId) -> Result<()> {
+        self.until(|_, m| match m {
+            Message::Cancel { id: c } | Message::Reset { id: c, .. } if *c == id => Some(()),
+            _ => None,
+        })
+        .await?;
+        self.session.handle_request_finished(id);
+        Ok(())
     }
 
     /// Whether the log holds a REQUEST for `target`.
@@ -578,7 +605,6 @@ async fn pushes_the_cache_would_not_store_are_refused() -> Result<()> {
     let host = rig.host();
     let (stream, page, _, browsing) = rig.page("/index.html").await?;
     ensure!(answered(browsing).await?.status == 200);
-    let mut refused = Vec::new();
     for (target, head) in [
         (
             "/cookie.css",
@@ -604,14 +630,7 @@ async fn pushes_the_cache_would_not_store_are_refused() -> Result<()> {
             )
             .await?;
         // The gateway refuses it on its head, before any body.
-        rig.origin
-            .until(|_, m| match m {
-                Message::Cancel { id: c } | Message::Reset { id: c, .. } if *c == id => Some(()),
-                _ => None,
-            })
-            .await?;
-        rig.origin.session.handle_request_finished(id);
-        refused.push(id);
+        rig.origin.ended_by_gateway(id).await?;
     }
     wait_for("three refusals counted", || {
         let s = rig.pushes().stats();
@@ -777,5 +796,108 @@ async fn abandoning_a_page_ends_its_pushes_at_once() -> Result<()> {
     })
     .await?;
     ensure!(rig.pushes().stats().stored == 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_304_push_freshens_what_is_held_and_needless_pushes_end() -> Result<()> {
+    let mut rig = Rig::start(true, true).await?;
+    let host = rig.host();
+    let (stream, page, _, browsing) = rig.page("/index.html").await?;
+    ensure!(answered(browsing).await?.status == 200);
+    rig.origin
+        .push(
+            stream,
+            page,
+            "/app.js",
+            &host,
+            "HTTP/1.1 200 OK\nCache-Control: max-age=0\nETag: \"j1\"\nContent-Length: 2\n\n",
+            b"js",
+        )
+        .await?;
+    wait_for("stored", || rig.cache.stats().stored == 1).await?;
+
+    // The next visit holds it stale; the origin revalidates it in the same
+    // round trip: a conditional push answered 304.
+    let (stream, page, budget, browsing) = rig.page("/index.html").await?;
+    ensure!(
+        budget.held.len() == 1 && !budget.held[0].fresh && &budget.held[0].etag[..] == b"\"j1\"",
+        "{budget:?}"
+    );
+    ensure!(answered(browsing).await?.status == 200);
+    let id = rig
+        .origin
+        .promise_with(stream, page, "/app.js", &host, "If-None-Match: \"j1\"\r\n")
+        .await?;
+    rig.origin
+        .respond(
+            stream,
+            id,
+            "HTTP/1.1 304 Not Modified\nCache-Control: max-age=600\nETag: \"j1\"\n\n",
+            b"",
+        )
+        .await?;
+    wait_for("revalidated", || rig.pushes().stats().revalidated == 1).await?;
+    let script = rig.browse("/app.js", "Accept: */*\r\nSec-Fetch-Dest: script\r\n");
+    let answer = answered(script).await?;
+    ensure!(answer.status == 200 && answer.body == b"js", "{answer:?}");
+    ensure!(answer.header("age").is_some(), "from the cache: {answer:?}");
+    ensure!(!rig.origin.requested("/app.js"), "the 304 made it fresh");
+
+    // A 304 for something not held freshens nothing: refused.
+    let id = rig
+        .origin
+        .promise_with(stream, page, "/never.js", &host, "If-None-Match: \"x\"\r\n")
+        .await?;
+    rig.origin
+        .send(
+            stream,
+            Message::ResponseHead {
+                id,
+                head: Bytes::from_static(b"HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n"),
+            },
+        )
+        .await?;
+    rig.origin.ended_by_gateway(id).await?;
+    // Larger than an entry may be (1 MiB here): refused on its head.
+    let id = rig.origin.promise(stream, page, "/huge.bin", &host).await?;
+    rig.origin
+        .send(
+            stream,
+            Message::ResponseHead {
+                id,
+                head: Bytes::from_static(
+                    b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 2000000\r\n\r\n",
+                ),
+            },
+        )
+        .await?;
+    rig.origin.ended_by_gateway(id).await?;
+    wait_for("both refusals counted", || {
+        let s = rig.pushes().stats();
+        (s.refused("unmatched_304"), s.refused("too_large")) == (1, 1)
+    })
+    .await?;
+
+    // A URL a browser is already fetching: the push adds nothing.
+    let browsing = rig.browse("/slow.css", "Accept: text/css\r\n");
+    let (request_stream, request, head) = rig.origin.request().await?;
+    ensure!(head.starts_with("GET /slow.css "), "{head}");
+    let id = rig.origin.promise(stream, page, "/slow.css", &host).await?;
+    rig.origin.ended_by_gateway(id).await?;
+    wait_for("counted", || {
+        rig.pushes().stats().cancelled("in_flight") == 1
+    })
+    .await?;
+    rig.origin
+        .respond(
+            request_stream,
+            request,
+            "HTTP/1.1 200 OK\nCache-Control: max-age=600\nContent-Length: 2\n\n",
+            b"ok",
+        )
+        .await?;
+    ensure!(answered(browsing).await?.status == 200);
+    ensure!(rig.pushes().stats().stored == 1, "only the first push");
     Ok(())
 }
