@@ -423,26 +423,40 @@ impl Pushes {
         }
     }
 
-    fn remember_pushed(&self, primary: &str) {
+    /// Remembers `primary` as pushed, before its push's lookup, so that a
+    /// browser that joins the push counts it as used; true if it was not
+    /// remembered already (an earlier push of it).
+    fn remember_pushed(&self, primary: &str) -> bool {
         let mut pushed = lock(&self.pushed);
         let (map, order) = &mut *pushed;
-        if map.insert(primary.to_owned(), Pushed::default()).is_none() {
-            order.push_back(primary.to_owned());
-            if order.len() > MAX_PUSHED_REMEMBERED
-                && let Some(oldest) = order.pop_front()
-            {
-                map.remove(&oldest);
-            }
+        if map.contains_key(primary) {
+            return false;
         }
+        map.insert(primary.to_owned(), Pushed::default());
+        order.push_back(primary.to_owned());
+        if order.len() > MAX_PUSHED_REMEMBERED
+            && let Some(oldest) = order.pop_front()
+        {
+            map.remove(&oldest);
+        }
+        true
+    }
+
+    /// Forgets what [`remember_pushed`](Self::remember_pushed) added for a
+    /// push that stored nothing.
+    fn forget_pushed(&self, primary: &str) {
+        lock(&self.pushed).0.remove(primary);
     }
 
     fn pushed_whole(&self, primary: &str, bytes: u64) {
         let mut pushed = lock(&self.pushed);
         if let Some(entry) = pushed.0.get_mut(primary) {
-            entry.bytes = Some(bytes);
-            if entry.used {
+            // Used while it streamed: its bytes count now (once; a later
+            // push of the same URL counts nothing again).
+            if entry.used && entry.bytes.is_none() {
                 add(&self.counters.used_bytes, bytes);
             }
+            entry.bytes = Some(bytes);
         }
     }
 
@@ -485,38 +499,51 @@ impl Pushes {
             }
             on_way.insert(primary.clone(), OnWay { id, promote });
         }
+        let remembered = self.remember_pushed(&primary);
         let upstream = PushUpstream::new(response);
         let served = self
             .cache
             .serve(&page.host, page.port, &request, Asker::Push, &upstream)
             .await;
         let status = upstream.status();
-        match served {
+        let stored = match served {
             Ok(served) if served.hit => {
                 self.cancel("fresh");
+                false
             }
             Ok(_) if status == Some(StatusCode::NOT_MODIFIED) => {
                 // The entry is freshened; what `served` holds is the stored
                 // body, which nobody needs now.
                 add(&self.counters.revalidated, 1);
+                false
             }
             Ok(served) => {
-                self.remember_pushed(&primary);
                 let max = self.cache_limit();
                 match drain(served.response.into_body(), max).await {
                     Ok(bytes) => {
                         add(&self.counters.stored, 1);
                         add(&self.counters.stored_bytes, bytes);
                         self.pushed_whole(&primary, bytes);
+                        true
                     }
-                    Err(reason) => self.refuse(reason),
+                    Err(reason) => {
+                        self.refuse(reason);
+                        false
+                    }
                 }
             }
-            Err(ServeError::Declined(reason)) => self.refuse(reason),
+            Err(ServeError::Declined(reason)) => {
+                self.refuse(reason);
+                false
+            }
             Err(ServeError::Upstream(error)) => {
                 tracing::debug!(uri = primary, id, error = %error.message, "push failed");
                 self.refuse("failed");
+                false
             }
+        };
+        if remembered && !stored {
+            self.forget_pushed(&primary);
         }
         let mut on_way = lock(&self.on_way);
         if on_way.get(&primary).is_some_and(|w| w.id == id) {
