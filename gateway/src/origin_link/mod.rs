@@ -34,6 +34,14 @@
 //! back the slow stream before the queue fills. Browser sockets are registered
 //! with [`StreamPin::watch_socket`].
 //!
+//! # Pushes
+//!
+//! Spawned with [`LinkPushes`] ([`OriginLink::spawn_with_pushes`]), the link
+//! announces PUSH, grants MAX_PUSHES, sends a page's [`PageBudget`] as
+//! PUSH_BUDGET right after its REQUEST ([`OriginLink::request_page`]) and
+//! hands each promised push to the taker as a [`PushOffer`] (the `push`
+//! module's docs; docs/gateway-origin-link.md, "Pushes").
+//!
 //! It never touches HTTP semantics beyond parsing the response head (with the
 //! `http-semantics` crate, which the origin renders it with): caching,
 //! hop-by-hop fields and status decisions belong to the front-end.
