@@ -389,6 +389,124 @@ mod tests {
         assert_eq!(origin.sent.load(Ordering::SeqCst), 1);
     }
 
+    /// An upstream that answers with a fixed status and fields.
+    #[derive(Debug)]
+    struct Fixed {
+        status: StatusCode,
+        fields: &'static [(&'static str, &'static str)],
+    }
+
+    impl Upstream for Fixed {
+        fn send(&self, _request: UpstreamRequest) -> UpstreamFuture<'_> {
+            Box::pin(async move {
+                let mut response = Response::new(
+                    Full::new(Bytes::from_static(b"body"))
+                        .map_err(|never| match never {})
+                        .boxed_unsync(),
+                );
+                *response.status_mut() = self.status;
+                for (name, value) in self.fields {
+                    response.headers_mut().append(
+                        header::HeaderName::from_static(name),
+                        HeaderValue::from_static(value),
+                    );
+                }
+                Ok(Answered {
+                    response,
+                    route: "push",
+                })
+            })
+        }
+
+        fn detach(&self) -> Arc<dyn Upstream> {
+            Arc::new(Fixed {
+                status: self.status,
+                fields: self.fields,
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_push_is_judged_on_its_head_and_stored_only_if_the_cache_would() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let cache = cache(&dir);
+        let get = request(Method::GET);
+        for (status, fields, reason) in [
+            (
+                StatusCode::OK,
+                &[("cache-control", "max-age=600"), ("set-cookie", "a=1")][..],
+                "set_cookie",
+            ),
+            (
+                StatusCode::OK,
+                &[("cache-control", "private, max-age=600")][..],
+                "private",
+            ),
+            (
+                StatusCode::OK,
+                &[("cache-control", "no-store")][..],
+                "no_store",
+            ),
+            (
+                StatusCode::OK,
+                &[("vary", "*"), ("cache-control", "max-age=600")][..],
+                "vary",
+            ),
+            (
+                StatusCode::NOT_FOUND,
+                &[("cache-control", "max-age=600")][..],
+                "status",
+            ),
+            (
+                StatusCode::NOT_MODIFIED,
+                &[("etag", "\"x\"")][..],
+                "unmatched_304",
+            ),
+            (
+                StatusCode::OK,
+                &[
+                    ("cache-control", "max-age=600"),
+                    ("content-length", "9999999999"),
+                ][..],
+                "too_large",
+            ),
+        ] {
+            let origin = Fixed { status, fields };
+            let refused = cache
+                .serve("example.test", 80, &get, Asker::Push, &origin)
+                .await;
+            assert!(
+                matches!(refused, Err(ServeError::Declined(r)) if r == reason),
+                "{reason}: {refused:?}"
+            );
+        }
+        assert_eq!(cache.stats().stored, 0, "nothing refused is stored");
+
+        let origin = Arc::new(Counting::default());
+        let pushed = cache
+            .serve("example.test", 80, &get, Asker::Push, &origin)
+            .await
+            .expect("taken");
+        assert!(!pushed.hit);
+        assert_eq!(body(pushed).await, Bytes::from_static(b"body"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while cache.stats().stored == 0 {
+            assert!(std::time::Instant::now() < deadline, "never stored");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let again = cache
+            .serve("example.test", 80, &get, Asker::Push, &origin)
+            .await
+            .expect("served");
+        assert!(again.hit, "held fresh: the push is not needed");
+        let browser = cache
+            .serve("example.test", 80, &get, Asker::Browser, &origin)
+            .await
+            .expect("served");
+        assert_eq!((browser.route, browser.hit), ("cache", true));
+        assert_eq!(origin.sent.load(Ordering::SeqCst), 1);
+    }
+
     #[tokio::test]
     async fn a_pass_is_sent_for_a_browser_and_declined_for_a_prefetch() {
         let dir = tempfile::tempdir().expect("a temporary directory");
