@@ -754,7 +754,13 @@ fn held_entries(held: Vec<Held>) -> Vec<HeldEntry> {
         if !h.fresh && etag.is_empty() && date.is_empty() {
             continue;
         }
-        if h.target.is_empty() || h.target.len() > MAX_HELD_TARGET {
+        // 1 to MAX_HELD_TARGET visible ASCII bytes starting with `/`: a
+        // target read from a push's head may hold other bytes (httparse
+        // takes obs-text), which the origin would refuse the page for.
+        let target_fits = h.target.starts_with('/')
+            && h.target.len() <= MAX_HELD_TARGET
+            && h.target.bytes().all(|b| b.is_ascii_graphic());
+        if !target_fits {
             continue;
         }
         let entry_len = HELD_ENTRY_FIXED + h.target.len() + etag.len() + date.len();
@@ -859,6 +865,8 @@ mod tests {
             held("/stale-without-validator.js", false, None),
             held("/long-etag.png", false, Some(&long_etag)),
             held("/long-etag-fresh.png", true, Some(&long_etag)),
+            held("/caf\u{e9}.png", true, None),
+            held("no-slash.png", true, None),
         ]);
         let got: Vec<(&[u8], bool, &[u8])> = entries
             .iter()

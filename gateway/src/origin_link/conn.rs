@@ -379,23 +379,36 @@ impl Conn {
     /// page allowance has a push open).
     fn record_budget(&self, id: RequestId, stream: u16, budget: PageBudget) -> Option<Message> {
         self.pushes.as_ref()?;
-        let message = PushBudget {
+        let PageBudget {
+            page,
+            max_pushes,
+            max_bytes,
+            held,
+        } = budget;
+        let fields = PushBudget {
             page: id,
-            max_pushes: budget.max_pushes,
-            max_bytes: budget.max_bytes,
-            held: budget.held,
+            max_pushes,
+            max_bytes,
+            held,
         };
         let mut state = lock(&self.state);
-        let host = budget.page.host_field.clone();
         state
             .session
-            .handle_push_budget_sent(&message, stream, &host)
+            .handle_push_budget_sent(&fields, stream, &page.host_field)
             .ok()?;
+        let message = Message::PushBudget(fields);
+        // The taker bounds it; one the origin would reset the page for is
+        // never sent: the page goes without pushes instead (the allowance
+        // recorded above only waits to be forgotten).
+        if let Err(why) = message.check_limits() {
+            tracing::debug!(origin = %self.name, id, why, "PUSH_BUDGET not sent");
+            return None;
+        }
         if state.push_pages.len() >= PUSH_PAGES_KEPT {
             state.push_pages.pop_front();
         }
-        state.push_pages.push_back((id, budget.page));
-        Some(Message::PushBudget(message))
+        state.push_pages.push_back((id, page));
+        Some(message)
     }
 
     /// Numbers a request on `stream` and opens its slot, under the state lock.
