@@ -408,7 +408,8 @@ impl Pushes {
         }
     }
 
-    fn refuse(&self, reason: &str) {
+    fn refuse(&self, uri: &str, reason: &str) {
+        tracing::debug!(uri, reason, "push refused");
         let at = REFUSED_REASONS.iter().position(|r| *r == reason);
         // An unlisted word (a cache change) still counts, as `not_storable`.
         let at = at.or_else(|| REFUSED_REASONS.iter().position(|r| *r == "not_storable"));
@@ -417,7 +418,8 @@ impl Pushes {
         }
     }
 
-    fn cancel(&self, reason: &str) {
+    fn cancel(&self, uri: &str, reason: &str) {
+        tracing::debug!(uri, reason, "push cancelled: not needed");
         if let Some(at) = CANCELLED_REASONS.iter().position(|r| *r == reason) {
             add(&self.counters.cancelled[at], 1);
         }
@@ -473,7 +475,7 @@ impl Pushes {
         let Some(request) = push_request(&head) else {
             // The session checked it; a head it let through that this
             // cannot read is refused all the same.
-            self.refuse("protocol");
+            self.refuse("-", "protocol");
             return;
         };
         let primary = EffectiveUri::new(&page.host, page.port, &request.path)
@@ -487,14 +489,14 @@ impl Pushes {
             usize::from(self.config.max_per_page).min(MAX_HELD_ENTRIES),
         );
         if self.cache.in_flight(&page.host, page.port, &request.path) {
-            self.cancel("in_flight");
+            self.cancel(&primary, "in_flight");
             return;
         }
         {
             let mut on_way = lock(&self.on_way);
             if on_way.contains_key(&primary) {
                 drop(on_way);
-                self.cancel("in_flight");
+                self.cancel(&primary, "in_flight");
                 return;
             }
             on_way.insert(primary.clone(), OnWay { id, promote });
@@ -508,7 +510,7 @@ impl Pushes {
         let status = upstream.status();
         let stored = match served {
             Ok(served) if served.hit => {
-                self.cancel("fresh");
+                self.cancel(&primary, "fresh");
                 false
             }
             Ok(_) if status == Some(StatusCode::NOT_MODIFIED) => {
@@ -527,18 +529,18 @@ impl Pushes {
                         true
                     }
                     Err(reason) => {
-                        self.refuse(reason);
+                        self.refuse(&primary, reason);
                         false
                     }
                 }
             }
             Err(ServeError::Declined(reason)) => {
-                self.refuse(reason);
+                self.refuse(&primary, reason);
                 false
             }
             Err(ServeError::Upstream(error)) => {
                 tracing::debug!(uri = primary, id, error = %error.message, "push failed");
-                self.refuse("failed");
+                self.refuse(&primary, "failed");
                 false
             }
         };
