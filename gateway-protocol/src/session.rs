@@ -453,6 +453,14 @@ impl Session {
         pushes
     }
 
+    /// PUSH_PROMISEs sent (origin) or received (gateway) since the
+    /// association began, refused and malformed ones included: what the
+    /// grant counts. A gateway that keeps `k` pushes in flight grants
+    /// `k + pushes_promised() - open_pushes()` (docs/protocol.md, MAX_PUSHES).
+    pub fn pushes_promised(&self) -> u64 {
+        self.pushes_promised
+    }
+
     /// Pushes open now (either side).
     pub fn open_pushes(&self) -> usize {
         self.open.values().filter(|o| o.push_page.is_some()).count()

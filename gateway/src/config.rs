@@ -40,6 +40,9 @@ pub struct GatewayConfig {
     pub cache: CacheConfig,
     /// The HTML-driven prefetch queue (`[prefetch]`, docs/prefetch.md).
     pub prefetch: PrefetchConfig,
+    /// Taking the origins' pushes into the cache (`[push]`, docs/protocol.md
+    /// "PUSH").
+    pub push: PushConfig,
     /// The operator's endpoint: metrics, cache stats and purge (`[admin]`).
     pub admin: AdminConfig,
     /// The XDP cross-check of per-stream accounting (`[ebpf]`).
@@ -224,6 +227,70 @@ pub const MIN_FEEDBACK_INTERVAL: Duration = Duration::from_millis(1);
 /// Longest FEEDBACK interval accepted: beyond it the origin's view of a slow
 /// browser is too old to protect anyone.
 pub const MAX_FEEDBACK_INTERVAL: Duration = Duration::from_secs(1);
+/// Most pushes `push.in_flight` may keep open at once.
+pub const MAX_PUSHES_IN_FLIGHT: u32 = 1024;
+/// Most pages `push.pages` may remember the closure of.
+pub const MAX_PUSH_PAGES_REMEMBERED: usize = 1 << 20;
+
+/// `[push]`: the origins' pushes into the cache (issue 31). Push needs the
+/// cache: with `cache.enabled = false` it is not announced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PushConfig {
+    /// Announce PUSH in HELLO, grant pushes and invite them for pages.
+    pub enabled: bool,
+    /// Pushes open at once per association: the first MAX_PUSHES grant, and
+    /// one more granted as each push ends. 1 to [`MAX_PUSHES_IN_FLIGHT`].
+    pub in_flight: u32,
+    /// Pushes invited per page (PUSH_BUDGET's `max_pushes`), at least 1.
+    pub max_per_page: u16,
+    /// Body bytes all of a page's pushes may carry (PUSH_BUDGET's
+    /// `max_bytes`), at least 1.
+    pub max_bytes_per_page: u32,
+    /// Pages whose closure (the URLs pushed for them) is remembered, least
+    /// recently used forgotten first: what the held entries of a PUSH_BUDGET
+    /// are read from. 1 to [`MAX_PUSH_PAGES_REMEMBERED`].
+    pub pages: usize,
+}
+
+impl Default for PushConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            in_flight: 32,
+            max_per_page: 128,
+            max_bytes_per_page: 8 << 20,
+            pages: 4096,
+        }
+    }
+}
+
+/// `[push]`.
+fn validate_push(p: &PushConfig) -> Result<(), ConfigError> {
+    if !(1..=MAX_PUSHES_IN_FLIGHT).contains(&p.in_flight) {
+        return invalid(
+            "push.in_flight",
+            "between 1 and 1024 (each open push holds a response queue)",
+        );
+    }
+    if p.max_per_page == 0 {
+        return invalid(
+            "push.max_per_page",
+            "at least 1 (turn push off with push.enabled = false)",
+        );
+    }
+    if p.max_bytes_per_page == 0 {
+        return invalid(
+            "push.max_bytes_per_page",
+            "at least 1 (turn push off with push.enabled = false)",
+        );
+    }
+    if !(1..=MAX_PUSH_PAGES_REMEMBERED).contains(&p.pages) {
+        return invalid("push.pages", "between 1 and 1048576");
+    }
+    Ok(())
+}
+
 /// `[origin.feedback]`: per-stream backlog reports to the origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -343,6 +410,7 @@ impl GatewayConfig {
         if let Err(e) = self.prefetch.validate() {
             return invalid(&format!("prefetch.{}", e.key), &e.reason);
         }
+        validate_push(&self.push)?;
         validate_http(&self.http)?;
         for (n, origin) in self.origins.iter().enumerate() {
             validate_origin(n, origin, &self.origins[..n])?;
@@ -660,6 +728,41 @@ mod tests {
             let err = c.validate().expect_err("must fail").to_string();
             assert!(err.contains("http.max_header_fields"), "{err}");
         }
+    }
+
+    #[test]
+    fn push_has_defaults_and_checks_its_keys() {
+        let c = GatewayConfig::from_toml("").expect("parses");
+        assert_eq!(c.push, PushConfig::default());
+        assert!(!c.push.enabled, "off until measured (issue 31)");
+        assert_eq!(
+            (
+                c.push.in_flight,
+                c.push.max_per_page,
+                c.push.max_bytes_per_page
+            ),
+            (32, 128, 8 << 20)
+        );
+        let c =
+            GatewayConfig::from_toml("[push]\nenabled = true\nin_flight = 4\n").expect("parses");
+        c.validate().expect("valid");
+        assert_eq!((c.push.enabled, c.push.in_flight), (true, 4));
+        let err = GatewayConfig::from_toml("[push]\nin_flite = 4\n").expect_err("unknown key");
+        assert!(err.to_string().contains("in_flite"), "{err}");
+        for (key, text) in [
+            ("push.in_flight", "in_flight = 0"),
+            ("push.in_flight", "in_flight = 1025"),
+            ("push.max_per_page", "max_per_page = 0"),
+            ("push.max_bytes_per_page", "max_bytes_per_page = 0"),
+            ("push.pages", "pages = 0"),
+        ] {
+            let c = GatewayConfig::from_toml(&format!("[push]\n{text}\n")).expect("parses");
+            let err = c.validate().expect_err(text).to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
+        let err = GatewayConfig::from_toml("[push]\nmax_per_page = 70000\n")
+            .expect_err("beyond the wire's u16");
+        assert!(err.to_string().contains("max_per_page"), "{err}");
     }
 
     #[test]

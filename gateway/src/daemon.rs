@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use prometheus_client::collector::Collector;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
@@ -23,8 +24,9 @@ use crate::config::GatewayConfig;
 use crate::front::Front;
 use crate::intercept::Interception;
 use crate::listener::{self, TransparentListener};
-use crate::metrics::TransportCollector;
+use crate::metrics::{PushCollector, TransportCollector};
 use crate::origin_link::OriginLink;
+use crate::push::Pushes;
 use crate::sync::stopped;
 
 /// How long browser connections get to finish their current request at stop.
@@ -39,25 +41,35 @@ pub async fn run(config: GatewayConfig, stop: impl Future<Output = ()>) -> Resul
     }
     let admin = bind_admin(&config).await?;
     let cache = open_cache(&config).await?;
-    let links = start_links(&config);
+    let pushes = Pushes::start(&config.push, &cache);
+    let links = start_links(&config, pushes.as_deref());
     let accounting = start_accounting(&config);
     let interception = install_interception(&config).await?;
 
-    let front = Arc::new(Front::new(&config, links.clone(), cache.clone()));
+    let front = Arc::new(Front::with_pushes(
+        &config,
+        links.clone(),
+        cache.clone(),
+        pushes.clone(),
+    ));
     let slots = Arc::new(Semaphore::new(config.http.max_connections));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut accepting = JoinSet::new();
     if let Some(socket) = admin {
         let streams = StreamCollector::new(links.clone(), Arc::clone(&accounting));
+        let mut collectors: Vec<Box<dyn Collector>> = vec![
+            Box::new(streams),
+            Box::new(TransportCollector::new(links.clone())),
+            front.metrics().collector(),
+        ];
+        if let Some(pushes) = &pushes {
+            collectors.push(Box::new(PushCollector(Arc::clone(pushes))));
+        }
         tokio::spawn(crate::admin::serve_with(
             socket,
             cache.clone(),
             front.prefetcher().cloned(),
-            vec![
-                Box::new(streams),
-                Box::new(TransportCollector::new(links.clone())),
-                front.metrics().collector(),
-            ],
+            collectors,
             stop_rx.clone(),
         ));
     }
@@ -147,8 +159,12 @@ fn start_accounting(config: &GatewayConfig) -> Arc<Accounting> {
     accounting
 }
 
-fn start_links(config: &GatewayConfig) -> Vec<OriginLink> {
-    let links: Vec<OriginLink> = config.origins.iter().map(OriginLink::spawn).collect();
+fn start_links(config: &GatewayConfig, pushes: Option<&Pushes>) -> Vec<OriginLink> {
+    let links: Vec<OriginLink> = config
+        .origins
+        .iter()
+        .map(|entry| OriginLink::spawn_with_pushes(entry, pushes.map(Pushes::link)))
+        .collect();
     for (entry, link) in config.origins.iter().zip(&links) {
         tracing::info!(
             "origin {}: {} for {:?} {:?}{}",

@@ -20,7 +20,8 @@
 //!    request is a hit, joins a flight, fills, revalidates or passes, and
 //!    drives the upstream itself; [`prefetch`] scans HTML on its way to the
 //!    browser and fetches what the page will need through that same entry
-//!    point ([`prefetch::Prefetcher`]).
+//!    point ([`prefetch::Prefetcher`]); [`push`] takes the responses an
+//!    origin pushes for a page into the cache through it too.
 //! 5. The upstream: mapped requests travel over the origin's association
 //!    ([`origin_link`]), on the stream their browser flow is pinned to; the
 //!    rest go over plain TCP to the original destination ([`direct`]). Every
@@ -36,7 +37,7 @@
 //!
 //! Layering (docs/architecture.md): a module imports only modules to its right
 //! in `daemon` > `doctor` > `admin` > `front` > `accounting` > `metrics` >
-//! {`origin_link`, `intercept`, `route`, `listener`, `direct`} > `config` >
+//! `push` > {`origin_link`, `intercept`, `route`, `listener`, `direct`} > `config` >
 //! `prefetch` > `cache` > {`upstream`, `browser_socket`} > `client_bytes` >
 //! {`body`, `sync`}; [`ebpf`] stands apart.
 //!
@@ -63,6 +64,7 @@ pub mod listener;
 pub mod metrics;
 pub mod origin_link;
 pub mod prefetch;
+pub mod push;
 pub mod route;
 pub mod sync;
 pub mod upstream;

@@ -31,6 +31,7 @@ use prometheus_client::registry::Unit;
 
 pub use crate::client_bytes::{ClientBytes, ClientTally, MAX_CLIENT_SERIES, OTHER_CLIENTS};
 use crate::origin_link::{OriginLink, TransportFigures};
+use crate::push::Pushes;
 pub use crate::upstream::Side;
 
 /// Upper bounds of `gateway_request_duration_seconds`' buckets, seconds: a
@@ -163,6 +164,113 @@ fn encode_clients(clients: &ClientBytes, encoder: &mut DescriptorEncoder<'_>) ->
         ConstCounter::new(bytes).encode(family.encode_family(&[("client", client.as_str())])?)?;
     }
     ConstCounter::new(other).encode(family.encode_family(&[("client", OTHER_CLIENTS)])?)
+}
+
+/// The push taker's figures (`gateway_push_*`, issue 31), read at each
+/// scrape; absent with `[push]` off.
+#[derive(Debug)]
+pub struct PushCollector(pub Arc<Pushes>);
+
+impl Collector for PushCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let s = self.0.stats();
+        for (name, help, value) in [
+            (
+                "gateway_push_offered",
+                "Pushes the origins promised (the link's own refusals included)",
+                s.offered,
+            ),
+            (
+                "gateway_push_stored",
+                "Pushes stored whole in the cache",
+                s.stored,
+            ),
+            (
+                "gateway_push_revalidated",
+                "304 pushes that freshened a stored entry",
+                s.revalidated,
+            ),
+            (
+                "gateway_push_used",
+                "Pushed entries a browser then got from the cache (a hit or a join on the push in flight), each once",
+                s.used,
+            ),
+            (
+                "gateway_push_held_fresh",
+                "Held entries sent as fresh in PUSH_BUDGETs: pushes skipped because held",
+                s.held_fresh,
+            ),
+            (
+                "gateway_push_held_stale",
+                "Held entries sent stale with validators: pushes the origin can answer with a 304",
+                s.held_stale,
+            ),
+            (
+                "gateway_push_budgets",
+                "PUSH_BUDGETs built for page requests",
+                s.budgets,
+            ),
+        ] {
+            let counter = ConstCounter::new(value);
+            counter.encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                counter.metric_type(),
+            )?)?;
+        }
+        for (name, help, value) in [
+            (
+                "gateway_push_stored",
+                "Body bytes of the pushes stored",
+                s.stored_bytes,
+            ),
+            (
+                "gateway_push_used",
+                "Body bytes of the pushed entries a browser got from the cache",
+                s.used_bytes,
+            ),
+        ] {
+            let counter = ConstCounter::new(value);
+            counter.encode(encoder.encode_descriptor(
+                name,
+                help,
+                Some(&Unit::Bytes),
+                counter.metric_type(),
+            )?)?;
+        }
+        let unused = ConstGauge::new(i64::try_from(s.unused_bytes()).unwrap_or(i64::MAX));
+        unused.encode(encoder.encode_descriptor(
+            "gateway_push_unused",
+            "Pushed bytes no browser has used (yet): stored minus used; what is evicted unused stays in it (wasted)",
+            Some(&Unit::Bytes),
+            unused.metric_type(),
+        )?)?;
+        for (name, help, reasons) in [
+            (
+                "gateway_push_refused",
+                "Pushes refused, by reason",
+                &s.refused,
+            ),
+            (
+                "gateway_push_cancelled",
+                "Pushes cancelled as not needed (held fresh, or already being fetched), by reason",
+                &s.cancelled,
+            ),
+        ] {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                ConstCounter::new(0u64).metric_type(),
+            )?;
+            for (reason, count) in reasons {
+                ConstCounter::new(*count)
+                    .encode(family.encode_family(&[("reason", reason.as_str())])?)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The transport figures of every origin link, read at each scrape.
@@ -334,6 +442,52 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
         text
+    }
+
+    /// Every push series is there from the start, each refusal reason at 0,
+    /// under the names docs/operations.md gives.
+    #[tokio::test]
+    async fn push_series_are_named_as_documented() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let config = crate::config::CacheConfig {
+            path: dir.path().join("cache.redb"),
+            ..crate::config::CacheConfig::default()
+        };
+        let cache = crate::cache::Cache::open(&config).await.expect("a cache");
+        let push = crate::config::PushConfig {
+            enabled: true,
+            ..crate::config::PushConfig::default()
+        };
+        let pushes = Pushes::start(&push, &cache).expect("push on with the cache on");
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(PushCollector(pushes)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        for line in [
+            "gateway_push_offered_total 0",
+            "gateway_push_stored_total 0",
+            "gateway_push_stored_bytes_total 0",
+            "gateway_push_revalidated_total 0",
+            "gateway_push_used_total 0",
+            "gateway_push_used_bytes_total 0",
+            "gateway_push_unused_bytes 0",
+            "gateway_push_held_fresh_total 0",
+            "gateway_push_held_stale_total 0",
+            "gateway_push_budgets_total 0",
+            "gateway_push_refused_total{reason=\"set_cookie\"} 0",
+            "gateway_push_refused_total{reason=\"other_host\"} 0",
+            "gateway_push_cancelled_total{reason=\"fresh\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing in:\n{text}"
+            );
+        }
+        let refused = text
+            .lines()
+            .filter(|l| l.starts_with("gateway_push_refused_total{"))
+            .count();
+        assert_eq!(refused, crate::push::REFUSED_REASONS.len());
     }
 
     #[test]

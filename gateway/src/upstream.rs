@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use gateway_protocol::RequestClass;
-use http::header::{HeaderMap, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Response, StatusCode};
 use tokio::sync::watch;
 
@@ -127,4 +127,44 @@ pub trait Upstream: Send + Sync + std::fmt::Debug {
     /// started it and must not queue behind that browser's next request: a
     /// background revalidation, a page's prefetches.
     fn detach(&self) -> Arc<dyn Upstream>;
+}
+
+/// Removes hop-by-hop fields (RFC 9110, section 7.6.1): `Connection` and the
+/// fields it names, and the fixed list. `Expect` goes too: the body is already read.
+/// A `Connection` value is read as bytes: a byte past ASCII elsewhere in it
+/// (obs-text) must not keep the fields it names.
+pub fn end_to_end(mut headers: HeaderMap) -> HeaderMap {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|v| list_items(v.as_bytes()))
+        .filter_map(|name| HeaderName::from_bytes(name).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::EXPECT,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+    headers
+}
+
+/// The items of a comma-separated field value, without the whitespace around
+/// them; empty items are left out (RFC 9110, section 5.6.1).
+pub(crate) fn list_items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|item| !item.is_empty())
 }

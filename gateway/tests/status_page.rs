@@ -11,9 +11,10 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use gateway::admin::{RecentPages, STATUS_PAGE_CSP};
 use gateway::cache::Cache;
-use gateway::config::PrefetchConfig;
-use gateway::metrics::RequestMetrics;
+use gateway::config::{CacheConfig, PrefetchConfig, PushConfig};
+use gateway::metrics::{PushCollector, RequestMetrics};
 use gateway::prefetch::Prefetcher;
+use gateway::push::Pushes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -61,13 +62,24 @@ async fn request(admin: SocketAddr, method: &str, path: &str) -> Result<Raw> {
     })
 }
 
-/// An admin endpoint with an empty cache, a prefetcher and the request
-/// figures: what a gateway without origins serves.
-async fn admin() -> Result<(SocketAddr, watch::Sender<bool>)> {
+/// An admin endpoint with an empty cache, a prefetcher, a push taker and the
+/// request figures: what a gateway without origins serves.
+async fn admin() -> Result<(SocketAddr, (watch::Sender<bool>, tempfile::TempDir))> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let metrics = Arc::new(RequestMetrics::default());
+    let dir = tempfile::tempdir()?;
+    let cache = Cache::open(&CacheConfig {
+        path: dir.path().join("cache.redb"),
+        ..CacheConfig::default()
+    })
+    .await?;
+    let push = PushConfig {
+        enabled: true,
+        ..PushConfig::default()
+    };
+    let pushes = Pushes::start(&push, &cache).context("push on with the cache on")?;
     tokio::spawn(gateway::admin::serve_with(
         listener,
         Cache::disabled(),
@@ -75,10 +87,10 @@ async fn admin() -> Result<(SocketAddr, watch::Sender<bool>)> {
             &PrefetchConfig::default(),
             Cache::disabled(),
         ))),
-        vec![metrics.collector()],
+        vec![metrics.collector(), Box::new(PushCollector(pushes))],
         stop_rx,
     ));
-    Ok((addr, stop_tx))
+    Ok((addr, (stop_tx, dir)))
 }
 
 /// Every value of `attribute="..."` or `attribute='...'` in `html`.
@@ -260,8 +272,8 @@ async fn every_series_the_page_names_is_on_metrics() -> Result<()> {
         named.push(metric.clone());
     }
     assert!(
-        named.len() >= 19,
-        "the cache, prefetch and error figures: {named:?}"
+        named.len() >= 26,
+        "the cache, prefetch, push and error figures: {named:?}"
     );
     for metric in &named {
         assert!(

@@ -653,9 +653,15 @@ fn the_grant_is_cumulative_and_a_promise_beyond_it_costs_the_association() {
     );
     // A malformed promise counts against the grant too...
     let malformed = b"\x24\0\0\0\x80\0\0\x02\0\0\0\x01POST / HTTP/1.1\r\nHost: site.test\r\n\r\n";
+    assert_eq!((gateway.pushes_promised(), gateway.open_pushes()), (1, 1));
     assert_eq!(
         gateway.handle_message(2, &Bytes::from_static(malformed)),
         Err(reset(PUSH_ID_BIT | 2, ErrorCode::ProtocolError))
+    );
+    assert_eq!(
+        (gateway.pushes_promised(), gateway.open_pushes()),
+        (2, 1),
+        "counted, never open"
     );
     // ... so the next one is beyond the grant.
     assert_eq!(

@@ -145,6 +145,11 @@ impl<H> Coalescer<H> {
         lock(&self.flights).len()
     }
 
+    /// Whether a flight is in progress for a key `matches` selects.
+    pub fn any(&self, matches: impl Fn(&[u8]) -> bool) -> bool {
+        lock(&self.flights).keys().any(|key| matches(key))
+    }
+
     /// Takes no new joiners for the keys `matches` selects (their response
     /// was invalidated); those already in keep reading.
     pub fn forget(&self, matches: impl Fn(&[u8]) -> bool) {

@@ -157,6 +157,51 @@ impl Fill {
         self.keep = Some(keep);
     }
 
+    /// A pushed response, judged on its head before its body is read
+    /// (issue 31): `Ok` when [`Fill::respond`] would store it (a 200 the
+    /// cache's RFC 9111 policy stores for the push's request, no larger than
+    /// an entry may be) or freshen the entry this fill validates with it (a
+    /// 304 that matches it); otherwise why not, as a metrics label. Any other
+    /// status is refused too, even a storable one: a push is for what the
+    /// page needs, not for errors.
+    pub fn judge_push(&self, status: StatusCode, headers: &HeaderMap) -> Result<(), &'static str> {
+        if status != StatusCode::OK && status != StatusCode::NOT_MODIFIED {
+            return Err("status");
+        }
+        let decision = policy::decide_response(
+            &self.method,
+            &self.request,
+            self.stored.as_ref().map(|e| &e.response),
+            status,
+            headers,
+            self.request_time,
+            SystemTime::now(),
+        );
+        match decision {
+            ResponseDecision::Store(_) => {
+                if content_length(headers)
+                    .is_some_and(|len| len > self.shared.store.max_object_bytes())
+                {
+                    Err("too_large")
+                } else if self.shared.store.is_disabled() {
+                    Err("not_storable")
+                } else {
+                    Ok(())
+                }
+            }
+            ResponseDecision::Freshen(_) if self.stored.is_some() => Ok(()),
+            ResponseDecision::Freshen(_) | ResponseDecision::ServeStale => Err("unmatched_304"),
+            ResponseDecision::Pass { reason, .. } => Err(match reason {
+                _ if status == StatusCode::NOT_MODIFIED => "unmatched_304",
+                Some(policy::NotStorable::NoStore) => "no_store",
+                Some(policy::NotStorable::Private) => "private",
+                Some(policy::NotStorable::SetCookie) => "set_cookie",
+                Some(policy::NotStorable::VaryStar) => "vary",
+                _ => "not_storable",
+            }),
+        }
+    }
+
     /// Whether this fill is a validation of a stored entry.
     pub fn is_validation(&self) -> bool {
         self.stored.is_some()

@@ -157,6 +157,19 @@ pub struct CacheRequest<'a> {
     pub headers: &'a HeaderMap,
 }
 
+/// One target the store holds ([`Cache::held`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The target (origin-form).
+    pub target: String,
+    /// Fresh now for the request it was judged for.
+    pub fresh: bool,
+    /// The stored `ETag` field value, verbatim.
+    pub etag: Option<HeaderValue>,
+    /// The stored `Last-Modified` field value, verbatim.
+    pub last_modified: Option<HeaderValue>,
+}
+
 /// What [`Cache::lookup`] decided.
 #[derive(Debug)]
 pub enum Lookup {
@@ -224,6 +237,13 @@ impl Cache {
                 counters: Counters::default(),
             })),
         }
+    }
+
+    /// The largest body an entry may have, bytes (0 with the cache off).
+    pub fn max_object_bytes(&self) -> u64 {
+        self.shared
+            .as_ref()
+            .map_or(0, |shared| shared.store.max_object_bytes())
     }
 
     /// Whether anything is cached at all.
@@ -313,6 +333,67 @@ impl Cache {
             .find(&primary, request)
             .await
             .is_ok_and(|found| matches!(found.decision, LookupDecision::Fresh { .. }))
+    }
+
+    /// Whether a fetch of any representation of `host:port` + `target` is in
+    /// flight now (a push for it adds nothing: it is cancelled).
+    pub fn in_flight(&self, host: &str, port: u16, target: &str) -> bool {
+        let Some(shared) = &self.shared else {
+            return false;
+        };
+        let primary = EffectiveUri::new(host, port, target);
+        let primary = primary.as_str().as_bytes();
+        // Full keys are the primary key, a 0 byte, the secondary key.
+        shared.flights.any(|key| {
+            key.strip_prefix(primary)
+                .is_some_and(|rest| rest.first() == Some(&0))
+        })
+    }
+
+    /// What the store holds of `targets` on `host:port`, for a PUSH_BUDGET's
+    /// held entries (docs/protocol.md, "PUSH"): for each target with an
+    /// entry that a GET with `headers` would select (its Vary judged against
+    /// them), whether it is fresh now and its validators, verbatim. One
+    /// blocking call for all of them; targets without an entry are left out,
+    /// and so is every target after a read error.
+    pub async fn held(
+        &self,
+        host: &str,
+        port: u16,
+        targets: Vec<String>,
+        headers: &HeaderMap,
+    ) -> Vec<Held> {
+        let Some(shared) = &self.shared else {
+            return Vec::new();
+        };
+        let store = shared.store.clone();
+        let (host, headers) = (host.to_owned(), headers.clone());
+        let read = tokio::task::spawn_blocking(move || {
+            let now = SystemTime::now();
+            let mut held = Vec::new();
+            for target in targets {
+                let primary = EffectiveUri::new(&host, port, &target);
+                let primary = primary.as_str();
+                let Ok(vary) = store.vary_names(primary) else {
+                    break;
+                };
+                let secondary = policy::secondary_key(&vary.unwrap_or_default(), &headers);
+                let Ok(Some(entry)) = store.get(&full_key(primary, &secondary)) else {
+                    continue;
+                };
+                let decision =
+                    policy::decide_lookup(&Method::GET, &headers, Some(&entry.response), now);
+                let stored = &entry.response.headers;
+                held.push(Held {
+                    target,
+                    fresh: matches!(decision, LookupDecision::Fresh { .. }),
+                    etag: stored.get(header::ETAG).cloned(),
+                    last_modified: stored.get(header::LAST_MODIFIED).cloned(),
+                });
+            }
+            held
+        });
+        read.await.unwrap_or_default()
     }
 
     /// After a request went upstream without the cache: an unsafe method's

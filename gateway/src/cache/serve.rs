@@ -17,21 +17,21 @@
 //! forwards what the cache would not store (a pass, a refetch): it is the
 //! gateway's own guess, not a browser's request.
 //!
-//! # Where push plugs in (issue 31)
+//! # Pushes (issue 31)
 //!
 //! A response the origin pushes arrives with the request it answers. It
-//! enters here, through this same entry point, as a third asker: `serve` with
-//! that request (checked as the browser's would be: the same lookup, Vary,
-//! `Fill::respond`'s RFC 9111 storability, and a filter like
-//! [`Asker::Prefetch`]'s that refuses `Set-Cookie` and other hosts) and an
-//! [`Upstream`] whose `send` resolves to the pushed response once its head
-//! arrives. The lookup makes the push the flight's leader
-//! ([`coalesce`](super::coalesce)) *before* that head is there, so a browser
-//! request for the same URL that arrives while the push is on its way finds
-//! the flight and joins it as a follower (`Lookup` → `Join::Follower`), just
-//! as it joins a prefetch today; a push for something held fresh ends at the
-//! lookup (`Served::hit`), and one for something stale is a validation whose
-//! 304 freshens the entry.
+//! enters here as the third asker, [`Asker::Push`] (from `crate::push`):
+//! `serve` with that request, checked as the browser's would be (the same
+//! lookup, Vary judged against the push's fields) and an [`Upstream`] whose
+//! `send` resolves to the pushed response once its head arrives. The lookup
+//! makes the push the flight's leader ([`coalesce`](super::coalesce))
+//! *before* that head is there, so a browser request for the same URL that
+//! arrives while the push is on its way finds the flight and joins it as a
+//! follower, as it joins a prefetch; a push for something held fresh ends at
+//! the lookup (`Served::hit`), and one for something stale is a validation
+//! whose 304 freshens the entry. Its head is judged before its body is read
+//! ([`Fill::judge_push`]: RFC 9111 storability, a 200 or a matching 304);
+//! a refused push ends with [`ServeError::Declined`] and its reason.
 
 use std::sync::Arc;
 
@@ -57,6 +57,12 @@ pub enum Asker {
         /// A further condition for storing (and sharing) the response.
         keep: fn(StatusCode, &HeaderMap) -> bool,
     },
+    /// A response the origin pushed, with the request it answers (issue 31):
+    /// as a prefetch, it validates in the open and forwards nothing the
+    /// cache would pass; and it goes on only if [`Fill::judge_push`] accepts
+    /// its head (the cache would store it, or freshen the entry with it),
+    /// else it ends there ([`ServeError::Declined`] with the reason).
+    Push,
 }
 
 /// How [`Cache::serve`] answered.
@@ -80,9 +86,10 @@ pub enum ServeError {
     /// The upstream failed and nothing stored may stand in.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
-    /// [`Asker::Prefetch`] only: the cache would not store the answer, so
-    /// the request did not go (the word says why, for the log).
-    #[error("not prefetched: {0}")]
+    /// [`Asker::Prefetch`] and [`Asker::Push`] only: the cache would not
+    /// store the answer, so the request did not go, or the push is refused
+    /// (the word says why, for the log and the push metrics' `reason`).
+    #[error("not prefetched or pushed: {0}")]
     Declined(&'static str),
 }
 
@@ -140,13 +147,19 @@ impl Cache {
                     tokio::spawn(revalidate_in_background(background, prepared, *fill));
                     Ok(Served::hit(response, "stale-while-revalidate"))
                 }
-                // A prefetch is the background already: it validates in the
-                // open and takes what the validation gives.
-                Asker::Prefetch { .. } => fill_through(*fill, request, asker, upstream).await,
+                // A prefetch or a push is the background already: it
+                // validates in the open and takes what the validation gives.
+                Asker::Prefetch { .. } | Asker::Push => {
+                    fill_through(*fill, request, asker, upstream).await
+                }
             },
             Lookup::Pass => {
-                if let Asker::Prefetch { .. } = asker {
-                    return Err(ServeError::Declined("the cache passes it"));
+                match asker {
+                    Asker::Prefetch { .. } => {
+                        return Err(ServeError::Declined("the cache passes it"));
+                    }
+                    Asker::Push => return Err(ServeError::Declined("not_storable")),
+                    Asker::Browser => {}
                 }
                 let answered = upstream.send(request.clone()).await?;
                 let key = CacheRequest {
@@ -190,7 +203,7 @@ async fn fill_through(
             let stale = match asker {
                 Asker::Browser => fill.failed(error.status),
                 // Dropping the fill fails its followers: they fetch alone.
-                Asker::Prefetch { .. } => None,
+                Asker::Prefetch { .. } | Asker::Push => None,
             };
             return match stale {
                 Some(stale) => Ok(Served {
@@ -203,6 +216,13 @@ async fn fill_through(
             };
         }
     };
+    if let Asker::Push = asker {
+        let response = &answered.response;
+        // Refused before a byte of its body is read; dropping the fill
+        // sends its followers to fetch on their own.
+        fill.judge_push(response.status(), response.headers())
+            .map_err(ServeError::Declined)?;
+    }
     let route = answered.route;
     match fill.respond(answered.response).await {
         Filled::Answer(response) => Ok(Served {
@@ -217,6 +237,7 @@ async fn fill_through(
                 Ok(Served::upstream(answered, "pass"))
             }
             Asker::Prefetch { .. } => Err(ServeError::Declined("refetch")),
+            Asker::Push => Err(ServeError::Declined("unmatched_304")),
         },
     }
 }
@@ -365,6 +386,124 @@ mod tests {
             ("cache", "hit", true)
         );
         assert_eq!(body(second).await, Bytes::from_static(b"body"));
+        assert_eq!(origin.sent.load(Ordering::SeqCst), 1);
+    }
+
+    /// An upstream that answers with a fixed status and fields.
+    #[derive(Debug)]
+    struct Fixed {
+        status: StatusCode,
+        fields: &'static [(&'static str, &'static str)],
+    }
+
+    impl Upstream for Fixed {
+        fn send(&self, _request: UpstreamRequest) -> UpstreamFuture<'_> {
+            Box::pin(async move {
+                let mut response = Response::new(
+                    Full::new(Bytes::from_static(b"body"))
+                        .map_err(|never| match never {})
+                        .boxed_unsync(),
+                );
+                *response.status_mut() = self.status;
+                for (name, value) in self.fields {
+                    response.headers_mut().append(
+                        header::HeaderName::from_static(name),
+                        HeaderValue::from_static(value),
+                    );
+                }
+                Ok(Answered {
+                    response,
+                    route: "push",
+                })
+            })
+        }
+
+        fn detach(&self) -> Arc<dyn Upstream> {
+            Arc::new(Fixed {
+                status: self.status,
+                fields: self.fields,
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_push_is_judged_on_its_head_and_stored_only_if_the_cache_would() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let cache = cache(&dir);
+        let get = request(Method::GET);
+        for (status, fields, reason) in [
+            (
+                StatusCode::OK,
+                &[("cache-control", "max-age=600"), ("set-cookie", "a=1")][..],
+                "set_cookie",
+            ),
+            (
+                StatusCode::OK,
+                &[("cache-control", "private, max-age=600")][..],
+                "private",
+            ),
+            (
+                StatusCode::OK,
+                &[("cache-control", "no-store")][..],
+                "no_store",
+            ),
+            (
+                StatusCode::OK,
+                &[("vary", "*"), ("cache-control", "max-age=600")][..],
+                "vary",
+            ),
+            (
+                StatusCode::NOT_FOUND,
+                &[("cache-control", "max-age=600")][..],
+                "status",
+            ),
+            (
+                StatusCode::NOT_MODIFIED,
+                &[("etag", "\"x\"")][..],
+                "unmatched_304",
+            ),
+            (
+                StatusCode::OK,
+                &[
+                    ("cache-control", "max-age=600"),
+                    ("content-length", "9999999999"),
+                ][..],
+                "too_large",
+            ),
+        ] {
+            let origin = Fixed { status, fields };
+            let refused = cache
+                .serve("example.test", 80, &get, Asker::Push, &origin)
+                .await;
+            assert!(
+                matches!(refused, Err(ServeError::Declined(r)) if r == reason),
+                "{reason}: {refused:?}"
+            );
+        }
+        assert_eq!(cache.stats().stored, 0, "nothing refused is stored");
+
+        let origin = Arc::new(Counting::default());
+        let pushed = cache
+            .serve("example.test", 80, &get, Asker::Push, &origin)
+            .await
+            .expect("taken");
+        assert!(!pushed.hit);
+        assert_eq!(body(pushed).await, Bytes::from_static(b"body"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while cache.stats().stored == 0 {
+            assert!(std::time::Instant::now() < deadline, "never stored");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let again = cache
+            .serve("example.test", 80, &get, Asker::Push, &origin)
+            .await
+            .expect("served");
+        assert!(again.hit, "held fresh: the push is not needed");
+        let browser = cache
+            .serve("example.test", 80, &get, Asker::Browser, &origin)
+            .await
+            .expect("served");
+        assert_eq!((browser.route, browser.hit), ("cache", true));
         assert_eq!(origin.sent.load(Ordering::SeqCst), 1);
     }
 

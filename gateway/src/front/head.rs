@@ -26,10 +26,12 @@
 
 use std::net::SocketAddr;
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode, Version};
 
 use crate::route::{HostError, parse_host};
+pub use crate::upstream::end_to_end;
+use crate::upstream::list_items;
 
 /// What [`check`] established about a request head.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,37 +172,6 @@ fn target_len(uri: &http::Uri) -> usize {
     scheme + authority + path
 }
 
-/// Removes hop-by-hop fields (RFC 9110, section 7.6.1): `Connection` and the
-/// fields it names, and the fixed list. `Expect` goes too: the body is already read.
-/// A `Connection` value is read as bytes: a byte past ASCII elsewhere in it
-/// (obs-text) must not keep the fields it names.
-pub fn end_to_end(mut headers: HeaderMap) -> HeaderMap {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .flat_map(|v| list_items(v.as_bytes()))
-        .filter_map(|name| HeaderName::from_bytes(name).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in [
-        header::CONNECTION,
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        header::EXPECT,
-    ] {
-        headers.remove(name);
-    }
-    headers.remove("keep-alive");
-    headers.remove("proxy-connection");
-    headers
-}
-
 /// The `Via` entry for a gateway received-by `received_by`.
 pub fn via_value(received_by: &str) -> HeaderValue {
     HeaderValue::from_str(&format!("1.1 {received_by}"))
@@ -224,15 +195,6 @@ fn names_received_by(headers: &HeaderMap, received_by: &str) -> bool {
                 .nth(1)
                 .is_some_and(|by| by.eq_ignore_ascii_case(received_by.as_bytes()))
         })
-}
-
-/// The items of a comma-separated field value, without the whitespace around
-/// them; empty items are left out (RFC 9110, section 5.6.1).
-fn list_items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value
-        .split(|&b| b == b',')
-        .map(<[u8]>::trim_ascii)
-        .filter(|item| !item.is_empty())
 }
 
 #[cfg(test)]

@@ -60,6 +60,7 @@ use crate::listener::{CountedFlow, Intercepted};
 use crate::metrics::{RequestMetrics, Side};
 use crate::origin_link::{LinkError, OriginLink, OriginRequest, StreamPin};
 use crate::prefetch::{Prefetcher, RouteKind, Watched};
+use crate::push::Pushes;
 use crate::route::{Decision, HostCheck, HostVerifier, RouteTable, Target};
 use crate::sync::stopped;
 use crate::upstream::{Answered, Upstream, UpstreamError, UpstreamFuture, UpstreamRequest};
@@ -86,6 +87,9 @@ pub struct Front {
     cache: Cache,
     /// The prefetch queue, unless `[prefetch]` turns it off for every route.
     prefetcher: Option<Arc<Prefetcher>>,
+    /// The push taker, with `[push]` on and the cache on: pages invite
+    /// pushes (PUSH_BUDGET), a browser request promotes a push on its way.
+    pushes: Option<Arc<Pushes>>,
     /// What this gateway adds to `Via`: `1.1 sctp-gateway-<id>`.
     via: HeaderValue,
     /// The received-by part of `via`: a request whose `Via` names it is a loop.
@@ -212,6 +216,17 @@ impl Front {
     /// The front for `config`, with one link per `config.origins` entry, in
     /// order, and the cache (opened by the caller; [`Cache::disabled`] for none).
     pub fn new(config: &GatewayConfig, links: Vec<OriginLink>, cache: Cache) -> Self {
+        Self::with_pushes(config, links, cache, None)
+    }
+
+    /// As [`new`](Self::new), with the push taker whose [`Pushes::link`]
+    /// the links were spawned with (`None`: no page invites pushes).
+    pub fn with_pushes(
+        config: &GatewayConfig,
+        links: Vec<OriginLink>,
+        cache: Cache,
+        pushes: Option<Arc<Pushes>>,
+    ) -> Self {
         let origins = config
             .origins
             .iter()
@@ -236,6 +251,7 @@ impl Front {
             prefetcher: (config.prefetch.enabled_for_origins || config.prefetch.enabled_for_direct)
                 .then(|| Arc::new(Prefetcher::new(&config.prefetch, cache.clone()))),
             cache,
+            pushes,
             via: via_value(&via_received_by),
             via_received_by,
             metrics: Arc::new(RequestMetrics::default()),
@@ -301,6 +317,11 @@ impl Front {
     /// The prefetch queue, if on.
     pub fn prefetcher(&self) -> Option<&Arc<Prefetcher>> {
         self.prefetcher.as_ref()
+    }
+
+    /// The push taker, if push is on.
+    pub fn pushes(&self) -> Option<&Arc<Pushes>> {
+        self.pushes.as_ref()
     }
 
     /// The cache this front uses.
@@ -462,10 +483,19 @@ impl Front {
         };
         let (mut response, route, cache) = if decision.cacheable && self.cache.is_enabled() {
             let watched = self.prefetch_demand(decision, &host, port, &forwarded);
+            let pushed = match &self.pushes {
+                Some(pushes) if forwarded.method == Method::GET => {
+                    pushes.on_demand(&host, port, &forwarded.path)
+                }
+                _ => None,
+            };
             let served = self
                 .cache
                 .serve(&host, port, &forwarded, Asker::Browser, &upstream)
                 .await?;
+            if let (Some(pushes), Some(pushed)) = (&self.pushes, pushed) {
+                pushes.served(pushed, served.hit);
+            }
             let response = match (watched, &self.prefetcher) {
                 (Some(watched), Some(prefetcher)) => prefetcher.watch(
                     watched,
@@ -509,6 +539,18 @@ impl Front {
             ));
         }
         let pin = flow.pin(index, &origin.link);
+        let budget = match &self.pushes {
+            Some(pushes)
+                if request.class == gateway_protocol::RequestClass::Demand
+                    && origin.link.takes_pushes() =>
+            {
+                match crate::route::parse_host(request.host.as_bytes()) {
+                    Ok((host, port)) => pushes.budget_for(&request, &host, port).await,
+                    Err(_) => None,
+                }
+            }
+            _ => None,
+        };
         let origin_request = OriginRequest {
             head: http_semantics::write_request_head(
                 &request.method,
@@ -527,7 +569,7 @@ impl Front {
         // (RESET CANCELLED on its stream).
         let answer = tokio::time::timeout(
             origin.response_timeout,
-            origin.link.request(&pin, origin_request),
+            origin.link.request_page(&pin, origin_request, budget),
         )
         .await
         .map_err(|_| {

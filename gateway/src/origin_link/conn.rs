@@ -5,14 +5,15 @@
 //! feeds it every received message) and the callers (which record the requests
 //! they send and the ones they abandon). No lock is held across an await.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_protocol::{
-    CONTROL_STREAM, Capabilities, ErrorCode, GoAway, MAX_HEAD, Message, Reaction, Request,
-    RequestClass, RequestId, Session, Urgency,
+    CONTROL_STREAM, Capabilities, ErrorCode, GoAway, MAX_HEAD, MAX_PUSH_PAGES, Message, PushBudget,
+    PushPromise, Reaction, Request, RequestClass, RequestId, Session, Urgency, is_push_id,
+    push_head_host,
 };
 use gateway_transport::{Association, BackendKind, TransportError};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
@@ -21,6 +22,9 @@ use super::OriginRequest;
 use super::backlog::Backlog;
 use super::error::LinkError;
 use super::pin::stream_for;
+use super::push::{
+    LinkPushCounters, LinkPushes, PUSH_URGENCY, PageBudget, PushOffer, PushPage, PushResponse,
+};
 use crate::browser_socket::BrowserSocket;
 use crate::sync::lock;
 
@@ -67,6 +71,8 @@ struct Slot {
     head_seen: bool,
     /// Tunnel: this side sent END (the slot goes when the origin's END comes).
     tunnel_sent_end: bool,
+    /// A push: its page's request id.
+    push_page: Option<RequestId>,
     /// Held while the request's PRIORITY watcher may send; dropped with the
     /// slot (whichever way the request ends), which stops the watcher.
     _priority_watch: Option<oneshot::Sender<()>>,
@@ -115,7 +121,16 @@ struct ConnState {
     next_id: RequestId,
     open: HashMap<RequestId, Slot>,
     accepting: bool,
+    /// Pages a PUSH_BUDGET was sent for, by request id, oldest first; at most
+    /// twice the session's `MAX_PUSH_PAGES`, so that the session forgets a
+    /// page before this does.
+    push_pages: VecDeque<(RequestId, PushPage)>,
+    /// The highest MAX_PUSHES sent.
+    push_granted: u64,
 }
+
+/// Pages remembered for their pushes (see `ConnState::push_pages`).
+const PUSH_PAGES_KEPT: usize = 2 * MAX_PUSH_PAGES;
 
 /// What the receive task does after the session judged a message.
 enum Step {
@@ -126,6 +141,9 @@ enum Step {
         outcome: Outcome,
         event: Event,
     },
+    /// A promised push for the taker (handed on outside the state lock: a
+    /// refused offer's drop cancels the push, which takes the lock).
+    Offer(PushOffer),
     GoAway(ErrorCode),
 }
 
@@ -151,6 +169,8 @@ pub(crate) struct Conn {
     backlog: Mutex<Backlog>,
     /// Wakes the feedback driver when response bytes arrive.
     activity: Notify,
+    /// Where pushes go, when both sides announced PUSH.
+    pushes: Option<LinkPushes>,
 }
 
 impl Conn {
@@ -160,7 +180,9 @@ impl Conn {
         assoc: Association,
         session: Session,
         feedback_interval: Duration,
+        pushes: Option<LinkPushes>,
     ) -> Self {
+        let pushes = pushes.filter(|_| session.pushes_negotiated());
         let data_streams = session.data_streams().max(1);
         let max_chunk = (session.peer_max_chunk() as usize).max(1);
         let mut backlog = Backlog::new(feedback_interval);
@@ -183,11 +205,55 @@ impl Conn {
                 next_id: 1,
                 open: HashMap::new(),
                 accepting: true,
+                push_pages: VecDeque::new(),
+                push_granted: 0,
             }),
             status: watch::Sender::new(ConnStatus::Accepting),
             idle: Notify::new(),
             backlog: Mutex::new(backlog),
             activity: Notify::new(),
+            pushes,
+        }
+    }
+
+    /// Whether pushes were negotiated (both HELLOs carried PUSH, and this
+    /// link takes them).
+    pub(crate) fn takes_pushes(&self) -> bool {
+        self.pushes.is_some()
+    }
+
+    /// The first MAX_PUSHES, once the association is up (nothing without
+    /// pushes negotiated).
+    pub(crate) async fn grant_pushes(&self) {
+        if let Some(grant) = self.push_grant_due() {
+            let _ = self.send(CONTROL_STREAM, grant).await;
+        }
+    }
+
+    /// The MAX_PUSHES owed now, if any, recorded as sent: `in_flight` plus
+    /// every push that has ended (the promised ones, refused included, minus
+    /// those still open). Cumulative, so it only grows.
+    fn push_grant_due(&self) -> Option<Message> {
+        let pushes = self.pushes.as_ref()?;
+        let mut state = lock(&self.state);
+        let session = &state.session;
+        let ended = session
+            .pushes_promised()
+            .saturating_sub(session.open_pushes() as u64);
+        let due = (u64::from(pushes.in_flight) + ended).min(u64::from(u32::MAX));
+        if due <= state.push_granted {
+            return None;
+        }
+        state.push_granted = due;
+        let max = due as u32;
+        state.session.handle_max_pushes_sent(max);
+        Some(Message::MaxPushes { max })
+    }
+
+    /// Grants one more push for each that ended since the last grant.
+    fn top_up_pushes(&self) {
+        if let Some(grant) = self.push_grant_due() {
+            self.send_detached(CONTROL_STREAM, grant);
         }
     }
 
@@ -241,6 +307,7 @@ impl Conn {
         pinned: u16,
         request: OriginRequest,
         socket: Option<Arc<BrowserSocket>>,
+        budget: Option<PageBudget>,
     ) -> Result<Pending, LinkError> {
         if request.head.is_empty() {
             return Err(LinkError::Unsendable("empty request head"));
@@ -282,6 +349,11 @@ impl Conn {
             head: request.head,
         });
         self.send(stream, head).await?;
+        // Right after its REQUEST, before any body, so that the origin reads
+        // it before it decides what to push.
+        if let Some(budget) = budget.and_then(|b| self.record_budget(id, stream, b)) {
+            self.send(stream, budget).await?;
+        }
         if let (Some(watched), Some(ended)) = (priority, watch_ended) {
             // Spawned only now: a PRIORITY must follow its REQUEST on the stream.
             tokio::spawn(watch_priority(
@@ -300,6 +372,43 @@ impl Conn {
                 .await?;
         }
         Ok(Pending { guard, rx, outcome })
+    }
+
+    /// Records the PUSH_BUDGET for page `id` on `stream` and returns it, or
+    /// `None` when it is not to be sent (pushes not negotiated, or every
+    /// page allowance has a push open).
+    fn record_budget(&self, id: RequestId, stream: u16, budget: PageBudget) -> Option<Message> {
+        self.pushes.as_ref()?;
+        let PageBudget {
+            page,
+            max_pushes,
+            max_bytes,
+            held,
+        } = budget;
+        let fields = PushBudget {
+            page: id,
+            max_pushes,
+            max_bytes,
+            held,
+        };
+        let mut state = lock(&self.state);
+        state
+            .session
+            .handle_push_budget_sent(&fields, stream, &page.host_field)
+            .ok()?;
+        let message = Message::PushBudget(fields);
+        // The taker bounds it; one the origin would reset the page for is
+        // never sent: the page goes without pushes instead (the allowance
+        // recorded above only waits to be forgotten).
+        if let Err(why) = message.check_limits() {
+            tracing::debug!(origin = %self.name, id, why, "PUSH_BUDGET not sent");
+            return None;
+        }
+        if state.push_pages.len() >= PUSH_PAGES_KEPT {
+            state.push_pages.pop_front();
+        }
+        state.push_pages.push_back((id, page));
+        Some(message)
     }
 
     /// Numbers a request on `stream` and opens its slot, under the state lock.
@@ -363,6 +472,7 @@ impl Conn {
                 outcome: Arc::clone(&outcome),
                 head_seen: false,
                 tunnel_sent_end: false,
+                push_page: None,
                 _priority_watch: watching,
             },
         );
@@ -470,6 +580,23 @@ impl Conn {
             return;
         };
         state.session.handle_request_finished(id);
+        // A page abandoned: the session has forgotten its pushes, and the
+        // origin stops them on this CANCEL or RESET (docs/protocol.md, "The
+        // page and its pushes"); their readers learn it now.
+        let orphans: Vec<RequestId> = state
+            .open
+            .iter()
+            .filter(|(_, s)| s.push_page == Some(id))
+            .map(|(push, _)| *push)
+            .collect();
+        for push in orphans {
+            if let Some(orphan) = state.open.remove(&push) {
+                lock(&self.backlog).handle_request_ended(push);
+                orphan.fail(LinkError::Unavailable(
+                    "the push's page was abandoned".into(),
+                ));
+            }
+        }
         let idle = !state.accepting && state.open.is_empty();
         drop(state);
         if slot.head_seen {
@@ -484,6 +611,9 @@ impl Conn {
         }
         if idle {
             self.idle.notify_one();
+        }
+        if self.pushes.is_some() {
+            self.top_up_pushes();
         }
     }
 
@@ -525,7 +655,7 @@ impl Conn {
         self.status.send_replace(ConnStatus::Ended(reason));
     }
 
-    async fn receive(&self) -> String {
+    async fn receive(self: &Arc<Self>) -> String {
         loop {
             if self.drained() {
                 return self.close().await;
@@ -538,7 +668,11 @@ impl Conn {
                 Ok(message) => message,
                 Err(e) => return describe(&e),
             };
-            match self.handle_received(message.stream, &message.data) {
+            let step = self.handle_received(message.stream, &message.data);
+            if self.pushes.is_some() {
+                self.top_up_pushes();
+            }
+            match step {
                 Step::Nothing => {}
                 Step::Deliver {
                     id,
@@ -546,6 +680,7 @@ impl Conn {
                     outcome,
                     event,
                 } => self.deliver(id, tx, outcome, event).await,
+                Step::Offer(offer) => self.hand_on(offer),
                 Step::GoAway(code) => {
                     gateway_transport::warn_limited!(
                         origin = %self.name,
@@ -604,7 +739,115 @@ impl Conn {
         }
     }
 
-    fn handle_received(&self, stream: u16, bytes: &Bytes) -> Step {
+    /// Gives a promised push to the taker; a full queue cancels it.
+    fn hand_on(&self, offer: PushOffer) {
+        let Some(pushes) = &self.pushes else {
+            return;
+        };
+        if let Err(refused) = pushes.sink.try_send(offer) {
+            LinkPushCounters::inc(&pushes.counters.busy);
+            // Dropped here, outside the state lock: the push is cancelled.
+            drop(refused);
+        }
+    }
+
+    /// A PUSH_PROMISE the session accepted: a slot under the push id, and
+    /// an offer for the taker. A promise for a page this link forgot is
+    /// refused.
+    fn take_promise(
+        self: &Arc<Self>,
+        state: &mut ConnState,
+        stream: u16,
+        promise: PushPromise,
+    ) -> Step {
+        let PushPromise { id, page, head } = promise;
+        let page_id = page;
+        let known = state
+            .push_pages
+            .iter()
+            .find(|(p, _)| *p == page)
+            .map(|(_, known)| known.clone());
+        let Some(page) = known.filter(|_| self.pushes.is_some()) else {
+            state.session.handle_request_finished(id);
+            self.send_detached(stream, reset(id, ErrorCode::Refused, "page forgotten"));
+            return Step::Nothing;
+        };
+        let (tx, rx) = mpsc::channel(RESPONSE_QUEUE);
+        let outcome = Outcome::default();
+        let (watching, ended) = if state
+            .session
+            .peer_capabilities()
+            .contains(Capabilities::PRIORITY)
+        {
+            let (watching, ended) = oneshot::channel();
+            (Some(watching), Some(ended))
+        } else {
+            (None, None)
+        };
+        state.open.insert(
+            id,
+            Slot {
+                stream,
+                tx,
+                outcome: Arc::clone(&outcome),
+                head_seen: false,
+                tunnel_sent_end: false,
+                push_page: Some(page_id),
+                _priority_watch: watching,
+            },
+        );
+        lock(&self.backlog).handle_request_opened(id, stream);
+        let guard = RequestGuard {
+            conn: Arc::clone(self),
+            id,
+            socket: None,
+        };
+        let pushed = (PUSH_URGENCY, RequestClass::Prefetch);
+        let (promote, promoted) = watch::channel(pushed);
+        if let Some(ended) = ended {
+            let sent = (clamped_urgency(pushed.0), pushed.1);
+            tokio::spawn(watch_priority(
+                Arc::downgrade(self),
+                id,
+                stream,
+                promoted,
+                ended,
+                sent,
+            ));
+        }
+        Step::Offer(PushOffer {
+            page,
+            id,
+            head,
+            response: PushResponse::new(Pending { guard, rx, outcome }),
+            promote,
+        })
+    }
+
+    /// Counts a promise the session reset, by why: another host than its
+    /// page's, or any other rule broken.
+    fn count_refused_promise(&self, state: &ConnState, bytes: &Bytes) {
+        let Some(pushes) = &self.pushes else {
+            return;
+        };
+        let other_host = match Message::decode(bytes) {
+            Ok(Message::PushPromise(promise)) => state
+                .push_pages
+                .iter()
+                .find(|(p, _)| *p == promise.page)
+                .zip(push_head_host(&promise.head).ok())
+                .is_some_and(|((_, page), host)| !host.eq_ignore_ascii_case(&page.host_field)),
+            _ => false,
+        };
+        let counter = if other_host {
+            &pushes.counters.other_host
+        } else {
+            &pushes.counters.protocol
+        };
+        LinkPushCounters::inc(counter);
+    }
+
+    fn handle_received(self: &Arc<Self>, stream: u16, bytes: &Bytes) -> Step {
         if stream != CONTROL_STREAM {
             // Every message, before the session judges it: the origin counts
             // all it wrote on the stream (FEEDBACK's arrived bytes).
@@ -617,6 +860,10 @@ impl Conn {
             Err(Reaction::Ignore) => return Step::Nothing,
             Err(Reaction::Reset { id, code }) => {
                 // The session has already forgotten the request.
+                if is_push_id(id) && !state.open.contains_key(&id) {
+                    // A promise it refused.
+                    self.count_refused_promise(&state, bytes);
+                }
                 if let Some(slot) = state.open.remove(&id) {
                     slot.fail(LinkError::Malformed(format!(
                         "origin broke the protocol on stream {stream} (RESET {code:?} sent)"
@@ -633,6 +880,9 @@ impl Conn {
                 self.send_detached(CONTROL_STREAM, Message::Ping { ack: true, opaque });
             }
             Message::GoAway(goaway) => self.handle_goaway(&mut state, goaway),
+            Message::PushPromise(promise) => {
+                return self.take_promise(&mut state, stream, promise);
+            }
             Message::ResponseHead { id, head } => {
                 let Some(slot) = state.open.get_mut(&id) else {
                     return Step::Nothing;
@@ -746,7 +996,8 @@ impl Conn {
             .open
             .keys()
             .copied()
-            .filter(|id| *id > goaway.last_request)
+            // `last_request` concerns request ids only: promised pushes finish.
+            .filter(|id| !is_push_id(*id) && *id > goaway.last_request)
             .collect();
         for id in unprocessed {
             state.session.handle_request_finished(id);

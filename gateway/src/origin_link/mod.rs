@@ -34,6 +34,14 @@
 //! back the slow stream before the queue fills. Browser sockets are registered
 //! with [`StreamPin::watch_socket`].
 //!
+//! # Pushes
+//!
+//! Spawned with [`LinkPushes`] ([`OriginLink::spawn_with_pushes`]), the link
+//! announces PUSH, grants MAX_PUSHES, sends a page's [`PageBudget`] as
+//! PUSH_BUDGET right after its REQUEST ([`OriginLink::request_page`]) and
+//! hands each promised push to the taker as a [`PushOffer`] (the `push`
+//! module's docs; docs/gateway-origin-link.md, "Pushes").
+//!
 //! It never touches HTTP semantics beyond parsing the response head (with the
 //! `http-semantics` crate, which the origin renders it with): caching,
 //! hop-by-hop fields and status decisions belong to the front-end.
@@ -45,6 +53,7 @@ mod conn;
 mod error;
 mod feedback;
 mod pin;
+mod push;
 mod supervisor;
 mod tunnel;
 
@@ -68,6 +77,9 @@ use pin::PinTable;
 pub use backlog::{Backlog, FEEDBACK_GROWTH_STEP, StreamFigures};
 pub use body::ResponseBody;
 pub use error::LinkError;
+pub use push::{
+    LinkPushCounters, LinkPushes, PUSH_URGENCY, PageBudget, PushOffer, PushPage, PushResponse,
+};
 pub use tunnel::{OriginTunnel, TunnelEvent};
 
 /// Longest wait in [`OriginLink::shutdown`] for open requests to finish after
@@ -224,6 +236,8 @@ struct Shared {
     feedback: FeedbackConfig,
     /// Browser sockets by pinned stream, measured by the feedback driver.
     sockets: Mutex<Vec<(u16, Weak<BrowserSocket>)>>,
+    /// Pushes taken (`[push]` on, the cache on): PUSH announced in HELLO.
+    pushes: Option<LinkPushes>,
     /// Our SCTP stack's counts of the associations that have ended, summed,
     /// so that [`OriginLink::transport`]'s counters never go back at a
     /// reconnection. Locked after `current`, never before.
@@ -293,6 +307,13 @@ impl OriginLink {
     /// tokio runtime. `entry` is expected to have passed
     /// [`GatewayConfig::validate`](crate::config::GatewayConfig::validate).
     pub fn spawn(entry: &OriginEntry) -> OriginLink {
+        Self::spawn_with_pushes(entry, None)
+    }
+
+    /// As [`spawn`](Self::spawn); with `pushes`, the link announces PUSH,
+    /// grants `in_flight` pushes and hands each promise to `pushes.sink`
+    /// (docs/protocol.md, "PUSH").
+    pub fn spawn_with_pushes(entry: &OriginEntry, pushes: Option<LinkPushes>) -> OriginLink {
         let t = &entry.transport;
         let configured_streams = t
             .streams
@@ -318,6 +339,7 @@ impl OriginLink {
             shutdown: watch::Sender::new(false),
             feedback: entry.feedback,
             sockets: Mutex::new(Vec::new()),
+            pushes,
             ended_counters: Mutex::new(SctpCounters::default()),
         });
         let task = tokio::spawn(supervisor::supervise(Arc::clone(&shared)));
@@ -427,6 +449,14 @@ impl OriginLink {
                 .is_some_and(|conn| conn.origin_takes_feedback())
     }
 
+    /// Whether the current association's origin takes pushes (both HELLOs
+    /// carried PUSH): only then is a [`PageBudget`] worth building.
+    pub fn takes_pushes(&self) -> bool {
+        lock(&self.inner.shared.current)
+            .as_ref()
+            .is_some_and(|conn| conn.takes_pushes())
+    }
+
     /// Flows pinned to `stream` now (for tests and statistics).
     pub fn pinned(&self, stream: u16) -> u32 {
         lock(&self.inner.shared.pins).pinned(stream)
@@ -451,13 +481,25 @@ impl OriginLink {
         pin: &StreamPin,
         req: OriginRequest,
     ) -> Result<http::Response<ResponseBody>, LinkError> {
+        self.request_page(pin, req, None).await
+    }
+
+    /// As [`request`](Self::request), for a page that invites pushes:
+    /// `budget` goes as PUSH_BUDGET right after the REQUEST, if the origin
+    /// takes pushes (else it is dropped).
+    pub async fn request_page(
+        &self,
+        pin: &StreamPin,
+        req: OriginRequest,
+        budget: Option<PageBudget>,
+    ) -> Result<http::Response<ResponseBody>, LinkError> {
         debug_assert!(
             Arc::ptr_eq(&pin.shared, &self.inner.shared),
             "pin of another origin"
         );
         let conn = self.accepting_conn()?;
         let socket = pin.socket.get().cloned();
-        let mut pending = conn.send_request(pin.stream, req, socket).await?;
+        let mut pending = conn.send_request(pin.stream, req, socket, budget).await?;
         match pending.rx.recv().await {
             Some(conn::Event::Head(parts)) => Ok(http::Response::from_parts(
                 parts,

@@ -45,6 +45,7 @@ pub(crate) async fn supervise(shared: Arc<Shared>) {
                 let mut status = conn.status();
                 *lock(&shared.current) = Some(Arc::clone(&conn));
                 tokio::spawn(Arc::clone(&conn).run());
+                conn.grant_pushes().await;
                 if shared.feedback.enabled && conn.origin_takes_feedback() {
                     tokio::spawn(feedback::drive(Arc::clone(&shared), Arc::clone(&conn)));
                 }
@@ -155,14 +156,13 @@ async fn establish(shared: &Shared) -> Result<Conn, String> {
     let assoc = gateway_transport::connect(shared.kind, shared.address, config)
         .await
         .map_err(|e| describe(&e))?;
-    let capabilities = if shared.feedback.enabled {
-        Capabilities::FEEDBACK
-            | Capabilities::FEEDBACK_ARRIVED
-            | Capabilities::PREFETCH_CLASS
-            | Capabilities::PRIORITY
-    } else {
-        Capabilities::PREFETCH_CLASS | Capabilities::PRIORITY
-    };
+    let mut capabilities = Capabilities::PREFETCH_CLASS | Capabilities::PRIORITY;
+    if shared.feedback.enabled {
+        capabilities = capabilities | Capabilities::FEEDBACK | Capabilities::FEEDBACK_ARRIVED;
+    }
+    if shared.pushes.is_some() {
+        capabilities = capabilities | Capabilities::PUSH;
+    }
     let handshake = open_gateway_session(&assoc, capabilities);
     match tokio::time::timeout(config.connect_timeout, handshake).await {
         Ok(Ok(session)) => Ok(Conn::new(
@@ -170,6 +170,7 @@ async fn establish(shared: &Shared) -> Result<Conn, String> {
             assoc,
             session,
             shared.feedback.interval,
+            shared.pushes.clone(),
         )),
         Ok(Err(HelloError::Refused(reaction))) => {
             refuse_hello(&assoc, &reaction).await;
