@@ -1355,6 +1355,159 @@ fn prefetch_serves_chromiums_subresources_from_the_cache_or_joined_fetches() {
     assert!(twice.is_empty(), "fetched more than once: {twice:?}");
 }
 
+/// The targets the origin's access log shows with `via=push` (pushed) or
+/// `via=request` (asked for by the gateway).
+fn origin_targets(demo: &Demo, via: &str) -> Vec<String> {
+    let via = format!(" via={via}");
+    origin_log(demo)
+        .lines()
+        .filter(|l| l.contains("origin::access") && l.contains(&via))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("target="))
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// A gateway counter from `/metrics`, 0 when absent.
+fn counter(demo: &Demo, series: &str) -> u64 {
+    admin_metrics(demo)
+        .get(series)
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// Push end to end, with both daemons as they ship but for `push.enabled`
+/// (and the gateway's prefetch off, so that nothing else fills the cache):
+/// a page fetched as a navigation brings its closure with it, pushed by the
+/// origin and stored by the gateway; Chromium then loads the page and
+/// every subresource it asks for that was pushed comes from the cache,
+/// none from the origin.
+#[test]
+fn pushed_subresources_serve_chromiums_load_from_the_cache() {
+    let _one_browser = one_browser_at_a_time();
+    let mut options = options("push");
+    options.origin_push = Some(true);
+    options.gateway.push_enabled = Some(true);
+    options.gateway.prefetch_enabled = Some(false);
+    let demo = start(options);
+    // The page as a browser navigates to it, so that the gateway invites
+    // pushes (a PUSH_BUDGET follows the REQUEST).
+    let mut command = Command::new("curl");
+    command.args([
+        "-sS",
+        "--fail",
+        "--max-time",
+        "15",
+        "-o",
+        "/dev/null",
+        "-H",
+        "Sec-Fetch-Dest: document",
+        "-H",
+        "Accept: text/html",
+        "http://203.0.113.10/",
+    ]);
+    let status = exec_in(demo.topology.client.name(), &command)
+        .status()
+        .expect("curl runs");
+    assert!(status.success(), "curl of the page: {status}");
+    // Every push settled: stored, or refused or cancelled (each counted).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let settled = |demo: &Demo| {
+        let metrics = admin_metrics(demo);
+        let sum = |prefix: &str| -> u64 {
+            metrics
+                .iter()
+                .filter(|(k, _)| k.starts_with(prefix))
+                .filter_map(|(_, v)| v.parse::<f64>().ok())
+                .map(|v| v as u64)
+                .sum()
+        };
+        let offered = sum("gateway_push_offered_total");
+        let ended = sum("gateway_push_stored_total")
+            + sum("gateway_push_refused_total")
+            + sum("gateway_push_cancelled_total");
+        (offered, ended)
+    };
+    loop {
+        let (offered, ended) = settled(&demo);
+        if offered > 0 && ended >= offered {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pushes did not settle in 30 s: {offered} offered, {ended} ended\n(logs in {})",
+            demo.dir().display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pushed = origin_targets(&demo, "push");
+    let stored = counter(&demo, "gateway_push_stored_total");
+    println!(
+        "{} pushed by the origin, {stored} stored by the gateway",
+        pushed.len()
+    );
+    assert!(
+        stored >= 10,
+        "the demo page's closure (30+ subresources) was pushed and stored: {stored} stored, \
+         pushed {pushed:?}"
+    );
+    let asked_before = origin_targets(&demo, "request");
+
+    let mut browser = Browser::launch_in(demo.topology.client.name()).expect("chromium starts");
+    let mut page = browser.new_page().expect("new tab");
+    let load = page
+        .load("http://203.0.113.10/", Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}\n(logs in {})", demo.dir().display()));
+    assert!(load.failures().is_empty(), "{:#?}", load.failures());
+    let is_subresource = |l: &String| l.contains("method=GET") && !l.contains("target=/ ");
+    let access = gateway_access_log(&demo, |lines| {
+        lines.iter().filter(|l| is_subresource(l)).count() + 1 >= load.requests.len()
+    });
+    let target_of = |l: &str| {
+        l.split_whitespace()
+            .find_map(|w| w.strip_prefix("target="))
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    let of_pushed: Vec<&String> = access
+        .iter()
+        .filter(|l| is_subresource(l) && pushed.contains(&target_of(l)))
+        .collect();
+    let not_hits: Vec<&&String> = of_pushed
+        .iter()
+        .filter(|l| !l.contains("cache=\"hit\""))
+        .collect();
+    println!(
+        "{} of Chromium's requests were for pushed URLs; {} not answered from the cache",
+        of_pushed.len(),
+        not_hits.len()
+    );
+    assert!(
+        of_pushed.len() >= 10,
+        "Chromium asked for the pushed subresources: {of_pushed:#?}"
+    );
+    assert!(
+        not_hits.is_empty(),
+        "pushed subresources not answered from the cache: {not_hits:#?}"
+    );
+    // None of them crossed the link again as the browser's request.
+    let asked_after: Vec<String> = origin_targets(&demo, "request")
+        .into_iter()
+        .skip(asked_before.len())
+        .filter(|t| pushed.contains(t))
+        .collect();
+    assert!(
+        asked_after.is_empty(),
+        "pushed URLs asked of the origin again: {asked_after:?}"
+    );
+    assert!(
+        counter(&demo, "gateway_push_used_total") >= of_pushed.len() as u64,
+        "each pushed URL Chromium used counts as used"
+    );
+}
+
 #[test]
 fn fail_open_serves_the_original_destination_without_origin() {
     let mut options = options("fail-open");
@@ -1564,7 +1717,7 @@ fn generated_configs_validate() {
         max_connections: Some(20_000),
         header_timeout_ms: Some(1500),
         prefetch_enabled: Some(false),
-        push_enabled: None,
+        push_enabled: Some(true),
         feedback_enabled: Some(false),
         backend: Some("quic".into()),
         quic_server_cert_sha256: Some("ab".repeat(32)),
@@ -1586,6 +1739,7 @@ fn generated_configs_validate() {
     assert_eq!(config.http.max_connections, 20_000);
     assert_eq!(config.http.header_timeout, Duration::from_millis(1500));
     assert!(!config.prefetch.enabled_for_origins);
+    assert!(config.push.enabled);
     let origin = &config.origins[0];
     assert!(!origin.fail_open);
     assert!(!origin.feedback.enabled);
