@@ -46,8 +46,9 @@
 //! `--limit-rate` reads what has piled up at once, then pauses for seconds)
 //! emptied its backlog and its own socket buffer, and its stream took one of
 //! the two streams' worth the transport target admits, half the link, for as
-//! long as the refill took (up to 3 s at 20 Mbit/s in the slow-consumer
-//! benchmark: the fast downloads fell to 0.80 of their rate).
+//! long as the refill took (in one slow-consumer round at 20 Mbit/s before
+//! this rule, only one of the fast downloads ran for the first 2.7 s of their
+//! phase, and they kept 0.89 of their rate).
 //!
 //! A job's class and urgency may change while it runs
 //! ([`ResponseScheduler::handle_reprioritize`], the gateway's PRIORITY): a prefetch the
