@@ -20,7 +20,9 @@
 //!   class.
 //! - **Queue-aware**: another policy's order, skipping streams whose backlog at the
 //!   gateway (FEEDBACK, plus the bytes sent that it cannot include) is above a
-//!   window or whose bytes in the transport are above a per-stream target.
+//!   window or whose bytes in the transport are above a per-stream target. A
+//!   stream held back because its browser does not read (see below) keeps at
+//!   most one message in the transport from then on.
 //!
 //! The gateway backlog a queue-aware decision uses is the last report plus
 //! what the origin sent that the report cannot include. With the arrived
@@ -31,6 +33,22 @@
 //! ([`ResponseScheduler::handle_gateway_backlog`]), only the bytes sent since the
 //! report arrived count, and the bytes in flight when it was measured (about
 //! one round trip of the stream's rate) are forgotten at every report.
+//!
+//! **Browser-limited streams.** A stream held back for its backlog while the
+//! gateway itself reported at least half the window (the bytes wait for the
+//! browser, not on the path) is *browser-limited* until it has no job left.
+//! Sending to it does not bring its responses' end closer; it only refills
+//! buffers. Such a stream still comes first in SCF's order when its window
+//! opens again, but it may have only one message in the transport at a time,
+//! so it takes about `chunk / transport_target` of the link (an eighth with
+//! the shipped 16 KiB chunks and 128 KiB target) and the other streams keep
+//! the rest. Without this rule a browser that reads in bursts (curl's
+//! `--limit-rate` reads what has piled up at once, then pauses for seconds)
+//! emptied its backlog and its own socket buffer, and its stream took one of
+//! the two streams' worth the transport target admits, half the link, for as
+//! long as the refill took (in one slow-consumer round at 20 Mbit/s before
+//! this rule, only one of the fast downloads ran for the first 2.7 s of their
+//! phase, and they kept 0.89 of their rate).
 //!
 //! A job's class and urgency may change while it runs
 //! ([`ResponseScheduler::handle_reprioritize`], the gateway's PRIORITY): a prefetch the
@@ -55,7 +73,7 @@
 //! the previous decision is now), not at every decision, so the figures do not
 //! depend on how often the driver asks.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gateway_protocol::{RequestClass, RequestId, Urgency};
 use serde::{Deserialize, Serialize};
@@ -126,6 +144,33 @@ pub struct ResponseSchedulerTally {
     /// Every policy: times the transport's total reached `transport_target`,
     /// holding back everything.
     pub held_for_transport: u64,
+}
+
+/// One stream as the scheduler sees it ([`ResponseScheduler::stream_views`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamView {
+    /// The stream.
+    pub stream: u16,
+    /// Its jobs.
+    pub jobs: usize,
+    /// Some job on it has a chunk waiting.
+    pub ready: bool,
+    /// The least remaining bytes of its jobs (`u64::MAX`: unknown).
+    pub remaining: Option<u64>,
+    /// Bytes of every message written on it, in total.
+    pub written: u64,
+    /// The last reported backlog.
+    pub reported: Option<u64>,
+    /// The arrived bytes of the last report.
+    pub arrived: Option<u32>,
+    /// The backlog a queue-aware decision holds it to.
+    pub backlog: Option<u64>,
+    /// Its bytes in the transport, where known.
+    pub in_transport: Option<u64>,
+    /// Queue-aware: its browser does not keep up (see the module docs).
+    pub browser_limited: bool,
+    /// Queue-aware: why it was passed over at the last decision.
+    pub held: Option<&'static str>,
 }
 
 /// The gateway's last FEEDBACK for one stream, and what it cannot include.
@@ -208,6 +253,8 @@ pub struct ResponseScheduler {
     transport_full: bool,
     /// The tier the policy is choosing in now ([`Self::poll_next`]).
     serving: Tier,
+    /// Queue-aware: the browser-limited streams (see the module docs).
+    browser_limited: BTreeSet<u16>,
 }
 
 impl ResponseScheduler {
@@ -229,6 +276,7 @@ impl ResponseScheduler {
             held: HashMap::new(),
             transport_full: false,
             serving: Tier::Request,
+            browser_limited: BTreeSet::new(),
         }
     }
 
@@ -389,9 +437,16 @@ impl ResponseScheduler {
         }
     }
 
-    /// The job finished, was cancelled or failed: forget it.
+    /// The job finished, was cancelled or failed: forget it. A stream left
+    /// without jobs is no longer browser-limited.
     pub fn handle_done(&mut self, id: RequestId) {
-        self.jobs.remove(&id);
+        let Some(job) = self.jobs.remove(&id) else {
+            return;
+        };
+        let stream = job.spec.stream;
+        if !self.jobs.values().any(|j| j.spec.stream == stream) {
+            self.browser_limited.remove(&stream);
+        }
     }
 
     /// FEEDBACK from the gateway: bytes of `stream` not yet delivered to browsers.
@@ -487,6 +542,11 @@ impl ResponseScheduler {
         }
     }
 
+    /// Bytes waiting in the transport at the last measurement.
+    pub fn transport_queued(&self) -> u64 {
+        self.transport_queued
+    }
+
     /// The job whose next chunk should be sent now, if any may be.
     pub fn poll_next(&mut self) -> Option<RequestId> {
         let full = self.transport_queued >= self.config.transport_target;
@@ -508,6 +568,39 @@ impl ResponseScheduler {
             }
         }
         None
+    }
+
+    /// Per stream with a job, what a queue-aware decision sees now (for the
+    /// driver's debug time series, `origin::schedule`).
+    pub fn stream_views(&self) -> Vec<StreamView> {
+        let mut views: BTreeMap<u16, StreamView> = BTreeMap::new();
+        for job in self.jobs.values() {
+            let stream = job.spec.stream;
+            let view = views.entry(stream).or_insert_with(|| {
+                let report = self.gateway_backlog.get(&stream);
+                StreamView {
+                    stream,
+                    jobs: 0,
+                    ready: false,
+                    remaining: None,
+                    written: self.written.get(&stream).copied().unwrap_or(0),
+                    reported: report.map(|r| r.backlog),
+                    arrived: report.and_then(|r| r.arrived),
+                    backlog: self.gateway_backlog(stream),
+                    in_transport: self.in_transport(stream),
+                    browser_limited: self.browser_limited.contains(&stream),
+                    held: self.held.get(&stream).map(|h| match h {
+                        Hold::Backlog => "backlog",
+                        Hold::StreamTransport => "stream-transport",
+                    }),
+                }
+            });
+            view.jobs += 1;
+            view.ready |= job.ready;
+            let remaining = job.spec.remaining.unwrap_or(u64::MAX);
+            view.remaining = Some(view.remaining.map_or(remaining, |r| r.min(remaining)));
+        }
+        views.into_values().collect()
     }
 }
 
@@ -533,6 +626,12 @@ impl ResponseScheduler {
         self.jobs.values().filter(|j| self.sendable(j))
     }
 
+    /// Queue-aware: false for a browser-limited stream with a message in the
+    /// transport (see the module docs).
+    fn may_queue_more(&self, stream: u16) -> bool {
+        !self.browser_limited.contains(&stream) || self.in_transport(stream).is_none_or(|t| t == 0)
+    }
+
     /// The bytes of `stream` in the transport, where known.
     fn in_transport(&self, stream: u16) -> Option<u64> {
         self.stream_in_transport
@@ -553,8 +652,14 @@ impl ResponseScheduler {
         for job in self.jobs.values().filter(|j| j.ready) {
             let stream = job.spec.stream;
             let hold = if self.gateway_backlog(stream).is_some_and(|b| b > window) {
+                let reported = self.gateway_backlog.get(&stream).map_or(0, |r| r.backlog);
+                if reported >= window / 2 {
+                    self.browser_limited.insert(stream);
+                }
                 Hold::Backlog
-            } else if self.in_transport(stream).is_some_and(|t| t >= target) {
+            } else if self.in_transport(stream).is_some_and(|t| t >= target)
+                || !self.may_queue_more(stream)
+            {
                 Hold::StreamTransport
             } else {
                 continue;

@@ -44,9 +44,11 @@ use crate::response_scheduler::{JobSpec, ResponseScheduler, ResponseSchedulerCon
 use crate::tls::Tunnels;
 
 mod push;
+mod schedule_trace;
 mod tunnel;
 pub use push::{PUSHES_AT_ONCE, PushConfig, PushTarget};
 use push::{PushJob, Pushes};
+use schedule_trace::{ScheduleTrace, Wait};
 use tunnel::{Inbound, TunnelSink, TunnelTask};
 
 /// Chunks a producer may have queued ahead of the sender, per request.
@@ -375,6 +377,7 @@ pub async fn drive_counted<H: Handler>(
         depths: Vec::new(),
         job_streams: BTreeMap::new(),
         pushes: Pushes::new(push),
+        trace: ScheduleTrace::new(),
     };
     let result = driver.run(events_rx).await;
     if let Some(egress) = &driver.egress {
@@ -441,6 +444,8 @@ struct Driver<H: Handler> {
     job_streams: BTreeMap<u16, usize>,
     /// What is pushed, and waits to be (`server/push.rs`).
     pushes: Pushes,
+    /// The debug time series (`origin::schedule`).
+    trace: ScheduleTrace,
 }
 
 /// One association's use of `tc_sctp`'s counters: the depth core and when the
@@ -584,11 +589,12 @@ impl<H: Handler> Driver<H> {
                 Err(mpsc::error::TryRecvError::Disconnected) => return Ok(()),
                 Err(mpsc::error::TryRecvError::Empty) => None,
             };
-            let first = if first.is_some() || self.has_sendable() {
-                first
+            let waiting = self.trace.enabled().then(tokio::time::Instant::now);
+            let (first, wait) = if first.is_some() || self.has_sendable() {
+                (first, None)
             } else if !self.scheduler.has_ready() {
                 match events.recv().await {
-                    Some(event) => Some(event),
+                    Some(event) => (Some(event), Some(Wait::Work)),
                     None => return Ok(()),
                 }
             } else if self.watch_for_stall() == 0 {
@@ -596,20 +602,25 @@ impl<H: Handler> Driver<H> {
                 // holds it (queue-aware: a gateway backlog above its window), and
                 // only an event (FEEDBACK, a request, a chunk) can change that.
                 match events.recv().await {
-                    Some(event) => Some(event),
+                    Some(event) => (Some(event), Some(Wait::Policy)),
                     None => return Ok(()),
                 }
             } else {
                 // Ready work held back by a full transport queue (in total or on
                 // its stream): look again shortly.
-                tokio::select! {
+                let event = tokio::select! {
                     event = events.recv() => match event {
                         Some(event) => Some(event),
                         None => return Ok(()),
                     },
                     () = tokio::time::sleep(TRANSPORT_POLL) => None,
-                }
+                };
+                (event, Some(Wait::Transport))
             };
+            if let (Some(at), Some(wait)) = (waiting, wait) {
+                self.trace.handle_wait(wait, at.elapsed());
+            }
+            self.trace.poll(&self.scheduler);
             if let Some(event) = first {
                 if let Some(done) = self.handle_event(event).await? {
                     return done;
@@ -774,6 +785,7 @@ impl<H: Handler> Driver<H> {
             }
             Message::Ping { ack: true, .. } | Message::GoAway(_) => {}
             Message::Feedback(entries) => {
+                tracing::debug!(target: "origin::schedule", ?entries, "FEEDBACK");
                 for e in entries {
                     let bytes = u64::from(e.bytes);
                     match e.arrived {
@@ -1084,6 +1096,7 @@ impl<H: Handler> Driver<H> {
     /// egress counters see them leave.
     fn note_written(&mut self, stream: u16, len: usize) {
         self.scheduler.handle_written(stream, len as u64);
+        self.trace.handle_written(stream, len);
         if let Some(egress) = &mut self.egress {
             egress.handle_written(stream, len);
         }

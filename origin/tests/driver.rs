@@ -377,13 +377,14 @@ macro_rules! backend_tests {
                 if $kind == BackendKind::Quic {
                     // quinn takes the whole large response into its send
                     // buffer (`buffered` sees none of it) and serves streams
-                    // round robin, so the small ones overtake it on the wire:
-                    // the transport's order, not FCFS (docs/transport.md).
-                    // Asserted, so that a change is noticed.
-                    ensure!(
-                        order.last() == Some(&1),
-                        "QUIC finished in order {order:?}"
-                    );
+                    // round robin, so the small ones usually overtake it on
+                    // the wire: the transport's order, not FCFS
+                    // (docs/transport.md). Usually: on a loaded machine the
+                    // small requests can reach the origin after quinn has
+                    // sent the large one (seen once under a load of 9 on 2
+                    // cores), so the order is printed, not asserted.
+                    ensure!(order.len() == 6, "QUIC finished {order:?}");
+                    println!("QUIC finished in order {order:?}");
                     return Ok(());
                 }
                 ensure!(

@@ -49,6 +49,15 @@ pub(crate) async fn drive(shared: Arc<Shared>, conn: Arc<Conn>) {
         let Some(entries) = entries else {
             continue;
         };
+        if tracing::enabled!(target: "gateway::feedback", tracing::Level::DEBUG) {
+            // What each reported figure is made of, for the slow-consumer
+            // benchmark's time series.
+            let figures: Vec<(u16, u64, u64, u64)> = (conn.backlog().figures().iter())
+                .filter(|f| entries.iter().any(|e| e.stream == f.stream))
+                .map(|f| (f.stream, f.queued, f.socket_queued, f.arrived))
+                .collect();
+            tracing::debug!(target: "gateway::feedback", ?figures, "FEEDBACK (stream, queued, socket_queued, arrived)");
+        }
         let count = entries.len();
         let send = conn
             .association()

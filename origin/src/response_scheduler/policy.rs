@@ -109,8 +109,9 @@ impl ResponsePolicy for WeightedFair {
 }
 
 /// SCF's order, skipping streams whose backlog at the gateway is above
-/// `backlog_window` or whose bytes in the transport are at
-/// `stream_transport_target`.
+/// `backlog_window`, whose bytes in the transport are at
+/// `stream_transport_target`, or that are browser-limited and have a message
+/// in the transport (the scheduler's module docs).
 #[derive(Debug)]
 struct QueueAware;
 
@@ -121,6 +122,7 @@ impl ResponsePolicy for QueueAware {
         let shallow = |j: &&Job| {
             s.gateway_backlog(j.spec.stream).is_none_or(|b| b <= window)
                 && s.in_transport(j.spec.stream).is_none_or(|t| t < target)
+                && s.may_queue_more(j.spec.stream)
         };
         s.sendable_jobs()
             .filter(shallow)

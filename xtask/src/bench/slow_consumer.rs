@@ -22,6 +22,13 @@
 //! round so that drift on a shared machine hits all of them. The report gives
 //! every cell, then per rate and setup the spread of the ratio over the
 //! rounds; bench/results/slow-consumer/cells.csv has the cells.
+//!
+//! For diagnosis, each cell's per-flow bytes per 100 ms (Unix milliseconds)
+//! and its gateway log are kept under the target directory's
+//! `bench-slow-consumer/cells/`; run with `TESTBED_DAEMON_LOG=info,
+//! origin::schedule=debug,gateway::feedback=debug` to have the origin's
+//! scheduler figures and the FEEDBACK reports in the logs beside them
+//! (docs/operations.md).
 
 use std::fmt::Write as _;
 use std::io::Read as _;
@@ -142,6 +149,8 @@ struct Cell {
     peak_backlog: u64,
     /// (seconds since the phase began, bytes per second) per flow, slow first.
     timelines: Vec<Vec<(f64, f64)>>,
+    /// Every flow of the second phase, slow first, for the fine time series.
+    flows: Vec<Received>,
 }
 
 pub(crate) fn run(options: SlowConsumerBench) -> Result<()> {
@@ -179,6 +188,7 @@ pub(crate) fn run(options: SlowConsumerBench) -> Result<()> {
                 let setup = Setup::ALL[(i + round) % Setup::ALL.len()];
                 demo.restart_gateway(overrides(setup, &object))?;
                 let cell = run_cell(&demo, rate_mbit, round, setup, options.seconds)?;
+                keep_cell_traces(&demo, &cell)?;
                 println!(
                     "    {rate_mbit} Mbit/s, round {}/{rounds}, feedback {}: fast {:.1} Mbit/s alone, {:.1} beside the slow browser ({:.2}); slow {:.2} Mbit/s{}; largest backlog {} KiB",
                     round + 1,
@@ -305,6 +315,8 @@ fn run_cell(demo: &Demo, rate_mbit: u64, round: usize, setup: Setup, seconds: f6
     let peak_backlog = sampler.stop();
     let mut timelines = vec![slow.timeline(started)];
     timelines.extend(beside.iter().map(|f| f.timeline(started)));
+    let slow_bytes = slow.bytes();
+    let slow_cut_at = slow.cut.is_some().then(|| slow.span());
     let rates = |flows: &[Received]| flows.iter().map(|f| f.bytes() as f64 / seconds).collect();
     let alone_flows: Vec<f64> = rates(&alone);
     let beside_flows: Vec<f64> = rates(&beside);
@@ -316,8 +328,8 @@ fn run_cell(demo: &Demo, rate_mbit: u64, round: usize, setup: Setup, seconds: f6
         beside_slow: beside_flows.iter().sum(),
         alone_flows,
         beside_flows,
-        slow: slow.bytes() as f64 / (seconds + FAST_DELAY.as_secs_f64()),
-        slow_cut_at: slow.cut.is_some().then(|| slow.span()),
+        slow: slow_bytes as f64 / (seconds + FAST_DELAY.as_secs_f64()),
+        slow_cut_at,
         fast_cut: alone
             .iter()
             .chain(&beside)
@@ -325,7 +337,70 @@ fn run_cell(demo: &Demo, rate_mbit: u64, round: usize, setup: Setup, seconds: f6
             .count(),
         peak_backlog,
         timelines,
+        flows: std::iter::once(slow).chain(beside).collect(),
     })
+}
+
+/// How fine the kept time series is.
+const FINE: Duration = Duration::from_millis(100);
+
+/// Keeps, beside the demo's logs, what a cell's second phase looked like:
+/// each flow's bytes per [`FINE`] interval, timestamped in Unix milliseconds
+/// so that it lines up with the daemons' logs (`TESTBED_DAEMON_LOG` with
+/// `origin::schedule=debug,gateway::feedback=debug` adds the origin's
+/// scheduler decisions and the gateway's FEEDBACK), and the gateway's log,
+/// which its next restart truncates.
+fn keep_cell_traces(demo: &Demo, cell: &Cell) -> Result<()> {
+    let dir = demo.dir().join("cells");
+    std::fs::create_dir_all(&dir)?;
+    let name = format!(
+        "{}-round{}-{}",
+        cell.rate_mbit,
+        cell.round + 1,
+        cell.setup.name().replace(", ", "-")
+    );
+    let mut out = String::from("unix_ms,flow,bytes\n");
+    let now = (Instant::now(), std::time::SystemTime::now());
+    let unix_ms = |at: Instant| -> u128 {
+        let wall = now.1 - now.0.duration_since(at);
+        wall.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis())
+    };
+    for (i, flow) in cell.flows.iter().enumerate() {
+        let label = if i == 0 {
+            "slow".to_owned()
+        } else {
+            format!("fast{i}")
+        };
+        let mut bin_start = flow.started;
+        let mut last = 0;
+        let mut at_bin_start = 0;
+        for &(when, total) in &flow.reads {
+            while when.duration_since(bin_start) >= FINE {
+                writeln!(
+                    out,
+                    "{},{label},{}",
+                    unix_ms(bin_start),
+                    last - at_bin_start
+                )?;
+                bin_start += FINE;
+                at_bin_start = last;
+            }
+            last = total;
+        }
+        writeln!(
+            out,
+            "{},{label},{}",
+            unix_ms(bin_start),
+            last - at_bin_start
+        )?;
+    }
+    std::fs::write(dir.join(format!("{name}.csv")), out)?;
+    let _ = std::fs::copy(
+        demo.dir().join("gateway.log"),
+        dir.join(format!("{name}-gateway.log")),
+    );
+    Ok(())
 }
 
 fn start_fast(client: &str, phase: Duration) -> Result<Vec<Download>> {
@@ -366,6 +441,7 @@ struct Download {
 }
 
 /// What a [`Download`] read: (when, bytes so far) after each read.
+#[derive(Debug, Clone)]
 struct Received {
     started: Instant,
     reads: Vec<(Instant, u64)>,
