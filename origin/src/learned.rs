@@ -567,8 +567,9 @@ impl Manifest {
     }
 
     /// The origin pushed `target` with the current load of `page` (on
-    /// `scheme` and `host`): unless that load asks for it anyway, the load
-    /// counts neither for nor against it.
+    /// `scheme` and `host`), or skipped it because the gateway holds it
+    /// fresh: unless that load asks for it anyway, the load counts neither
+    /// for nor against it (the gateway had no reason to ask).
     pub fn handle_pushed(&mut self, scheme: PageScheme, host: &str, page: &str, target: &str) {
         let Some(key) = page_key(scheme, host, page) else {
             return;
