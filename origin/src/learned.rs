@@ -816,8 +816,13 @@ fn role(facts: &RequestFacts<'_>) -> Option<Role> {
     {
         return None;
     }
+    let page = key_of(&origin, &referer)?;
+    if *page.target == *facts.target {
+        // The page itself, fetched by its own script: nothing to push.
+        return None;
+    }
     Some(Role::Ask {
-        page: key_of(&origin, &referer)?,
+        page,
         target: facts.target.into(),
         kind,
     })

@@ -510,11 +510,12 @@ fn pages_are_kept_least_recently_used_first() {
     assert_eq!(m.stats().bytes, recount(&m));
 }
 
-/// 100,000 distinct hostile URLs as asks, a new page (on a new host) every
+/// 30,000 distinct hostile URLs as asks, a new page (on a new host) every
 /// 20 of them, in the second half one target in ten at the longest kept: the
 /// pages, entries and bytes stay within bounds (the page count binds in the
 /// first half, the bytes in the second), and the bytes charged are what the
-/// structure holds.
+/// structure holds. (`tests/learned_memory.rs` feeds 100,000 and counts the
+/// heap.)
 #[test]
 fn memory_is_bounded_whatever_is_asked() {
     let config = LearnedConfig {
@@ -528,7 +529,7 @@ fn memory_is_bounded_whatever_is_asked() {
     let long = "x".repeat(MAX_TARGET_BYTES);
     let (mut host, mut page) = (String::new(), String::new());
     let mut most_pages = 0;
-    for i in 0..100_000u64 {
+    for i in 0..30_000u64 {
         let now = t0 + ms(i);
         if i % 20 == 0 {
             host = format!("h{i}.{}", &long[..MAX_HOST_BYTES - 16]);
@@ -537,7 +538,7 @@ fn memory_is_bounded_whatever_is_asked() {
         }
         let referer = format!("http://{host}{page}");
         let target = format!("/{i}/{long}");
-        let len = if i >= 50_000 && i % 10 == 0 {
+        let len = if i >= 15_000 && i % 10 == 0 {
             MAX_TARGET_BYTES
         } else {
             200
@@ -548,7 +549,7 @@ fn memory_is_bounded_whatever_is_asked() {
         let stats = m.stats();
         assert!(stats.bytes <= config.learn_max_bytes, "{stats:?}");
         assert!(stats.pages <= config.learn_max_pages);
-        if i < 50_000 {
+        if i < 15_000 {
             most_pages = most_pages.max(stats.pages);
         }
         if i % 1000 == 0 {
@@ -638,4 +639,158 @@ fn an_observation_made_beforehand_is_the_same_request() {
     m.handle_observation(ask, t0 + ms(10));
     m.handle_observation(page, t0 + ms(60_000));
     assert_eq!(targets(&learned(&m, t0 + ms(60_000))), ["/a.js"]);
+}
+
+#[test]
+fn a_page_asking_for_itself_is_not_an_entry() {
+    let t0 = Instant::now();
+    let mut m = Manifest::new(LearnedConfig::default());
+    m.handle_request(&load(HOST, PAGE), t0);
+    m.handle_request(&asked(PAGE, PAGE_URL, "empty"), t0 + ms(10));
+    assert_eq!(m.stats().entries, 0);
+}
+
+/// Random sequences of loads, asks (well-formed and not), pushes and
+/// lookups at random times, on a small manifest: after every step the
+/// bounds hold, the bytes charged are the recount, and what `learned`
+/// returns is well-formed.
+#[test]
+fn random_input_keeps_every_invariant() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    let config = LearnedConfig {
+        learn_max_pages: 4,
+        learn_max_entries: 4,
+        learn_memory_loads: 4,
+        learn_forget_loads: 3,
+        learn_forget_after_ms: ms(20_000),
+        learn_max_bytes: min_bytes(4) * 2,
+        ..LearnedConfig::default()
+    };
+    assert_eq!(config.validate(), Ok(()));
+    let hosts = [
+        "example.com",
+        "EXAMPLE.com:80",
+        "other.example",
+        "a/b",
+        "",
+        "[::1]:8",
+        "h@x",
+    ];
+    let pages = [
+        "/",
+        "/index.html",
+        "/a/../index.html",
+        "/p?q=1",
+        "//x",
+        "/%41",
+        "index",
+    ];
+    let dests = [
+        None,
+        Some("image"),
+        Some("empty"),
+        Some("document"),
+        Some("video"),
+        Some("?"),
+    ];
+    let statuses = [200, 204, 206, 304, 404];
+    let mut rng = StdRng::seed_from_u64(31);
+    // Mostly one of the first `usual` (well-formed, related), else any.
+    let pick = |rng: &mut StdRng, len: usize, usual: usize| {
+        if rng.random_bool(0.8) {
+            rng.random_range(0..usual)
+        } else {
+            rng.random_range(0..len)
+        }
+    };
+    let (mut returned, mut most_pages, mut fullest) = (0, 0, 0);
+    for round in 0..20 {
+        let mut m = Manifest::new(config.clone());
+        let mut now = Instant::now();
+        for step in 0..2000 {
+            let most = if rng.random_bool(0.05) { 60_000 } else { 800 };
+            now += ms(rng.random_range(0..most));
+            let host = hosts[pick(&mut rng, hosts.len(), 2)];
+            let page = pages[pick(&mut rng, pages.len(), 4)];
+            let target = format!("/t{}", rng.random_range(0..12));
+            let referer = format!(
+                "{}://{}{}",
+                if rng.random_bool(0.9) {
+                    "http"
+                } else {
+                    "https"
+                },
+                if rng.random_bool(0.8) {
+                    host
+                } else {
+                    hosts[rng.random_range(0..hosts.len())]
+                },
+                pages[pick(&mut rng, pages.len(), 4)],
+            );
+            let status = StatusCode::from_u16(statuses[pick(&mut rng, statuses.len(), 1)])
+                .expect("a status");
+            let dest = dests[pick(&mut rng, dests.len(), 3)];
+            match rng.random_range(0..10) {
+                0 | 1 => {
+                    let mut facts = load(host, page);
+                    facts.fetch_dest = if rng.random_bool(0.5) {
+                        Some("document")
+                    } else {
+                        dest
+                    };
+                    facts.html = rng.random_bool(0.8);
+                    facts.status = status;
+                    m.handle_request(&facts, now);
+                }
+                2..=7 => {
+                    let mut facts = asked(&target, &referer, "image");
+                    facts.host = host;
+                    facts.fetch_dest = dest;
+                    facts.credentials = rng.random_bool(0.05);
+                    facts.shared_cacheable = rng.random_bool(0.95);
+                    facts.get = rng.random_bool(0.95);
+                    facts.status = status;
+                    m.handle_request(&facts, now);
+                }
+                8 => m.handle_pushed(PageScheme::Http, host, page, &target),
+                _ => {
+                    let got = m.learned(PageScheme::Http, host, page, now);
+                    assert!(got.len() <= config.learn_max_entries);
+                    returned += got.len();
+                    for entry in got {
+                        assert!((0.5..=1.0).contains(&entry.confidence), "{entry:?}");
+                        assert!(plain_target(&entry.target), "{entry:?}");
+                    }
+                }
+            }
+            let stats = m.stats();
+            assert!(
+                stats.pages <= config.learn_max_pages,
+                "round {round} step {step}"
+            );
+            assert!(
+                stats.bytes <= config.learn_max_bytes,
+                "round {round} step {step}"
+            );
+            assert_eq!(stats.bytes, recount(&m), "round {round} step {step}");
+            assert_eq!(m.lru.len(), stats.pages);
+            assert!(
+                m.pages
+                    .values()
+                    .all(|p| p.entries.len() <= config.learn_max_entries)
+            );
+            most_pages = most_pages.max(stats.pages);
+            fullest = m
+                .pages
+                .values()
+                .map(|p| p.entries.len())
+                .fold(fullest, usize::max);
+        }
+    }
+    // The input reaches every bound, and entries are learned.
+    assert_eq!(most_pages, config.learn_max_pages);
+    assert_eq!(fullest, config.learn_max_entries);
+    assert!(returned > 100, "{returned}");
 }
