@@ -36,10 +36,18 @@
 //! two browsers loading a page at once make two loads and two asks whichever
 //! load each ask lands in, so concurrency does not dilute the fraction. A
 //! load still within its window that has not asked yet is left out (its
-//! asks may still come). A load for which the origin pushed the entry
-//! ([`Manifest::handle_pushed`]) and that did not ask for it counts neither
-//! way: the gateway had no reason to ask, which says nothing about the
-//! page.
+//! asks may still come). A load for which the origin pushed the entry, or
+//! skipped it because the gateway holds it ([`Manifest::handle_pushed`]),
+//! and that did not ask for it counts neither way: the gateway had no
+//! reason to ask, which says nothing about the page.
+//!
+//! **Pages.** A page is a GET answered 2xx with `Sec-Fetch-Dest: document`
+//! (or `iframe`, `frame`), or without `Sec-Fetch-Dest` with an HTML
+//! Content-Type; a 304 of a page already known is a load of it too. An HTML
+//! fragment a script fetches (`Sec-Fetch-Dest: empty`) is an ask, and a
+//! page's fetch of its own URL is nothing. Pages are keyed by origin and
+//! target as the URL parser writes them (`/a/../b` is `/b`, the default
+//! port is no port), so that a Referer naming one compares equal.
 //!
 //! **Attribution.** A request is the page's when its Referer is the page's
 //! URL on the request's own scheme, host and port, and it comes within
@@ -87,7 +95,8 @@
 //! | `learn_forget_after_ms` | 1800000 | time without an ask before an entry goes |
 //! | `learn_max_bytes` | 16777216 | memory charged for all pages, bytes |
 //!
-//! Every call costs O(entries of one page) plus O(log pages); share one
+//! Every call but [`Manifest::stats`] (O(pages)) costs O(entries of one
+//! page) plus O(log pages) and the parsing of its URLs; share one
 //! [`Manifest`] per origin behind a mutex. Call
 //! [`Manifest::handle_request`] for a page when its response head is ready
 //! (its subresources may be asked for while its body still streams), and
