@@ -46,10 +46,12 @@
 //! [`closure`] works out what to push with a page the files serve: its
 //! same-host subresources, render-blocking first, once per file version,
 //! read through [`files`] with the `page-resources` extraction the gateway's
-//! prefetch uses too.
+//! prefetch uses too. [`learned`] adds what only JavaScript finds: the URLs
+//! gateways asked for within a few seconds after a page, kept per page with
+//! a confidence and aged out (sans-I/O; fed every answered request).
 //!
 //! Layering (docs/architecture.md): a module imports only modules to its right
-//! in `doctor` > `config` > `access` > `service` > `closure` > {`proxy`,
+//! in `doctor` > `config` > `access` > `service` > `learned` > `closure` > {`proxy`,
 //! `synthetic`, `files`} > `server` > {`tls`, `metrics` > `response_scheduler`, `ebpf` >
 //! `egress`}; [`sync`] (the lock helper) is a leaf under all.
 
@@ -60,6 +62,7 @@ pub mod doctor;
 pub mod ebpf;
 pub mod egress;
 pub mod files;
+pub mod learned;
 pub mod metrics;
 pub mod proxy;
 pub mod response_scheduler;

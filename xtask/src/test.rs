@@ -56,7 +56,7 @@ fn fuzz_max_len(target: &str) -> usize {
 }
 
 /// Fuzz targets in fuzz/Cargo.toml, run in this order.
-const FUZZ_TARGETS: [&str; 12] = [
+const FUZZ_TARGETS: [&str; 13] = [
     "decode",
     "session",
     "push_pair",
@@ -65,6 +65,7 @@ const FUZZ_TARGETS: [&str; 12] = [
     "cache_headers",
     "extract",
     "origin_path",
+    "learned",
     "framing",
     "front_head",
     "http_semantics",
