@@ -137,7 +137,7 @@ async fn server(args: &Args) -> Result<()> {
     let stats = match &args.root {
         Some(root) => {
             let files = StaticFiles::new(&FilesConfig::new(root.clone()))?;
-            drive(assoc, Arc::new(Service::files(files, None)), config).await?
+            drive(assoc, Arc::new(Service::files(files, None, None)), config).await?
         }
         None => drive(assoc, Arc::new(SyntheticHandler::default()), config).await?,
     };

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ebpf::EbpfConfig;
 use crate::files::FilesConfig;
+use crate::learned::LearnedConfig;
 use crate::metrics::MetricsConfig;
 use crate::proxy::{ProxyConfig, ProxyConfigError};
 use crate::response_scheduler::ResponseSchedulerConfig;
@@ -20,6 +21,34 @@ use crate::server::PushConfig;
 pub use daemon_config::ConfigError;
 /// `[log]`, alike in both daemons' files.
 pub use daemon_config::{LogConfig, LogFormat};
+
+/// `[push]`: the driver's keys ([`PushConfig`]: `enabled`, `max_per_page`)
+/// and the learned manifest's ([`LearnedConfig`]: the keys starting with
+/// `learn`) in one table. Each part refuses a key it does not know, so a
+/// misspelt key is still an error.
+#[derive(Debug, Clone, Default)]
+pub struct PushTable {
+    /// What the association driver reads.
+    pub driver: PushConfig,
+    /// What the files service's learned manifest reads (`crate::learned`).
+    pub learned: LearnedConfig,
+}
+
+impl<'de> Deserialize<'de> for PushTable {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let table = toml::Table::deserialize(deserializer)?;
+        let (learned, driver): (toml::Table, toml::Table) = table
+            .into_iter()
+            .partition(|(key, _)| key.starts_with("learn"));
+        Ok(PushTable {
+            driver: PushConfig::deserialize(toml::Value::Table(driver))
+                .map_err(D::Error::custom)?,
+            learned: LearnedConfig::deserialize(toml::Value::Table(learned))
+                .map_err(D::Error::custom)?,
+        })
+    }
+}
 
 /// Everything the origin needs to run.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -43,7 +72,7 @@ pub struct OriginConfig {
     /// Request limits.
     pub limits: LimitsConfig,
     /// Pushes (`[push]`; docs/protocol.md, "PUSH"): off by default.
-    pub push: PushConfig,
+    pub push: PushTable,
     /// The document root; `root` relative to the config file's directory.
     pub files: Option<FilesConfig>,
     /// Reverse-proxy mode: the upstream to forward to (instead of `[files]`).
@@ -241,7 +270,12 @@ impl OriginConfig {
         if l.response_timeout.is_zero() {
             return invalid("limits.response_timeout", "must be above zero");
         }
-        if self.push.enabled && self.push.max_per_page == 0 {
+        if let Err(crate::learned::LearnedConfigError::Invalid { key, reason }) =
+            self.push.learned.validate()
+        {
+            return invalid(&format!("push.{key}"), reason);
+        }
+        if self.push.driver.enabled && self.push.driver.max_per_page == 0 {
             return invalid(
                 "push.max_per_page",
                 "must be at least 1 (or push.enabled = false)",
@@ -311,6 +345,8 @@ mod tests {
                 "push.max_per_page",
             ),
             ("[push]\nenabeld = true\n", "enabeld"),
+            ("[push]\nlearn_window_ms = 0\n", "push.learn_window_ms"),
+            ("[push]\nlearn_windw_ms = 100\n", "learn_windw_ms"),
         ];
         for (text, key) in cases {
             let text = format!("{text}[files]\nroot = \"/srv/www\"\n");

@@ -219,8 +219,11 @@ async fn main() -> Result<()> {
             Service::files(
                 StaticFiles::new(files)
                     .with_context(|| format!("opening document root {}", files.root.display()))?,
-                (config.push.enabled || config.tls.as_ref().is_some_and(|tls| tls.early_hints))
-                    .then(ClosureConfig::default),
+                (config.push.driver.enabled
+                    || config.tls.as_ref().is_some_and(|tls| tls.early_hints))
+                .then(ClosureConfig::default),
+                (config.push.driver.enabled && config.push.learned.learn)
+                    .then(|| config.push.learned.clone()),
             ),
             format!("root {}", files.root.display()),
         ),
@@ -302,7 +305,7 @@ async fn main() -> Result<()> {
             listener,
             Arc::clone(&service),
             driver_config.clone(),
-            config.push.clone(),
+            config.push.driver.clone(),
             metrics.clone(),
             Arc::clone(&slots),
             stop_rx.clone(),

@@ -4,12 +4,14 @@
 //! names its closure (`crate::closure`) as what to push, or to hint in a 103
 //! inside a TLS tunnel; a proxied page names nothing yet.
 
-use std::time::SystemTime;
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 
 use crate::closure::{ClosureConfig, Closures, PageScheme};
 use crate::files::{FileBody, Refusal, StaticFiles};
+use crate::learned::{LearnedConfig, Manifest, RequestFacts};
 use crate::proxy::{Proxy, ProxyBody};
 use crate::server::{BodySource, Handler, IncomingRequest, PushTarget, Reply};
 use http_semantics::{RequestHead, ResponseHead};
@@ -24,6 +26,10 @@ pub enum Service {
         /// `[push] enabled` or `[tls] early_hints`: each page's closure,
         /// worked out once per version; `None`: nothing is pushed or hinted.
         closures: Option<Closures>,
+        /// `[push] enabled` and `learn`: what gateways asked for after each
+        /// page (`crate::learned`), fed by every answer, pushed after the
+        /// closure.
+        learned: Option<Box<Mutex<Manifest>>>,
     },
     /// Reverse proxy; one pool of upstream connections for all associations.
     Proxy(Box<Proxy>),
@@ -68,6 +74,7 @@ impl Handler for Service {
     async fn pushes(&self, page: &IncomingRequest) -> Vec<PushTarget> {
         let Service::Files {
             closures: Some(closures),
+            learned,
             ..
         } = self
         else {
@@ -84,7 +91,7 @@ impl Handler for Service {
         } else {
             PageScheme::Http
         };
-        closures
+        let mut targets: Vec<PushTarget> = closures
             .closure_for(scheme, &head.target, host)
             .await
             .iter()
@@ -94,16 +101,46 @@ impl Handler for Service {
                 public: true,
                 kind: Some(entry.kind),
             })
-            .collect()
+            .collect();
+        if let Some(learned) = learned {
+            // What only scripts find, after what the files name. Each is
+            // told back as pushed (or held), so that a gateway not asking
+            // for it again does not count against it.
+            let mut manifest = crate::sync::lock(learned);
+            for entry in manifest.learned(scheme, host, &head.target, Instant::now()) {
+                if targets.iter().any(|t| t.target == entry.target) {
+                    continue;
+                }
+                manifest.handle_pushed(scheme, host, &head.target, &entry.target);
+                targets.push(PushTarget {
+                    target: entry.target,
+                    render_blocking: false,
+                    // Learned only from credential-free, shared-cacheable
+                    // answers (`learned::shared_cacheable`).
+                    public: true,
+                    kind: entry.kind,
+                });
+            }
+        }
+        targets
     }
 }
 
 impl Service {
     /// Serves `files`; with `closures`, also names each page's closure as
-    /// its pushes.
-    pub fn files(files: StaticFiles, closures: Option<ClosureConfig>) -> Service {
+    /// its pushes, and with `learned` what gateways asked for after it.
+    pub fn files(
+        files: StaticFiles,
+        closures: Option<ClosureConfig>,
+        learned: Option<LearnedConfig>,
+    ) -> Service {
         let closures = closures.map(|config| Closures::new(files.clone(), config));
-        Service::Files { files, closures }
+        let learned = learned.map(|config| Box::new(Mutex::new(Manifest::new(config))));
+        Service::Files {
+            files,
+            closures,
+            learned,
+        }
     }
 
     /// Answers one request, and says why (a one-token code, as
@@ -113,8 +150,8 @@ impl Service {
         &self,
         request: IncomingRequest,
     ) -> (Reply<ServiceBody>, Option<&'static str>) {
-        let files = match self {
-            Service::Files { files, .. } => files,
+        let (files, learned) = match self {
+            Service::Files { files, learned, .. } => (files, learned),
             Service::Proxy(proxy) => {
                 let reply = proxy.handle(request).await;
                 let reply = Reply {
@@ -134,6 +171,9 @@ impl Service {
             }
         };
         let (response, refusal) = files.answer(&head).await;
+        if let Some(learned) = learned {
+            learn(learned, &request, &head, &response.head);
+        }
         tracing::debug!(
             id = request.id,
             stream = request.stream,
@@ -146,5 +186,23 @@ impl Service {
             reply(response.head, response.body),
             refusal.as_ref().map(Refusal::code),
         )
+    }
+}
+
+/// Tells the learned manifest about one answered request.
+fn learn(
+    learned: &Mutex<Manifest>,
+    request: &IncomingRequest,
+    head: &RequestHead,
+    response: &ResponseHead,
+) {
+    let scheme = if request.tunnelled {
+        PageScheme::Https
+    } else {
+        PageScheme::Http
+    };
+    let fields: http::HeaderMap = response.headers.iter().cloned().collect();
+    if let Some(facts) = RequestFacts::new(scheme, head, response.status, &fields) {
+        crate::sync::lock(learned).handle_request(&facts, Instant::now());
     }
 }

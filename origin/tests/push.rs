@@ -19,6 +19,7 @@ use gateway_protocol::{
 use gateway_transport::{AssociationConfig, BackendKind, Listener, QuicConfig, connect};
 use origin::closure::ClosureConfig;
 use origin::files::{FilesConfig, StaticFiles};
+use origin::learned::LearnedConfig;
 use origin::response_scheduler::{ResponsePolicyKind, ResponseSchedulerConfig};
 use origin::server::{
     DriverConfig, Handler, IncomingRequest, PushConfig, PushTarget, Reply, drive_counted,
@@ -727,7 +728,7 @@ async fn the_files_service_pushes_a_pages_closure_from_the_root() -> Result<()> 
     write("photo.png", b"\x89PNG not really")?;
     write("font.woff2", b"wOF2 not really")?;
     let files = StaticFiles::new(&FilesConfig::new(root.path()))?;
-    let service = Arc::new(Service::files(files, Some(ClosureConfig::default())));
+    let service = Arc::new(Service::files(files, Some(ClosureConfig::default()), None));
     let mut gw = start_on(
         BackendKind::FramedTcp,
         service,
@@ -764,4 +765,71 @@ async fn the_files_service_pushes_a_pages_closure_from_the_root() -> Result<()> 
         );
     }
     Ok(())
+}
+
+/// What only a script finds is learnt: after one visit on which the page's
+/// script fetched `/data.json` (the gateway's request carries the page as
+/// its Referer), the next visit's pushes carry it, after the closure.
+#[tokio::test]
+async fn what_a_script_fetched_after_a_page_is_pushed_on_the_next_visit() -> Result<()> {
+    let root = tempfile::tempdir()?;
+    std::fs::write(
+        root.path().join("index.html"),
+        b"<!doctype html><link rel=stylesheet href=/style.css><script>fetch('/data.json')</script>",
+    )?;
+    std::fs::write(root.path().join("style.css"), b"body { color: red }")?;
+    std::fs::write(root.path().join("data.json"), b"{\"news\": []}")?;
+    let files = StaticFiles::new(&FilesConfig::new(root.path()))?;
+    let learned = LearnedConfig {
+        learn_window_ms: Duration::from_millis(300),
+        ..LearnedConfig::default()
+    };
+    let service = Arc::new(Service::files(
+        files,
+        Some(ClosureConfig::default()),
+        Some(learned),
+    ));
+    let mut gw = start_on(
+        BackendKind::FramedTcp,
+        service,
+        push_on(),
+        gateway_capabilities(),
+    )
+    .await?;
+    gw.max_pushes(64).await?;
+    // First visit: the closure (the stylesheet) only; then the script's fetch.
+    navigate_to_root(&mut gw).await?;
+    finished(&mut gw, 2).await?;
+    ensure!(
+        promised_targets(&gw) == ["/style.css"],
+        "{:?}",
+        promised_targets(&gw)
+    );
+    let fetch = format!(
+        "GET /data.json HTTP/1.1\r\nHost: {HOST}\r\nReferer: http://{HOST}/\r\nSec-Fetch-Dest: empty\r\n\r\n"
+    );
+    gw.request_head(2, fetch, RequestClass::Demand).await?;
+    finished(&mut gw, 3).await?;
+    // The first visit's window closes; the second visit pushes what it taught.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    navigate_to_root(&mut gw).await?;
+    finished(&mut gw, 6).await?;
+    nothing_more(&mut gw).await?;
+    ensure!(
+        promised_targets(&gw) == ["/style.css", "/style.css", "/data.json"],
+        "the second visit pushes the closure, then what was learnt: {:?}",
+        promised_targets(&gw)
+    );
+    Ok(())
+}
+
+/// A browser's navigation to `/` on stream 1, with a PUSH_BUDGET.
+async fn navigate_to_root(gw: &mut TestGateway) -> Result<RequestId> {
+    let head = format!(
+        "GET / HTTP/1.1\r\nHost: {HOST}\r\nSec-Fetch-Dest: document\r\nAccept: text/html\r\n\r\n"
+    );
+    let id = gw.request_head(1, head, RequestClass::Demand).await?;
+    gw.push_budget(1, HOST, budget(id, 64, 1 << 20, Vec::new()))
+        .await?;
+    Ok(id)
 }
