@@ -14,7 +14,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use gateway_transport::BackendKind;
+use origin::closure::ClosureConfig;
+use origin::files::{FilesConfig, StaticFiles};
 use origin::server::{BodySource, Handler, IncomingRequest, PushTarget, Reply};
+use origin::service::Service;
 use origin::synthetic::pattern_byte;
 use origin::tls::{TlsConfig, Tunnels};
 use page_resources::Kind;
@@ -286,9 +289,9 @@ async fn read_response(mut response: h2::client::ResponseFuture) -> Result<Got> 
 }
 
 /// Runs `browser` at the far end of one tunnel to an origin serving `site`.
-async fn through_a_tunnel<F, T>(
+async fn through_a_tunnel<H: Handler, F, T>(
     tunnels: Tunnels,
-    site: Arc<Site>,
+    site: Arc<H>,
     browser: impl FnOnce(tokio::io::DuplexStream) -> F,
 ) -> Result<T>
 where
@@ -535,4 +538,44 @@ fn early_hints_needs_h2() -> Result<()> {
         Err((key, _)) if key == "tls.early_hints" => Ok(()),
         other => bail!("{other:?}"),
     }
+}
+
+/// The origin's own files service: a page's closure is what its 103 names,
+/// once the closure has been worked out (the first request may be answered
+/// before it is: `HINTS_WAIT`), so the page is asked for twice and the
+/// second answer must carry the hints.
+#[tokio::test]
+async fn the_files_service_hints_a_pages_closure() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (tunnels, der) = tunnels(dir.path(), true, true)?;
+    let root = tempfile::tempdir()?;
+    std::fs::write(
+        root.path().join("page.html"),
+        b"<!doctype html><link rel=stylesheet href=/style.css><img src=/photo.png>",
+    )?;
+    std::fs::write(root.path().join("style.css"), b"body { color: red }")?;
+    std::fs::write(root.path().join("photo.png"), b"not really")?;
+    let files = StaticFiles::new(&FilesConfig::new(root.path()))?;
+    let service = Arc::new(Service::files(files, Some(ClosureConfig::default()), None));
+    let got = through_a_tunnel(tunnels, service, move |io| {
+        h2_browser(der, io, vec![vec![PAGE], vec![PAGE]])
+    })
+    .await?;
+    ensure!(
+        got.len() == 2 && got.iter().all(|g| g.status == 200),
+        "{got:?}"
+    );
+    ensure!(
+        got[1].informational
+            == [(
+                103,
+                vec![
+                    "</style.css>; rel=preload; as=style".to_owned(),
+                    "</photo.png>; rel=preload; as=image".to_owned(),
+                ]
+            )],
+        "{:?}",
+        got[1].informational
+    );
+    Ok(())
 }

@@ -622,7 +622,10 @@ fn write_report(cells: &[Cell], options: &SlowConsumerBench, load: &str) -> Resu
     )?;
     // The header has the commit and the load as the report is written; the
     // run's load before it started is this benchmark's own.
-    writeln!(r, "- load average (1, 5, 15 min) before and after the run: {load}")?;
+    writeln!(
+        r,
+        "- load average (1, 5, 15 min) before and after the run: {load}"
+    )?;
     writeln!(
         r,
         "- path: curl in the client namespace → gateway (cache and prefetch off) → wanem ({} ms RTT, {} % random loss each way, at {} Mbit/s) → origin (queue-aware scheduler, backlog_window {} KiB), userspace SCTP, one association",
