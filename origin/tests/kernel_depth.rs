@@ -312,6 +312,7 @@ async fn per_stream_counts_equal_what_each_stream_carried_over_kernel_sctp() -> 
     let _loopback = LoopbackGuard::new()?;
     let mut accounting = SctpAccounting::load_file(&object, SctpAccountingConfig::default())?;
     accounting.attach_egress("lo")?;
+    let retransmitted_before = sctp_retransmitted_chunks()?;
     let config = AssociationConfig {
         streams: 8,
         max_inbound_streams: 8,
@@ -355,9 +356,25 @@ async fn per_stream_counts_equal_what_each_stream_carried_over_kernel_sctp() -> 
         if counted == sent {
             break;
         }
+        // tc_sctp counts every DATA chunk that leaves, a retransmission
+        // again. Loopback loses nothing, but a timer can fire early on a
+        // loaded host (seen once: 1,444 bytes more on a stream of 100,000):
+        // then each stream may count more than it carried, by no more than
+        // the chunks the kernel says it retransmitted.
+        let retransmitted = sctp_retransmitted_chunks()? - retransmitted_before;
+        let excess: u64 = counted.values().sum::<u64>().saturating_sub(160_000);
+        if retransmitted > 0
+            && counted.keys().eq(sent.keys())
+            && counted.iter().all(|(stream, n)| *n >= sent[stream])
+            && excess <= retransmitted * 65_536
+        {
+            println!("{retransmitted} chunk(s) retransmitted: counted {counted:?}");
+            break;
+        }
         ensure!(
             Instant::now() < deadline,
-            "tc_sctp counted {counted:?}, the streams carried {sent:?}"
+            "tc_sctp counted {counted:?}, the streams carried {sent:?} \
+             ({retransmitted} chunks retransmitted)"
         );
         tokio::time::sleep(POLL).await;
     }
@@ -365,6 +382,17 @@ async fn per_stream_counts_equal_what_each_stream_carried_over_kernel_sctp() -> 
     server.abort();
     accounting.detach()?;
     Ok(())
+}
+
+/// `SctpRetransChunks` of /proc/net/sctp/snmp: DATA chunks the kernel
+/// retransmitted in this network namespace (the whole VM).
+fn sctp_retransmitted_chunks() -> Result<u64> {
+    let snmp =
+        std::fs::read_to_string("/proc/net/sctp/snmp").context("reading /proc/net/sctp/snmp")?;
+    snmp.lines()
+        .find_map(|line| line.strip_prefix("SctpRetransChunks"))
+        .and_then(|value| value.trim().parse().ok())
+        .context("no SctpRetransChunks in /proc/net/sctp/snmp")
 }
 
 /// Without CAP_BPF the origin on kernel SCTP still starts, says once that it
