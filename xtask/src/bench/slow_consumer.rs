@@ -4,7 +4,7 @@
 //! the gateway's eBPF programs attached (issues 17 and 32).
 //!
 //! ```text
-//!  client ns: curl ×3 (fast) + curl --limit-rate 125K (slow)
+//!  client ns: curl ×3 (fast) + curl whose output is read at 125 kB/s (slow)
 //!      │ LAN (unemulated)
 //!  gateway ns: gateway (cache and prefetch off) ── wanem (--wan) ── origin (queue-aware)
 //! ```
@@ -52,8 +52,16 @@ use crate::shipped::ShippedConfig;
 const PREFIX: &str = "gwsc-";
 /// Fast downloads at once.
 const FAST_FLOWS: usize = 3;
-/// The slow browser's pace: curl's `--limit-rate` (bytes per second), 1 Mbit/s.
+/// The slow browser's pace, bytes per second (1 Mbit/s): this process reads
+/// curl's output no faster, steadily, so curl reads its socket at that pace
+/// and the socket's receive window stays small, as a browser's behind a slow
+/// link. curl's own `--limit-rate` was not used: it reads in bursts (nothing,
+/// then all that piled up), so Linux grew the socket's buffer to megabytes,
+/// acknowledged bytes the browser had not read, and the gateway saw a fast
+/// reader (bench/results/slow-consumer.md, 2026-11-29 05:01, round 1).
 const SLOW_RATE: u64 = 125_000;
+/// The slow reader's pace is kept in steps this long.
+const SLOW_STEP: Duration = Duration::from_millis(20);
 /// How long after the slow browser the fast downloads start, so that its
 /// backlog has built up when they run.
 const FAST_DELAY: Duration = Duration::from_secs(3);
@@ -137,8 +145,8 @@ struct Cell {
     /// Each fast download's bytes per second, alone and beside the slow one.
     alone_flows: Vec<f64>,
     beside_flows: Vec<f64>,
-    /// The slow browser's bytes per second over its whole run (curl's
-    /// `--limit-rate` keeps the average: it reads in bursts, then pauses).
+    /// The slow browser's bytes per second over its whole run (its reader
+    /// keeps the pace in [`SLOW_STEP`] steps).
     slow: f64,
     /// Seconds after its start at which the gateway ended the slow
     /// browser's response, if it did (curl: "transfer closed").
@@ -450,8 +458,8 @@ struct Received {
 }
 
 impl Download {
-    /// Starts curl for `large.bin`, limited to `rate` bytes/s if given, ended
-    /// by curl after `limit`.
+    /// Starts curl for `large.bin`, its output read at `rate` bytes/s if
+    /// given ([`SLOW_RATE`]), ended by curl after `limit`.
     fn start(ns: &str, rate: Option<u64>, limit: Duration) -> Result<Self> {
         let mut curl = Command::new("curl");
         curl.args([
@@ -462,9 +470,6 @@ impl Download {
         ])
         .arg(format!("{:.1}", limit.as_secs_f64()))
         .args(["-o", "-"]);
-        if let Some(rate) = rate {
-            curl.arg("--limit-rate").arg(rate.to_string());
-        }
         curl.arg(format!("http://{SITE_V4}/large.bin"));
         let mut child = exec_in(ns, &curl)
             .stdout(Stdio::piped())
@@ -473,15 +478,23 @@ impl Download {
             .context("starting curl in the client namespace")?;
         let mut stdout = child.stdout.take().context("curl's stdout")?;
         let reader = std::thread::spawn(move || {
-            let mut buf = vec![0u8; 256 * 1024];
+            // Paced: at most one step's bytes per read, and no read before
+            // the bytes so far are due at `rate`.
+            let step = rate.map(|rate| (rate as f64 * SLOW_STEP.as_secs_f64()) as usize);
+            let mut buf = vec![0u8; step.unwrap_or(256 * 1024).max(1)];
             let mut total = 0u64;
             let mut reads = Vec::new();
+            let start = Instant::now();
             while let Ok(n) = stdout.read(&mut buf) {
                 if n == 0 {
                     break;
                 }
                 total += n as u64;
                 reads.push((Instant::now(), total));
+                if let Some(rate) = rate {
+                    let due = start + Duration::from_secs_f64(total as f64 / rate as f64);
+                    std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                }
             }
             reads
         });
@@ -636,7 +649,7 @@ fn write_report(cells: &[Cell], options: &SlowConsumerBench, load: &str) -> Resu
     )?;
     writeln!(
         r,
-        "- each cell: the gateway restarted with FEEDBACK off, on, or on with its eBPF programs attached (xdp_sctp on the WAN interface, tc_tcp_egress and tc_tcp_ingress on the LAN one: `gateway_stream_accounting_ebpf 1` checked); {FAST_FLOWS} fast downloads for {:.0} s alone, then a browser reading at {} Mbit/s (curl --limit-rate) and {} s later the same fast downloads for {:.0} s; {} rounds per rate, the setups' order rotating",
+        "- each cell: the gateway restarted with FEEDBACK off, on, or on with its eBPF programs attached (xdp_sctp on the WAN interface, tc_tcp_egress and tc_tcp_ingress on the LAN one: `gateway_stream_accounting_ebpf 1` checked); {FAST_FLOWS} fast downloads for {:.0} s alone, then a browser reading at {} Mbit/s (curl, its output read steadily at that pace by the benchmark, so that curl reads its socket at it too) and {} s later the same fast downloads for {:.0} s; {} rounds per rate, the setups' order rotating",
         options.seconds,
         SLOW_RATE * 8 / 1_000_000,
         FAST_DELAY.as_secs(),
