@@ -312,7 +312,7 @@ async fn per_stream_counts_equal_what_each_stream_carried_over_kernel_sctp() -> 
     let _loopback = LoopbackGuard::new()?;
     let mut accounting = SctpAccounting::load_file(&object, SctpAccountingConfig::default())?;
     accounting.attach_egress("lo")?;
-    let retransmitted_before = sctp_retransmitted_chunks()?;
+    let retransmitted_before = sctp_retransmissions()?;
     let config = AssociationConfig {
         streams: 8,
         max_inbound_streams: 8,
@@ -358,23 +358,23 @@ async fn per_stream_counts_equal_what_each_stream_carried_over_kernel_sctp() -> 
         }
         // tc_sctp counts every DATA chunk that leaves, a retransmission
         // again. Loopback loses nothing, but a timer can fire early on a
-        // loaded host (seen once: 1,444 bytes more on a stream of 100,000):
-        // then each stream may count more than it carried, by no more than
-        // the chunks the kernel says it retransmitted.
-        let retransmitted = sctp_retransmitted_chunks()? - retransmitted_before;
-        let excess: u64 = counted.values().sum::<u64>().saturating_sub(160_000);
+        // loaded host (seen twice: 1,444 bytes more on a stream of 100,000):
+        // when the kernel says it retransmitted, each stream may count more
+        // than it carried, by at most a tenth.
+        let retransmitted = sctp_retransmissions()? - retransmitted_before;
         if retransmitted > 0
             && counted.keys().eq(sent.keys())
-            && counted.iter().all(|(stream, n)| *n >= sent[stream])
-            && excess <= retransmitted * 65_536
+            && counted
+                .iter()
+                .all(|(stream, n)| *n >= sent[stream] && *n <= sent[stream] + sent[stream] / 10)
         {
-            println!("{retransmitted} chunk(s) retransmitted: counted {counted:?}");
+            println!("{retransmitted} retransmission(s): counted {counted:?}");
             break;
         }
         ensure!(
             Instant::now() < deadline,
             "tc_sctp counted {counted:?}, the streams carried {sent:?} \
-             ({retransmitted} chunks retransmitted)"
+             ({retransmitted} retransmissions)"
         );
         tokio::time::sleep(POLL).await;
     }
@@ -384,15 +384,36 @@ async fn per_stream_counts_equal_what_each_stream_carried_over_kernel_sctp() -> 
     Ok(())
 }
 
-/// `SctpRetransChunks` of /proc/net/sctp/snmp: DATA chunks the kernel
-/// retransmitted in this network namespace (the whole VM).
-fn sctp_retransmitted_chunks() -> Result<u64> {
+/// Retransmissions the kernel's SCTP made in this network namespace (the
+/// whole VM): `SctpT3Retransmits`, `SctpPmtudRetransmits` and
+/// `SctpFastRetransmits` of /proc/net/sctp/snmp. Each counts a
+/// retransmission event, which may resend several chunks.
+fn sctp_retransmissions() -> Result<u64> {
     let snmp =
         std::fs::read_to_string("/proc/net/sctp/snmp").context("reading /proc/net/sctp/snmp")?;
-    snmp.lines()
-        .find_map(|line| line.strip_prefix("SctpRetransChunks"))
-        .and_then(|value| value.trim().parse().ok())
-        .context("no SctpRetransChunks in /proc/net/sctp/snmp")
+    let mut found = 0;
+    let mut total = 0;
+    for line in snmp.lines() {
+        let mut fields = line.split_whitespace();
+        if let (Some(name), Some(value)) = (fields.next(), fields.next())
+            && [
+                "SctpT3Retransmits",
+                "SctpPmtudRetransmits",
+                "SctpFastRetransmits",
+            ]
+            .contains(&name)
+        {
+            found += 1;
+            total += value
+                .parse::<u64>()
+                .context("a counter of /proc/net/sctp/snmp")?;
+        }
+    }
+    ensure!(
+        found == 3,
+        "/proc/net/sctp/snmp lacks a retransmission counter:\n{snmp}"
+    );
+    Ok(total)
 }
 
 /// Without CAP_BPF the origin on kernel SCTP still starts, says once that it
