@@ -345,8 +345,9 @@ pub fn lower_bound(page: &GeneratedPage, link: &Link) -> Duration {
     discovery_bound(page, link, 1)
 }
 
-/// Every byte of the page through the bottleneck once.
-fn transfer_time(page: &GeneratedPage, link: &Link) -> Duration {
+/// Every byte of the page through the bottleneck once (what [`floor`] adds
+/// to its round trip). A rate of zero gives [`Duration::MAX`].
+pub fn transfer_time(page: &GeneratedPage, link: &Link) -> Duration {
     if link.rate_bits_per_second == 0 {
         return Duration::MAX;
     }

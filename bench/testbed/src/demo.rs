@@ -513,6 +513,8 @@ pub struct Demo {
     binaries: Binaries,
     options: DemoOptions,
     origin_starts: u32,
+    /// The configuration file the origin last started with.
+    origin_config_path: Option<PathBuf>,
 }
 
 impl Demo {
@@ -588,6 +590,7 @@ impl Demo {
             binaries,
             options,
             origin_starts: 0,
+            origin_config_path: None,
             wan,
             https,
         };
@@ -598,6 +601,13 @@ impl Demo {
             demo.start_gateway()?;
         }
         Ok(demo)
+    }
+
+    /// The configuration file the origin last started with (the given or
+    /// shipped one, or its rewrite with `[tls]` or `push.enabled`), if it
+    /// was started.
+    pub fn origin_config_path(&self) -> Option<&Path> {
+        self.origin_config_path.as_deref()
     }
 
     /// Starts (or restarts) the origin in the origin namespace, on the WAN
@@ -612,6 +622,7 @@ impl Demo {
         if let Some(push) = self.options.origin_push {
             config = origin_config_with_push(&config, push, &self.options.dir)?;
         }
+        self.origin_config_path = Some(config.clone());
         let mut command = Command::new(&self.binaries.origin);
         command
             .arg("--config")

@@ -75,6 +75,13 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
     if !matches!(options.which, Which::Pages | Which::SlowConsumer) && !options.rate.is_empty() {
         bail!("--rate is for the pages and slow-consumer benchmarks");
     }
+    if !options.links.is_empty()
+        && (!matches!(options.which, Which::Pages)
+            || !options.rtt.is_empty()
+            || !options.rate.is_empty())
+    {
+        bail!("--links is for the pages benchmark, and replaces --rtt, --loss and --rate");
+    }
     if !matches!(options.which, Which::SlowConsumer) && options.rounds.is_some() {
         bail!("--rounds is for the slow-consumer benchmark");
     }
@@ -108,6 +115,7 @@ pub(crate) fn run(options: &BenchOptions) -> Result<()> {
             } else {
                 options.rate.clone()
             },
+            links: options.links.clone(),
             alternatives: options.alternatives.clone(),
             pages: options.pages.clone(),
             name: options.name.clone(),

@@ -74,6 +74,11 @@ pub(crate) struct BenchOptions {
     /// Random loss per direction of the links, in percent (pages).
     #[arg(long, value_delimiter = ',', default_values_t = [0.0, 1.0, 3.0])]
     pub loss: Vec<f64>,
+    /// The links themselves, each `RTT/LOSS/RATE` (ms, percent, Mbit/s), in
+    /// the order to run (pages): instead of every combination of --rtt,
+    /// --loss and --rate.
+    #[arg(long, value_delimiter = ',')]
+    pub links: Vec<String>,
     /// Bottleneck rates of the links, in Mbit/s (pages: 10,100 unless given;
     /// slow-consumer: one demo each, 20,100 unless given or --wan names one).
     #[arg(long, value_delimiter = ',')]
@@ -81,7 +86,8 @@ pub(crate) struct BenchOptions {
     /// Rounds per link rate (slow-consumer: 5).
     #[arg(long)]
     pub rounds: Option<usize>,
-    /// Which alternatives, by the letters a-g (pages).
+    /// Which alternatives, by the issues' letters: a-h, q, p (push) and fp
+    /// (push and prefetch) (pages).
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = super::pages::Alternative::ALL)]
     pub alternatives: Vec<super::pages::Alternative>,
     /// Which pages (pages): the generated p25, p50, p75; their script-driven

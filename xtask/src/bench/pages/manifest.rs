@@ -25,9 +25,15 @@ pub(super) const FILE: &str = "manifest.toml";
 /// How an alternative was run, in the words of the code that ran it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(super) struct AlternativeNote {
-    pub letter: char,
+    /// [`Alternative::letter`] (one letter in runs before (fp)).
+    pub letter: String,
     pub label: String,
     pub method: String,
+    /// Whether the gateway took the origin's pushes (its `push.enabled`,
+    /// read back from the configuration it ran with; false without a
+    /// gateway); `None` in runs before push.
+    #[serde(default)]
+    pub push: Option<bool>,
 }
 
 /// A daemon's configuration file as it ran.
@@ -85,9 +91,10 @@ impl Manifest {
             alternatives: alternatives
                 .iter()
                 .map(|a| AlternativeNote {
-                    letter: a.letter(),
+                    letter: a.letter().to_owned(),
                     label: a.label().to_owned(),
                     method: a.method().to_owned(),
+                    push: None,
                 })
                 .collect(),
             ..Self::default()
@@ -187,8 +194,16 @@ impl Manifest {
         })
     }
 
+    /// Records whether `letter`'s gateway took pushes, as read back from the
+    /// configuration it ran with.
+    pub(super) fn note_push(&mut self, letter: &str, push: bool) {
+        if let Some(note) = self.alternatives.iter_mut().find(|a| a.letter == letter) {
+            note.push = Some(push);
+        }
+    }
+
     /// The method text of `alternative` as this run recorded it.
-    pub(super) fn alternative(&self, letter: char) -> Option<&AlternativeNote> {
+    pub(super) fn alternative(&self, letter: &str) -> Option<&AlternativeNote> {
         self.alternatives.iter().find(|a| a.letter == letter)
     }
 }
@@ -206,18 +221,18 @@ fn alternatives_table(report: &str) -> Vec<AlternativeNote> {
         .take_while(|l| !l.starts_with("## "))
         .filter_map(|line| {
             let cells: Vec<&str> = line.trim().trim_matches('|').split(" | ").collect();
-            let [letter, label, method] = cells[..] else {
+            let [letter, label, method, ..] = cells[..] else {
                 return None;
             };
             let letter = letter.trim().strip_prefix('(')?.strip_suffix(')')?;
-            let mut chars = letter.chars();
-            let (Some(letter), None) = (chars.next(), chars.next()) else {
+            if letter.is_empty() || !letter.chars().all(|c| c.is_ascii_lowercase()) {
                 return None;
-            };
+            }
             Some(AlternativeNote {
-                letter,
+                letter: letter.to_owned(),
                 label: label.trim().to_owned(),
                 method: method.trim().to_owned(),
+                push: None,
             })
         })
         .collect()
@@ -241,7 +256,7 @@ mod tests {
         let back: Manifest = toml::from_str(&text).expect("parse");
         assert_eq!(back, m);
         assert_eq!(
-            back.alternative('e').map(|a| a.label.as_str()),
+            back.alternative("e").map(|a| a.label.as_str()),
             Some("gateway SCTP, cold")
         );
     }
@@ -254,7 +269,7 @@ mod tests {
             (g) is answered from the router's cache.\n\n## Pages\n\n| page | objects | bytes | levels |\n";
         let table = alternatives_table(report);
         assert_eq!(table.len(), 2, "{table:?}");
-        assert_eq!(table[1].letter, 'q');
+        assert_eq!(table[1].letter, "q");
         assert!(table[1].method.contains("CUBIC"));
     }
 }

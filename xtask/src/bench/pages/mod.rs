@@ -9,6 +9,9 @@
 //! - (e) our gateway over userspace SCTP, cold cache, prefetch off;
 //! - (f) the same with prefetch on;
 //! - (g) the same with a warm cache;
+//! - (p) as (e) with push on: the origin sends the page's closure with the
+//!   page, the gateway takes it into its cache (docs/push.md), prefetch off;
+//! - (fp) push and prefetch both on, cold cache;
 //! - (h) HTTPS through the gateway: the site by its name over TLS, the
 //!   gateway tunnelling each TLS connection on a stream of the userspace-SCTP
 //!   association to the origin, which terminates TLS (against (b)).
@@ -42,6 +45,13 @@
 //! restarted on an empty cache, the gateway's is purged through its admin
 //! endpoint), except for (g), whose cache keeps what the first, unrecorded load
 //! put in it.
+//!
+//! Push: the SCTP origin runs with `push.enabled` for the whole of a run that
+//! has (p) or (fp), and pushes only to a gateway that announced PUSH, so only
+//! those two receive pushes; each alternative's gateway `push.enabled` is
+//! read back from its configuration into the manifest. A push cell's ideal
+//! is the issue's: (g)'s warm-cache load of the same cell plus the page's
+//! bytes at the bottleneck rate.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -64,6 +74,9 @@ mod manifest;
 
 use manifest::Manifest;
 
+/// The gateway's `gateway_push_*` counters after each round of (p) and
+/// (fp), in the run's data directory.
+const PUSH_METRICS: &str = "push-metrics.txt";
 /// Namespace prefix of this benchmark.
 const PREFIX: &str = "gwpg-";
 /// The site's address as the browser dials it.
@@ -117,6 +130,10 @@ pub(crate) enum Alternative {
     F,
     /// The gateway over userspace SCTP, warm cache, prefetch on.
     G,
+    /// The gateway over userspace SCTP, cold cache, push on, prefetch off.
+    P,
+    /// The gateway over userspace SCTP, cold cache, push and prefetch on.
+    Fp,
     /// The gateway over QUIC (quinn), cold cache, prefetch off.
     Q,
     /// HTTPS through the gateway's tunnel over userspace SCTP.
@@ -124,7 +141,7 @@ pub(crate) enum Alternative {
 }
 
 impl Alternative {
-    pub(crate) const ALL: [Alternative; 9] = [
+    pub(crate) const ALL: [Alternative; 11] = [
         Self::A,
         Self::B,
         Self::C,
@@ -132,25 +149,31 @@ impl Alternative {
         Self::E,
         Self::F,
         Self::G,
+        Self::P,
+        Self::Fp,
         Self::Q,
         Self::H,
     ];
 
-    fn letter(self) -> char {
+    /// Its name in the report, the CSVs and on the command line: the issue's
+    /// letter, or letters.
+    fn letter(self) -> &'static str {
         match self {
-            Self::A => 'a',
-            Self::B => 'b',
-            Self::C => 'c',
-            Self::D => 'd',
-            Self::E => 'e',
-            Self::F => 'f',
-            Self::G => 'g',
-            Self::Q => 'q',
-            Self::H => 'h',
+            Self::A => "a",
+            Self::B => "b",
+            Self::C => "c",
+            Self::D => "d",
+            Self::E => "e",
+            Self::F => "f",
+            Self::G => "g",
+            Self::P => "p",
+            Self::Fp => "fp",
+            Self::Q => "q",
+            Self::H => "h",
         }
     }
 
-    fn from_letter(letter: char) -> Option<Self> {
+    fn from_letter(letter: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|a| a.letter() == letter)
     }
 
@@ -163,6 +186,8 @@ impl Alternative {
             Self::E => "gateway SCTP, cold",
             Self::F => "gateway SCTP, cold, prefetch",
             Self::G => "gateway SCTP, warm cache",
+            Self::P => "gateway SCTP, cold, push",
+            Self::Fp => "gateway SCTP, cold, push and prefetch",
             Self::Q => "gateway QUIC, cold",
             Self::H => "gateway SCTP, HTTPS tunnel",
         }
@@ -185,6 +210,10 @@ impl Alternative {
             Self::E => "as (d) over userspace SCTP (one association, 32 streams)",
             Self::F => "as (e) with the prefetch queue on",
             Self::G => "as (f); the cache keeps what one unrecorded load (fresh profile) put in it",
+            Self::P => {
+                "as (e) with the gateway's `push.enabled`: it announces PUSH, and the origin (push on for the whole run) sends each navigation's closure into the gateway's cache below the page's own bytes; prefetch off"
+            }
+            Self::Fp => "as (p) with the prefetch queue on",
             Self::H => {
                 "Chromium over HTTPS by the site's name (a certificate at the origin, trusted by its key); the gateway intercepts port 443 for the site, reads the ClientHello's server name and tunnels each TLS connection on a stream of the userspace-SCTP association to the origin, which terminates TLS (HTTP/1.1 by its ALPN); nothing cached or prefetched; one warm-up request over port 80 before each load"
             }
@@ -205,7 +234,7 @@ impl Alternative {
             Self::A => Some(1),
             Self::B => Some(2),
             Self::H => Some(1),
-            Self::C | Self::D | Self::E | Self::F | Self::Q => Some(0),
+            Self::C | Self::D | Self::E | Self::F | Self::P | Self::Fp | Self::Q => Some(0),
             Self::G => None,
         }
     }
@@ -213,8 +242,18 @@ impl Alternative {
     fn is_gateway(self) -> bool {
         matches!(
             self,
-            Self::D | Self::E | Self::F | Self::G | Self::Q | Self::H
+            Self::D | Self::E | Self::F | Self::G | Self::P | Self::Fp | Self::Q | Self::H
         )
+    }
+
+    /// Whether its gateway takes pushes (`push.enabled`).
+    fn push(self) -> bool {
+        matches!(self, Self::P | Self::Fp)
+    }
+
+    /// Whether its gateway prefetches (`prefetch.enabled_for_origins`).
+    fn prefetch(self) -> bool {
+        matches!(self, Self::F | Self::G | Self::Fp)
     }
 }
 
@@ -234,6 +273,9 @@ pub(crate) struct PagesBench {
     pub losses: Vec<f64>,
     /// Bottleneck rates, Mbit/s.
     pub rates_mbit: Vec<u64>,
+    /// Explicit links, `RTT/LOSS/RATE` each, run in this order instead of
+    /// every combination of the three above (when not empty).
+    pub links: Vec<String>,
     /// Which alternatives.
     pub alternatives: Vec<Alternative>,
     /// Which pages: generated profiles (p25, p50, p75) and `demo`.
@@ -256,6 +298,26 @@ struct LinkCell {
 }
 
 impl LinkCell {
+    /// A link from `--links`: `RTT/LOSS/RATE` (ms, percent, Mbit/s).
+    fn parse(text: &str) -> Result<Self> {
+        let bad = || format!("--links {text}: RTT/LOSS/RATE (ms, percent, Mbit/s), as 80/0/100");
+        let mut parts = text.split('/');
+        let (Some(rtt), Some(loss), Some(rate), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            bail!(bad());
+        };
+        let cell = LinkCell {
+            rtt_ms: rtt.trim().parse().with_context(bad)?,
+            loss_percent: loss.trim().parse().with_context(bad)?,
+            rate_mbit: rate.trim().parse().with_context(bad)?,
+        };
+        if cell.rate_mbit == 0 || !(0.0..100.0).contains(&cell.loss_percent) {
+            bail!(bad());
+        }
+        Ok(cell)
+    }
+
     fn params(self) -> WanParams {
         let mut params = WanParams::cell(
             Duration::from_millis(self.rtt_ms),
@@ -360,19 +422,27 @@ pub(crate) fn run(options: &PagesBench) -> Result<()> {
     testbed::cleanup_stale(PREFIX)?;
     let site = dir.join("site");
     let pages = site_pages(&site, &options.pages)?;
-    let cells: Vec<LinkCell> = options
-        .rtts_ms
-        .iter()
-        .flat_map(|&rtt_ms| {
-            options.losses.iter().flat_map(move |&loss_percent| {
-                options.rates_mbit.iter().map(move |&rate_mbit| LinkCell {
-                    rtt_ms,
-                    loss_percent,
-                    rate_mbit,
+    let cells: Vec<LinkCell> = if !options.links.is_empty() {
+        options
+            .links
+            .iter()
+            .map(|l| LinkCell::parse(l))
+            .collect::<Result<_>>()?
+    } else {
+        options
+            .rtts_ms
+            .iter()
+            .flat_map(|&rtt_ms| {
+                options.losses.iter().flat_map(move |&loss_percent| {
+                    options.rates_mbit.iter().map(move |&rate_mbit| LinkCell {
+                        rtt_ms,
+                        loss_percent,
+                        rate_mbit,
+                    })
                 })
             })
-        })
-        .collect();
+            .collect()
+    };
     let Some(&first) = cells.first() else {
         bail!("no link to run: give at least one --rtt, --loss and --rate");
     };
@@ -392,6 +462,11 @@ pub(crate) fn run(options: &PagesBench) -> Result<()> {
         manifest.notes.push(
             "the origin offers h2 by ALPN on HTTPS tunnels (`tls.h2`): (h) is HTTP/2 inside one tunnel"
                 .into(),
+        );
+    }
+    if options.alternatives.iter().any(|a| a.push()) {
+        manifest.notes.push(
+            "the userspace-SCTP origin runs with `push.enabled = true` for the whole run; it pushes only to a gateway that announced PUSH (its own `push.enabled`), so of the alternatives only (p) and (fp) receive pushes: the Alternatives table's push column is each gateway's `push.enabled` as read back from the configuration it ran with".into(),
         );
     }
     let mut bench = Bench::start(&built, &dir, &site, pages, first, options, &mut manifest)?;
@@ -425,6 +500,11 @@ pub(crate) fn run(options: &PagesBench) -> Result<()> {
         let _ = std::fs::remove_file(csv_dir.join(old));
     }
     manifest.write(&csv_dir)?;
+    let push_metrics = dir.join(PUSH_METRICS);
+    if push_metrics.exists() {
+        std::fs::copy(&push_metrics, csv_dir.join(PUSH_METRICS))
+            .context("copying the push counters")?;
+    }
     write_resources(&csv_dir.join("resources.csv"), &records)?;
     let rows: Vec<LoadRow> = records
         .iter()
@@ -648,6 +728,19 @@ fn set_tcp_congestion(demo: &Demo, cc: &str, manifest: &mut Manifest) -> Result<
     Ok(())
 }
 
+/// `push.enabled` of a gateway configuration (false where the key or the
+/// section is absent: the gateway's default).
+fn push_enabled(config: &str) -> Result<bool> {
+    let table: toml::Table = config
+        .parse()
+        .context("parsing the gateway's configuration")?;
+    Ok(table
+        .get("push")
+        .and_then(|push| push.get("enabled"))
+        .and_then(toml::Value::as_bool)
+        .unwrap_or(false))
+}
+
 /// The 1-minute load average now (the first of `load_average`'s figures).
 fn one_minute_load() -> Option<f64> {
     super::common::load_average()
@@ -680,6 +773,7 @@ impl Bench {
         manifest: &mut Manifest,
     ) -> Result<Self> {
         let (tcp_cc, tunnel_h2) = (options.tcp_cc.as_str(), options.tunnel_h2);
+        let origin_push = options.alternatives.iter().any(|a| a.push());
         let binaries = Binaries {
             gateway: built[0].clone(),
             origin: built[1].clone(),
@@ -690,6 +784,8 @@ impl Bench {
         options.origin_root = Some(site.to_owned());
         options.origin_transport = Some("userspace".into());
         options.origin_config = Some(origin_config.clone());
+        // Set either way, so that the configuration recorded says it.
+        options.origin_push = Some(origin_push);
         options.start_gateway = false;
         // (h)'s certificate at the origin and (b)'s TLS nginx.
         options.https = true;
@@ -724,10 +820,20 @@ impl Bench {
         )?;
         let quic_pin = quic_origin_pin(&quic_origin)?;
         manifest.add_config(
-            "origin (all alternatives through the gateway; `--transport` userspace, framed-tcp \
-             or quic and `--listen`, `--root` on its command line)"
+            "origin over framed TCP and QUIC ((d), (q); `--transport`, `--listen`, `--root` \
+             on its command line)"
                 .into(),
             std::fs::read_to_string(&origin_config)?,
+        );
+        let sctp_config = demo
+            .origin_config_path()
+            .context("the demo started no origin")?;
+        manifest.add_config(
+            "origin over userspace SCTP (every other alternative through the gateway; \
+             `--transport`, `--listen`, `--root` on its command line)"
+                .into(),
+            std::fs::read_to_string(sctp_config)
+                .with_context(|| format!("reading {}", sctp_config.display()))?,
         );
 
         let tls = (demo.https.as_ref())
@@ -781,7 +887,8 @@ impl Bench {
         self.demo.restart_gateway(GatewayConfigOverrides {
             origin_address: port.map(|port| SocketAddr::new(wan_host, port)),
             cache_path: Some(cache_path),
-            prefetch_enabled: Some(matches!(alternative, Alternative::F | Alternative::G)),
+            prefetch_enabled: Some(alternative.prefetch()),
+            push_enabled: Some(alternative.push()),
             backend: Some(backend.into()),
             quic_server_cert_sha256: (alternative == Alternative::Q).then(|| self.quic_pin.clone()),
             // A dead origin must show as failed loads, not as nginx's answers.
@@ -806,12 +913,12 @@ impl Bench {
     ) -> Result<Vec<Record>> {
         if alternative.is_gateway() {
             self.start_gateway(alternative)?;
-            manifest.add_config(
-                format!("gateway ({})", alternative.letter()),
-                self.demo.gateway_config.text.clone(),
-            );
+            let text = &self.demo.gateway_config.text;
+            manifest.add_config(format!("gateway ({})", alternative.letter()), text.clone());
+            manifest.note_push(alternative.letter(), push_enabled(text)?);
         } else {
             self.stop_gateway()?;
+            manifest.note_push(alternative.letter(), false);
         }
         let mut records = Vec::new();
         for page in self.pages.clone() {
@@ -870,7 +977,47 @@ impl Bench {
                 });
             }
         }
+        if alternative.push() {
+            self.record_push_counters(alternative, cell, round)?;
+        }
         Ok(records)
+    }
+
+    /// Appends the gateway's `gateway_push_*` counters (cumulative since its
+    /// start, this round's) to [`PUSH_METRICS`]: what push did, beside the
+    /// load times.
+    fn record_push_counters(
+        &self,
+        alternative: Alternative,
+        cell: LinkCell,
+        round: usize,
+    ) -> Result<()> {
+        let mut curl = Command::new("curl");
+        curl.args(["-sf", "--max-time", "10"])
+            .arg(format!("http://{ADMIN}/metrics"));
+        let metrics = testbed::run(&mut testbed::exec_in(
+            self.demo.topology.gateway.name(),
+            &curl,
+        ))
+        .context("reading the gateway's /metrics")?;
+        let mut text = format!(
+            "# ({}) {} round {}\n",
+            alternative.letter(),
+            cell.name(),
+            round + 1
+        );
+        for line in metrics.lines().filter(|l| l.starts_with("gateway_push_")) {
+            text.push_str(line);
+            text.push('\n');
+        }
+        let path = self.dir.join(PUSH_METRICS);
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        std::io::Write::write_all(&mut file, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))
     }
 
     /// Puts the proxy of `alternative` in its pre-load state: Squid started on
@@ -890,7 +1037,12 @@ impl Bench {
                 self.warm_up()?;
                 Ok(Some(squid))
             }
-            Alternative::D | Alternative::E | Alternative::F | Alternative::Q => {
+            Alternative::D
+            | Alternative::E
+            | Alternative::F
+            | Alternative::P
+            | Alternative::Fp
+            | Alternative::Q => {
                 self.warm_up()?;
                 self.purge()?;
                 Ok(None)
@@ -992,7 +1144,8 @@ impl Bench {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 struct LoadRow {
     page: String,
-    alternative: char,
+    /// [`Alternative::letter`] (one letter in runs before (fp)).
+    alternative: String,
     rtt_ms: u64,
     loss_percent: f64,
     rate_mbit: u64,
@@ -1031,7 +1184,7 @@ impl LoadRow {
             .map_or(f64::NAN, |p| ms_of(corpus::lower_bound(p, &r.link.link())));
         let mut row = LoadRow {
             page: r.page.clone(),
-            alternative: r.alternative.letter(),
+            alternative: r.alternative.letter().to_owned(),
             rtt_ms: r.link.rtt_ms,
             loss_percent: r.link.loss_percent,
             rate_mbit: r.link.rate_mbit,
@@ -1084,7 +1237,7 @@ impl LoadRow {
 #[derive(Debug, serde::Serialize)]
 struct ResourceRow<'a> {
     page: &'a str,
-    alternative: char,
+    alternative: &'a str,
     rtt_ms: u64,
     loss_percent: f64,
     rate_mbit: u64,
@@ -1103,7 +1256,7 @@ struct ResourceRow<'a> {
 #[derive(Debug, serde::Deserialize)]
 struct ResourceWait {
     page: String,
-    alternative: char,
+    alternative: String,
     rtt_ms: u64,
     loss_percent: f64,
     rate_mbit: u64,
@@ -1204,7 +1357,7 @@ impl RunShape {
             if !shape.pages.contains(&row.page) {
                 shape.pages.push(row.page.clone());
             }
-            if let Some(a) = Alternative::from_letter(row.alternative)
+            if let Some(a) = Alternative::from_letter(&row.alternative)
                 && !shape.alternatives.contains(&a)
             {
                 shape.alternatives.push(a);
@@ -1598,18 +1751,38 @@ fn report(
     }
     writeln!(r)?;
     writeln!(r, "## Alternatives\n")?;
-    writeln!(r, "| | alternative | how (as the run recorded it) |")?;
-    writeln!(r, "|---|---|---|")?;
+    // Runs before push did not record it: their table is as it was.
+    let show_push = run.alternatives.iter().any(|a| {
+        manifest
+            .alternative(a.letter())
+            .is_some_and(|n| n.push.is_some())
+    });
+    if show_push {
+        writeln!(
+            r,
+            "| | alternative | how (as the run recorded it) | push (the gateway's `push.enabled`, read back) |"
+        )?;
+        writeln!(r, "|---|---|---|---|")?;
+    } else {
+        writeln!(r, "| | alternative | how (as the run recorded it) |")?;
+        writeln!(r, "|---|---|---|")?;
+    }
     for a in &run.alternatives {
-        match manifest.alternative(a.letter()) {
-            Some(note) => writeln!(r, "| ({}) | {} | {} |", a.letter(), note.label, note.method)?,
-            None => writeln!(
-                r,
-                "| ({}) | {} | not recorded with the run |",
-                a.letter(),
-                a.label()
-            )?,
+        let note = manifest.alternative(a.letter());
+        let (label, method) = match note {
+            Some(note) => (note.label.as_str(), note.method.as_str()),
+            None => (a.label(), "not recorded with the run"),
+        };
+        write!(r, "| ({}) | {label} | {method} |", a.letter())?;
+        if show_push {
+            let push = match note.and_then(|n| n.push) {
+                Some(true) => "on",
+                Some(false) => "off",
+                None => "not recorded",
+            };
+            write!(r, " {push} |")?;
         }
+        writeln!(r)?;
     }
     writeln!(
         r,
@@ -1633,6 +1806,7 @@ fn report(
         targets(&mut r, run, rows, phase)?;
         transport_targets(&mut r, run, rows, pages, phase)?;
         https_targets(&mut r, run, rows, phase)?;
+        push_targets(&mut r, run, rows, pages, phase)?;
     }
     for page in pages {
         for &phase in &run.phases {
@@ -2055,6 +2229,109 @@ fn https_targets(
     Ok(())
 }
 
+/// The ideal of a push load (issue 31): (g)'s median warm-cache load of the
+/// same page and link, which already holds the HTML's round trip and the
+/// browser's work, plus every byte of the page at the bottleneck rate, ms;
+/// `None` without (g).
+fn push_ideal(g: &CellSummary, page: &GeneratedPage, cell: LinkCell) -> Option<f64> {
+    Some(g.load_median? + ms_of(corpus::transfer_time(page, &cell.link())))
+}
+
+/// Issue 31's targets for push, one row per page and link where (p) or (fp)
+/// ran: (p) within 1.2 x its ideal on links of 80 ms or more, at most 0.6 x
+/// (b) at 200 ms and no slower than (b) anywhere, no slower than (e) by more
+/// than 5 % anywhere, its FCP and LCP no later than (e)'s.
+fn push_targets(
+    r: &mut String,
+    run: &RunShape,
+    rows: &[LoadRow],
+    pages: &[GeneratedPage],
+    phase: Option<Phase>,
+) -> Result<()> {
+    if !run.alternatives.iter().any(|a| a.push()) {
+        return Ok(());
+    }
+    writeln!(
+        r,
+        "\n## Targets of push (median loadEventEnd), {}\n",
+        phase_title(phase)
+    )?;
+    writeln!(
+        r,
+        "The ideal is (g)'s median of the same page and link plus the page's bytes at the \
+         bottleneck rate (`testbed::corpus::transfer_time`): (g) already holds the HTML's round \
+         trip and the browser's work, so a cold load can at best add the transfer of what the \
+         cache would have held. (p) is met where it takes at most 1.2 x the ideal (links of \
+         80 ms or more); at most 0.6 x (b) at 200 ms and at most (b) elsewhere; at most 1.05 x \
+         (e) on every link; FCP and LCP (medians) no later than (e)'s. (fp) is shown against \
+         the same ideal and (e).\n"
+    )?;
+    writeln!(
+        r,
+        "| page | link | (g) | bytes at the rate | ideal | (p) | (p) / ideal ≤ 1.2 | \
+         (p) / (b) | (p) / (e) ≤ 1.05 | (p) FCP / LCP against (e)'s | (fp) | (fp) / ideal | \
+         (fp) / (e) |"
+    )?;
+    writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    for page in pages {
+        for &cell in &run.cells {
+            let s = |a| summarize(rows, &page.name, a, cell, phase);
+            let (b, e, g, p, fp) = (
+                s(Alternative::B),
+                s(Alternative::E),
+                s(Alternative::G),
+                s(Alternative::P),
+                s(Alternative::Fp),
+            );
+            let transfer = ms_of(corpus::transfer_time(page, &cell.link()));
+            let ideal = push_ideal(&g, page, cell);
+            let against_ideal = |x: &CellSummary, target: bool| match (x.load_median, ideal) {
+                (Some(xm), Some(i)) if target && cell.rtt_ms >= 80 => {
+                    format!("{:.2} ({})", xm / i, verdict_against(x, 1.2 * i))
+                }
+                (Some(xm), Some(i)) => format!("{:.2}", xm / i),
+                _ => "–".into(),
+            };
+            let b_limit = if cell.rtt_ms >= 200 { 0.6 } else { 1.0 };
+            let p_b = format!(
+                "{} (≤ {b_limit}: {})",
+                ratio(p.load_median, b.load_median),
+                verdict(&p, &b, b_limit)
+            );
+            let p_e = format!(
+                "{} ({})",
+                ratio(p.load_median, e.load_median),
+                verdict(&p, &e, 1.05)
+            );
+            let paints = match (p.fcp_median, p.lcp_median, e.fcp_median, e.lcp_median) {
+                (Some(pf), Some(pl), Some(ef), Some(el)) => format!(
+                    "{pf:.0} / {pl:.0} against {ef:.0} / {el:.0} ({})",
+                    if pf <= ef && pl <= el {
+                        "met"
+                    } else {
+                        "missed"
+                    }
+                ),
+                _ => "–".into(),
+            };
+            writeln!(
+                r,
+                "| {} | {} | {} | {transfer:.0} | {} | {} | {} | {p_b} | {p_e} | {paints} | {} | {} | {} |",
+                page.name,
+                cell.name(),
+                ms(g.load_median),
+                ms(ideal),
+                ms(p.load_median),
+                against_ideal(&p, true),
+                ms(fp.load_median),
+                against_ideal(&fp, false),
+                ratio(fp.load_median, e.load_median),
+            )?;
+        }
+    }
+    Ok(())
+}
+
 fn join<T: std::fmt::Display>(values: &[T]) -> String {
     values
         .iter()
@@ -2081,7 +2358,7 @@ mod tests {
     fn load_rows_read_back_as_written() {
         let ok = LoadRow {
             page: "p50".into(),
-            alternative: 'f',
+            alternative: "f".into(),
             rtt_ms: 80,
             loss_percent: 1.0,
             rate_mbit: 10,
@@ -2192,6 +2469,112 @@ mod tests {
         assert_eq!(verdict_against(&x, 90.0), "missed");
         // Below ten loads the spread is min-max.
         assert_eq!(x.spread(), Some((100.0, 200.0)));
+    }
+
+    #[test]
+    fn push_alternatives_read_back_by_their_names() {
+        for a in Alternative::ALL {
+            assert_eq!(Alternative::from_letter(a.letter()), Some(a));
+            let value = clap::ValueEnum::to_possible_value(&a).expect("a value");
+            assert_eq!(value.get_name(), a.letter(), "the CLI and the CSV agree");
+        }
+        assert!(Alternative::P.push() && !Alternative::P.prefetch());
+        assert!(Alternative::Fp.push() && Alternative::Fp.prefetch());
+        assert!(!Alternative::E.push() && !Alternative::G.push());
+    }
+
+    #[test]
+    fn push_enabled_is_read_from_the_gateway_configuration() {
+        assert!(push_enabled("[push]\nenabled = true\n").expect("parse"));
+        assert!(!push_enabled("[push]\nenabled = false\n").expect("parse"));
+        assert!(!push_enabled("[cache]\nenabled = true\n").expect("parse"));
+        assert!(push_enabled("[push").is_err());
+    }
+
+    #[test]
+    fn the_push_ideal_is_the_warm_load_plus_the_bytes_at_the_rate() {
+        let page = GeneratedPage {
+            name: "one".into(),
+            url_path: "/one/".into(),
+            objects: vec![corpus::ObjectSpec {
+                path: "/one/index.html".into(),
+                kind: corpus::ObjectKind::Html,
+                bytes: 1_250_000,
+                depth: 0,
+            }],
+        };
+        let cell = LinkCell {
+            rtt_ms: 80,
+            loss_percent: 0.0,
+            rate_mbit: 100,
+        };
+        let row = |alternative: &str, load: usize, ms: f64| LoadRow {
+            page: "one".into(),
+            alternative: alternative.into(),
+            rtt_ms: 80,
+            loss_percent: 0.0,
+            rate_mbit: 100,
+            load,
+            ok: true,
+            error: String::new(),
+            protocol: "http/1.1".into(),
+            response_start_ms: Some(90.0),
+            dom_content_loaded_ms: Some(ms),
+            load_event_end_ms: Some(ms),
+            requests: Some(1),
+            bytes: Some(1_250_000),
+            lower_bound_ms: 0.0,
+            transport: "warm".into(),
+            load_average: None,
+            first_contentful_paint_ms: Some(ms / 2.0),
+            largest_contentful_paint_ms: Some(ms / 2.0),
+        };
+        let rows = vec![
+            row("g", 1, 300.0),
+            row("g", 2, 310.0),
+            row("p", 1, 420.0),
+            row("p", 2, 440.0),
+            row("e", 1, 900.0),
+            row("e", 2, 950.0),
+        ];
+        let g = summarize(&rows, "one", Alternative::G, cell, Some(Phase::Warm));
+        // 1.25 MB at 100 Mbit/s: 100 ms, on (g)'s median of 305 ms.
+        assert_eq!(push_ideal(&g, &page, cell), Some(405.0));
+        let mut r = String::new();
+        push_targets(
+            &mut r,
+            &RunShape::of(&rows),
+            &rows,
+            &[page],
+            Some(Phase::Warm),
+        )
+        .expect("render");
+        // (p)'s 430 ms: 1.06 x the ideal, within 1.2 x of it (486 ms).
+        assert!(
+            r.contains("| one | 80 ms, 0% loss, 100 Mbit/s | 305 | 100 | 405 | 430 | 1.06 (met) |"),
+            "{r}"
+        );
+        assert!(r.contains("| 0.46 (met) |"), "(p) / (e): {r}");
+    }
+
+    #[test]
+    fn links_are_read_as_rtt_loss_rate() {
+        let cell = LinkCell::parse("20/0/10").expect("a link");
+        assert_eq!(
+            cell,
+            LinkCell {
+                rtt_ms: 20,
+                loss_percent: 0.0,
+                rate_mbit: 10
+            }
+        );
+        assert_eq!(
+            LinkCell::parse("80/1.5/100").expect("a link").loss_percent,
+            1.5
+        );
+        for bad in ["80/0", "80/0/100/1", "80/x/100", "80/0/0", "80/100/10", ""] {
+            assert!(LinkCell::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
