@@ -446,6 +446,8 @@ struct Download {
     child: Child,
     reader: JoinHandle<Vec<(Instant, u64)>>,
     started: Instant,
+    /// Read at a set pace (the slow browser), ended by its reader.
+    paced: bool,
 }
 
 /// What a [`Download`] read: (when, bytes so far) after each read.
@@ -492,6 +494,12 @@ impl Download {
                 total += n as u64;
                 reads.push((Instant::now(), total));
                 if let Some(rate) = rate {
+                    // curl blocked on a full pipe does not keep its own
+                    // time limit: the planned end is the reader's, and
+                    // closing the pipe ends curl (a write error, 23).
+                    if start.elapsed() >= limit {
+                        break;
+                    }
                     let due = start + Duration::from_secs_f64(total as f64 / rate as f64);
                     std::thread::sleep(due.saturating_duration_since(Instant::now()));
                 }
@@ -502,6 +510,7 @@ impl Download {
             child,
             reader,
             started: Instant::now(),
+            paced: rate.is_some(),
         })
     }
 
@@ -515,8 +524,11 @@ impl Download {
         let reads = (self.reader.join()).map_err(|_| anyhow::anyhow!("the reader panicked"))?;
         let cut = match status.code() {
             // 28: "operation timed out", the planned end of a timed download
-            // (0: the whole file came first, which `file_bytes` prevents).
+            // (0: the whole file came first, which `file_bytes` prevents);
+            // 23: "write error", the paced reader closed its end at the
+            // planned end.
             Some(0 | 28) => None,
+            Some(23) if self.paced => None,
             // 18: "transfer closed with bytes remaining", 56: "failure in
             // receiving": the gateway ended the response early.
             Some(18 | 56) => Some(said.trim().to_owned()),
