@@ -79,6 +79,33 @@ struct Slot {
 }
 
 impl Slot {
+    /// A fresh slot; with `watch_priority`, also the receiver its PRIORITY
+    /// watcher stops on when the slot goes.
+    fn open(
+        stream: u16,
+        tx: mpsc::Sender<Event>,
+        outcome: &Outcome,
+        push_page: Option<RequestId>,
+        watch_priority: bool,
+    ) -> (Slot, Option<oneshot::Receiver<()>>) {
+        let (watching, ended) = if watch_priority {
+            let (watching, ended) = oneshot::channel();
+            (Some(watching), Some(ended))
+        } else {
+            (None, None)
+        };
+        let slot = Slot {
+            stream,
+            tx,
+            outcome: Arc::clone(outcome),
+            head_seen: false,
+            tunnel_sent_end: false,
+            push_page,
+            _priority_watch: watching,
+        };
+        (slot, ended)
+    }
+
     /// Ends the request with `error`; dropping `tx` closes the reader's queue.
     fn fail(self, error: LinkError) {
         settle(&self.outcome, error);
@@ -458,24 +485,14 @@ impl Conn {
             .session
             .peer_capabilities()
             .contains(Capabilities::PRIORITY);
-        let (watching, watch_ended) = if watches_priority && origin_takes_priority {
-            let (watching, ended) = oneshot::channel();
-            (Some(watching), Some(ended))
-        } else {
-            (None, None)
-        };
-        state.open.insert(
-            id,
-            Slot {
-                stream,
-                tx,
-                outcome: Arc::clone(&outcome),
-                head_seen: false,
-                tunnel_sent_end: false,
-                push_page: None,
-                _priority_watch: watching,
-            },
+        let (slot, watch_ended) = Slot::open(
+            stream,
+            tx,
+            &outcome,
+            None,
+            watches_priority && origin_takes_priority,
         );
+        state.open.insert(id, slot);
         lock(&self.backlog).handle_request_opened(id, stream);
         Ok(Opened {
             id,
@@ -774,28 +791,12 @@ impl Conn {
         };
         let (tx, rx) = mpsc::channel(RESPONSE_QUEUE);
         let outcome = Outcome::default();
-        let (watching, ended) = if state
+        let origin_takes_priority = state
             .session
             .peer_capabilities()
-            .contains(Capabilities::PRIORITY)
-        {
-            let (watching, ended) = oneshot::channel();
-            (Some(watching), Some(ended))
-        } else {
-            (None, None)
-        };
-        state.open.insert(
-            id,
-            Slot {
-                stream,
-                tx,
-                outcome: Arc::clone(&outcome),
-                head_seen: false,
-                tunnel_sent_end: false,
-                push_page: Some(page_id),
-                _priority_watch: watching,
-            },
-        );
+            .contains(Capabilities::PRIORITY);
+        let (slot, ended) = Slot::open(stream, tx, &outcome, Some(page_id), origin_takes_priority);
+        state.open.insert(id, slot);
         lock(&self.backlog).handle_request_opened(id, stream);
         let guard = RequestGuard {
             conn: Arc::clone(self),
