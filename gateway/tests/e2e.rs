@@ -1502,10 +1502,18 @@ fn pushed_subresources_serve_chromiums_load_from_the_cache() {
         asked_after.is_empty(),
         "pushed URLs asked of the origin again: {asked_after:?}"
     );
-    assert!(
-        counter(&demo, "gateway_push_used_total") >= of_pushed.len() as u64,
-        "each pushed URL Chromium used counts as used"
-    );
+    // Each pushed URL Chromium used counts as used (read until it does, or
+    // 10 s: the count and the log line are written apart).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while counter(&demo, "gateway_push_used_total") < of_pushed.len() as u64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} pushed URLs used, {} counted",
+            of_pushed.len(),
+            counter(&demo, "gateway_push_used_total")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]
