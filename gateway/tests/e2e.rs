@@ -1442,8 +1442,15 @@ fn pushed_subresources_serve_chromiums_load_from_the_cache() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let pushed = origin_targets(&demo, "push");
     let stored = counter(&demo, "gateway_push_stored_total");
+    // The origin's access-log lines of its pushes: its log writer is
+    // non-blocking, so they may follow the gateway's count by a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut pushed = origin_targets(&demo, "push");
+    while (pushed.len() as u64) < stored && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        pushed = origin_targets(&demo, "push");
+    }
     println!(
         "{} pushed by the origin, {stored} stored by the gateway",
         pushed.len()
